@@ -1,0 +1,25 @@
+//! agentlane's domain: the records a turn leaves behind (sessions, runs, transcript entries,
+//! events) and the seams every backend implements: [`Store`], [`LaneQueue`] and [`Clock`].
+//!
+//! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
+//! their own crates and pass the same conformance suite (`agentlane-conformance`).
+
+pub mod clock;
+pub mod ids;
+pub mod queue;
+pub mod run;
+pub mod session;
+pub mod store;
+pub mod transcript;
+pub mod validate;
+
+pub use clock::{Clock, SystemClock};
+pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
+pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
+pub use run::{
+    AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run, RunError,
+    RunStatus, TurnRequest, Usage,
+};
+pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
+pub use store::{AcceptOutcome, Commit, NewTurn, Store, StoreError, StoreResult};
+pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -1,0 +1,229 @@
+//! Runs (one accepted turn each) and their events.
+
+use crate::ids::{RunId, SessionId, SessionKey, TenantId};
+use serde::{Deserialize, Serialize};
+
+/// `queued → running → ok | error | aborted | timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Ok,
+    Error,
+    Aborted,
+    Timeout,
+}
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        match self {
+            RunStatus::Queued | RunStatus::Running => false,
+            RunStatus::Ok | RunStatus::Error | RunStatus::Aborted | RunStatus::Timeout => true,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Ok => "ok",
+            RunStatus::Error => "error",
+            RunStatus::Aborted => "aborted",
+            RunStatus::Timeout => "timeout",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Some(match value {
+            "queued" => RunStatus::Queued,
+            "running" => RunStatus::Running,
+            "ok" => RunStatus::Ok,
+            "error" => RunStatus::Error,
+            "aborted" => RunStatus::Aborted,
+            "timeout" => RunStatus::Timeout,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether a run can still make progress (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LivenessState {
+    #[default]
+    Working,
+    Paused,
+    /// Every retry and fallback is exhausted; the run ended with a clear error.
+    Blocked,
+    Abandoned,
+}
+
+/// What happens to a message that arrives while its session is busy (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueMode {
+    #[default]
+    Followup,
+    Collect,
+    Steer,
+    Interrupt,
+}
+
+/// What the client asked for in `POST /v1/agent`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRequest {
+    pub message: String,
+    #[serde(default)]
+    pub queue_mode: QueueMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// 0 = unlimited; `None` = the deployment default (48 h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_system_prompt: Option<String>,
+}
+
+/// Token counts reported by the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// One model call made for a run, in order (the attempt ledger).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    pub index: u32,
+    /// `provider/model`.
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// `ok`, `tool_calls`, or a failure class such as `rate_limit`, `timeout`, `aborted`.
+    pub outcome: String,
+    pub usage: Usage,
+    pub started_at: u64,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A reply shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Payload {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+/// Why a run did not end `ok`. Messages never carry secrets or raw provider bodies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunError {
+    pub code: String,
+    pub message: String,
+}
+
+impl RunError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One accepted turn and everything the runner learned while running it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    pub run_id: RunId,
+    pub tenant: TenantId,
+    pub session_key: SessionKey,
+    pub session_id: SessionId,
+    pub status: RunStatus,
+    pub liveness_state: LivenessState,
+    pub request: TurnRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    pub accepted_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    /// The model that answered (`provider/model`); `demo/...` for the offline demo model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub attempts: Vec<AttemptRecord>,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub payloads: Vec<Payload>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// Set by `POST /runs/{id}/abort`; the runner stops at its next check. Runner writes never
+    /// clear it.
+    #[serde(default)]
+    pub abort_requested: bool,
+    /// How many times a runner picked this run up (redeliveries and hand-backs included).
+    #[serde(default)]
+    pub pickups: u32,
+    /// Opaque loop state the runner resumes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<serde_json::Value>,
+}
+
+/// Event streams of SPEC §3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventStream {
+    Lifecycle,
+    Assistant,
+    Tool,
+    Compaction,
+}
+
+impl EventStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStream::Lifecycle => "lifecycle",
+            EventStream::Assistant => "assistant",
+            EventStream::Tool => "tool",
+            EventStream::Compaction => "compaction",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Some(match value {
+            "lifecycle" => EventStream::Lifecycle,
+            "assistant" => EventStream::Assistant,
+            "tool" => EventStream::Tool,
+            "compaction" => EventStream::Compaction,
+            _ => return None,
+        })
+    }
+}
+
+/// One run event. `seq` is dense and increasing per run, assigned by the run's writer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub stream: EventStream,
+    pub ts: u64,
+    pub data: serde_json::Value,
+}

@@ -1,0 +1,120 @@
+//! Folds a provider's [`StreamEvent`]s into one assistant turn.
+
+use crate::{FinishReason, StreamEvent};
+use agentlane_core::{ToolCall, Usage};
+
+/// The assistant message a complete (or cut-off) stream produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AssistantTurn {
+    pub text: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    /// `None` while the stream has not finished.
+    pub finish: Option<FinishReason>,
+}
+
+/// Accumulates stream events. Tool calls keep the order of their `index`, whatever order their
+/// fragments arrive in.
+#[derive(Debug, Default)]
+pub struct StreamAccumulator {
+    turn: AssistantTurn,
+    calls: Vec<(usize, ToolCall)>,
+}
+
+impl StreamAccumulator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::TextDelta(t) => self.turn.text.push_str(t),
+            StreamEvent::ReasoningDelta(t) => self.turn.reasoning.push_str(t),
+            StreamEvent::ToolCallStart { index, id, name } => match self.call_mut(*index) {
+                Some(call) => {
+                    if call.id.is_empty() {
+                        call.id.clone_from(id);
+                    }
+                    call.name.push_str(name);
+                }
+                None => self.calls.push((
+                    *index,
+                    ToolCall {
+                        id: id.clone(),
+                        name: name.clone(),
+                        arguments: String::new(),
+                    },
+                )),
+            },
+            StreamEvent::ToolCallArgumentsDelta { index, delta } => match self.call_mut(*index) {
+                Some(call) => call.arguments.push_str(delta),
+                None => self.calls.push((
+                    *index,
+                    ToolCall {
+                        id: String::new(),
+                        name: String::new(),
+                        arguments: delta.clone(),
+                    },
+                )),
+            },
+            StreamEvent::Usage(u) => self.turn.usage = *u,
+            StreamEvent::Finished(reason) => self.turn.finish = Some(reason.clone()),
+        }
+    }
+
+    fn call_mut(&mut self, index: usize) -> Option<&mut ToolCall> {
+        self.calls
+            .iter_mut()
+            .find(|(i, _)| *i == index)
+            .map(|(_, c)| c)
+    }
+
+    pub fn text(&self) -> &str {
+        &self.turn.text
+    }
+
+    /// The turn so far. Tool calls are sorted by index.
+    pub fn finish(mut self) -> AssistantTurn {
+        self.calls.sort_by_key(|(i, _)| *i);
+        self.turn.tool_calls = self.calls.into_iter().map(|(_, c)| c).collect();
+        self.turn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folds_text_and_parallel_tool_calls_by_index() {
+        let mut acc = StreamAccumulator::new();
+        for e in [
+            StreamEvent::TextDelta("Let me ".into()),
+            StreamEvent::TextDelta("check.".into()),
+            StreamEvent::ToolCallStart { index: 1, id: "b".into(), name: "get_time".into() },
+            StreamEvent::ToolCallStart { index: 0, id: "a".into(), name: "get_weather".into() },
+            StreamEvent::ToolCallArgumentsDelta { index: 0, delta: "{\"city\":\"Pa".into() },
+            StreamEvent::ToolCallArgumentsDelta { index: 1, delta: "{}".into() },
+            StreamEvent::ToolCallArgumentsDelta { index: 0, delta: "ris\"}".into() },
+            StreamEvent::Usage(Usage { input_tokens: 3, output_tokens: 4 }),
+            StreamEvent::Finished(FinishReason::ToolCalls),
+        ] {
+            acc.push(&e);
+        }
+        let turn = acc.finish();
+        assert_eq!(
+            turn,
+            AssistantTurn {
+                text: "Let me check.".into(),
+                reasoning: String::new(),
+                tool_calls: vec![
+                    ToolCall { id: "a".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() },
+                    ToolCall { id: "b".into(), name: "get_time".into(), arguments: "{}".into() },
+                ],
+                usage: Usage { input_tokens: 3, output_tokens: 4 },
+                finish: Some(FinishReason::ToolCalls),
+            }
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! Tools the model can call, behind one seam, [`Tool`], and a [`ToolRegistry`] the runner
+//! resolves calls against. Built-ins: [`current_time::CurrentTime`] and
+//! [`http_fetch::HttpFetch`] (with an SSRF guard, [`ssrf`]).
+
+pub mod current_time;
+pub mod http_fetch;
+pub mod registry;
+pub mod ssrf;
+
+pub use registry::ToolRegistry;
+
+use agentlane_providers::ToolSpec;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+/// What a tool gets besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// Cancelled when the run is aborted or times out; long tools should watch it.
+    pub cancel: CancellationToken,
+    pub run_id: String,
+}
+
+/// A tool's successful answer: the text the model sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub content: String,
+}
+
+/// A tool failure. The runner records it as an `isError` result the model sees; messages must
+/// not carry secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("blocked: {0}")]
+    Blocked(String),
+    #[error("timed out after {0} ms")]
+    Timeout(u64),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Failed(String),
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> ToolSpec;
+
+    /// `arguments` is the raw JSON text from the model.
+    async fn call(&self, arguments: &str, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+}

@@ -1,1 +1,108 @@
-//! placeholder
+//! The HTTP contract of agentlane (SPEC §2) as one axum [`Router`].
+//!
+//! [`app`] builds the router over an [`ApiState`]. It opens no socket: the local server runs it
+//! under `axum::serve`, the ingress Lambda under `lambda_http`, and tests drive it with
+//! `tower::ServiceExt::oneshot`.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+mod request_context;
+mod routes;
+mod sse;
+pub mod validate;
+pub mod views;
+mod wait;
+
+pub use auth::{ApiKeys, Tenant};
+pub use error::ApiError;
+
+use agentlane_core::{Clock, LaneQueue, Store};
+use axum::Router;
+use axum::routing::{get, post};
+use std::sync::Arc;
+
+/// Everything the handlers need. Cheap to clone (shared parts sit behind `Arc`s).
+#[derive(Clone)]
+pub struct ApiState {
+    /// Sessions, runs, transcripts, events, idempotency records.
+    pub store: Arc<dyn Store>,
+    /// Where accepted turns go, one lane per session.
+    pub queue: Arc<dyn LaneQueue>,
+    /// Timestamps (`acceptedAt`, lock-lease checks, idempotency expiry).
+    pub clock: Arc<dyn Clock>,
+    /// Bearer keys → tenant.
+    pub keys: ApiKeys,
+    pub config: ApiConfig,
+}
+
+/// Limits and defaults of the HTTP edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// Largest `message` (and `extraSystemPrompt`), in bytes. Default 256 KiB.
+    pub max_message_bytes: usize,
+    /// Largest request body, in bytes. Default `max_message_bytes` + 64 KiB.
+    pub max_body_bytes: usize,
+    /// How long an idempotency key maps to its run. Default 24 h.
+    pub idempotency_ttl_ms: u64,
+    /// `agent.wait` timeout when the body names none. Default 30 s.
+    pub default_wait_ms: u64,
+    /// Cap on `agent.wait` timeouts. Default 15 min.
+    pub max_wait_ms: u64,
+    /// When non-empty, a request's `model` must name one of these providers.
+    pub known_providers: Vec<String>,
+    /// The offline demo model is active: `demo/...` models are accepted.
+    pub demo_mode: bool,
+    /// How often an SSE event stream polls the store. Default 100 ms.
+    pub sse_poll_ms: u64,
+    /// Interval of SSE keep-alive comments. Default 15 s.
+    pub sse_keep_alive_ms: u64,
+}
+
+/// Default largest message: 256 KiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_body_bytes: DEFAULT_MAX_MESSAGE_BYTES + 64 * 1024,
+            idempotency_ttl_ms: 24 * 3600 * 1000,
+            default_wait_ms: 30_000,
+            max_wait_ms: 15 * 60 * 1000,
+            known_providers: Vec::new(),
+            demo_mode: false,
+            sse_poll_ms: 100,
+            sse_keep_alive_ms: 15_000,
+        }
+    }
+}
+
+/// The whole API: `/v1/...` routes behind bearer auth, `GET /healthz` without, JSON 404 and 405
+/// fallbacks, and a request-id + tracing span around every request.
+pub fn app(state: ApiState) -> Router {
+    let state = Arc::new(state);
+    Router::new()
+        .route("/healthz", get(routes::health))
+        .route("/v1/agent", post(routes::agent::submit))
+        .route("/v1/agent.wait", post(routes::agent::wait))
+        .route("/v1/runs/{run_id}", get(routes::runs::get_run))
+        .route("/v1/runs/{run_id}/events", get(routes::runs::events))
+        .route("/v1/runs/{run_id}/abort", post(routes::runs::abort))
+        .route(
+            "/v1/sessions/{session_key}",
+            get(routes::sessions::get_session),
+        )
+        .route(
+            "/v1/sessions/{session_key}/transcript",
+            get(routes::sessions::transcript),
+        )
+        .route(
+            "/v1/sessions/{session_key}/reset",
+            post(routes::sessions::reset),
+        )
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::middleware::from_fn(request_context::request_context))
+        .with_state(state)
+}

@@ -1,1 +1,30 @@
-//! placeholder
+//! The `agentlane` command: `serve` runs the whole system in one process on the embedded
+//! store; the other commands are clients of the HTTP API.
+
+mod args;
+pub mod bench;
+mod client;
+pub mod serve;
+pub mod settings;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Entry point of the `agentlane` binary.
+pub fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentlane: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(args::dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("agentlane: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -92,12 +92,32 @@ mod tests {
         for e in [
             StreamEvent::TextDelta("Let me ".into()),
             StreamEvent::TextDelta("check.".into()),
-            StreamEvent::ToolCallStart { index: 1, id: "b".into(), name: "get_time".into() },
-            StreamEvent::ToolCallStart { index: 0, id: "a".into(), name: "get_weather".into() },
-            StreamEvent::ToolCallArgumentsDelta { index: 0, delta: "{\"city\":\"Pa".into() },
-            StreamEvent::ToolCallArgumentsDelta { index: 1, delta: "{}".into() },
-            StreamEvent::ToolCallArgumentsDelta { index: 0, delta: "ris\"}".into() },
-            StreamEvent::Usage(Usage { input_tokens: 3, output_tokens: 4 }),
+            StreamEvent::ToolCallStart {
+                index: 1,
+                id: "b".into(),
+                name: "get_time".into(),
+            },
+            StreamEvent::ToolCallStart {
+                index: 0,
+                id: "a".into(),
+                name: "get_weather".into(),
+            },
+            StreamEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: "{\"city\":\"Pa".into(),
+            },
+            StreamEvent::ToolCallArgumentsDelta {
+                index: 1,
+                delta: "{}".into(),
+            },
+            StreamEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: "ris\"}".into(),
+            },
+            StreamEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            }),
             StreamEvent::Finished(FinishReason::ToolCalls),
         ] {
             acc.push(&e);
@@ -109,10 +129,21 @@ mod tests {
                 text: "Let me check.".into(),
                 reasoning: String::new(),
                 tool_calls: vec![
-                    ToolCall { id: "a".into(), name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() },
-                    ToolCall { id: "b".into(), name: "get_time".into(), arguments: "{}".into() },
+                    ToolCall {
+                        id: "a".into(),
+                        name: "get_weather".into(),
+                        arguments: "{\"city\":\"Paris\"}".into()
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "get_time".into(),
+                        arguments: "{}".into()
+                    },
                 ],
-                usage: Usage { input_tokens: 3, output_tokens: 4 },
+                usage: Usage {
+                    input_tokens: 3,
+                    output_tokens: 4
+                },
                 finish: Some(FinishReason::ToolCalls),
             }
         );

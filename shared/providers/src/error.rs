@@ -132,13 +132,29 @@ mod tests {
     #[test]
     fn classification_table() {
         let cases: &[(u16, &str, FailoverReason)] = &[
-            (429, r#"{"error":{"message":"Rate limit exceeded"}}"#, FailoverReason::RateLimit),
-            (529, r#"{"error":{"message":"Overloaded"}}"#, FailoverReason::Overloaded),
+            (
+                429,
+                r#"{"error":{"message":"Rate limit exceeded"}}"#,
+                FailoverReason::RateLimit,
+            ),
+            (
+                529,
+                r#"{"error":{"message":"Overloaded"}}"#,
+                FailoverReason::Overloaded,
+            ),
             (503, "", FailoverReason::Overloaded),
             (401, "bad key", FailoverReason::Auth),
             (402, "", FailoverReason::Billing),
-            (400, r#"{"error":{"code":"context_length_exceeded"}}"#, FailoverReason::ContextOverflow),
-            (400, r#"{"error":{"type":"exceed_context_size_error"}}"#, FailoverReason::ContextOverflow),
+            (
+                400,
+                r#"{"error":{"code":"context_length_exceeded"}}"#,
+                FailoverReason::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"type":"exceed_context_size_error"}}"#,
+                FailoverReason::ContextOverflow,
+            ),
             (413, "", FailoverReason::ContextOverflow),
             (408, "", FailoverReason::Timeout),
             (404, "no such model", FailoverReason::ModelNotFound),

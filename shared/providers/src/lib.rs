@@ -9,6 +9,7 @@ pub mod accumulate;
 pub mod demo;
 pub mod error;
 pub mod openai;
+pub mod transport;
 
 pub use accumulate::{AssistantTurn, StreamAccumulator};
 pub use error::{FailoverReason, ProviderError};

@@ -1,1 +1,349 @@
-//! placeholder
+//! OpenAI Chat Completions, streaming, over reqwest — and every OpenAI-compatible server (vLLM,
+//! Ollama, LiteLLM, llama.cpp, aimock) through its base URL.
+
+mod decode;
+mod wire;
+
+use crate::transport::{self, ERROR_BODY_LIMIT};
+use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
+use async_trait::async_trait;
+use decode::{ChunkDecoder, Step};
+use eventsource_stream::Eventsource;
+use futures::stream::{self, BoxStream, StreamExt};
+use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+use wire::MaxTokensField;
+
+/// The official API's base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// The most of a non-streamed JSON answer we read.
+const JSON_BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// How to reach one OpenAI-compatible endpoint. `Debug` never shows the key.
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// The provider name, the part before `/` in `provider/model` (default `openai`).
+    pub name: String,
+    /// Up to and including the version segment, e.g. `http://127.0.0.1:11434/v1`.
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    /// Runs on the user's own hardware (the runner then applies the longer idle timeout).
+    pub self_hosted: bool,
+    /// Time allowed to open the TCP/TLS connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for the whole call, streaming included (`None`: no limit here; the caller's
+    /// idle watchdog and attempt timeout still apply).
+    pub request_timeout: Option<Duration>,
+    /// Extra headers sent with every request (e.g. `OpenAI-Organization`, a proxy's key).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        Self {
+            name: "openai".to_owned(),
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            api_key: None,
+            self_hosted: false,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: None,
+            extra_headers: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.extra_headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("OpenAiConfig")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("self_hosted", &self.self_hosted)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("extra_headers", &header_names)
+            .finish()
+    }
+}
+
+/// A configuration the provider cannot be built from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("base URL {0:?} is not an http(s) URL")]
+    /// The base URL does not parse or is not http(s).
+    BaseUrl(String),
+    /// The header's name; its value is never shown (it may be a key).
+    #[error("header {0:?} has an invalid name or value")]
+    Header(String),
+    #[error("the API key contains characters not allowed in a header")]
+    /// The key cannot be sent in a header.
+    ApiKey,
+    #[error("could not build the HTTP client: {0}")]
+    /// reqwest refused the client settings.
+    Client(String),
+}
+
+/// The OpenAI Chat Completions provider. Cheap to clone (the HTTP client is shared).
+#[derive(Clone)]
+pub struct OpenAiProvider {
+    config: OpenAiConfig,
+    client: reqwest::Client,
+    url: String,
+    max_tokens: MaxTokensField,
+}
+
+impl OpenAiProvider {
+    /// Validates `config` and builds the HTTP client (once; reuse the provider).
+    pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
+        let base = config.base_url.trim_end_matches('/');
+        let parsed =
+            reqwest::Url::parse(base).map_err(|_| ConfigError::BaseUrl(base.to_owned()))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ConfigError::BaseUrl(base.to_owned()));
+        }
+        let url = format!("{base}/chat/completions");
+        let max_tokens = if parsed.host_str() == Some("api.openai.com") {
+            MaxTokensField::MaxCompletionTokens
+        } else {
+            MaxTokensField::MaxTokens
+        };
+
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.extra_headers {
+            let bad = || ConfigError::Header(name.clone());
+            let name_ = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| bad())?;
+            value.set_sensitive(true);
+            headers.insert(name_, value);
+        }
+        if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ConfigError::ApiKey)?;
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        Ok(Self {
+            config,
+            client,
+            url,
+            max_tokens,
+        })
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+}
+
+impl std::fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiProvider")
+            .field("config", &self.config)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ModelProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn self_hosted(&self) -> bool {
+        self.config.self_hosted
+    }
+
+    /// Cancelling `cancel` before the answer starts returns an empty stream; cancelling it while
+    /// streaming ends the stream. Either way the HTTP request is dropped at once.
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> Result<ModelStream, ProviderError> {
+        let body = wire::request_body(&request, self.max_tokens);
+        tracing::debug!(
+            provider = %self.config.name,
+            model = %request.model,
+            messages = request.messages.len(),
+            tools = request.tools.len(),
+            "chat completions request"
+        );
+        let mut builder = self
+            .client
+            .post(&self.url)
+            .header(header::ACCEPT, "text/event-stream")
+            .json(&body);
+        if let Some(timeout) = self.config.request_timeout {
+            builder = builder.timeout(timeout);
+        }
+        let response = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(stream::empty().boxed()),
+            sent = builder.send() => sent.map_err(|e| transport::from_reqwest(&e))?,
+        };
+
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = transport::retry_after(response.headers(), SystemTime::now());
+            let body = transport::read_body_capped(response, &cancel, ERROR_BODY_LIMIT).await;
+            return Err(ProviderError::from_http(
+                status.as_u16(),
+                &body,
+                retry_after,
+            ));
+        }
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/json"));
+        if is_json {
+            // The server ignored `stream: true` (or answered an error with a 200).
+            let body = transport::read_body_capped(response, &cancel, JSON_BODY_LIMIT).await;
+            if cancel.is_cancelled() {
+                return Ok(stream::empty().boxed());
+            }
+            return Ok(whole_body_stream(&body));
+        }
+        Ok(sse_stream(response, cancel))
+    }
+}
+
+/// Decodes a non-streamed answer into the same events a stream would have produced.
+fn whole_body_stream(body: &str) -> ModelStream {
+    let mut decoder = ChunkDecoder::new();
+    let mut events = Vec::new();
+    let result = decoder.data(body, &mut events).and_then(|_| decoder.end());
+    let items: Vec<Result<StreamEvent, ProviderError>> = match result {
+        Ok(finished) => events.into_iter().chain(finished).map(Ok).collect(),
+        Err(e) => vec![Err(e)],
+    };
+    stream::iter(items).boxed()
+}
+
+type SseStream = BoxStream<
+    'static,
+    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
+>;
+
+struct SseState {
+    /// `None` once the response is complete or failed: dropping it closes the connection.
+    sse: Option<SseStream>,
+    decoder: ChunkDecoder,
+    pending: VecDeque<Result<StreamEvent, ProviderError>>,
+    cancel: CancellationToken,
+}
+
+fn sse_stream(response: reqwest::Response, cancel: CancellationToken) -> ModelStream {
+    let state = SseState {
+        sse: Some(response.bytes_stream().eventsource().boxed()),
+        decoder: ChunkDecoder::new(),
+        pending: VecDeque::new(),
+        cancel,
+    };
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(item) = state.pending.pop_front() {
+                return Some((item, state));
+            }
+            let sse = state.sse.as_mut()?;
+            let next = tokio::select! {
+                biased;
+                _ = state.cancel.cancelled() => return None,
+                next = sse.next() => next,
+            };
+            state.read(next);
+        }
+    })
+    .boxed()
+}
+
+impl SseState {
+    /// Turns what the connection produced into pending items; closes it when done.
+    fn read(
+        &mut self,
+        next: Option<
+            Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
+        >,
+    ) {
+        let outcome = match next {
+            Some(Ok(event)) => {
+                let mut events = Vec::new();
+                let step = self.decoder.data(&event.data, &mut events);
+                self.pending.extend(events.into_iter().map(Ok));
+                step.map(|s| s == Step::Done)
+            }
+            Some(Err(eventsource_stream::EventStreamError::Transport(e))) => {
+                Err(transport::from_reqwest(&e))
+            }
+            Some(Err(e)) => Err(ProviderError::new(
+                crate::FailoverReason::Network,
+                format!("malformed event stream: {e}"),
+            )),
+            None => self.decoder.end().map(|finished| {
+                self.pending.extend(finished.map(Ok));
+                true
+            }),
+        };
+        match outcome {
+            Ok(false) => {}
+            Ok(true) => self.sse = None,
+            Err(e) => {
+                self.pending.push_back(Err(e));
+                self.sse = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_key_and_header_values() {
+        let provider = OpenAiProvider::new(OpenAiConfig {
+            api_key: Some("sk-secret-123".into()),
+            extra_headers: vec![("x-proxy-key".into(), "hidden-456".into())],
+            ..OpenAiConfig::default()
+        })
+        .unwrap();
+        let shown = format!("{provider:?}");
+        assert!(!shown.contains("sk-secret-123"), "{shown}");
+        assert!(!shown.contains("hidden-456"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let bad_url = OpenAiConfig {
+            base_url: "ftp://x/v1".into(),
+            ..OpenAiConfig::default()
+        };
+        assert!(matches!(
+            OpenAiProvider::new(bad_url),
+            Err(ConfigError::BaseUrl(_))
+        ));
+        let bad_key = OpenAiConfig {
+            api_key: Some("a\nb".into()),
+            ..OpenAiConfig::default()
+        };
+        assert_eq!(
+            OpenAiProvider::new(bad_key).unwrap_err(),
+            ConfigError::ApiKey
+        );
+    }
+}

@@ -1,1 +1,31 @@
-//! placeholder
+//! agentlane's embedded default backend: [`Store`](agentlane_core::Store) and
+//! [`LaneQueue`](agentlane_core::LaneQueue) on one SQLite database file.
+//!
+//! - One file (`agentlane.sqlite3`) under the data directory, WAL journal, `synchronous=NORMAL`,
+//!   a busy timeout; schema changes are numbered migrations tracked in `user_version`.
+//! - One connection behind a mutex; every call runs on tokio's blocking pool, and every write is
+//!   one `IMMEDIATE` transaction with cached prepared statements.
+//! - Fenced commits re-check the session's lock owner and fencing token inside the same
+//!   transaction that writes, so a writer that lost its lease writes nothing.
+//! - The lane queue keeps messages in a table: only a lane's oldest unacked message is
+//!   deliverable, visibility timeouts are wall-clock deadlines, so an in-flight message
+//!   becomes deliverable again after its timeout, also across restarts. Acked messages are kept
+//!   for [`DEDUP_RETENTION_MS`] so that a re-enqueued dedup id is ignored.
+//!
+//! Two interpretation choices for [`Commit`](agentlane_core::Commit), which names neither a
+//! session id nor a run id: transcript entries go to the session's current id (the one the fence
+//! guards), events go to `commit.run`, else to the session's `active_run_id`.
+
+mod backend;
+mod error;
+mod ingress;
+mod lane_table;
+mod lock;
+mod queue;
+mod records;
+mod schema;
+mod store;
+
+pub use backend::{DB_FILE_NAME, SqliteBackend};
+pub use lane_table::{DEDUP_RETENTION_MS, QueueStats};
+pub use queue::RECHECK;

@@ -1,0 +1,52 @@
+//! Runner settings (SPEC §12 defaults).
+
+use std::time::Duration;
+
+/// How the runner behaves. `Default` gives the SPEC defaults.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Session lock lease; renewed every third of it while the run lives.
+    pub lock_lease: Duration,
+    /// How long to wait for a busy session's lock before handing the message back.
+    pub lock_acquire_timeout: Duration,
+    /// Visibility of a delivery while it is worked on; extended every third of it.
+    pub visibility_timeout: Duration,
+    /// No stream chunk for this long aborts a model call (cloud providers).
+    pub model_idle_timeout: Duration,
+    /// The same, for self-hosted providers.
+    pub model_idle_timeout_self_hosted: Duration,
+    /// Run timeout when the request names none (48 h). `timeoutSeconds: 0` means unlimited.
+    pub default_run_timeout: Duration,
+    /// How often the abort flag is read while a run works.
+    pub abort_poll: Duration,
+    /// Model calls allowed in one turn (tool rounds included) before it fails.
+    pub max_model_calls: u32,
+    /// Per-tool timeout.
+    pub tool_timeout: Duration,
+    /// Base system prompt.
+    pub system_prompt: String,
+    /// Assistant deltas are coalesced into one event until this many bytes or `delta_flush`.
+    pub delta_flush_bytes: usize,
+    pub delta_flush: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            lock_lease: Duration::from_secs(30),
+            lock_acquire_timeout: Duration::from_secs(60),
+            visibility_timeout: Duration::from_secs(30),
+            model_idle_timeout: Duration::from_secs(120),
+            model_idle_timeout_self_hosted: Duration::from_secs(300),
+            default_run_timeout: Duration::from_secs(48 * 3600),
+            abort_poll: Duration::from_millis(250),
+            max_model_calls: 32,
+            tool_timeout: Duration::from_secs(60),
+            system_prompt: "You are a helpful assistant. Use the tools you are given when they help \
+                            answer; answer concisely."
+                .to_owned(),
+            delta_flush_bytes: 512,
+            delta_flush: Duration::from_millis(150),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! tool_use / tool_result pairing repair: a pure function over a history.
+//!
+//! Invariant after repair: every assistant tool call is followed, before the next user or
+//! assistant message, by exactly one tool result with its id; no tool result lacks its call.
+
+use agentlane_core::Message;
+use std::collections::HashSet;
+
+/// The text of a synthetic result for a call whose result was never recorded.
+pub const ABORTED_RESULT: &str = "aborted: the tool call did not complete (the run was interrupted)";
+
+/// Returns `history` with orphan tool results dropped, duplicate results dropped, and missing
+/// results filled with an "aborted" error result right after their assistant message's results.
+pub fn repair_pairing(history: &[Message]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(history.len());
+    let mut pending: Vec<(String, String)> = Vec::new(); // (call id, tool name) awaiting a result
+    let mut answered: HashSet<String> = HashSet::new();
+    for message in history {
+        match message {
+            Message::Tool { tool_call_id, .. } => {
+                if let Some(pos) = pending.iter().position(|(id, _)| id == tool_call_id) {
+                    pending.remove(pos);
+                    answered.insert(tool_call_id.clone());
+                    out.push(message.clone());
+                }
+                // else: orphan or duplicate — dropped
+            }
+            Message::User { .. } | Message::Assistant { .. } => {
+                fill_missing(&mut out, &mut pending);
+                answered.clear();
+                if let Message::Assistant { tool_calls, .. } = message {
+                    pending = tool_calls
+                        .iter()
+                        .map(|c| (c.id.clone(), c.name.clone()))
+                        .collect();
+                }
+                out.push(message.clone());
+            }
+        }
+    }
+    fill_missing(&mut out, &mut pending);
+    out
+}
+
+/// The synthetic results `repair_pairing` would add at the end of `history` (the calls of the
+/// last assistant message that have no result yet).
+pub fn missing_results(history: &[Message]) -> Vec<Message> {
+    let repaired = repair_pairing(history);
+    let tail_start = history.len().min(repaired.len());
+    if repaired.len() > history.len() && repaired[..tail_start] == history[..tail_start] {
+        repaired[tail_start..].to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+fn fill_missing(out: &mut Vec<Message>, pending: &mut Vec<(String, String)>) {
+    for (id, name) in pending.drain(..) {
+        out.push(Message::Tool {
+            tool_call_id: id,
+            name,
+            content: ABORTED_RESULT.to_owned(),
+            is_error: true,
+        });
+    }
+}
+
+/// Checks the pairing invariant; `Err` names the first violation.
+pub fn check_pairing(history: &[Message]) -> Result<(), String> {
+    let repaired = repair_pairing(history);
+    if repaired == history {
+        Ok(())
+    } else {
+        Err("tool calls and tool results do not pair up".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentlane_core::ToolCall;
+
+    fn assistant(calls: &[&str]) -> Message {
+        Message::Assistant {
+            content: String::new(),
+            reasoning: None,
+            tool_calls: calls
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).into(),
+                    name: "t".into(),
+                    arguments: "{}".into(),
+                })
+                .collect(),
+            model: None,
+        }
+    }
+    fn result(id: &str) -> Message {
+        Message::Tool {
+            tool_call_id: id.into(),
+            name: "t".into(),
+            content: "r".into(),
+            is_error: false,
+        }
+    }
+    fn aborted(id: &str) -> Message {
+        Message::Tool {
+            tool_call_id: id.into(),
+            name: "t".into(),
+            content: ABORTED_RESULT.into(),
+            is_error: true,
+        }
+    }
+
+    #[test]
+    fn repair_table() {
+        let u = Message::user("hi");
+        let cases: Vec<(&str, Vec<Message>, Vec<Message>)> = vec![
+            ("already paired", vec![u.clone(), assistant(&["a"]), result("a")], vec![u.clone(), assistant(&["a"]), result("a")]),
+            ("orphan result dropped", vec![u.clone(), result("x"), assistant(&[])], vec![u.clone(), assistant(&[])]),
+            ("missing result at end filled", vec![u.clone(), assistant(&["a", "b"]), result("a")], vec![u.clone(), assistant(&["a", "b"]), result("a"), aborted("b")]),
+            ("missing result before next user filled", vec![assistant(&["a"]), u.clone()], vec![assistant(&["a"]), aborted("a"), u.clone()]),
+            ("duplicate result dropped", vec![assistant(&["a"]), result("a"), result("a")], vec![assistant(&["a"]), result("a")]),
+            ("result of an older call dropped", vec![assistant(&["a"]), result("a"), assistant(&["b"]), result("a"), result("b")], vec![assistant(&["a"]), result("a"), assistant(&["b"]), result("b")]),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(repair_pairing(&input), want, "{name}");
+            assert!(check_pairing(&want).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn missing_results_are_the_tail() {
+        let h = vec![Message::user("hi"), assistant(&["a", "b"]), result("a")];
+        assert_eq!(missing_results(&h), vec![aborted("b")]);
+        assert!(missing_results(&[Message::user("x")]).is_empty());
+    }
+}

@@ -1,0 +1,574 @@
+//! The turn: take the session lock, bring the run to a terminal status (or hand it back), and
+//! release the lock. Safe to run again for the same run at any point: the transcript tells how
+//! far an earlier pickup got, so a redelivered message never repeats or loses an entry.
+
+use crate::attempt::{AttemptError, stream_attempt};
+use crate::config::RunnerConfig;
+use crate::lock::{self, AcquireError};
+use crate::models::{ModelRouter, ResolvedModel};
+use crate::repair::{missing_results, repair_pairing};
+use crate::reply::shape_payloads;
+use crate::retry::{Decision, RetryPolicy};
+use crate::tool_exec::run_batch;
+use crate::writer::{Positions, RunWriter};
+use agentlane_core::{
+    AttemptRecord, Clock, EventStream, LivenessState, Message, Run, RunError, RunStatus,
+    SessionStatus, Store, StoreError, TranscriptEntry, TurnMessage,
+};
+use agentlane_providers::ModelRequest;
+use agentlane_tools::ToolRegistry;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How a pickup of a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnExit {
+    /// This pickup wrote the terminal status.
+    Finished(RunStatus),
+    /// Nothing to do: the run was already terminal, or does not exist.
+    AlreadyDone,
+    /// The run is not finished and should be picked up again soon (shutdown, or the session's
+    /// lock stayed busy). The lane stays blocked meanwhile.
+    HandBack,
+    /// The lock was lost to another writer: this pickup wrote nothing more. Leave the message
+    /// alone; it comes back after its visibility timeout and finds the run's real state.
+    Abandoned,
+}
+
+/// Failures of a pickup that are not the run's own fault (store unavailable, ...).
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why a run was stopped from outside its loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Abort,
+    Timeout,
+    LockLost,
+    Shutdown,
+}
+
+/// A cancellation token that remembers the first reason it was cancelled for.
+#[derive(Clone, Default)]
+pub struct StopSignal {
+    token: CancellationToken,
+    reason: Arc<Mutex<Option<StopReason>>>,
+}
+
+impl StopSignal {
+    pub fn trigger(&self, reason: StopReason) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(reason);
+        }
+        self.token.cancel();
+    }
+    pub fn reason(&self) -> Option<StopReason> {
+        self.reason.lock().ok().and_then(|r| *r)
+    }
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+/// How the loop ended.
+enum LoopEnd {
+    Final {
+        text: String,
+        last_tool_error: Option<(String, String)>,
+    },
+    Failed(RunError),
+    Stopped(StopReason),
+}
+
+/// Runs turns. Cheap to clone; shared by all lane workers of a process.
+#[derive(Clone)]
+pub struct Runner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    models: ModelRouter,
+    tools: ToolRegistry,
+    config: Arc<RunnerConfig>,
+    instance: String,
+}
+
+impl Runner {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        models: ModelRouter,
+        tools: ToolRegistry,
+        config: RunnerConfig,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            models,
+            tools,
+            config: Arc::new(config),
+            instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    pub fn config(&self) -> &RunnerConfig {
+        &self.config
+    }
+
+    /// Adds (or replaces, by name) a model provider.
+    pub fn with_provider(mut self, provider: Arc<dyn agentlane_providers::ModelProvider>) -> Self {
+        self.models = self.models.with_provider(provider);
+        self
+    }
+
+    /// Brings the run named by `message` as far as it can go. `shutdown` asks the run to hand
+    /// back (its state is kept; a later pickup resumes it).
+    pub async fn execute(
+        &self,
+        message: &TurnMessage,
+        shutdown: &CancellationToken,
+    ) -> Result<TurnExit, RunnerError> {
+        let Some(run) = self.store.get_run(&message.tenant, &message.run_id).await? else {
+            tracing::warn!(run = %message.run_id, "lane message names an unknown run; dropping it");
+            return Ok(TurnExit::AlreadyDone);
+        };
+        if run.status.is_terminal() {
+            return Ok(TurnExit::AlreadyDone);
+        }
+        let owner = format!("{}:{}", self.instance, uuid::Uuid::new_v4().simple());
+        let acquired = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(TurnExit::HandBack),
+            a = lock::acquire(
+                self.store.as_ref(),
+                self.clock.as_ref(),
+                &run.tenant,
+                &run.session_key,
+                &owner,
+                self.config.lock_lease,
+                self.config.lock_acquire_timeout,
+            ) => a,
+        };
+        let fence = match acquired {
+            Ok(fence) => fence,
+            Err(AcquireError::Busy { owner, until }) => {
+                tracing::info!(run = %run.run_id, %owner, until, "session busy; handing the turn back");
+                return Ok(TurnExit::HandBack);
+            }
+            Err(AcquireError::Store(e)) => return Err(e.into()),
+        };
+
+        let stop = StopSignal::default();
+        let stop_helpers = CancellationToken::new();
+        let _stop_helpers_on_drop = stop_helpers.clone().drop_guard();
+        let lost = CancellationToken::new();
+        lock::spawn_heartbeat(
+            self.store.clone(),
+            self.clock.clone(),
+            fence.clone(),
+            self.config.lock_lease,
+            lost.clone(),
+            stop_helpers.clone(),
+        );
+        self.spawn_watchers(&run, &stop, &lost, shutdown, &stop_helpers);
+
+        let result = self.drive(run, fence, &stop).await;
+        match result {
+            Ok(exit) => Ok(exit),
+            Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Abort polling, lock loss and shutdown all feed the run's stop signal.
+    fn spawn_watchers(
+        &self,
+        run: &Run,
+        stop: &StopSignal,
+        lost: &CancellationToken,
+        shutdown: &CancellationToken,
+        helpers: &CancellationToken,
+    ) {
+        let (store, tenant, run_id) = (self.store.clone(), run.tenant.clone(), run.run_id.clone());
+        let (stop, lost, shutdown, helpers) =
+            (stop.clone(), lost.clone(), shutdown.clone(), helpers.clone());
+        let poll = self.config.abort_poll;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = helpers.cancelled() => return,
+                    _ = lost.cancelled() => { stop.trigger(StopReason::LockLost); return; }
+                    _ = shutdown.cancelled() => { stop.trigger(StopReason::Shutdown); return; }
+                    _ = tokio::time::sleep(poll) => {}
+                }
+                if let Ok(Some(r)) = store.get_run(&tenant, &run_id).await
+                    && r.abort_requested
+                {
+                    stop.trigger(StopReason::Abort);
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Everything done under the lock.
+    async fn drive(
+        &self,
+        run: Run,
+        fence: agentlane_core::Fence,
+        stop: &StopSignal,
+    ) -> Result<TurnExit, StoreError> {
+        // Re-read under the lock: the run may have ended while we waited for it.
+        let run = match self.store.get_run(&run.tenant, &run.run_id).await? {
+            Some(r) => r,
+            None => return Ok(TurnExit::AlreadyDone),
+        };
+        if run.status.is_terminal() {
+            self.store.release_lock(&fence).await.ok();
+            return Ok(TurnExit::AlreadyDone);
+        }
+        let entries = self.read_whole_transcript(&run).await?;
+        let events = self
+            .store
+            .read_events(&run.tenant, &run.run_id, None, usize::MAX)
+            .await?;
+        let positions = Positions {
+            next_seq: entries.last().map_or(0, |e| e.seq + 1),
+            next_event_seq: events.last().map_or(0, |e| e.seq + 1),
+        };
+        let mut writer = RunWriter::new(
+            self.store.clone(),
+            self.clock.clone(),
+            fence,
+            run,
+            positions,
+            self.config.delta_flush_bytes,
+            self.config.delta_flush,
+        );
+        let mut history: Vec<Message> = entries.iter().map(|e| e.message.clone()).collect();
+        let run_id = writer.run.run_id.clone();
+        let has_user = entries
+            .iter()
+            .any(|e| e.run_id == run_id && matches!(e.message, Message::User { .. }));
+
+        if writer.run.abort_requested && !has_user {
+            // Aborted before it started: the prompt is not retained.
+            return self
+                .finish(&mut writer, LoopEnd::Stopped(StopReason::Abort))
+                .await;
+        }
+
+        // Start (or resume) the run.
+        let now = writer.now();
+        let resumed = has_user;
+        let model = self.models.resolve(writer.run.request.model.as_deref());
+        writer.run.status = RunStatus::Running;
+        writer.run.liveness_state = LivenessState::Working;
+        writer.run.started_at.get_or_insert(now);
+        writer.run.pickups += 1;
+        if let Ok(m) = &model {
+            writer.run.model = Some(m.full_name.clone());
+        }
+        let mut start = Vec::new();
+        if !has_user {
+            start.push(Message::user(writer.run.request.message.clone()));
+        } else {
+            // A previous pickup died mid-run: give every dangling tool call a result.
+            start.extend(missing_results(&history));
+        }
+        history.extend(start.iter().cloned());
+        writer.event(
+            EventStream::Lifecycle,
+            json!({
+                "phase": "start",
+                "startedAt": writer.run.started_at,
+                "model": writer.run.model,
+                "resumed": resumed,
+                "pickup": writer.run.pickups,
+            }),
+        );
+        writer
+            .commit(start, true, Some(SessionStatus::Processing), false)
+            .await?;
+
+        let end = match model {
+            Err(message) => LoopEnd::Failed(RunError::new("model_not_found", message)),
+            Ok(model) => {
+                let deadline = self.deadline(&writer.run);
+                match deadline {
+                    Some(d) if d <= writer.now() => LoopEnd::Stopped(StopReason::Timeout),
+                    _ => {
+                        let timer = deadline.map(|d| {
+                            let stop = stop.clone();
+                            let wait = Duration::from_millis(d.saturating_sub(writer.now()));
+                            tokio::spawn(async move {
+                                tokio::time::sleep(wait).await;
+                                stop.trigger(StopReason::Timeout);
+                            })
+                        });
+                        let end = self.run_loop(&mut writer, &model, &mut history, stop).await;
+                        if let Some(t) = timer {
+                            t.abort();
+                        }
+                        end?
+                    }
+                }
+            }
+        };
+        self.finish(&mut writer, end).await
+    }
+
+    /// When the run must end (ms since epoch), from its first start.
+    fn deadline(&self, run: &Run) -> Option<u64> {
+        let timeout = match run.request.timeout_seconds {
+            Some(0) => return None,
+            Some(s) => Duration::from_secs(s),
+            None => self.config.default_run_timeout,
+        };
+        run.started_at
+            .map(|s| s.saturating_add(timeout.as_millis() as u64))
+    }
+
+    async fn read_whole_transcript(&self, run: &Run) -> Result<Vec<TranscriptEntry>, StoreError> {
+        let mut all = Vec::new();
+        loop {
+            let page = self
+                .store
+                .read_transcript(&run.tenant, &run.session_id, all.last().map(|e: &TranscriptEntry| e.seq), 1000)
+                .await?;
+            let done = page.len() < 1000;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Model attempts and tool rounds until a final answer, a failure, or a stop.
+    async fn run_loop(
+        &self,
+        writer: &mut RunWriter,
+        model: &ResolvedModel,
+        history: &mut Vec<Message>,
+        stop: &StopSignal,
+    ) -> Result<LoopEnd, StoreError> {
+        let idle = if model.provider.self_hosted() {
+            self.config.model_idle_timeout_self_hosted
+        } else {
+            self.config.model_idle_timeout
+        };
+        let mut retry: RetryPolicy = writer
+            .run
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.get("retry"))
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
+            .unwrap_or_default();
+        let mut last_tool_error: Option<(String, String)> = None;
+        // A previous pickup may have produced the final answer and died before ending the run.
+        if let Some(Message::Assistant { content, tool_calls, .. }) = history.last()
+            && tool_calls.is_empty()
+        {
+            return Ok(LoopEnd::Final {
+                text: content.clone(),
+                last_tool_error,
+            });
+        }
+        loop {
+            if let Some(reason) = stop.reason() {
+                return Ok(LoopEnd::Stopped(reason));
+            }
+            if writer.run.attempts.len() as u32 >= self.config.max_model_calls {
+                return Ok(LoopEnd::Failed(RunError::new(
+                    "model_call_limit",
+                    format!(
+                        "the turn made {} model calls without a final answer",
+                        writer.run.attempts.len()
+                    ),
+                )));
+            }
+            let request = ModelRequest {
+                model: model.model.clone(),
+                system: self.system_prompt(&writer.run),
+                messages: repair_pairing(history),
+                tools: self.tools.specs(),
+                max_output_tokens: None,
+            };
+            let started_at = writer.now();
+            let started = Instant::now();
+            let outcome = stream_attempt(
+                model.provider.as_ref(),
+                request,
+                idle,
+                stop.token(),
+                writer,
+            )
+            .await;
+            let mut record = AttemptRecord {
+                index: writer.run.attempts.len() as u32,
+                model: model.full_name.clone(),
+                profile: None,
+                outcome: String::new(),
+                usage: Default::default(),
+                started_at,
+                duration_ms: started.elapsed().as_millis() as u64,
+                error: None,
+            };
+            let turn = match outcome {
+                Ok(turn) => turn,
+                Err(AttemptError::Store(e)) => return Err(e),
+                Err(AttemptError::Stopped) => {
+                    let reason = stop.reason().unwrap_or(StopReason::Abort);
+                    record.outcome = "stopped".into();
+                    writer.run.attempts.push(record);
+                    return Ok(LoopEnd::Stopped(reason));
+                }
+                Err(AttemptError::Provider(e)) => {
+                    record.outcome = e.reason.as_str().into();
+                    record.error = Some(e.message.clone());
+                    writer.run.attempts.push(record);
+                    let decision = retry.decide(&e);
+                    writer.run.checkpoint = Some(json!({ "retry": retry }));
+                    writer.flush_events().await?;
+                    writer.commit(Vec::new(), true, None, false).await?;
+                    match decision {
+                        Decision::Fail(err) => return Ok(LoopEnd::Failed(err)),
+                        Decision::RetryAfter(pause) => {
+                            tracing::info!(run = %writer.run.run_id, reason = e.reason.as_str(), pause_ms = pause.as_millis() as u64, "retrying model call");
+                            tokio::select! {
+                                _ = stop.token().cancelled() => {}
+                                _ = tokio::time::sleep(pause) => {}
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            record.outcome = if turn.tool_calls.is_empty() { "ok" } else { "tool_calls" }.into();
+            record.usage = turn.usage;
+            writer.run.usage.add(turn.usage);
+            writer.run.attempts.push(record);
+            let assistant = Message::Assistant {
+                content: turn.text.clone(),
+                reasoning: (!turn.reasoning.is_empty()).then(|| turn.reasoning.clone()),
+                tool_calls: turn.tool_calls.clone(),
+                model: Some(model.full_name.clone()),
+            };
+            history.push(assistant.clone());
+            for call in &turn.tool_calls {
+                writer.event(
+                    EventStream::Tool,
+                    json!({ "phase": "start", "name": call.name, "toolCallId": call.id }),
+                );
+            }
+            writer
+                .commit(vec![assistant], true, Some(SessionStatus::Processing), false)
+                .await?;
+            if turn.tool_calls.is_empty() {
+                return Ok(LoopEnd::Final {
+                    text: turn.text,
+                    last_tool_error,
+                });
+            }
+
+            let results = run_batch(
+                &self.tools,
+                &turn.tool_calls,
+                self.config.tool_timeout,
+                stop.token(),
+                writer.run.run_id.as_str(),
+            )
+            .await;
+            let mut messages = Vec::with_capacity(results.len());
+            for r in results {
+                writer.event(
+                    EventStream::Tool,
+                    json!({
+                        "phase": "end",
+                        "name": r.call.name,
+                        "toolCallId": r.call.id,
+                        "isError": r.is_error,
+                        "durationMs": r.duration_ms,
+                    }),
+                );
+                if r.is_error {
+                    last_tool_error = Some((r.call.name.clone(), r.content.clone()));
+                }
+                messages.push(Message::Tool {
+                    tool_call_id: r.call.id,
+                    name: r.call.name,
+                    content: r.content,
+                    is_error: r.is_error,
+                });
+            }
+            history.extend(messages.iter().cloned());
+            writer
+                .commit(messages, false, Some(SessionStatus::Processing), false)
+                .await?;
+        }
+    }
+
+    fn system_prompt(&self, run: &Run) -> String {
+        match &run.request.extra_system_prompt {
+            Some(extra) if !extra.trim().is_empty() => {
+                format!("{}\n\n{}", self.config.system_prompt, extra)
+            }
+            _ => self.config.system_prompt.clone(),
+        }
+    }
+
+    /// Writes the terminal state (or the hand-back state) and releases the lock.
+    async fn finish(&self, writer: &mut RunWriter, end: LoopEnd) -> Result<TurnExit, StoreError> {
+        let now = writer.now();
+        let (status, liveness, error, payloads) = match end {
+            LoopEnd::Final { text, last_tool_error } => {
+                let tool_error = last_tool_error
+                    .as_ref()
+                    .map(|(n, m)| (n.as_str(), m.as_str()));
+                (RunStatus::Ok, LivenessState::Working, None, shape_payloads(&text, tool_error))
+            }
+            LoopEnd::Failed(e) => (RunStatus::Error, LivenessState::Blocked, Some(e), Vec::new()),
+            LoopEnd::Stopped(StopReason::Abort) => (
+                RunStatus::Aborted,
+                LivenessState::Abandoned,
+                Some(RunError::new("aborted", "the run was aborted on request")),
+                Vec::new(),
+            ),
+            LoopEnd::Stopped(StopReason::Timeout) => (
+                RunStatus::Timeout,
+                LivenessState::Abandoned,
+                Some(RunError::new("run_timeout", "the run reached its timeout")),
+                Vec::new(),
+            ),
+            LoopEnd::Stopped(StopReason::LockLost) => return Ok(TurnExit::Abandoned),
+            LoopEnd::Stopped(StopReason::Shutdown) => {
+                writer.run.liveness_state = LivenessState::Paused;
+                writer.event(EventStream::Lifecycle, json!({ "phase": "paused", "reason": "handed back" }));
+                writer.commit(Vec::new(), true, Some(SessionStatus::Processing), true).await?;
+                return Ok(TurnExit::HandBack);
+            }
+        };
+        writer.run.status = status;
+        writer.run.liveness_state = liveness;
+        writer.run.ended_at = Some(now);
+        writer.run.error = error.clone();
+        writer.run.payloads = payloads;
+        let phase = if status == RunStatus::Ok { "end" } else { "error" };
+        writer.event(
+            EventStream::Lifecycle,
+            json!({
+                "phase": phase,
+                "status": status.as_str(),
+                "endedAt": now,
+                "error": error,
+                "livenessState": liveness,
+            }),
+        );
+        writer
+            .commit(Vec::new(), true, Some(SessionStatus::Idle), true)
+            .await?;
+        Ok(TurnExit::Finished(status))
+    }
+}

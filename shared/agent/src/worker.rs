@@ -1,0 +1,108 @@
+//! Lane workers: receive deliveries, keep them invisible while the turn runs, then ack or hand
+//! them back. The same [`LaneWorker::process`] serves the local server and the runner Lambda.
+
+use crate::turn::{Runner, TurnExit};
+use agentlane_core::{Delivery, LaneQueue};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What to do with a delivery after processing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// Delete the message: the run is terminal.
+    Done,
+    /// Make the message visible again now (the run continues later; the lane stays blocked).
+    HandBack,
+    /// Leave the message as it is; it returns when its visibility ends.
+    Leave,
+}
+
+/// Pulls lane messages and runs their turns.
+#[derive(Clone)]
+pub struct LaneWorker {
+    queue: Arc<dyn LaneQueue>,
+    runner: Runner,
+}
+
+impl LaneWorker {
+    pub fn new(queue: Arc<dyn LaneQueue>, runner: Runner) -> Self {
+        Self { queue, runner }
+    }
+
+    /// Runs one delivery's turn, extending its visibility every third of the visibility timeout
+    /// while it works. Does not ack: the caller does (the Lambda runtime acks by success).
+    pub async fn process(&self, delivery: &Delivery, shutdown: &CancellationToken) -> DeliveryOutcome {
+        let visibility = self.runner.config().visibility_timeout;
+        let keepalive = CancellationToken::new();
+        let _stop_keepalive = keepalive.clone().drop_guard();
+        {
+            let (queue, receipt, keepalive) =
+                (self.queue.clone(), delivery.receipt.clone(), keepalive.clone());
+            tokio::spawn(async move {
+                let period = (visibility / 3).max(Duration::from_millis(50));
+                loop {
+                    tokio::select! {
+                        _ = keepalive.cancelled() => return,
+                        _ = tokio::time::sleep(period) => {}
+                    }
+                    if let Err(e) = queue.set_visibility(&receipt, visibility).await {
+                        tracing::warn!(error = %e, "could not extend message visibility");
+                    }
+                }
+            });
+        }
+        match self.runner.execute(&delivery.message.body, shutdown).await {
+            Ok(TurnExit::Finished(status)) => {
+                tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), "run finished");
+                DeliveryOutcome::Done
+            }
+            Ok(TurnExit::AlreadyDone) => DeliveryOutcome::Done,
+            Ok(TurnExit::HandBack) => DeliveryOutcome::HandBack,
+            Ok(TurnExit::Abandoned) => DeliveryOutcome::Leave,
+            Err(e) => {
+                tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message will be redelivered");
+                DeliveryOutcome::Leave
+            }
+        }
+    }
+
+    /// Applies an outcome to the queue (ack, or hand back).
+    pub async fn settle(&self, delivery: &Delivery, outcome: &DeliveryOutcome) {
+        let result = match outcome {
+            DeliveryOutcome::Done => self.queue.ack(&delivery.receipt).await,
+            DeliveryOutcome::HandBack => {
+                self.queue
+                    .set_visibility(&delivery.receipt, Duration::ZERO)
+                    .await
+            }
+            DeliveryOutcome::Leave => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, ?outcome, "could not settle a delivery");
+        }
+    }
+
+    /// Receives and processes deliveries one at a time until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let visibility = self.runner.config().visibility_timeout;
+        while !shutdown.is_cancelled() {
+            let received = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = self.queue.receive(1, visibility, Duration::from_secs(1)) => r,
+            };
+            match received {
+                Ok(deliveries) => {
+                    for delivery in deliveries {
+                        let outcome = self.process(&delivery, &shutdown).await;
+                        self.settle(&delivery, &outcome).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "receive failed; retrying shortly");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}

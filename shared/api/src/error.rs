@@ -1,0 +1,182 @@
+//! The one error type of the HTTP edge. Every failure answers
+//! `{"error": {"code": "...", "message": "..."}}`; internal details are logged, never sent.
+
+use agentlane_core::{QueueError, StoreError};
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// What went wrong, in the terms a client can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed or breaks a rule; the message says which.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 401: missing, malformed or unknown API key. The message is constant.
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    /// 404: unknown route, or a resource this tenant does not have.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405: the route exists, the method does not.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// 409: the resource is in a state that forbids the change.
+    #[error("{0}")]
+    Conflict(String),
+    /// 413: the body or a field of it is too large.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// 409: the session's write lock is held by a live writer.
+    #[error("{0}")]
+    SessionBusy(String),
+    /// 429: the backend asked us to slow down.
+    #[error("{0}")]
+    RateLimited(String),
+    /// 500: the detail is logged; the client gets a constant message.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::SessionBusy(_) => "session_busy",
+            ApiError::RateLimited(_) => "rate_limited",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) | ApiError::SessionBusy(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The message sent to the client (never internals).
+    pub fn public_message(&self) -> String {
+        match self {
+            ApiError::Internal(_) => "internal error; see the server logs".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    /// A 404 naming what was not found.
+    pub fn not_found(what: impl std::fmt::Display) -> Self {
+        ApiError::NotFound(format!("{what} not found"))
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    code: &'a str,
+    message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(detail = %detail, "internal error");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message: self.public_message(),
+            },
+        };
+        let mut response = (self.status(), Json(body)).into_response();
+        match self {
+            ApiError::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::RateLimited(_) => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Throttled(_) => {
+                ApiError::RateLimited("the store is throttling requests; retry shortly".into())
+            }
+            StoreError::Busy => ApiError::SessionBusy(
+                "the session is locked by a running turn; retry when it is idle".into(),
+            ),
+            StoreError::NotFound(_) => ApiError::NotFound("not found".into()),
+            StoreError::FenceLost
+            | StoreError::Conflict(_)
+            | StoreError::Unavailable(_)
+            | StoreError::Corrupt(_) => ApiError::Internal(format!("store: {error}")),
+        }
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(error: QueueError) -> Self {
+        match error {
+            QueueError::Throttled(_) => {
+                ApiError::RateLimited("the queue is throttling requests; retry shortly".into())
+            }
+            QueueError::StaleReceipt | QueueError::Unavailable(_) | QueueError::Malformed(_) => {
+                ApiError::Internal(format!("queue: {error}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_client_codes() {
+        let cases = [
+            (StoreError::Throttled("x".into()), "rate_limited", 429),
+            (StoreError::Busy, "session_busy", 409),
+            (StoreError::NotFound("x".into()), "not_found", 404),
+            (StoreError::Unavailable("db".into()), "internal", 500),
+            (StoreError::Corrupt("row".into()), "internal", 500),
+            (StoreError::FenceLost, "internal", 500),
+        ];
+        for (store, code, status) in cases {
+            let api = ApiError::from(store);
+            assert_eq!((api.code(), api.status().as_u16()), (code, status));
+        }
+    }
+
+    #[test]
+    fn internal_details_stay_private() {
+        let api = ApiError::from(StoreError::Unavailable("disk /var/secret full".into()));
+        assert!(!api.public_message().contains("secret"));
+    }
+}

@@ -1,0 +1,46 @@
+//! A request id (echoed from `x-request-id` when sane, generated otherwise) and a tracing span
+//! per request. Bodies, queries and keys are never logged.
+
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// The request-id header, read and echoed.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+const MAX_REQUEST_ID_LEN: usize = 128;
+
+fn incoming_id(request: &Request) -> Option<String> {
+    let value = request.headers().get(REQUEST_ID_HEADER)?.to_str().ok()?;
+    let sane = !value.is_empty()
+        && value.len() <= MAX_REQUEST_ID_LEN
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    sane.then(|| value.to_owned())
+}
+
+pub async fn request_context(request: Request, next: Next) -> Response {
+    let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let span = tracing::info_span!(
+        "http",
+        request_id = %request_id,
+        method = %request.method(),
+        path = %request.uri().path(),
+    );
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    span.in_scope(|| {
+        tracing::info!(
+            status = response.status().as_u16(),
+            latency_ms = started.elapsed().as_millis() as u64,
+            "request finished"
+        );
+    });
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER, value);
+    }
+    response
+}

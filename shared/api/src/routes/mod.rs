@@ -1,0 +1,36 @@
+//! Handlers, one module per resource.
+
+pub mod agent;
+pub mod runs;
+pub mod sessions;
+
+use crate::error::ApiError;
+use agentlane_core::RunId;
+use axum::Json;
+use serde_json::{Value, json};
+
+/// `GET /healthz`, no auth.
+pub async fn health() -> Json<Value> {
+    Json(json!({"ok": true}))
+}
+
+/// Any unknown route.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+/// A known route with the wrong method.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// Longest run id worth a store lookup; longer ones cannot exist.
+const MAX_RUN_ID_LEN: usize = 128;
+
+/// A run id from a path or body; malformed ids are unknown ones (404 like any other).
+pub(crate) fn run_id(raw: String) -> Result<RunId, ApiError> {
+    if raw.is_empty() || raw.len() > MAX_RUN_ID_LEN || raw.chars().any(char::is_control) {
+        return Err(ApiError::not_found("run"));
+    }
+    Ok(RunId::new(raw))
+}

@@ -1,0 +1,144 @@
+//! `GET /v1/runs/{id}`, its events (JSON pages or SSE), and abort.
+
+use super::run_id;
+use crate::ApiState;
+use crate::auth::Tenant;
+use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery};
+use crate::sse::event_stream;
+use crate::views::{AbortView, EventsView, run_view};
+use agentlane_core::{Run, RunId, TenantId};
+use axum::Json;
+use axum::extract::State;
+use axum::http::header::ACCEPT;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// Default page size of event and transcript reads.
+pub const DEFAULT_PAGE: usize = 1000;
+/// Largest page size of event and transcript reads.
+pub const MAX_PAGE: usize = 5000;
+
+/// `limit` checked against 1..=[`MAX_PAGE`].
+pub(crate) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::InvalidRequest(format!(
+            "limit is {n}; use 1-{MAX_PAGE}"
+        ))),
+    }
+}
+
+async fn load_run(state: &ApiState, tenant: &TenantId, id: &RunId) -> Result<Run, ApiError> {
+    state
+        .store
+        .get_run(tenant, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id}")))
+}
+
+/// The run record (without its tenant).
+pub async fn get_run(
+    State(state): State<Arc<ApiState>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = run_id(raw)?;
+    let run = load_run(&state, &tenant, &id).await?;
+    let view = run_view(&run).map_err(|e| ApiError::Internal(format!("run view: {e}")))?;
+    Ok(Json(view))
+}
+
+/// Query of the events route.
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    pub after: Option<u64>,
+    pub limit: Option<usize>,
+}
+
+/// A page of events, or with `Accept: text/event-stream` an SSE stream until the run ends.
+/// `Last-Event-ID` (SSE reconnects) takes precedence over `after`.
+pub async fn events(
+    State(state): State<Arc<ApiState>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = run_id(raw)?;
+    let limit = page_limit(query.limit)?;
+    load_run(&state, &tenant, &id).await?;
+    if wants_event_stream(&headers) {
+        let after = match last_event_id(&headers)? {
+            Some(seq) => Some(seq),
+            None => query.after,
+        };
+        return Ok(event_stream(state, tenant, id, after).into_response());
+    }
+    let events = state
+        .store
+        .read_events(&tenant, &id, query.after, limit)
+        .await?;
+    let next = events.last().map(|e| e.seq).or(query.after);
+    Ok(Json(EventsView { events, next }).into_response())
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| {
+        ApiError::InvalidRequest("Last-Event-ID must be an event seq (a whole number)".into())
+    })
+}
+
+/// Asks a live run to stop at its next check.
+pub async fn abort(
+    State(state): State<Arc<ApiState>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+) -> Result<(StatusCode, Json<AbortView>), ApiError> {
+    let id = run_id(raw)?;
+    let run = load_run(&state, &tenant, &id).await?;
+    let terminal = |status: agentlane_core::RunStatus| {
+        ApiError::Conflict(format!(
+            "run {id} already ended with status {}",
+            status.as_str()
+        ))
+    };
+    if run.status.is_terminal() {
+        return Err(terminal(run.status));
+    }
+    let run = state
+        .store
+        .request_abort(&tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
+    if run.status.is_terminal() {
+        return Err(terminal(run.status));
+    }
+    tracing::info!(run_id = %id, "abort requested");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(AbortView {
+            run_id: run.run_id,
+            status: run.status,
+            abort_requested: run.abort_requested,
+        }),
+    ))
+}

@@ -1,0 +1,121 @@
+//! `GET /v1/sessions/{key}`, its transcript, and reset.
+
+use super::runs::page_limit;
+use crate::ApiState;
+use crate::auth::Tenant;
+use crate::error::ApiError;
+use crate::extract::{ApiPath, ApiQuery, EmptyBody, read_json};
+use crate::views::{SessionView, TranscriptView};
+use agentlane_core::validate::validate_session_key;
+use agentlane_core::{Session, SessionId, SessionKey, StoreError, TenantId};
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// Longest `sessionId` query value worth a lookup.
+const MAX_SESSION_ID_LEN: usize = 128;
+
+fn session_key(raw: String) -> Result<SessionKey, ApiError> {
+    validate_session_key(&raw).map_err(ApiError::InvalidRequest)?;
+    Ok(SessionKey::new(raw))
+}
+
+async fn load_session(
+    state: &ApiState,
+    tenant: &TenantId,
+    key: &SessionKey,
+) -> Result<Session, ApiError> {
+    state
+        .store
+        .get_session(tenant, key)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("session {key}")))
+}
+
+/// Session metadata: current id, status, lane, counters, lock state.
+pub async fn get_session(
+    State(state): State<Arc<ApiState>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let key = session_key(raw)?;
+    let session = load_session(&state, &tenant, &key).await?;
+    Ok(Json(SessionView::of(&session, state.clock.now_ms())))
+}
+
+/// Query of the transcript route.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptQuery {
+    pub session_id: Option<String>,
+    pub after: Option<u64>,
+    pub limit: Option<usize>,
+}
+
+/// Transcript entries of the current session id (or of `sessionId`), in order.
+pub async fn transcript(
+    State(state): State<Arc<ApiState>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+    ApiQuery(query): ApiQuery<TranscriptQuery>,
+) -> Result<Json<TranscriptView>, ApiError> {
+    let key = session_key(raw)?;
+    let limit = page_limit(query.limit)?;
+    let session = load_session(&state, &tenant, &key).await?;
+    let session_id = match query.session_id {
+        None => session.session_id,
+        Some(id) if id.is_empty() || id.len() > MAX_SESSION_ID_LEN => {
+            return Err(ApiError::InvalidRequest(format!(
+                "sessionId must be 1-{MAX_SESSION_ID_LEN} characters"
+            )));
+        }
+        Some(id) => SessionId::new(id),
+    };
+    let entries = state
+        .store
+        .read_transcript(&tenant, &session_id, query.after, limit)
+        .await?;
+    Ok(Json(TranscriptView {
+        session_key: key,
+        session_id,
+        entries,
+    }))
+}
+
+/// The (empty) body of a reset.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetBody {}
+
+/// Gives the key a new session id (OpenClaw's `/new`); 409 `session_busy` while a turn holds
+/// the lock.
+pub async fn reset(
+    State(state): State<Arc<ApiState>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<SessionView>, ApiError> {
+    let key = session_key(raw)?;
+    let ResetBody {} = read_json(
+        &headers,
+        body,
+        state.config.max_body_bytes,
+        EmptyBody::AsEmptyObject,
+    )
+    .await?;
+    let now = state.clock.now_ms();
+    let session = state
+        .store
+        .reset_session(&tenant, &key, SessionId::generate(), now)
+        .await
+        .map_err(|error| match error {
+            StoreError::NotFound(_) => ApiError::not_found(format!("session {key}")),
+            other => ApiError::from(other),
+        })?;
+    tracing::info!(session_key = %key, generation = session.generation, "session reset");
+    Ok(Json(SessionView::of(&session, now)))
+}

@@ -1,0 +1,135 @@
+//! `GET /v1/runs/{id}/events` as Server-Sent Events: poll the store, send each event once
+//! (`id: seq`, `event: stream`, `data: event JSON`), and end with `event: end` once the run is
+//! terminal and every one of its events was sent.
+
+use crate::ApiState;
+use agentlane_core::{Event, RunId, RunStatus, StoreError, TenantId};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::Stream;
+use serde_json::json;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Events read per store call.
+const PAGE: usize = 500;
+
+/// The SSE response for one run, starting after `after`.
+pub fn event_stream(
+    state: Arc<ApiState>,
+    tenant: TenantId,
+    run_id: RunId,
+    after: Option<u64>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let keep_alive = KeepAlive::new()
+        .interval(Duration::from_millis(state.config.sse_keep_alive_ms.max(1)))
+        .text("keep-alive");
+    let cursor = Cursor {
+        state,
+        tenant,
+        run_id,
+        after,
+        pending: VecDeque::new(),
+        finished: false,
+        idle: false,
+    };
+    Sse::new(futures::stream::unfold(cursor, Cursor::next)).keep_alive(keep_alive)
+}
+
+struct Cursor {
+    state: Arc<ApiState>,
+    tenant: TenantId,
+    run_id: RunId,
+    after: Option<u64>,
+    pending: VecDeque<Event>,
+    finished: bool,
+    /// The last poll found nothing new: pause before the next one.
+    idle: bool,
+}
+
+/// What one look at the store found.
+enum Poll {
+    Events(Vec<Event>),
+    Ended(RunStatus),
+    Nothing,
+    Failed(&'static str, &'static str),
+}
+
+impl Cursor {
+    async fn next(mut self) -> Option<(Result<SseEvent, Infallible>, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                self.after = Some(event.seq);
+                return Some((Ok(to_sse(&event)), self));
+            }
+            if self.finished {
+                return None;
+            }
+            if self.idle {
+                tokio::time::sleep(Duration::from_millis(self.state.config.sse_poll_ms.max(1)))
+                    .await;
+            }
+            match self.poll().await {
+                Poll::Events(events) => {
+                    self.pending.extend(events);
+                    self.idle = false;
+                }
+                Poll::Nothing => self.idle = true,
+                Poll::Ended(status) => {
+                    self.finished = true;
+                    let data = json!({"runId": self.run_id, "status": status});
+                    let end = SseEvent::default().event("end").data(data.to_string());
+                    return Some((Ok(end), self));
+                }
+                Poll::Failed(code, message) => {
+                    self.finished = true;
+                    let data = json!({"error": {"code": code, "message": message}});
+                    let error = SseEvent::default().event("error").data(data.to_string());
+                    return Some((Ok(error), self));
+                }
+            }
+        }
+    }
+
+    /// Reads the run BEFORE its events: a run seen terminal has all its events written, so an
+    /// empty read after it means the stream is complete.
+    async fn poll(&self) -> Poll {
+        let store = &self.state.store;
+        let run = match store.get_run(&self.tenant, &self.run_id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return Poll::Failed("not_found", "the run no longer exists"),
+            Err(error) => return failed(error),
+        };
+        match store
+            .read_events(&self.tenant, &self.run_id, self.after, PAGE)
+            .await
+        {
+            Ok(events) if !events.is_empty() => Poll::Events(events),
+            Ok(_) if run.status.is_terminal() => Poll::Ended(run.status),
+            Ok(_) => Poll::Nothing,
+            Err(error) => failed(error),
+        }
+    }
+}
+
+fn failed(error: StoreError) -> Poll {
+    match error {
+        StoreError::Throttled(_) => Poll::Nothing,
+        other => {
+            tracing::error!(error = %other, "event stream read failed");
+            Poll::Failed("internal", "internal error; see the server logs")
+        }
+    }
+}
+
+fn to_sse(event: &Event) -> SseEvent {
+    let data = serde_json::to_string(event).unwrap_or_else(|error| {
+        tracing::error!(%error, seq = event.seq, "event could not be serialised");
+        "{}".to_owned()
+    });
+    SseEvent::default()
+        .id(event.seq.to_string())
+        .event(event.stream.as_str())
+        .data(data)
+}

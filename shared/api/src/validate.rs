@@ -1,0 +1,331 @@
+//! Validation of `POST /v1/agent` bodies: pure functions from the decoded body to the domain's
+//! [`TurnRequest`], each failure a 400 (or 413 for sizes) with a message that says what to fix.
+
+use crate::ApiConfig;
+use crate::error::ApiError;
+use agentlane_core::validate::validate_session_key;
+use agentlane_core::{QueueMode, SessionKey, TurnRequest};
+use serde::Deserialize;
+
+/// Longest accepted `idempotencyKey`, in characters.
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 256;
+/// Longest accepted `timeoutSeconds`: 7 days.
+pub const MAX_TIMEOUT_SECONDS: u64 = 7 * 24 * 3600;
+/// Longest accepted `model` (`provider/name`).
+pub const MAX_MODEL_LEN: usize = 256;
+/// Longest accepted `thinking` level.
+pub const MAX_THINKING_LEN: usize = 32;
+
+/// The body of `POST /v1/agent`, as sent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentBody {
+    pub session_key: String,
+    pub message: String,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    #[serde(default)]
+    pub queue_mode: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub thinking: Option<String>,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    #[serde(default)]
+    pub extra_system_prompt: Option<String>,
+}
+
+/// A body that passed every rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidTurn {
+    pub session_key: SessionKey,
+    pub request: TurnRequest,
+    pub idempotency_key: Option<String>,
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::InvalidRequest(message.into())
+}
+
+/// Checks every field of an agent body.
+pub fn validate_agent_body(body: AgentBody, config: &ApiConfig) -> Result<ValidTurn, ApiError> {
+    validate_session_key(&body.session_key).map_err(invalid)?;
+    check_text_size("message", &body.message, config.max_message_bytes)?;
+    if let Some(prompt) = &body.extra_system_prompt
+        && prompt.len() > config.max_message_bytes
+    {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "extraSystemPrompt is {} bytes; at most {} are allowed",
+            prompt.len(),
+            config.max_message_bytes
+        )));
+    }
+    if let Some(key) = &body.idempotency_key {
+        validate_idempotency_key(key)?;
+    }
+    let queue_mode = parse_queue_mode(body.queue_mode.as_deref())?;
+    if let Some(model) = &body.model {
+        validate_model(model, config)?;
+    }
+    if let Some(thinking) = &body.thinking {
+        validate_thinking(thinking)?;
+    }
+    if let Some(seconds) = body.timeout_seconds
+        && seconds > MAX_TIMEOUT_SECONDS
+    {
+        return Err(invalid(format!(
+            "timeoutSeconds is {seconds}; at most {MAX_TIMEOUT_SECONDS} (7 days) is allowed, \
+                 or 0 for no limit"
+        )));
+    }
+    Ok(ValidTurn {
+        session_key: SessionKey::new(body.session_key),
+        request: TurnRequest {
+            message: body.message,
+            queue_mode,
+            model: body.model,
+            thinking: body.thinking,
+            timeout_seconds: body.timeout_seconds,
+            extra_system_prompt: body.extra_system_prompt,
+        },
+        idempotency_key: body.idempotency_key,
+    })
+}
+
+fn check_text_size(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
+    if text.is_empty() {
+        return Err(invalid(format!("{field} must not be empty")));
+    }
+    if text.len() > max {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "{field} is {} bytes; at most {max} are allowed",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
+    let chars = key.chars().count();
+    if chars == 0 || chars > MAX_IDEMPOTENCY_KEY_CHARS {
+        return Err(invalid(format!(
+            "idempotencyKey must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} characters (got {chars})"
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(invalid(
+            "idempotencyKey must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// `followup` (the default) is the only mode implemented; the others are named but refused.
+pub fn parse_queue_mode(value: Option<&str>) -> Result<QueueMode, ApiError> {
+    match value {
+        None | Some("followup") => Ok(QueueMode::Followup),
+        Some(mode @ ("collect" | "steer" | "interrupt")) => Err(invalid(format!(
+            "queueMode {mode:?} is not supported yet; only \"followup\" is implemented"
+        ))),
+        Some(other) => Err(invalid(format!(
+            "queueMode {other:?} is unknown; use \"followup\" (collect, steer and interrupt are \
+             not supported yet)"
+        ))),
+    }
+}
+
+/// `provider/name`: a provider of `[A-Za-z0-9_.-]`, then a non-empty name without whitespace
+/// (it may contain `/` and `:`, e.g. `ollama/llama3:8b`). With a non-empty provider list the
+/// provider must be in it (`demo` too in demo mode).
+pub fn validate_model(model: &str, config: &ApiConfig) -> Result<(), ApiError> {
+    let format_error = || {
+        invalid(format!(
+            "model {model:?} is not of the form provider/model (e.g. openai/gpt-4o-mini)"
+        ))
+    };
+    if model.len() > MAX_MODEL_LEN {
+        return Err(invalid(format!(
+            "model is longer than {MAX_MODEL_LEN} bytes"
+        )));
+    }
+    let (provider, name) = model.split_once('/').ok_or_else(format_error)?;
+    let provider_ok = !provider.is_empty()
+        && provider
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let name_ok = !name.is_empty() && !name.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !provider_ok || !name_ok {
+        return Err(format_error());
+    }
+    let known = config.known_providers.iter().any(|p| p == provider)
+        || (config.demo_mode && provider == "demo");
+    if !config.known_providers.is_empty() && !known {
+        let mut names = config.known_providers.clone();
+        if config.demo_mode {
+            names.push("demo".into());
+        }
+        return Err(invalid(format!(
+            "model provider {provider:?} is not configured; known providers: {}",
+            names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn validate_thinking(level: &str) -> Result<(), ApiError> {
+    let ok = !level.is_empty()
+        && level.len() <= MAX_THINKING_LEN
+        && level
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "thinking must be a level name such as off, low, medium or high (1-{MAX_THINKING_LEN} \
+             lowercase letters, digits, _ or -)"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn body(session_key: &str, message: &str) -> AgentBody {
+        AgentBody {
+            session_key: session_key.into(),
+            message: message.into(),
+            idempotency_key: None,
+            queue_mode: None,
+            model: None,
+            thinking: None,
+            timeout_seconds: None,
+            extra_system_prompt: None,
+        }
+    }
+
+    fn code(result: Result<ValidTurn, ApiError>) -> &'static str {
+        result.map(|_| "ok").unwrap_or_else(|e| e.code())
+    }
+
+    #[test]
+    fn a_minimal_body_becomes_a_followup_turn() {
+        let turn = validate_agent_body(body("main", "hi"), &ApiConfig::default()).unwrap();
+        assert_eq!(
+            turn,
+            ValidTurn {
+                session_key: SessionKey::new("main"),
+                request: TurnRequest {
+                    message: "hi".into(),
+                    queue_mode: QueueMode::Followup,
+                    model: None,
+                    thinking: None,
+                    timeout_seconds: None,
+                    extra_system_prompt: None,
+                },
+                idempotency_key: None,
+            }
+        );
+    }
+
+    #[test]
+    fn field_rules() {
+        let config = ApiConfig {
+            max_message_bytes: 10,
+            ..ApiConfig::default()
+        };
+        let with = |f: fn(&mut AgentBody)| {
+            let mut b = body("main", "hello");
+            f(&mut b);
+            code(validate_agent_body(b, &config))
+        };
+        let cases: Vec<(&str, &str)> = vec![
+            (with(|_| {}), "ok"),
+            (with(|b| b.session_key = "a/b".into()), "invalid_request"),
+            (with(|b| b.session_key = String::new()), "invalid_request"),
+            (with(|b| b.message = String::new()), "invalid_request"),
+            (with(|b| b.message = "x".repeat(10)), "ok"),
+            (with(|b| b.message = "x".repeat(11)), "payload_too_large"),
+            (
+                with(|b| b.extra_system_prompt = Some("y".repeat(11))),
+                "payload_too_large",
+            ),
+            (
+                with(|b| b.idempotency_key = Some(String::new())),
+                "invalid_request",
+            ),
+            (with(|b| b.idempotency_key = Some("k".repeat(256))), "ok"),
+            (
+                with(|b| b.idempotency_key = Some("k".repeat(257))),
+                "invalid_request",
+            ),
+            (with(|b| b.queue_mode = Some("followup".into())), "ok"),
+            (
+                with(|b| b.queue_mode = Some("steer".into())),
+                "invalid_request",
+            ),
+            (
+                with(|b| b.queue_mode = Some("later".into())),
+                "invalid_request",
+            ),
+            (with(|b| b.model = Some("openai/gpt-4o-mini".into())), "ok"),
+            (with(|b| b.model = Some("ollama/llama3:8b".into())), "ok"),
+            (with(|b| b.model = Some("gpt-4o".into())), "invalid_request"),
+            (
+                with(|b| b.model = Some("/gpt-4o".into())),
+                "invalid_request",
+            ),
+            (
+                with(|b| b.model = Some("openai/".into())),
+                "invalid_request",
+            ),
+            (
+                with(|b| b.model = Some("openai/gpt 4o".into())),
+                "invalid_request",
+            ),
+            (with(|b| b.thinking = Some("high".into())), "ok"),
+            (
+                with(|b| b.thinking = Some("HIGH!".into())),
+                "invalid_request",
+            ),
+            (with(|b| b.timeout_seconds = Some(0)), "ok"),
+            (
+                with(|b| b.timeout_seconds = Some(MAX_TIMEOUT_SECONDS)),
+                "ok",
+            ),
+            (
+                with(|b| b.timeout_seconds = Some(MAX_TIMEOUT_SECONDS + 1)),
+                "invalid_request",
+            ),
+        ];
+        for (index, (got, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(got, expected, "case #{index}");
+        }
+    }
+
+    #[test]
+    fn unsupported_queue_modes_say_so() {
+        let err = parse_queue_mode(Some("collect")).unwrap_err();
+        assert!(err.public_message().contains("not supported yet"), "{err}");
+    }
+
+    #[test]
+    fn known_providers_restrict_models() {
+        let config = ApiConfig {
+            known_providers: vec!["openai".into(), "anthropic".into()],
+            ..ApiConfig::default()
+        };
+        assert!(validate_model("openai/gpt-4o", &config).is_ok());
+        let err = validate_model("mistral/large", &config).unwrap_err();
+        assert!(err.public_message().contains("openai, anthropic"), "{err}");
+        assert!(validate_model("demo/echo", &config).is_err());
+        let demo = ApiConfig {
+            demo_mode: true,
+            ..config
+        };
+        assert!(validate_model("demo/echo", &demo).is_ok());
+    }
+}

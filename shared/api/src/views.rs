@@ -1,0 +1,159 @@
+//! Response bodies: what clients see of runs, sessions and transcripts.
+
+use agentlane_core::{
+    Event, Lane, Run, RunError, RunId, RunStatus, Session, SessionId, SessionKey, SessionStatus,
+    TranscriptEntry,
+};
+use serde::Serialize;
+
+/// `202` answer of `POST /v1/agent`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptedView {
+    pub run_id: RunId,
+    pub session_id: SessionId,
+    pub session_key: SessionKey,
+    /// ms since the epoch.
+    pub accepted_at: u64,
+    pub status: RunStatus,
+    /// Present (and true) when an idempotency key named an existing run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deduplicated: bool,
+}
+
+/// What `agent.wait` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitStatus {
+    Ok,
+    Error,
+    /// The run timed out, or only the wait ended (then `runStatus` is queued/running).
+    Timeout,
+}
+
+/// `200` answer of `POST /v1/agent.wait`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitView {
+    pub run_id: RunId,
+    pub status: WaitStatus,
+    pub run_status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+impl WaitView {
+    /// The wait's answer for the run as last read.
+    pub fn of(run: &Run) -> Self {
+        let (status, error) = match run.status {
+            RunStatus::Ok => (WaitStatus::Ok, None),
+            RunStatus::Error => (
+                WaitStatus::Error,
+                Some(run_error(run, "error", "the run failed")),
+            ),
+            RunStatus::Aborted => (
+                WaitStatus::Error,
+                Some(run_error(run, "aborted", "the run was aborted")),
+            ),
+            RunStatus::Timeout => (
+                WaitStatus::Timeout,
+                Some(run_error(run, "timeout", "the run timed out")),
+            ),
+            RunStatus::Queued | RunStatus::Running => (WaitStatus::Timeout, None),
+        };
+        Self {
+            run_id: run.run_id.clone(),
+            status,
+            run_status: run.status,
+            started_at: run.started_at,
+            ended_at: run.ended_at,
+            error,
+        }
+    }
+}
+
+fn run_error(run: &Run, code: &str, message: &str) -> RunError {
+    run.error
+        .clone()
+        .unwrap_or_else(|| RunError::new(code, message))
+}
+
+/// `GET /v1/runs/{id}`: the run as core serialises it, without the tenant.
+pub fn run_view(run: &Run) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(run)?;
+    if let Some(object) = value.as_object_mut() {
+        object.remove("tenant");
+    }
+    Ok(value)
+}
+
+/// `202` answer of `POST /v1/runs/{id}/abort`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbortView {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub abort_requested: bool,
+}
+
+/// `GET /v1/runs/{id}/events` (JSON form).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventsView {
+    pub events: Vec<Event>,
+    /// The last `seq` returned, else the `after` given, else null: pass it back as `after`.
+    pub next: Option<u64>,
+}
+
+/// `GET /v1/sessions/{key}` and the answer of a reset.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    pub session_key: SessionKey,
+    pub session_id: SessionId,
+    pub status: SessionStatus,
+    pub lane: Lane,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_run_id: Option<RunId>,
+    pub runs_accepted: u64,
+    pub runs_finished: u64,
+    pub generation: u64,
+    pub created_at: u64,
+    pub updated_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_progress_at: Option<u64>,
+    /// A writer holds an unexpired lease on the session's lock.
+    pub locked: bool,
+}
+
+impl SessionView {
+    /// The view of `session` at time `now` (ms).
+    pub fn of(session: &Session, now: u64) -> Self {
+        Self {
+            session_key: session.session_key.clone(),
+            session_id: session.session_id.clone(),
+            status: session.status,
+            lane: Lane::for_session(&session.tenant, &session.session_key),
+            active_run_id: session.active_run_id.clone(),
+            runs_accepted: session.runs_accepted,
+            runs_finished: session.runs_finished,
+            generation: session.generation,
+            created_at: session.created_at,
+            updated_at: session.updated_at,
+            last_progress_at: session.last_progress_at,
+            locked: session.lock_owner.is_some() && session.lock_until > now,
+        }
+    }
+}
+
+/// `GET /v1/sessions/{key}/transcript`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptView {
+    pub session_key: SessionKey,
+    pub session_id: SessionId,
+    pub entries: Vec<TranscriptEntry>,
+}

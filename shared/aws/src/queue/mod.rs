@@ -1,0 +1,200 @@
+//! [`SqsLaneQueue`]: the `LaneQueue` on one SQS FIFO queue. A lane is a message group, so SQS
+//! itself keeps a lane's messages in order and holds its next message while one is in flight.
+
+mod wire;
+
+pub use wire::{
+    MAX_SQS_ID_LEN, deduplication_id, delivery_from_parts, is_valid_sqs_id, message_body,
+    message_group_id,
+};
+
+use agentlane_core::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt};
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use std::time::Duration;
+
+/// SQS's longest visibility timeout (12 h).
+pub const MAX_VISIBILITY_SECS: u64 = 43_200;
+/// SQS's longest long-poll wait.
+pub const MAX_WAIT_SECS: u64 = 20;
+/// SQS's largest receive batch.
+pub const MAX_RECEIVE_BATCH: usize = 10;
+
+/// The SQS FIFO `LaneQueue`. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SqsLaneQueue {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsLaneQueue {
+    /// A queue on the FIFO queue at `queue_url` (see [`crate::setup::ensure_resources`]).
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+        }
+    }
+
+    /// The queue's URL.
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+}
+
+/// Whole seconds, rounded up (a visibility is a minimum), capped at SQS's maximum.
+fn visibility_secs(visibility: Duration) -> i32 {
+    let secs = visibility.as_secs() + u64::from(visibility.subsec_nanos() > 0);
+    // Capped at 43 200, so the conversion cannot fail.
+    i32::try_from(secs.min(MAX_VISIBILITY_SECS)).unwrap_or(i32::MAX)
+}
+
+/// Whole seconds, rounded to the nearest, capped at SQS's 20 s long poll.
+fn wait_secs(wait: Duration) -> i32 {
+    let secs = (wait + Duration::from_millis(500)).as_secs();
+    i32::try_from(secs.min(MAX_WAIT_SECS)).unwrap_or(0)
+}
+
+const STALE_RECEIPT_CODES: [&str; 4] = [
+    "ReceiptHandleIsInvalid",
+    "MessageNotInflight",
+    "InvalidParameterValue",
+    "InvalidIdFormat",
+];
+
+const THROTTLING_CODES: [&str; 5] = [
+    "RequestThrottled",
+    "ThrottlingException",
+    "OverLimit",
+    "KmsThrottled",
+    "Throttling",
+];
+
+/// The kind of an SQS failure. `receipt_call` marks calls whose only request-specific input is a
+/// receipt handle, where "invalid" means the delivery is no longer current.
+fn classify<E, R>(err: SdkError<E, R>, receipt_call: bool) -> QueueError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let code = err.as_service_error().and_then(|e| e.code()).map(str::to_owned);
+    // Codes may carry SQS's legacy prefix (`AWS.SimpleQueueService.MessageNotInflight`).
+    let code = code.as_deref().map(|c| c.rsplit('.').next().unwrap_or(c));
+    match code {
+        Some(c) if receipt_call && STALE_RECEIPT_CODES.contains(&c) => QueueError::StaleReceipt,
+        Some(c) if THROTTLING_CODES.contains(&c) => {
+            QueueError::Throttled(DisplayErrorContext(&err).to_string())
+        }
+        _ => QueueError::Unavailable(DisplayErrorContext(&err).to_string()),
+    }
+}
+
+#[async_trait]
+impl LaneQueue for SqsLaneQueue {
+    async fn enqueue(&self, message: &LaneMessage) -> QueueResult<()> {
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_group_id(message_group_id(&message.lane))
+            .message_deduplication_id(deduplication_id(&message.dedup_id))
+            .message_body(message_body(message))
+            .send()
+            .await
+            .map_err(|e| classify(e, false))?;
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> QueueResult<Vec<Delivery>> {
+        let max = max.min(MAX_RECEIVE_BATCH);
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(i32::try_from(max).unwrap_or(1))
+            .visibility_timeout(visibility_secs(visibility))
+            .wait_time_seconds(wait_secs(wait))
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(|e| classify(e, false))?;
+        let mut deliveries = Vec::new();
+        for message in out.messages.unwrap_or_default() {
+            let count = message
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .map(String::as_str);
+            let parsed = delivery_from_parts(
+                message.body().unwrap_or_default(),
+                message.receipt_handle().unwrap_or_default(),
+                count,
+            );
+            match parsed {
+                Ok(delivery) => deliveries.push(delivery),
+                // Left in flight: it comes back after its visibility and, after the queue's
+                // maxReceiveCount, moves to the dead-letter queue.
+                Err(err) => tracing::warn!(
+                    message_id = message.message_id().unwrap_or_default(),
+                    error = %err,
+                    "skipping a malformed lane message"
+                ),
+            }
+        }
+        Ok(deliveries)
+    }
+
+    async fn ack(&self, receipt: &Receipt) -> QueueResult<()> {
+        self.client
+            .delete_message()
+            .queue_url(&self.queue_url)
+            .receipt_handle(&receipt.0)
+            .send()
+            .await
+            .map_err(|e| classify(e, true))?;
+        Ok(())
+    }
+
+    async fn set_visibility(&self, receipt: &Receipt, visibility: Duration) -> QueueResult<()> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(&receipt.0)
+            .visibility_timeout(visibility_secs(visibility))
+            .send()
+            .await
+            .map_err(|e| classify(e, true))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibilities_round_up_to_whole_seconds() {
+        assert_eq!(visibility_secs(Duration::ZERO), 0);
+        assert_eq!(visibility_secs(Duration::from_millis(1)), 1);
+        assert_eq!(visibility_secs(Duration::from_secs(30)), 30);
+        assert_eq!(visibility_secs(Duration::from_millis(30_001)), 31);
+        assert_eq!(visibility_secs(Duration::from_secs(100_000)), 43_200);
+    }
+
+    #[test]
+    fn waits_round_to_the_nearest_second_up_to_twenty() {
+        assert_eq!(wait_secs(Duration::ZERO), 0);
+        assert_eq!(wait_secs(Duration::from_millis(499)), 0);
+        assert_eq!(wait_secs(Duration::from_millis(500)), 1);
+        assert_eq!(wait_secs(Duration::from_millis(1_400)), 1);
+        assert_eq!(wait_secs(Duration::from_secs(60)), 20);
+    }
+}

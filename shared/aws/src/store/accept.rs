@@ -1,0 +1,228 @@
+//! `accept_turn`: idempotency record, session upsert and queued run in one transaction.
+
+use super::error::{DdbError, REASON_CONDITION, generic_cancellation, reason_code};
+use super::item::{
+    ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID,
+    STATUS, UPDATED_AT, get_str, n, new_session_item, run_json, s, session_from_item,
+};
+use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
+use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff, ttl_epoch_seconds};
+use agentlane_core::{
+    AcceptOutcome, LivenessState, NewTurn, Run, RunId, RunStatus, SessionId, StoreError,
+    StoreResult, Usage,
+};
+use aws_sdk_dynamodb::error::BuildError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Where each write sits in the transaction, to read its cancellation reason.
+struct Layout {
+    idempotency: Option<usize>,
+    session: usize,
+    run: usize,
+}
+
+fn build_error(err: BuildError) -> StoreError {
+    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
+}
+
+fn queued_run(turn: &NewTurn, session_id: SessionId) -> Run {
+    Run {
+        run_id: turn.run_id.clone(),
+        tenant: turn.tenant.clone(),
+        session_key: turn.session_key.clone(),
+        session_id,
+        status: RunStatus::Queued,
+        liveness_state: LivenessState::Working,
+        request: turn.request.clone(),
+        idempotency_key: turn.idempotency_key.clone(),
+        accepted_at: turn.now,
+        started_at: None,
+        ended_at: None,
+        model: None,
+        attempts: Vec::new(),
+        usage: Usage::default(),
+        payloads: Vec::new(),
+        error: None,
+        abort_requested: false,
+        pickups: 0,
+        checkpoint: None,
+    }
+}
+
+impl DynamoStore {
+    pub(super) async fn accept(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        for attempt in 0..CONFLICT_RETRIES {
+            let session_pk = keys::session_pk(&turn.tenant, &turn.session_key);
+            let existing = self.get_item(session_pk.clone(), SESSION_SK).await?;
+            let (session_write, session_id) = match &existing {
+                None => (self.create_session(&turn, session_pk)?, turn.new_session_id.clone()),
+                Some(item) => {
+                    let id = session_from_item(item)?.session_id;
+                    (self.count_accepted(&turn, session_pk, &id)?, id)
+                }
+            };
+            let run = queued_run(&turn, session_id);
+            let mut writes = Vec::with_capacity(3);
+            let idempotency = match &turn.idempotency_key {
+                Some(key) => {
+                    writes.push(self.idempotency_put(&turn, key)?);
+                    Some(writes.len() - 1)
+                }
+                None => None,
+            };
+            writes.push(session_write);
+            writes.push(self.run_put(&run)?);
+            let layout = Layout {
+                idempotency,
+                session: writes.len() - 2,
+                run: writes.len() - 1,
+            };
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(writes))
+                .send()
+                .await;
+            let reasons = match result {
+                Ok(_) => return Ok(AcceptOutcome { run, created: true }),
+                Err(err) => match DdbError::from(err) {
+                    DdbError::Cancelled(reasons) => reasons,
+                    DdbError::TransactionConflict => {
+                        conflict_backoff(attempt).await;
+                        continue;
+                    }
+                    other => return Err(other.into_store_error("accept_turn")),
+                },
+            };
+            let failed = |index: usize| reason_code(&reasons, index) == Some(REASON_CONDITION);
+            if layout.idempotency.is_some_and(failed) {
+                if let Some(outcome) = self.replay(&turn).await? {
+                    return Ok(outcome);
+                }
+                // The record expired and vanished in between: accept anew.
+                continue;
+            }
+            if failed(layout.session) {
+                // Created or reset concurrently: read it again.
+                continue;
+            }
+            if failed(layout.run) {
+                return Err(StoreError::Conflict(format!(
+                    "run {} already exists",
+                    turn.run_id
+                )));
+            }
+            match generic_cancellation(&reasons) {
+                DdbError::TransactionConflict => conflict_backoff(attempt).await,
+                other => return Err(other.into_store_error("accept_turn")),
+            }
+        }
+        Err(StoreError::Throttled(
+            "accept_turn: the session kept changing under concurrent writes".into(),
+        ))
+    }
+
+    /// The run a live idempotency record names; `None` when the record is gone.
+    async fn replay(&self, turn: &NewTurn) -> StoreResult<Option<AcceptOutcome>> {
+        let Some(key) = &turn.idempotency_key else {
+            return Ok(None);
+        };
+        let Some(record) = self
+            .get_item(keys::idempotency_pk(&turn.tenant, key), IDEM_SK)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let run_id = RunId::new(get_str(&record, RUN_ID)?);
+        match self.load_run(&turn.tenant, &run_id).await? {
+            Some(run) => Ok(Some(AcceptOutcome {
+                run,
+                created: false,
+            })),
+            None => Err(StoreError::Corrupt(format!(
+                "idempotency key {key:?} names run {run_id}, which does not exist"
+            ))),
+        }
+    }
+
+    fn create_session(&self, turn: &NewTurn, pk: String) -> StoreResult<TransactWriteItem> {
+        let item = new_session_item(
+            pk,
+            &turn.tenant,
+            &turn.session_key,
+            &turn.new_session_id,
+            turn.now,
+        );
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(format!("attribute_not_exists({PK})"))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    fn count_accepted(
+        &self,
+        turn: &NewTurn,
+        pk: String,
+        session_id: &SessionId,
+    ) -> StoreResult<TransactWriteItem> {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(SESSION_SK))
+            .update_expression(format!(
+                "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now"
+            ))
+            .condition_expression(format!("{SESSION_ID} = :sid"))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now", n(turn.now))
+            .expression_attribute_values(":sid", s(session_id.as_str()))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    fn idempotency_put(&self, turn: &NewTurn, key: &str) -> StoreResult<TransactWriteItem> {
+        let expires_ms = turn.now.saturating_add(turn.idempotency_ttl_ms);
+        let ttl = ttl_epoch_seconds(turn.now, Duration::from_millis(turn.idempotency_ttl_ms)) + 1;
+        let item: Item = HashMap::from([
+            (PK.to_owned(), s(keys::idempotency_pk(&turn.tenant, key))),
+            (SK.to_owned(), s(IDEM_SK)),
+            (RUN_ID.to_owned(), s(turn.run_id.as_str())),
+            (EXPIRES_AT_MS.to_owned(), n(expires_ms)),
+            (EXPIRES_AT.to_owned(), n(ttl)),
+        ]);
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(format!(
+                "attribute_not_exists({PK}) OR {EXPIRES_AT_MS} < :now"
+            ))
+            .expression_attribute_values(":now", n(turn.now))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    fn run_put(&self, run: &Run) -> StoreResult<TransactWriteItem> {
+        let item: Item = HashMap::from([
+            (PK.to_owned(), s(keys::run_pk(&run.tenant, &run.run_id))),
+            (SK.to_owned(), s(RUN_SK)),
+            (RUN_JSON.to_owned(), s(run_json(run)?)),
+            (STATUS.to_owned(), s(run.status.as_str())),
+            (SESSION_ID.to_owned(), s(run.session_id.as_str())),
+            (ABORT_REQUESTED.to_owned(), AttributeValue::Bool(false)),
+        ]);
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(format!("attribute_not_exists({PK})"))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}

@@ -1,0 +1,246 @@
+//! The session write lock (owner + lease + fencing token) and session reset: conditional
+//! `UpdateItem`s on the session item.
+
+use super::error::DdbError;
+use super::item::{
+    ACTIVE_RUN_ID, FENCE, GENERATION, Item, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, SESSION_ID,
+    STATUS, UPDATED_AT, get_str, n, opt_str, opt_u64, s, session_from_item, status_str,
+};
+use super::keys::{self, PK, SESSION_SK, SK};
+use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
+use agentlane_core::{
+    Fence, FencingToken, LockAttempt, Session, SessionId, SessionKey, SessionStatus, StoreError,
+    StoreResult, TenantId,
+};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+/// The lock is free, or its lease ended before `:now`.
+const LOCK_IS_FREE: &str = "attribute_not_exists(lockOwner) OR lockUntil < :now";
+/// The fence held by the caller is still the current one.
+pub(super) const FENCE_IS_CURRENT: &str = "lockOwner = :me AND fence = :f";
+
+/// What an acquire try learned from the session item as it was.
+enum Refusal {
+    Held { owner: String, until: u64 },
+    /// The lock looked free: it changed between our write and our read; try again.
+    Raced,
+}
+
+fn refusal(old: &Item, now: u64) -> StoreResult<Refusal> {
+    let owner = opt_str(old, LOCK_OWNER)?;
+    let until = opt_u64(old, LOCK_UNTIL)?.unwrap_or(0);
+    Ok(match owner {
+        Some(owner) if until >= now => Refusal::Held {
+            owner: owner.to_owned(),
+            until,
+        },
+        _ => Refusal::Raced,
+    })
+}
+
+impl DynamoStore {
+    fn session_update(&self, tenant: &TenantId, key: &SessionKey) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(keys::session_pk(tenant, key)))
+            .key(SK, s(SESSION_SK))
+    }
+
+    pub(super) async fn acquire(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        owner: &str,
+        lease_ms: u64,
+        now: u64,
+    ) -> StoreResult<LockAttempt> {
+        for attempt in 0..CONFLICT_RETRIES {
+            let result = self
+                .session_update(tenant, key)
+                .update_expression(format!(
+                    "SET {LOCK_OWNER} = :me, {LOCK_UNTIL} = :until, \
+                     {FENCE} = if_not_exists({FENCE}, :zero) + :one"
+                ))
+                .condition_expression(format!("attribute_exists({PK}) AND ({LOCK_IS_FREE})"))
+                .expression_attribute_values(":me", s(owner))
+                .expression_attribute_values(":until", n(now.saturating_add(lease_ms)))
+                .expression_attribute_values(":now", n(now))
+                .expression_attribute_values(":zero", n(0))
+                .expression_attribute_values(":one", n(1))
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let old = match result {
+                Ok(out) => {
+                    let item = out.attributes.unwrap_or_default();
+                    let session = session_from_item(&item)?;
+                    let fence = Fence {
+                        tenant: tenant.clone(),
+                        session_key: key.clone(),
+                        owner: owner.to_owned(),
+                        token: FencingToken(session.fence),
+                    };
+                    self.remember_fence(&fence, session.session_id);
+                    return Ok(LockAttempt::Acquired(fence));
+                }
+                Err(err) => match DdbError::from(err) {
+                    DdbError::ConditionFailed(Some(old)) => old,
+                    DdbError::ConditionFailed(None) => {
+                        match self.get_item(keys::session_pk(tenant, key), SESSION_SK).await? {
+                            Some(old) => old,
+                            None => {
+                                return Err(StoreError::NotFound(format!(
+                                    "session {key} of tenant {tenant}"
+                                )));
+                            }
+                        }
+                    }
+                    DdbError::TransactionConflict => {
+                        conflict_backoff(attempt).await;
+                        continue;
+                    }
+                    other => return Err(other.into_store_error("acquire_lock")),
+                },
+            };
+            match refusal(&old, now)? {
+                Refusal::Held { owner, until } => return Ok(LockAttempt::Held { owner, until }),
+                Refusal::Raced => conflict_backoff(attempt).await,
+            }
+        }
+        Err(StoreError::Busy)
+    }
+
+    /// A conditional update on the fenced session item; `FenceLost` when the condition fails.
+    async fn fenced_update(
+        &self,
+        fence: &Fence,
+        update: impl Fn(UpdateItemFluentBuilder) -> UpdateItemFluentBuilder,
+        what: &str,
+    ) -> StoreResult<()> {
+        for attempt in 0..CONFLICT_RETRIES {
+            let request = self
+                .session_update(&fence.tenant, &fence.session_key)
+                .condition_expression(FENCE_IS_CURRENT)
+                .expression_attribute_values(":me", s(fence.owner.as_str()))
+                .expression_attribute_values(":f", n(fence.token.0));
+            match update(request).send().await {
+                Ok(_) => return Ok(()),
+                Err(err) => match DdbError::from(err) {
+                    DdbError::ConditionFailed(_) => {
+                        self.forget_fence(fence);
+                        return Err(StoreError::FenceLost);
+                    }
+                    DdbError::TransactionConflict => conflict_backoff(attempt).await,
+                    other => return Err(other.into_store_error(what)),
+                },
+            }
+        }
+        Err(StoreError::Throttled(format!(
+            "{what}: the session item stayed in conflicting transactions"
+        )))
+    }
+
+    pub(super) async fn renew(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
+        let until = now.saturating_add(lease_ms);
+        self.fenced_update(
+            fence,
+            |req| {
+                req.update_expression(format!("SET {LOCK_UNTIL} = :until"))
+                    .expression_attribute_values(":until", n(until))
+            },
+            "renew_lock",
+        )
+        .await
+    }
+
+    pub(super) async fn release(&self, fence: &Fence) -> StoreResult<()> {
+        self.fenced_update(
+            fence,
+            |req| {
+                req.update_expression(format!("SET {LOCK_UNTIL} = :zero REMOVE {LOCK_OWNER}"))
+                    .expression_attribute_values(":zero", n(0))
+            },
+            "release_lock",
+        )
+        .await?;
+        self.forget_fence(fence);
+        Ok(())
+    }
+
+    pub(super) async fn reset(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session> {
+        // Clearing an expired owner makes its fence stale, so a session id never changes under
+        // a current fence.
+        let result = self
+            .session_update(tenant, key)
+            .update_expression(format!(
+                "SET {SESSION_ID} = :sid, {GENERATION} = {GENERATION} + :one, \
+                 {UPDATED_AT} = :now, #st = :idle, {LOCK_UNTIL} = :zero \
+                 REMOVE {LOCK_OWNER}, {ACTIVE_RUN_ID}, {PROC_PK}, {PROC_AT}"
+            ))
+            .condition_expression(format!("attribute_exists({PK}) AND ({LOCK_IS_FREE})"))
+            .expression_attribute_names("#st", STATUS)
+            .expression_attribute_values(":sid", s(new_session_id.as_str()))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":idle", s(status_str(SessionStatus::Idle)))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => session_from_item(&out.attributes.unwrap_or_default()),
+            Err(err) => match DdbError::from(err) {
+                DdbError::ConditionFailed(old) => {
+                    let exists = match old {
+                        Some(_) => true,
+                        None => self
+                            .get_item(keys::session_pk(tenant, key), SESSION_SK)
+                            .await?
+                            .is_some(),
+                    };
+                    if exists {
+                        Err(StoreError::Busy)
+                    } else {
+                        Err(StoreError::NotFound(format!(
+                            "session {key} of tenant {tenant}"
+                        )))
+                    }
+                }
+                other => Err(other.into_store_error("reset_session")),
+            },
+        }
+    }
+
+    /// The session id a commit's transcript entries belong to: remembered from the acquire, or
+    /// read (and the fence checked) when this process did not take the lock.
+    pub(super) async fn fenced_session_id(&self, fence: &Fence) -> StoreResult<SessionId> {
+        if let Some(id) = self.remembered_session(fence) {
+            return Ok(id);
+        }
+        let item = self
+            .get_item(keys::session_pk(&fence.tenant, &fence.session_key), SESSION_SK)
+            .await?
+            .ok_or(StoreError::FenceLost)?;
+        let current = opt_str(&item, LOCK_OWNER)? == Some(fence.owner.as_str())
+            && opt_u64(&item, FENCE)? == Some(fence.token.0);
+        if !current {
+            return Err(StoreError::FenceLost);
+        }
+        let id = SessionId::new(get_str(&item, SESSION_ID)?);
+        self.remember_fence(fence, id.clone());
+        Ok(id)
+    }
+}
+

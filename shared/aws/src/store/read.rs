@@ -1,0 +1,140 @@
+//! Reads (all strongly consistent) and the API's abort flag.
+
+use super::error::{DdbError, classify};
+use super::item::{
+    ABORT_REQUESTED, Item, entry_from_item, event_from_item, run_from_item, session_from_item,
+};
+use super::keys::{
+    self, ENTRY_PREFIX, EVENT_PREFIX, PK, RUN_SK, SESSION_SK, SK, after_bound, entry_sk, event_sk,
+};
+use super::DynamoStore;
+use agentlane_core::{
+    Event, Run, RunId, Session, SessionId, SessionKey, StoreResult, TenantId, TranscriptEntry,
+};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+
+impl DynamoStore {
+    /// One item by key, strongly consistent.
+    pub(super) async fn get_item(&self, pk: String, sk: &str) -> StoreResult<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(pk))
+            .key(SK, AttributeValue::S(sk.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.item)
+    }
+
+    pub(super) async fn load_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        self.get_item(keys::session_pk(tenant, key), SESSION_SK)
+            .await?
+            .as_ref()
+            .map(session_from_item)
+            .transpose()
+    }
+
+    pub(super) async fn load_run(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<Option<Run>> {
+        self.get_item(keys::run_pk(tenant, run_id), RUN_SK)
+            .await?
+            .as_ref()
+            .map(run_from_item)
+            .transpose()
+    }
+
+    pub(super) async fn set_abort_requested(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<Option<Run>> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
+            .key(SK, AttributeValue::S(RUN_SK.to_owned()))
+            .update_expression(format!("SET {ABORT_REQUESTED} = :yes"))
+            .condition_expression(format!("attribute_exists({PK})"))
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => out.attributes.as_ref().map(run_from_item).transpose(),
+            Err(err) => match DdbError::from(err) {
+                DdbError::ConditionFailed(_) => Ok(None),
+                other => Err(other.into_store_error("request_abort")),
+            },
+        }
+    }
+
+    pub(super) async fn query_transcript(
+        &self,
+        tenant: &TenantId,
+        session_id: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let after = after_bound(ENTRY_PREFIX, after, entry_sk(0).len() - ENTRY_PREFIX.len());
+        let items = self
+            .query_after(keys::transcript_pk(tenant, session_id), after, limit)
+            .await?;
+        items.iter().map(entry_from_item).collect()
+    }
+
+    pub(super) async fn query_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        let after = after_bound(EVENT_PREFIX, after, event_sk(0).len() - EVENT_PREFIX.len());
+        let items = self
+            .query_after(keys::run_pk(tenant, run_id), after, limit)
+            .await?;
+        items.iter().map(event_from_item).collect()
+    }
+
+    /// Items of partition `pk` with `SK > after`, ascending, at most `limit` (following pages
+    /// when DynamoDB's 1 MB page cut comes first).
+    async fn query_after(&self, pk: String, after: String, limit: usize) -> StoreResult<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        while items.len() < limit {
+            let page_limit = i32::try_from(limit - items.len()).unwrap_or(i32::MAX);
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression(format!("{PK} = :pk AND {SK} > :after"))
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .expression_attribute_values(":after", AttributeValue::S(after.clone()))
+                .consistent_read(true)
+                .scan_index_forward(true)
+                .limit(page_limit)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(classify)?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        items.truncate(limit);
+        Ok(items)
+    }
+}

@@ -1,0 +1,117 @@
+//! Command-line arguments.
+
+use crate::{bench, client, serve};
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "agentlane", version, about = "Serverless runtime for conversational agents")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the API, the lane workers and the cron ticker in one process (embedded store).
+    Serve(ServeArgs),
+    /// Send a message to a session.
+    Agent(AgentArgs),
+    /// Wait for a run to end.
+    Wait(WaitArgs),
+    /// Print a run's events.
+    Events(EventsArgs),
+    /// Print a session's transcript.
+    Transcript(TranscriptArgs),
+    /// Measure per-turn overhead of the embedded path with a zero-latency model.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8787", env = "AGENTLANE_LISTEN")]
+    pub listen: SocketAddr,
+    /// Where the embedded database lives.
+    #[arg(long, default_value = ".agentlane", env = "AGENTLANE_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Concurrent runs (lane workers).
+    #[arg(long, default_value_t = 4, env = "AGENTLANE_WORKERS")]
+    pub workers: usize,
+}
+
+/// How a client finds and authenticates to the server.
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Server URL.
+    #[arg(long, default_value = "http://127.0.0.1:8787", env = "AGENTLANE_URL")]
+    pub url: String,
+    /// API key (default: the key `serve` generated in <data-dir>/api-key).
+    #[arg(long, env = "AGENTLANE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Data directory of a local `serve`, to find its generated API key.
+    #[arg(long, default_value = ".agentlane", env = "AGENTLANE_DATA_DIR")]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Session key.
+    #[arg(long)]
+    pub session: String,
+    /// The message.
+    #[arg(long)]
+    pub message: String,
+    /// Wait for the run and print the reply.
+    #[arg(long)]
+    pub wait: bool,
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Model as provider/model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Run timeout in seconds (0 = unlimited).
+    #[arg(long)]
+    pub timeout_seconds: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    pub run_id: String,
+    #[arg(long, default_value_t = 30_000)]
+    pub timeout_ms: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    pub run_id: String,
+    /// Stream events until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TranscriptArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    pub session: String,
+}
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve(a) => serve::serve(a).await.map(|()| ExitCode::SUCCESS),
+        Command::Agent(a) => client::agent(a).await,
+        Command::Wait(a) => client::wait(a).await,
+        Command::Events(a) => client::events(a).await,
+        Command::Transcript(a) => client::transcript(a).await,
+        Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
+    }
+}

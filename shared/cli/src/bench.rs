@@ -1,0 +1,179 @@
+//! `agentlane bench`: the per-turn overhead of the embedded path.
+//!
+//! Runs N turns through the real pieces, in process: the API router accepts each message
+//! (auth, validation, store write, enqueue), a lane worker receives it, runs the turn against a
+//! zero-latency model (the demo model without pacing), commits, and acks. It reports turn wall
+//! time minus the time spent inside the model, as percentiles, and the process's peak RSS.
+
+use crate::serve::{build_system, System};
+use agentlane_api::{ApiConfig, ApiKeys, ApiState};
+use agentlane_agent::LaneWorker;
+use agentlane_providers::{ModelProvider, ModelRequest, ModelStream, ProviderError};
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use axum::body::Body;
+use clap::Args;
+use futures::StreamExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Turns to run.
+    #[arg(long, default_value_t = 1000)]
+    pub turns: usize,
+    /// Sessions the turns are spread over (round robin).
+    #[arg(long, default_value_t = 10)]
+    pub sessions: usize,
+    /// Where to put the benchmark's database (default: a fresh temporary directory).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+/// Wraps a provider and adds up the time spent inside it (opening the call and producing each
+/// stream item), so the runner's own time can be told apart.
+struct TimedProvider {
+    inner: Arc<dyn ModelProvider>,
+    nanos: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl ModelProvider for TimedProvider {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> Result<ModelStream, ProviderError> {
+        let t = Instant::now();
+        let inner = self.inner.stream(request, cancel).await;
+        self.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let nanos = self.nanos.clone();
+        let mut inner = inner?;
+        Ok(async_stream(move |tx| async move {
+            loop {
+                let t = Instant::now();
+                let item = inner.next().await;
+                nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                match item {
+                    Some(item) => {
+                        if tx.send(item).is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                }
+            }
+        }))
+    }
+}
+
+/// A stream fed by a task (keeps the timing wrapper free of hand-written `Stream` impls).
+fn async_stream<F, Fut>(f: F) -> ModelStream
+where
+    F: FnOnce(tokio::sync::mpsc::UnboundedSender<Result<agentlane_providers::StreamEvent, ProviderError>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(f(tx));
+    tokio_stream::wrappers::UnboundedReceiverStream::new(rx).boxed()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Peak resident set size of this process, from /proc (Linux).
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.turns == 0 {
+        bail!("--turns must be at least 1");
+    }
+    let tmp;
+    let dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::tempdir().context("cannot create a temporary directory")?;
+            tmp.path().to_path_buf()
+        }
+    };
+    // SAFETY of intent: the benchmark always uses the unpaced demo model.
+    let nanos = Arc::new(AtomicU64::new(0));
+    let System { store, queue, clock, runner, .. } = build_system(&dir)?;
+    let runner = runner.with_provider(Arc::new(TimedProvider {
+        inner: Arc::new(agentlane_providers::demo::DemoModel::with_chunk_delay(Duration::ZERO)),
+        nanos: nanos.clone(),
+    }));
+    let worker = LaneWorker::new(queue.clone(), runner.clone());
+    let key = "bench-key-0123456789abcdef";
+    let app = agentlane_api::app(ApiState {
+        store,
+        queue: queue.clone(),
+        clock,
+        keys: ApiKeys::from_pairs([("bench", key)]).map_err(anyhow::Error::msg)?,
+        config: ApiConfig { demo_mode: true, ..ApiConfig::default() },
+    });
+    let shutdown = CancellationToken::new();
+    let visibility = runner.config().visibility_timeout;
+    let mut overheads = Vec::with_capacity(args.turns);
+    let mut walls = Vec::with_capacity(args.turns);
+    let started = Instant::now();
+    for i in 0..args.turns {
+        let before_model = nanos.load(Ordering::Relaxed);
+        let t = Instant::now();
+        let body = serde_json::json!({
+            "sessionKey": format!("bench-{}", i % args.sessions.max(1)),
+            "message": format!("benchmark turn {i}"),
+            "model": "demo/agentlane-demo",
+        });
+        let request = http::Request::post("/v1/agent")
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))?;
+        let response = app.clone().oneshot(request).await?;
+        if response.status() != http::StatusCode::ACCEPTED {
+            bail!("turn {i}: the API answered {}", response.status());
+        }
+        let deliveries = queue.receive(1, visibility, Duration::from_secs(5)).await?;
+        let Some(delivery) = deliveries.into_iter().next() else {
+            bail!("turn {i}: nothing was delivered");
+        };
+        let outcome = worker.process(&delivery, &shutdown).await;
+        worker.settle(&delivery, &outcome).await;
+        let wall = t.elapsed();
+        let model = Duration::from_nanos(nanos.load(Ordering::Relaxed) - before_model);
+        walls.push(wall);
+        overheads.push(wall.saturating_sub(model));
+    }
+    let total = started.elapsed();
+    overheads.sort();
+    walls.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!("turns: {} over {} sessions in {:.2} s ({:.0} turns/s)", args.turns, args.sessions, total.as_secs_f64(), args.turns as f64 / total.as_secs_f64());
+    println!("per-turn overhead (wall - model): p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
+        ms(percentile(&overheads, 0.50)), ms(percentile(&overheads, 0.90)), ms(percentile(&overheads, 0.99)), ms(percentile(&overheads, 1.0)));
+    println!("per-turn wall:                      p50 {:.3} ms  p99 {:.3} ms",
+        ms(percentile(&walls, 0.50)), ms(percentile(&walls, 0.99)));
+    if let Some(kib) = peak_rss_kib() {
+        println!("peak RSS: {:.1} MiB", kib as f64 / 1024.0);
+    }
+    Ok(())
+}

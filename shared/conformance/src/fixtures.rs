@@ -1,0 +1,167 @@
+//! Builders the cases share: unique names, turns, transcript entries, events, lane messages.
+//!
+//! Every name is fresh and random, so cases can run side by side on one backend (one SQLite file,
+//! one DynamoDB table) without seeing each other's records.
+
+use agentlane_core::{
+    Clock, Event, EventStream, Fence, Lane, LaneMessage, LockAttempt, Message, NewTurn, QueueMode,
+    Run, RunId, RunStatus, SessionId, SessionKey, Store, SystemClock, TenantId, ToolCall,
+    TranscriptEntry, TurnMessage, TurnRequest,
+};
+use std::sync::Arc;
+
+/// How long an idempotency key lives in the cases that do not test its expiry (24 h).
+pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// `prefix-` followed by 16 random hex digits.
+pub fn unique(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}-{}", &id[..16])
+}
+
+/// A fresh tenant name (valid for `validate_tenant`).
+pub fn tenant() -> TenantId {
+    TenantId::new(unique("tenant"))
+}
+
+/// A fresh session key (valid for `validate_session_key`).
+pub fn session_key() -> SessionKey {
+    SessionKey::new(unique("agent:main"))
+}
+
+/// A fresh lane of a fresh tenant and session key.
+pub fn lane() -> Lane {
+    Lane::for_session(&tenant(), &session_key())
+}
+
+/// Wall time in ms. Cases pass realistic times so that adapters which also keep a TTL attribute
+/// (DynamoDB) see plausible values.
+pub fn wall_ms() -> u64 {
+    SystemClock.now_ms()
+}
+
+/// A `followup` request with `message`.
+pub fn request(message: &str) -> TurnRequest {
+    TurnRequest {
+        message: message.to_owned(),
+        queue_mode: QueueMode::Followup,
+        model: None,
+        thinking: None,
+        timeout_seconds: None,
+        extra_system_prompt: None,
+    }
+}
+
+/// A new turn with a fresh run id and a fresh session id to mint, no idempotency key.
+pub fn turn(tenant: &TenantId, key: &SessionKey, now: u64) -> NewTurn {
+    NewTurn {
+        tenant: tenant.clone(),
+        session_key: key.clone(),
+        run_id: RunId::generate(),
+        new_session_id: SessionId::generate(),
+        request: request("hello"),
+        idempotency_key: None,
+        now,
+        idempotency_ttl_ms: DAY_MS,
+    }
+}
+
+/// Accepts a fresh turn and returns its (new) run.
+pub async fn accept(store: &Arc<dyn Store>, tenant: &TenantId, key: &SessionKey, now: u64) -> Run {
+    let outcome = store
+        .accept_turn(turn(tenant, key, now))
+        .await
+        .expect("accept_turn");
+    assert!(outcome.created, "a turn without idempotency key is new");
+    outcome.run
+}
+
+/// Takes the lock or fails the case.
+pub async fn lock(
+    store: &Arc<dyn Store>,
+    tenant: &TenantId,
+    key: &SessionKey,
+    owner: &str,
+    lease_ms: u64,
+    now: u64,
+) -> Fence {
+    match store
+        .acquire_lock(tenant, key, owner, lease_ms, now)
+        .await
+        .expect("acquire_lock")
+    {
+        LockAttempt::Acquired(fence) => fence,
+        LockAttempt::Held { owner: holder, until } => {
+            panic!("{owner} expected the lock, but {holder} holds it until {until}")
+        }
+    }
+}
+
+/// The transcript entry with `seq`: user, assistant-with-tool-call and tool messages in turn.
+pub fn entry(seq: u64, run_id: &RunId, ts: u64) -> TranscriptEntry {
+    let message = match seq % 3 {
+        1 => Message::user(format!("question {seq}")),
+        2 => Message::Assistant {
+            content: format!("answer {seq}"),
+            reasoning: Some("thinking".into()),
+            tool_calls: vec![ToolCall {
+                id: format!("call_{seq}"),
+                name: "clock".into(),
+                arguments: "{\"tz\":\"UTC\"}".into(),
+            }],
+            model: Some("demo/echo".into()),
+        },
+        _ => Message::Tool {
+            tool_call_id: format!("call_{}", seq - 1),
+            name: "clock".into(),
+            content: format!("result {seq}"),
+            is_error: seq % 2 == 0,
+        },
+    };
+    TranscriptEntry {
+        seq,
+        run_id: run_id.clone(),
+        ts,
+        message,
+    }
+}
+
+/// The event with `seq`, cycling through the four streams.
+pub fn event(seq: u64, ts: u64) -> Event {
+    let stream = match seq % 4 {
+        0 => EventStream::Lifecycle,
+        1 => EventStream::Assistant,
+        2 => EventStream::Tool,
+        _ => EventStream::Compaction,
+    };
+    Event {
+        seq,
+        stream,
+        ts,
+        data: serde_json::json!({ "seq": seq, "text": format!("delta {seq}"), "nested": { "ok": true } }),
+    }
+}
+
+/// `run` as a runner writes it when it picks the run up.
+pub fn running(run: &Run, now: u64) -> Run {
+    Run {
+        status: RunStatus::Running,
+        started_at: Some(now),
+        pickups: run.pickups + 1,
+        model: Some("demo/echo".into()),
+        ..run.clone()
+    }
+}
+
+/// A message of `lane` for a fresh run id, with the run id as dedup id.
+pub fn message(lane: &Lane) -> LaneMessage {
+    let run_id = RunId::generate();
+    LaneMessage {
+        lane: lane.clone(),
+        dedup_id: run_id.as_str().to_owned(),
+        body: TurnMessage {
+            tenant: TenantId::new(lane.as_str().split('/').next().unwrap_or("tenant")),
+            run_id,
+        },
+    }
+}

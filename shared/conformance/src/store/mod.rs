@@ -1,0 +1,54 @@
+//! The `Store` cases. Each takes a store (fresh or shared: every case uses its own random tenant
+//! and session keys) and panics on the first broken expectation.
+
+mod accept;
+mod commit;
+mod lock;
+mod reset;
+
+pub use accept::{
+    case_accept_turn_creates_session_and_queued_run, case_idempotency_key_answers_the_same_run,
+    case_idempotency_key_expires_after_ttl, case_idempotency_keys_are_per_tenant,
+    case_request_abort_unknown_run_is_none, case_second_turn_keeps_session_id,
+    case_tenant_isolation,
+};
+pub use commit::{
+    case_commit_applies_session_update, case_commit_is_atomic_on_seq_conflict,
+    case_commit_preserves_abort_requested, case_commit_release_lock_frees_lock,
+    case_events_order_and_paging, case_stale_fence_commit_writes_nothing,
+    case_transcript_order_and_paging,
+};
+pub use lock::{
+    case_lock_held_while_lease_valid_and_not_reentrant,
+    case_lock_is_exclusive_under_concurrent_acquirers,
+    case_lock_takeover_after_lease_expiry_bumps_fence, case_release_then_reacquire,
+    case_renew_extends_lease_and_stale_renew_fails,
+};
+pub use reset::{
+    case_reset_session_busy_while_locked, case_reset_session_mints_new_id,
+    case_reset_session_unknown_key_not_found,
+};
+
+use agentlane_core::Store;
+use std::sync::Arc;
+
+/// Every store case, by name.
+pub fn all() -> Vec<(&'static str, crate::Case<dyn Store>)> {
+    crate::__store_cases!(table store dyn Store)
+}
+
+/// Runs every store case at the same time against one store (as they would share one table),
+/// and fails naming each case that failed.
+pub async fn run_all_shared(store: Arc<dyn Store>) {
+    let running: Vec<_> = all()
+        .into_iter()
+        .map(|(name, case)| (name, tokio::spawn(crate::run_case(name, case(store.clone())))))
+        .collect();
+    let mut failed = Vec::new();
+    for (name, task) in running {
+        if task.await.is_err() {
+            failed.push(name);
+        }
+    }
+    assert!(failed.is_empty(), "store cases failed on a shared store: {failed:?}");
+}

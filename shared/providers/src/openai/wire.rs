@@ -1,0 +1,172 @@
+//! [`ModelRequest`] → the Chat Completions request body.
+
+use crate::ModelRequest;
+use agentlane_core::Message;
+use serde_json::{Value, json};
+
+/// Which field carries the output-token cap. OpenAI's own API wants `max_completion_tokens`
+/// (reasoning models refuse `max_tokens`); compatible servers (vLLM, Ollama, LiteLLM, llama.cpp)
+/// all understand the older `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MaxTokensField {
+    MaxCompletionTokens,
+    MaxTokens,
+}
+
+impl MaxTokensField {
+    fn key(self) -> &'static str {
+        match self {
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+            MaxTokensField::MaxTokens => "max_tokens",
+        }
+    }
+}
+
+/// The streaming request body.
+pub(crate) fn request_body(request: &ModelRequest, max_tokens: MaxTokensField) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    messages.extend(request.messages.iter().map(message));
+
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                })
+            })
+            .collect();
+        body["tools"] = Value::Array(tools);
+    }
+    if let Some(cap) = request.max_output_tokens {
+        body[max_tokens.key()] = json!(cap);
+    }
+    body
+}
+
+fn message(message: &Message) -> Value {
+    match message {
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant {
+            content,
+            tool_calls,
+            // Reasoning is not replayed: OpenAI has no field for it and some compatible servers
+            // reject unknown message fields.
+            reasoning: _,
+            model: _,
+        } => {
+            if tool_calls.is_empty() {
+                return json!({"role": "assistant", "content": content});
+            }
+            let calls: Vec<Value> = tool_calls
+                .iter()
+                .map(|c| {
+                    // Servers parse `arguments` as JSON; an empty string would be refused.
+                    let arguments = if c.arguments.trim().is_empty() {
+                        "{}"
+                    } else {
+                        c.arguments.as_str()
+                    };
+                    json!({
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": arguments},
+                    })
+                })
+                .collect();
+            let content = if content.is_empty() {
+                Value::Null
+            } else {
+                json!(content)
+            };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Message::Tool {
+            tool_call_id,
+            content,
+            name: _,
+            is_error: _,
+        } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::ToolSpec;
+    use agentlane_core::ToolCall;
+
+    fn request(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            model: "gpt-4o-mini".into(),
+            system: String::new(),
+            messages,
+            tools: vec![],
+            max_output_tokens: None,
+        }
+    }
+
+    #[test]
+    fn minimal_body_has_no_system_tools_or_cap() {
+        let body = request_body(
+            &request(vec![Message::user("hi")]),
+            MaxTokensField::MaxTokens,
+        );
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            })
+        );
+    }
+
+    #[test]
+    fn assistant_without_text_but_with_calls_sends_null_content_and_object_arguments() {
+        let mut req = request(vec![Message::Assistant {
+            content: String::new(),
+            reasoning: Some("thinking".into()),
+            tool_calls: vec![ToolCall {
+                id: "c1".into(),
+                name: "current_time".into(),
+                arguments: String::new(),
+            }],
+            model: Some("openai/x".into()),
+        }]);
+        req.max_output_tokens = Some(64);
+        req.tools = vec![ToolSpec {
+            name: "t".into(),
+            description: "d".into(),
+            parameters: json!({}),
+        }];
+        let body = request_body(&req, MaxTokensField::MaxCompletionTokens);
+        assert_eq!(
+            body["messages"],
+            json!([{
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}}],
+            }])
+        );
+        assert_eq!(body["max_completion_tokens"], json!(64));
+        assert!(body.get("max_tokens").is_none());
+    }
+}

@@ -1,0 +1,142 @@
+//! HTTP plumbing shared by the HTTP providers: error mapping, `Retry-After`, bounded error bodies.
+//! Knows nothing of any provider's wire format.
+
+use crate::{FailoverReason, ProviderError};
+use futures::StreamExt;
+use reqwest::header::HeaderMap;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+/// The most of an error body we read: enough for any provider's JSON error, small enough that a
+/// misbehaving server cannot make us buffer megabytes.
+pub const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// Maps a transport failure (connect, timeout, broken body) to a classified error.
+pub fn from_reqwest(err: &reqwest::Error) -> ProviderError {
+    let reason = if err.is_timeout() {
+        FailoverReason::Timeout
+    } else {
+        FailoverReason::Network
+    };
+    let what = if err.is_timeout() {
+        "request timed out"
+    } else if err.is_connect() {
+        "could not connect to the provider"
+    } else if err.is_body() || err.is_decode() {
+        "the connection broke while reading the response"
+    } else {
+        "the request failed"
+    };
+    // reqwest's Display names the URL but never headers, so no key can leak through it.
+    ProviderError::new(reason, format!("{what}: {}", error_chain(err)))
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// The server's suggested delay: `retry-after-ms` (milliseconds) first, then `Retry-After` as
+/// delta-seconds or an HTTP date (relative to `now`; a date in the past means "now").
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let at = SystemTime::UNIX_EPOCH
+        + Duration::from_millis(u64::try_from(date.timestamp_millis()).ok()?);
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Reads at most `limit` bytes of a response body as text (lossy), stopping early on
+/// cancellation or a broken connection: an error answer is classified from what arrived.
+pub async fn read_body_capped(
+    response: reqwest::Response,
+    cancel: &CancellationToken,
+    limit: usize,
+) -> String {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while body.len() < limit {
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            next = chunks.next() => next,
+        };
+        match next {
+            Some(Ok(bytes)) => body.extend_from_slice(&bytes),
+            Some(Err(_)) | None => break,
+        }
+    }
+    body.truncate(limit);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    type Pairs = &'static [(&'static str, &'static str)];
+
+    fn headers(pairs: Pairs) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_static(v));
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        // 2026-11-30T12:00:00Z
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_040_000);
+        let cases: &[(Pairs, Option<Duration>)] = &[
+            (&[], None),
+            (&[("retry-after", "7")], Some(Duration::from_secs(7))),
+            (&[("retry-after", "1.5")], Some(Duration::from_millis(1500))),
+            (
+                &[("retry-after-ms", "250")],
+                Some(Duration::from_millis(250)),
+            ),
+            // retry-after-ms wins over retry-after.
+            (
+                &[("retry-after", "9"), ("retry-after-ms", "120")],
+                Some(Duration::from_millis(120)),
+            ),
+            (
+                &[("retry-after", "Mon, 30 Nov 2026 12:00:30 GMT")],
+                Some(Duration::from_secs(30)),
+            ),
+            (
+                &[("retry-after", "Mon, 30 Nov 2026 11:00:00 GMT")],
+                Some(Duration::ZERO),
+            ),
+            (&[("retry-after", "soon")], None),
+            (&[("retry-after", "-3")], None),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(retry_after(&headers(pairs), now), *want, "{pairs:?}");
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! The OpenAI provider against an in-process mock server speaking real SSE on loopback, with
+//! chunks shaped like OpenAI's (and aimock's).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use agentlane_core::{Message, ToolCall, Usage};
+use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
+use agentlane_providers::{
+    AssistantTurn, FailoverReason, FinishReason, ModelProvider, ModelRequest, ProviderError,
+    StreamAccumulator, StreamEvent, ToolSpec,
+};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use futures::stream::{self, BoxStream, StreamExt};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+type Frames = BoxStream<'static, Result<String, std::io::Error>>;
+
+/// What the mock answers: a status, headers and a body stream.
+struct Reply {
+    status: StatusCode,
+    headers: Vec<(&'static str, &'static str)>,
+    body: Frames,
+}
+
+#[derive(Clone)]
+struct Mock {
+    requests: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
+    reply: Arc<dyn Fn() -> Reply + Send + Sync>,
+    /// Delay before the answer's headers.
+    delay: Duration,
+}
+
+async fn chat(State(mock): State<Mock>, headers: HeaderMap, body: Bytes) -> Response {
+    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    mock.requests.lock().unwrap().push((headers, json));
+    tokio::time::sleep(mock.delay).await;
+    let reply = (mock.reply)();
+    let mut response = Response::builder().status(reply.status);
+    for (k, v) in reply.headers {
+        response = response.header(k, v);
+    }
+    response.body(Body::from_stream(reply.body)).unwrap()
+}
+
+struct Server {
+    base_url: String,
+    requests: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
+}
+
+async fn serve_with(delay: Duration, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Server {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let mock = Mock {
+        requests: requests.clone(),
+        reply: Arc::new(reply),
+        delay,
+    };
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(chat))
+        .with_state(mock);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Server {
+        base_url: format!("http://{addr}/v1"),
+        requests,
+    }
+}
+
+async fn serve(reply: impl Fn() -> Reply + Send + Sync + 'static) -> Server {
+    serve_with(Duration::ZERO, reply).await
+}
+
+fn sse_frames(payloads: &[String]) -> Frames {
+    let frames: Vec<Result<String, std::io::Error>> = payloads
+        .iter()
+        .map(|p| Ok(format!("data: {p}\n\n")))
+        .collect();
+    stream::iter(frames).boxed()
+}
+
+fn sse(body: Frames) -> Reply {
+    Reply {
+        status: StatusCode::OK,
+        headers: vec![("content-type", "text/event-stream")],
+        body,
+    }
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    json!({
+        "id": "chatcmpl-abc123",
+        "object": "chat.completion.chunk",
+        "created": 1_796_040_000,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    })
+    .to_string()
+}
+
+fn usage_chunk(prompt: u64, completion: u64) -> String {
+    json!({
+        "id": "chatcmpl-abc123",
+        "object": "chat.completion.chunk",
+        "created": 1_796_040_000,
+        "model": "gpt-4o-mini",
+        "choices": [],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    })
+    .to_string()
+}
+
+fn provider(server: &Server) -> OpenAiProvider {
+    OpenAiProvider::new(OpenAiConfig {
+        base_url: server.base_url.clone(),
+        api_key: Some("sk-test-key".into()),
+        extra_headers: vec![("x-team".into(), "blue".into())],
+        ..OpenAiConfig::default()
+    })
+    .unwrap()
+}
+
+fn weather_request() -> ModelRequest {
+    ModelRequest {
+        model: "gpt-4o-mini".into(),
+        system: "You are terse.".into(),
+        messages: vec![
+            Message::user("time?"),
+            Message::Assistant {
+                content: "Checking.".into(),
+                reasoning: Some("the user wants the time".into()),
+                tool_calls: vec![ToolCall {
+                    id: "call_0".into(),
+                    name: "get_time".into(),
+                    arguments: "{}".into(),
+                }],
+                model: Some("openai/gpt-4o-mini".into()),
+            },
+            Message::Tool {
+                tool_call_id: "call_0".into(),
+                name: "get_time".into(),
+                content: "12:00".into(),
+                is_error: false,
+            },
+            Message::user("weather in Paris?"),
+        ],
+        tools: vec![ToolSpec {
+            name: "get_weather".into(),
+            description: "Weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }],
+        max_output_tokens: Some(256),
+    }
+}
+
+async fn collect(
+    provider: &OpenAiProvider,
+    request: ModelRequest,
+) -> (Vec<StreamEvent>, Option<ProviderError>) {
+    let mut stream = provider
+        .stream(request, CancellationToken::new())
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(e) => events.push(e),
+            Err(e) => return (events, Some(e)),
+        }
+    }
+    (events, None)
+}
+
+fn accumulate(events: &[StreamEvent]) -> AssistantTurn {
+    let mut acc = StreamAccumulator::new();
+    events.iter().for_each(|e| acc.push(e));
+    acc.finish()
+}
+
+#[tokio::test]
+async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
+    let server = serve(|| {
+        sse(sse_frames(&[
+            chunk(json!({"role": "assistant", "content": ""}), None),
+            chunk(json!({"content": "Let me "}), None),
+            chunk(json!({"content": "check."}), None),
+            chunk(json!({"tool_calls": [{"index": 0, "id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":\"Paris\",\"uni"}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "t\":\"celsius\"}"}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 1, "id": "call_t1", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"tz\":\"Europe/Paris\"}"}}]}), None),
+            chunk(json!({}), Some("tool_calls")),
+            usage_chunk(42, 17),
+            "[DONE]".into(),
+        ]))
+    })
+    .await;
+
+    let (events, error) = collect(&provider(&server), weather_request()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::TextDelta("Let me ".into()),
+            StreamEvent::TextDelta("check.".into()),
+            StreamEvent::ToolCallStart {
+                index: 0,
+                id: "call_w1".into(),
+                name: "get_weather".into()
+            },
+            StreamEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: "{\"city\":\"Paris\",\"uni".into()
+            },
+            StreamEvent::ToolCallArgumentsDelta {
+                index: 0,
+                delta: "t\":\"celsius\"}".into()
+            },
+            StreamEvent::ToolCallStart {
+                index: 1,
+                id: "call_t1".into(),
+                name: "get_time".into()
+            },
+            StreamEvent::ToolCallArgumentsDelta {
+                index: 1,
+                delta: "{\"tz\":\"Europe/Paris\"}".into()
+            },
+            StreamEvent::Usage(Usage {
+                input_tokens: 42,
+                output_tokens: 17
+            }),
+            StreamEvent::Finished(FinishReason::ToolCalls),
+        ]
+    );
+    assert_eq!(
+        accumulate(&events),
+        AssistantTurn {
+            text: "Let me check.".into(),
+            reasoning: String::new(),
+            tool_calls: vec![
+                ToolCall {
+                    id: "call_w1".into(),
+                    name: "get_weather".into(),
+                    arguments: "{\"city\":\"Paris\",\"unit\":\"celsius\"}".into()
+                },
+                ToolCall {
+                    id: "call_t1".into(),
+                    name: "get_time".into(),
+                    arguments: "{\"tz\":\"Europe/Paris\"}".into()
+                },
+            ],
+            usage: Usage {
+                input_tokens: 42,
+                output_tokens: 17
+            },
+            finish: Some(FinishReason::ToolCalls),
+        }
+    );
+}
+
+#[tokio::test]
+async fn request_maps_messages_tools_stream_flags_and_headers() {
+    let server = serve(|| {
+        sse(sse_frames(&[
+            chunk(json!({"content": "ok"}), Some("stop")),
+            "[DONE]".into(),
+        ]))
+    })
+    .await;
+    collect(&provider(&server), weather_request()).await;
+
+    let requests = server.requests.lock().unwrap();
+    assert_eq!(requests.len(), 1);
+    let (headers, body) = &requests[0];
+    assert_eq!(
+        headers.get(header::AUTHORIZATION).unwrap(),
+        "Bearer sk-test-key"
+    );
+    assert_eq!(headers.get("x-team").unwrap(), "blue");
+    assert_eq!(headers.get(header::ACCEPT).unwrap(), "text/event-stream");
+    assert_eq!(
+        headers.get(header::CONTENT_TYPE).unwrap(),
+        "application/json"
+    );
+    assert_eq!(
+        *body,
+        json!({
+            "model": "gpt-4o-mini",
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            // Not api.openai.com: the widely supported field.
+            "max_tokens": 256,
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "time?"},
+                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                    {"id": "call_0", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_0", "content": "12:00"},
+                {"role": "user", "content": "weather in Paris?"},
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }}],
+        })
+    );
+}
+
+#[tokio::test]
+async fn no_key_no_authorization_header_and_no_tools_field() {
+    let server = serve(|| sse(sse_frames(&["[DONE]".into()]))).await;
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        base_url: format!("{}/", server.base_url),
+        name: "ollama".into(),
+        self_hosted: true,
+        ..OpenAiConfig::default()
+    })
+    .unwrap();
+    assert_eq!((provider.name(), provider.self_hosted()), ("ollama", true));
+    let mut request = weather_request();
+    request.tools.clear();
+    let (events, error) = collect(&provider, request).await;
+    assert_eq!(
+        (events, error),
+        (vec![StreamEvent::Finished(FinishReason::Stop)], None)
+    );
+    let requests = server.requests.lock().unwrap();
+    let (headers, body) = &requests[0];
+    assert!(headers.get(header::AUTHORIZATION).is_none());
+    assert!(body.get("tools").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn reasoning_content_and_text_then_usage_after_finish() {
+    let server = serve(|| {
+        sse(sse_frames(&[
+            chunk(json!({"role": "assistant", "content": null}), None),
+            chunk(json!({"reasoning_content": "The user "}), None),
+            chunk(json!({"reasoning_content": "greets."}), None),
+            chunk(json!({"content": "Hi there!"}), None),
+            chunk(json!({}), Some("stop")),
+            usage_chunk(9, 5),
+            "[DONE]".into(),
+        ]))
+    })
+    .await;
+    let (events, error) = collect(&provider(&server), weather_request()).await;
+    assert_eq!(error, None);
+    let turn = accumulate(&events);
+    assert_eq!(
+        turn,
+        AssistantTurn {
+            text: "Hi there!".into(),
+            reasoning: "The user greets.".into(),
+            tool_calls: vec![],
+            usage: Usage {
+                input_tokens: 9,
+                output_tokens: 5
+            },
+            finish: Some(FinishReason::Stop),
+        }
+    );
+    // Finished is the last event, once, after the usage that followed finish_reason.
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::Finished(_)))
+            .count(),
+        1
+    );
+    assert_eq!(
+        events[events.len() - 2],
+        StreamEvent::Usage(Usage {
+            input_tokens: 9,
+            output_tokens: 5
+        })
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_429_carries_retry_after() {
+    let server = serve(|| Reply {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        headers: vec![("content-type", "application/json"), ("retry-after", "1")],
+        body: stream::iter([Ok(r#"{"error":{"message":"Rate limit exceeded","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}"#.to_owned())]).boxed(),
+    })
+    .await;
+    let err = provider(&server)
+        .stream(weather_request(), CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        err,
+        ProviderError {
+            reason: FailoverReason::RateLimit,
+            status: Some(429),
+            message: "HTTP 429: Rate limit exceeded".into(),
+            retry_after: Some(Duration::from_secs(1)),
+        }
+    );
+}
+
+#[tokio::test]
+async fn overloaded_529_is_classified() {
+    let server = serve(|| Reply {
+        status: StatusCode::from_u16(529).unwrap(),
+        headers: vec![("content-type", "application/json")],
+        body: stream::iter([Ok(
+            r#"{"error":{"message":"Overloaded","type":"overloaded_error"}}"#.to_owned(),
+        )])
+        .boxed(),
+    })
+    .await;
+    let err = provider(&server)
+        .stream(weather_request(), CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        (err.reason, err.status, err.retry_after),
+        (FailoverReason::Overloaded, Some(529), None)
+    );
+}
+
+#[tokio::test]
+async fn stream_closed_before_done_is_a_network_error() {
+    let server = serve(|| {
+        sse(sse_frames(&[
+            chunk(json!({"role": "assistant", "content": ""}), None),
+            chunk(json!({"content": "This response will"}), None),
+        ]))
+    })
+    .await;
+    let (events, error) = collect(&provider(&server), weather_request()).await;
+    assert_eq!(
+        events,
+        vec![StreamEvent::TextDelta("This response will".into())]
+    );
+    let error = error.unwrap();
+    assert_eq!(error.reason, FailoverReason::Network);
+    assert_eq!(
+        error.message,
+        "stream ended before the response was complete"
+    );
+}
+
+#[tokio::test]
+async fn connection_reset_mid_stream_is_a_network_error() {
+    let server = serve(|| {
+        let frames = sse_frames(&[chunk(json!({"content": "cut"}), None)]);
+        // After a pause, so the headers and the first chunk are flushed before the reset.
+        let reset = stream::once(async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "gone",
+            ))
+        });
+        sse(frames.chain(reset).boxed())
+    })
+    .await;
+    let (events, error) = collect(&provider(&server), weather_request()).await;
+    assert_eq!(events, vec![StreamEvent::TextDelta("cut".into())]);
+    assert_eq!(error.unwrap().reason, FailoverReason::Network);
+}
+
+#[tokio::test]
+async fn error_inside_the_stream_is_classified() {
+    let server = serve(|| {
+        sse(sse_frames(&[
+            chunk(json!({"content": "partial"}), None),
+            r#"{"error":{"code":500,"message":"The model produced output that does not match the expected format"}}"#.into(),
+        ]))
+    })
+    .await;
+    let (events, error) = collect(&provider(&server), weather_request()).await;
+    assert_eq!(events, vec![StreamEvent::TextDelta("partial".into())]);
+    let error = error.unwrap();
+    assert_eq!(
+        (error.reason, error.status),
+        (FailoverReason::Server, Some(500))
+    );
+    assert!(
+        error.message.contains("does not match"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn non_streamed_json_answer_is_decoded() {
+    let server = serve(|| Reply {
+        status: StatusCode::OK,
+        headers: vec![("content-type", "application/json")],
+        body: stream::iter([Ok(json!({
+            "id": "chatcmpl-1", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Whole answer."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        })
+        .to_string())])
+        .boxed(),
+    })
+    .await;
+    let (events, error) = collect(&provider(&server), weather_request()).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::TextDelta("Whole answer.".into()),
+            StreamEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 2
+            }),
+            StreamEvent::Finished(FinishReason::Stop),
+        ]
+    );
+}
+
+/// Signals when the server's body stream is dropped, i.e. the connection is gone.
+struct DropSignal(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+#[tokio::test]
+async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = Arc::new(Mutex::new(Some(tx)));
+    let server = serve(move || {
+        let signal = DropSignal(tx.lock().unwrap().take());
+        let first = sse_frames(&[chunk(json!({"content": "first"}), None)]);
+        // Then only keep-alive comments, forever: the response never completes by itself.
+        let stall = stream::unfold(signal, |signal| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Some((Ok(": keep-alive\n\n".to_owned()), signal))
+        });
+        sse(first.chain(stall).boxed())
+    })
+    .await;
+
+    let cancel = CancellationToken::new();
+    let mut stream = provider(&server)
+        .stream(weather_request(), cancel.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        StreamEvent::TextDelta("first".into())
+    );
+
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let next = stream.next().await;
+        (next.is_none(), started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let (ended, _) = tokio::time::timeout(Duration::from_secs(1), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended, "the stream must end when cancelled");
+    tokio::time::timeout(Duration::from_secs(2), rx)
+        .await
+        .expect("the server must see the connection dropped")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_before_the_answer_starts_returns_promptly() {
+    let server = serve_with(Duration::from_secs(30), || {
+        sse(sse_frames(&["[DONE]".into()]))
+    })
+    .await;
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let stream = provider(&server)
+        .stream(weather_request(), cancel)
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(stream.collect::<Vec<_>>().await.len(), 0);
+}
+
+#[tokio::test]
+async fn request_timeout_is_a_timeout_error() {
+    let server = serve(|| {
+        let first = sse_frames(&[chunk(json!({"content": "slow"}), None)]);
+        sse(first.chain(stream::pending()).boxed())
+    })
+    .await;
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        base_url: server.base_url.clone(),
+        request_timeout: Some(Duration::from_millis(300)),
+        ..OpenAiConfig::default()
+    })
+    .unwrap();
+    let (events, error) = collect(&provider, weather_request()).await;
+    assert_eq!(events, vec![StreamEvent::TextDelta("slow".into())]);
+    assert_eq!(error.unwrap().reason, FailoverReason::Timeout);
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_network_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        base_url: format!("http://{addr}/v1"),
+        api_key: Some("sk-never-shown".into()),
+        ..OpenAiConfig::default()
+    })
+    .unwrap();
+    let err = provider
+        .stream(weather_request(), CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.reason, FailoverReason::Network);
+    assert!(!err.message.contains("sk-never-shown"));
+}

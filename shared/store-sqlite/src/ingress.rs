@@ -1,0 +1,213 @@
+//! Unfenced writes from the API edge (accept, abort, reset) and the reads. Each write is one
+//! `IMMEDIATE` transaction.
+
+use crate::error::{Result, int};
+use crate::records::{insert_run, load_run, load_session, save_session};
+use agentlane_core::{
+    AcceptOutcome, Event, LivenessState, NewTurn, Run, RunId, RunStatus, Session, SessionId,
+    SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, Usage,
+};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<AcceptOutcome> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if let Some(key) = &turn.idempotency_key {
+        if let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)? {
+            return Ok(AcceptOutcome {
+                run,
+                created: false,
+            });
+        }
+    }
+
+    let mut session = load_session(&tx, &turn.tenant, &turn.session_key)?
+        .unwrap_or_else(|| new_session(&turn));
+    session.runs_accepted += 1;
+    session.updated_at = session.updated_at.max(turn.now);
+    save_session(&tx, &session)?;
+
+    let run = queued_run(&turn, &session.session_id);
+    if !insert_run(&tx, &run)? {
+        return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
+    }
+    if let Some(key) = &turn.idempotency_key {
+        tx.prepare_cached(
+            "INSERT INTO idempotency (tenant, idem_key, run_id, expires_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant, idem_key)
+             DO UPDATE SET run_id = excluded.run_id, expires_at = excluded.expires_at",
+        )?
+        .execute(params![
+            turn.tenant.as_str(),
+            key,
+            run.run_id.as_str(),
+            int(turn.now.saturating_add(turn.idempotency_ttl_ms))
+        ])?;
+    }
+    tx.commit()?;
+    Ok(AcceptOutcome { run, created: true })
+}
+
+/// The run a still-live idempotency record names.
+fn live_idempotent_run(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+    now: u64,
+) -> Result<Option<Run>> {
+    let run_id: Option<String> = conn
+        .prepare_cached(
+            "SELECT run_id FROM idempotency WHERE tenant = ?1 AND idem_key = ?2 AND expires_at > ?3",
+        )?
+        .query_row(params![tenant.as_str(), key, int(now)], |row| row.get(0))
+        .optional()?;
+    let Some(run_id) = run_id else {
+        return Ok(None);
+    };
+    match load_run(conn, tenant, &RunId::new(run_id.clone()))? {
+        Some(run) => Ok(Some(run)),
+        None => Err(StoreError::Corrupt(format!(
+            "idempotency key {key:?} names run {run_id}, which does not exist"
+        ))
+        .into()),
+    }
+}
+
+fn new_session(turn: &NewTurn) -> Session {
+    Session {
+        tenant: turn.tenant.clone(),
+        session_key: turn.session_key.clone(),
+        session_id: turn.new_session_id.clone(),
+        status: SessionStatus::Idle,
+        active_run_id: None,
+        created_at: turn.now,
+        updated_at: turn.now,
+        last_progress_at: None,
+        runs_accepted: 0,
+        runs_finished: 0,
+        generation: 0,
+        lock_owner: None,
+        lock_until: 0,
+        fence: 0,
+    }
+}
+
+fn queued_run(turn: &NewTurn, session_id: &SessionId) -> Run {
+    Run {
+        run_id: turn.run_id.clone(),
+        tenant: turn.tenant.clone(),
+        session_key: turn.session_key.clone(),
+        session_id: session_id.clone(),
+        status: RunStatus::Queued,
+        liveness_state: LivenessState::Working,
+        request: turn.request.clone(),
+        idempotency_key: turn.idempotency_key.clone(),
+        accepted_at: turn.now,
+        started_at: None,
+        ended_at: None,
+        model: None,
+        attempts: Vec::new(),
+        usage: Usage::default(),
+        payloads: Vec::new(),
+        error: None,
+        abort_requested: false,
+        pickups: 0,
+        checkpoint: None,
+    }
+}
+
+pub(crate) fn request_abort(
+    conn: &mut Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+) -> Result<Option<Run>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let changed = tx
+        .prepare_cached("UPDATE runs SET abort_requested = 1 WHERE tenant = ?1 AND run_id = ?2")?
+        .execute(params![tenant.as_str(), run_id.as_str()])?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    let run = load_run(&tx, tenant, run_id)?;
+    tx.commit()?;
+    Ok(run)
+}
+
+/// New session id and generation; the lock is cleared so an expired holder's fence is dead.
+pub(crate) fn reset_session(
+    conn: &mut Connection,
+    tenant: &TenantId,
+    key: &SessionKey,
+    new_session_id: SessionId,
+    now: u64,
+) -> Result<Session> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let Some(mut session) = load_session(&tx, tenant, key)? else {
+        return Err(StoreError::NotFound(format!("session {key}")).into());
+    };
+    if session.lock_owner.is_some() && session.lock_until >= now {
+        return Err(StoreError::Busy.into());
+    }
+    session.session_id = new_session_id;
+    session.generation += 1;
+    session.status = SessionStatus::Idle;
+    session.active_run_id = None;
+    session.lock_owner = None;
+    session.lock_until = 0;
+    session.updated_at = session.updated_at.max(now);
+    save_session(&tx, &session)?;
+    tx.commit()?;
+    Ok(session)
+}
+
+/// `after: None` reads from the start (seqs are never negative).
+fn after_seq(after: Option<u64>) -> i64 {
+    after.map_or(-1, int)
+}
+
+fn limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn read_transcript(
+    conn: &Connection,
+    tenant: &TenantId,
+    session_id: &SessionId,
+    after: Option<u64>,
+    max: usize,
+) -> Result<Vec<TranscriptEntry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT body FROM transcript WHERE tenant = ?1 AND session_id = ?2 AND seq > ?3
+         ORDER BY seq LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(
+        params![tenant.as_str(), session_id.as_str(), after_seq(after), limit(max)],
+        |row| row.get::<_, String>(0),
+    )?;
+    let mut entries = Vec::new();
+    for body in rows {
+        entries.push(serde_json::from_str(&body?)?);
+    }
+    Ok(entries)
+}
+
+pub(crate) fn read_events(
+    conn: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    after: Option<u64>,
+    max: usize,
+) -> Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT body FROM events WHERE tenant = ?1 AND run_id = ?2 AND seq > ?3
+         ORDER BY seq LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(
+        params![tenant.as_str(), run_id.as_str(), after_seq(after), limit(max)],
+        |row| row.get::<_, String>(0),
+    )?;
+    let mut events = Vec::new();
+    for body in rows {
+        events.push(serde_json::from_str(&body?)?);
+    }
+    Ok(events)
+}

@@ -1,0 +1,181 @@
+//! The session write lock (owner, lease, fencing token on the session record) and the fenced
+//! commit. Every function is one `IMMEDIATE` transaction that re-reads the session first.
+
+use crate::error::{Result, int};
+use crate::records::{load_session, replace_run, save_session};
+use agentlane_core::{
+    Commit, Event, Fence, FencingToken, LockAttempt, RunId, Session, SessionId, SessionKey,
+    StoreError, TenantId, TranscriptEntry,
+};
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+
+pub(crate) fn acquire(
+    conn: &mut Connection,
+    tenant: &TenantId,
+    key: &SessionKey,
+    owner: &str,
+    lease_ms: u64,
+    now: u64,
+) -> Result<LockAttempt> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let Some(mut session) = load_session(&tx, tenant, key)? else {
+        return Err(StoreError::NotFound(format!("session {key}")).into());
+    };
+    if let Some(holder) = &session.lock_owner {
+        if session.lock_until >= now {
+            return Ok(LockAttempt::Held {
+                owner: holder.clone(),
+                until: session.lock_until,
+            });
+        }
+    }
+    session.fence += 1;
+    session.lock_owner = Some(owner.to_owned());
+    session.lock_until = now.saturating_add(lease_ms);
+    save_session(&tx, &session)?;
+    tx.commit()?;
+    Ok(LockAttempt::Acquired(Fence {
+        tenant: tenant.clone(),
+        session_key: key.clone(),
+        owner: owner.to_owned(),
+        token: FencingToken(session.fence),
+    }))
+}
+
+pub(crate) fn renew(conn: &mut Connection, fence: &Fence, lease_ms: u64, now: u64) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut session = fenced_session(&tx, fence)?;
+    session.lock_until = now.saturating_add(lease_ms);
+    save_session(&tx, &session)?;
+    tx.commit()?;
+    Ok(())
+}
+
+pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut session = fenced_session(&tx, fence)?;
+    unlock(&mut session);
+    save_session(&tx, &session)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Applies everything in `commit` or nothing. Transcript entries go to the session's current id
+/// (the one the fence guards); events go to `commit.run`, else to the session's active run.
+pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut session = fenced_session(&tx, fence)?;
+
+    put_transcript(&tx, &fence.tenant, &session.session_id, &commit.transcript)?;
+    if !commit.events.is_empty() {
+        let run_id = events_run(&commit, &session)?;
+        put_events(&tx, &fence.tenant, &run_id, &commit.events)?;
+    }
+    if let Some(run) = &commit.run {
+        if run.tenant != fence.tenant {
+            return Err(StoreError::Conflict(format!(
+                "run {} belongs to another tenant than the fence",
+                run.run_id
+            ))
+            .into());
+        }
+        replace_run(&tx, run)?;
+    }
+    if let Some(update) = &commit.session {
+        session.status = update.status;
+        session.active_run_id = update.active_run_id.clone();
+        session.last_progress_at = Some(update.last_progress_at);
+        session.runs_finished += update.finished_delta;
+        session.updated_at = session.updated_at.max(update.last_progress_at);
+    }
+    if commit.release_lock {
+        unlock(&mut session);
+    }
+    if commit.session.is_some() || commit.release_lock {
+        save_session(&tx, &session)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The session, if `fence` is still the current lock; `FenceLost` otherwise.
+fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
+    let session = load_session(tx, &fence.tenant, &fence.session_key)?;
+    match session {
+        Some(s) if s.lock_owner.as_deref() == Some(fence.owner.as_str()) && s.fence == fence.token.0 => {
+            Ok(s)
+        }
+        _ => Err(StoreError::FenceLost.into()),
+    }
+}
+
+fn unlock(session: &mut Session) {
+    session.lock_owner = None;
+    session.lock_until = 0;
+}
+
+fn events_run(commit: &Commit, session: &Session) -> Result<RunId> {
+    commit
+        .run
+        .as_ref()
+        .map(|run| run.run_id.clone())
+        .or_else(|| session.active_run_id.clone())
+        .ok_or_else(|| {
+            StoreError::NotFound(
+                "events need a run: the commit has none and the session has no active run".into(),
+            )
+            .into()
+        })
+}
+
+fn put_transcript(
+    tx: &Transaction<'_>,
+    tenant: &TenantId,
+    session_id: &SessionId,
+    entries: &[TranscriptEntry],
+) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO transcript (tenant, session_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant, session_id, seq) DO NOTHING",
+    )?;
+    for entry in entries {
+        let body = serde_json::to_string(entry)?;
+        let inserted = insert.execute(params![
+            tenant.as_str(),
+            session_id.as_str(),
+            int(entry.seq),
+            body
+        ])?;
+        if inserted == 0 {
+            return Err(StoreError::Conflict(format!(
+                "transcript seq {} of session {session_id} is taken",
+                entry.seq
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn put_events(tx: &Transaction<'_>, tenant: &TenantId, run_id: &RunId, events: &[Event]) -> Result<()> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant, run_id, seq) DO NOTHING",
+    )?;
+    for event in events {
+        let body = serde_json::to_string(event)?;
+        let inserted =
+            insert.execute(params![tenant.as_str(), run_id.as_str(), int(event.seq), body])?;
+        if inserted == 0 {
+            return Err(StoreError::Conflict(format!(
+                "event seq {} of run {run_id} is taken",
+                event.seq
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! `LaneQueue` for `SqliteBackend`: the table operations of [`lane_table`] plus long polling.
+//!
+//! `receive` tries once, and when nothing is due waits for a wake-up (an enqueue, ack or
+//! visibility change in this process), for the moment the next in-flight head becomes due, or for
+//! [`RECHECK`], whichever comes first, until its `wait` runs out.
+
+use crate::backend::SqliteBackend;
+use crate::lane_table::{self, QueueStats, Received};
+use agentlane_core::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt};
+use async_trait::async_trait;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The longest a waiting `receive` sleeps between two looks at the table.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// Done messages are pruned once every this many acks.
+const PRUNE_EVERY: u64 = 512;
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl SqliteBackend {
+    fn now_ms(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+
+    async fn try_receive(&self, max: usize, visibility: Duration) -> QueueResult<Received> {
+        let (visibility_ms, now) = (millis(visibility), self.now_ms());
+        self.with_conn(move |c| lane_table::receive(c, max, visibility_ms, now))
+            .await
+    }
+
+    /// How many lane messages are waiting, in flight, and kept as done.
+    pub async fn queue_stats(&self) -> QueueResult<QueueStats> {
+        let now = self.now_ms();
+        self.with_conn(move |c| lane_table::stats(c, now)).await
+    }
+}
+
+#[async_trait]
+impl LaneQueue for SqliteBackend {
+    async fn enqueue(&self, message: &LaneMessage) -> QueueResult<()> {
+        let (message, now) = (message.clone(), self.now_ms());
+        let stored = self
+            .with_conn::<_, QueueError>(move |c| lane_table::enqueue(c, &message, now))
+            .await?;
+        if stored {
+            self.inner.wakeup.notify_waiters();
+        }
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> QueueResult<Vec<Delivery>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            // Registered before looking, so a wake-up between the look and the wait is kept.
+            let woken = self.inner.wakeup.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+
+            let received = self.try_receive(max, visibility).await?;
+            if !received.deliveries.is_empty() {
+                return Ok(received.deliveries);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let mut nap = (deadline - now).min(RECHECK);
+            if let Some(due_at) = received.next_due_at {
+                let until_due = Duration::from_millis(due_at.saturating_sub(self.now_ms()) + 1);
+                nap = nap.min(until_due);
+            }
+            tokio::select! {
+                () = &mut woken => {}
+                () = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+
+    async fn ack(&self, receipt: &Receipt) -> QueueResult<()> {
+        let (receipt, now) = (receipt.clone(), self.now_ms());
+        let prune = self.inner.acks.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        self.with_conn::<_, QueueError>(move |c| {
+            lane_table::ack(c, &receipt, now)?;
+            if prune {
+                lane_table::prune_done(c, now)?;
+            }
+            Ok(())
+        })
+        .await?;
+        self.inner.wakeup.notify_waiters();
+        Ok(())
+    }
+
+    async fn set_visibility(&self, receipt: &Receipt, visibility: Duration) -> QueueResult<()> {
+        let (receipt, now, visibility_ms) = (receipt.clone(), self.now_ms(), millis(visibility));
+        self.with_conn::<_, QueueError>(move |c| lane_table::set_visibility(c, &receipt, visibility_ms, now))
+            .await?;
+        // Waiters recompute when the next head is due (now, for a hand-back).
+        self.inner.wakeup.notify_waiters();
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! Reading and writing whole session and run records (JSON bodies) by key. All functions run
+//! inside the caller's transaction.
+
+use crate::error::Result;
+use agentlane_core::{Run, RunId, Session, SessionKey, TenantId};
+use rusqlite::{Connection, OptionalExtension, params};
+
+pub(crate) fn load_session(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &SessionKey,
+) -> Result<Option<Session>> {
+    let body: Option<String> = conn
+        .prepare_cached("SELECT body FROM sessions WHERE tenant = ?1 AND session_key = ?2")?
+        .query_row(params![tenant.as_str(), key.as_str()], |row| row.get(0))
+        .optional()?;
+    Ok(body.map(|b| serde_json::from_str(&b)).transpose()?)
+}
+
+/// Inserts or replaces the session record under its own tenant and key.
+pub(crate) fn save_session(conn: &Connection, session: &Session) -> Result<()> {
+    let body = serde_json::to_string(session)?;
+    conn.prepare_cached(
+        "INSERT INTO sessions (tenant, session_key, body) VALUES (?1, ?2, ?3)
+         ON CONFLICT (tenant, session_key) DO UPDATE SET body = excluded.body",
+    )?
+    .execute(params![
+        session.tenant.as_str(),
+        session.session_key.as_str(),
+        body
+    ])?;
+    Ok(())
+}
+
+/// The run with its `abort_requested` taken from the API-owned column.
+pub(crate) fn load_run(conn: &Connection, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>> {
+    let row: Option<(String, bool)> = conn
+        .prepare_cached("SELECT body, abort_requested FROM runs WHERE tenant = ?1 AND run_id = ?2")?
+        .query_row(params![tenant.as_str(), run_id.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    let Some((body, abort_requested)) = row else {
+        return Ok(None);
+    };
+    let mut run: Run = serde_json::from_str(&body)?;
+    run.abort_requested = abort_requested;
+    Ok(Some(run))
+}
+
+/// Creates the run; `false` when a run with that id already exists (nothing written).
+pub(crate) fn insert_run(conn: &Connection, run: &Run) -> Result<bool> {
+    let body = serde_json::to_string(run)?;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO runs (tenant, run_id, body, abort_requested) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant, run_id) DO NOTHING",
+        )?
+        .execute(params![
+            run.tenant.as_str(),
+            run.run_id.as_str(),
+            body,
+            run.abort_requested
+        ])?;
+    Ok(inserted == 1)
+}
+
+/// Writes the run's body, creating it if absent; never touches `abort_requested`.
+pub(crate) fn replace_run(conn: &Connection, run: &Run) -> Result<()> {
+    let body = serde_json::to_string(run)?;
+    conn.prepare_cached(
+        "INSERT INTO runs (tenant, run_id, body, abort_requested) VALUES (?1, ?2, ?3, 0)
+         ON CONFLICT (tenant, run_id) DO UPDATE SET body = excluded.body",
+    )?
+    .execute(params![run.tenant.as_str(), run.run_id.as_str(), body])?;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `Store` for `SqliteBackend`: each method hands one transaction to the blocking pool.
+
+use crate::backend::SqliteBackend;
+use crate::records::{load_run, load_session};
+use crate::{ingress, lock};
+use agentlane_core::{
+    AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, Session, SessionId,
+    SessionKey, Store, StoreResult, TenantId, TranscriptEntry,
+};
+use async_trait::async_trait;
+
+#[async_trait]
+impl Store for SqliteBackend {
+    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        self.with_conn(move |c| ingress::accept_turn(c, turn)).await
+    }
+
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        let (tenant, run_id) = (tenant.clone(), run_id.clone());
+        self.with_conn(move |c| load_run(c, &tenant, &run_id)).await
+    }
+
+    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        let (tenant, run_id) = (tenant.clone(), run_id.clone());
+        self.with_conn(move |c| ingress::request_abort(c, &tenant, &run_id))
+            .await
+    }
+
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        let (tenant, key) = (tenant.clone(), key.clone());
+        self.with_conn(move |c| load_session(c, &tenant, &key)).await
+    }
+
+    async fn reset_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session> {
+        let (tenant, key) = (tenant.clone(), key.clone());
+        self.with_conn(move |c| ingress::reset_session(c, &tenant, &key, new_session_id, now))
+            .await
+    }
+
+    async fn read_transcript(
+        &self,
+        tenant: &TenantId,
+        session_id: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let (tenant, session_id) = (tenant.clone(), session_id.clone());
+        self.with_conn(move |c| ingress::read_transcript(c, &tenant, &session_id, after, limit))
+            .await
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        let (tenant, run_id) = (tenant.clone(), run_id.clone());
+        self.with_conn(move |c| ingress::read_events(c, &tenant, &run_id, after, limit))
+            .await
+    }
+
+    async fn acquire_lock(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        owner: &str,
+        lease_ms: u64,
+        now: u64,
+    ) -> StoreResult<LockAttempt> {
+        let (tenant, key, owner) = (tenant.clone(), key.clone(), owner.to_owned());
+        self.with_conn(move |c| lock::acquire(c, &tenant, &key, &owner, lease_ms, now))
+            .await
+    }
+
+    async fn renew_lock(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
+        let fence = fence.clone();
+        self.with_conn(move |c| lock::renew(c, &fence, lease_ms, now))
+            .await
+    }
+
+    async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
+        let fence = fence.clone();
+        self.with_conn(move |c| lock::release(c, &fence)).await
+    }
+
+    async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
+        let fence = fence.clone();
+        self.with_conn(move |c| lock::commit(c, &fence, commit))
+            .await
+    }
+}

@@ -1,0 +1,20 @@
+//! The shared conformance suite against the SQLite backend.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use agentlane_core::{LaneQueue, Store};
+use agentlane_store_sqlite::SqliteBackend;
+use std::sync::Arc;
+
+fn fresh() -> SqliteBackend {
+    SqliteBackend::open_temporary().expect("open a temporary database")
+}
+
+agentlane_conformance::store_conformance!(async { Arc::new(fresh()) as Arc<dyn Store> });
+
+agentlane_conformance::queue_conformance!(async { Arc::new(fresh()) as Arc<dyn LaneQueue> });
+
+/// All store cases at once on one database, the way the AWS suite shares one table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_cases_share_one_database() {
+    agentlane_conformance::store::run_all_shared(Arc::new(fresh())).await;
+}

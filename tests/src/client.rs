@@ -1,0 +1,374 @@
+//! A small typed client for the agentlane HTTP API, bound to one API key.
+
+use crate::error::{HarnessError, HarnessResult, truncate};
+use crate::views::{Accepted, EventsPage, RunView, TranscriptView, WaitReply, WaitStatus};
+use agentlane_core::Event;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// A request body for [`Client::raw`].
+#[derive(Debug, Clone)]
+pub enum RawBody {
+    /// Serialized JSON.
+    Json(Value),
+    /// Any text, sent as `application/json` (e.g. malformed JSON).
+    Text(String),
+}
+
+/// What came back from [`Client::raw`].
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    /// The status.
+    pub status: StatusCode,
+    /// The `content-type` header, if any.
+    pub content_type: Option<String>,
+    /// The body text.
+    pub body: String,
+}
+
+impl RawResponse {
+    /// The body as JSON (`Value::Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// How the client authenticates.
+#[derive(Debug, Clone)]
+enum Auth {
+    None,
+    Bearer(String),
+    /// A raw `Authorization` header value (e.g. a malformed one).
+    Header(String),
+}
+
+/// The API at one base URL, as one caller.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    auth: Auth,
+}
+
+impl Client {
+    /// A client for `base` (`http://127.0.0.1:PORT`) with `Authorization: Bearer <key>`.
+    pub fn new(base: &str, api_key: &str) -> Self {
+        Self::build(base, Auth::Bearer(api_key.to_owned()))
+    }
+
+    /// A client sending no `Authorization` header.
+    pub fn anonymous(base: &str) -> Self {
+        Self::build(base, Auth::None)
+    }
+
+    /// A client sending this exact `Authorization` header value.
+    pub fn with_authorization(base: &str, header: &str) -> Self {
+        Self::build(base, Auth::Header(header.to_owned()))
+    }
+
+    fn build(base: &str, auth: Auth) -> Self {
+        // Building a plain client only fails when the TLS backend cannot start; the tests only
+        // speak plain HTTP on loopback, so fall back to the default client then.
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(90))
+            .build()
+            .unwrap_or_default();
+        Client {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            auth,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let builder = self.http.request(method, format!("{}{path}", self.base));
+        match &self.auth {
+            Auth::None => builder,
+            Auth::Bearer(key) => builder.header(AUTHORIZATION, format!("Bearer {key}")),
+            Auth::Header(value) => builder.header(AUTHORIZATION, value.clone()),
+        }
+    }
+
+    /// Any request; the status is not checked.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<RawBody>,
+    ) -> HarnessResult<RawResponse> {
+        let mut builder = self.request(method.clone(), path);
+        builder = match body {
+            None => builder,
+            Some(RawBody::Json(value)) => builder
+                .header(CONTENT_TYPE, "application/json")
+                .body(value.to_string()),
+            Some(RawBody::Text(text)) => {
+                builder.header(CONTENT_TYPE, "application/json").body(text)
+            }
+        };
+        let transport = |source| HarnessError::Http {
+            method: method.to_string(),
+            url: format!("{}{path}", self.base),
+            source,
+        };
+        let response = builder.send().await.map_err(transport)?;
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response.text().await.map_err(transport)?;
+        Ok(RawResponse {
+            status,
+            content_type,
+            body,
+        })
+    }
+
+    /// A JSON request; returns the status and the body as JSON (`Null` if it is not JSON).
+    pub async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> HarnessResult<(StatusCode, Value)> {
+        let response = self.raw(method, path, body.map(RawBody::Json)).await?;
+        let value = response.json();
+        Ok((response.status, value))
+    }
+
+    /// A request that must answer `expected`, decoded as `T`.
+    async fn expect<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        expected: StatusCode,
+    ) -> HarnessResult<T> {
+        let what = format!("{method} {path}");
+        let response = self.raw(method, path, body.map(RawBody::Json)).await?;
+        if response.status != expected {
+            return Err(HarnessError::UnexpectedStatus {
+                request: what,
+                expected: expected.as_u16(),
+                status: response.status.as_u16(),
+                body: truncate(&response.body, 2000),
+            });
+        }
+        serde_json::from_str(&response.body)
+            .map_err(|e| HarnessError::decode(what, &response.body, e))
+    }
+
+    /// `POST /v1/agent` with any body.
+    pub async fn post_agent(&self, body: Value) -> HarnessResult<(StatusCode, Value)> {
+        self.json(Method::POST, "/v1/agent", Some(body)).await
+    }
+
+    /// `POST /v1/agent` with this body; it must be accepted (202).
+    pub async fn agent_with(&self, body: Value) -> HarnessResult<Accepted> {
+        self.expect(Method::POST, "/v1/agent", Some(body), StatusCode::ACCEPTED)
+            .await
+    }
+
+    /// Submits `message` on `session_key`; it must be accepted (202).
+    pub async fn agent(&self, session_key: &str, message: &str) -> HarnessResult<Accepted> {
+        self.agent_with(json!({ "sessionKey": session_key, "message": message }))
+            .await
+    }
+
+    /// `POST /v1/agent.wait`.
+    pub async fn wait(&self, run_id: &str, timeout_ms: u64) -> HarnessResult<WaitReply> {
+        self.expect(
+            Method::POST,
+            "/v1/agent.wait",
+            Some(json!({ "runId": run_id, "timeoutMs": timeout_ms })),
+            StatusCode::OK,
+        )
+        .await
+    }
+
+    /// Waits (with `agent.wait`) until the run ends, for at most `within`; returns the run.
+    pub async fn wait_done(&self, run_id: &str, within: Duration) -> HarnessResult<RunView> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let last = self.run(run_id).await?;
+                return Err(HarnessError::Timeout {
+                    what: format!("run {run_id} to end (last seen: {:?})", last.status),
+                    millis: within.as_millis(),
+                });
+            }
+            let chunk = left.min(Duration::from_secs(20)).as_millis().max(1);
+            let reply = self
+                .wait(run_id, u64::try_from(chunk).unwrap_or(20_000))
+                .await?;
+            match reply.status {
+                WaitStatus::Timeout => continue,
+                WaitStatus::Ok | WaitStatus::Error => return self.run(run_id).await,
+            }
+        }
+    }
+
+    /// `GET /v1/runs/{id}` (must be 200).
+    pub async fn run(&self, run_id: &str) -> HarnessResult<RunView> {
+        self.expect(
+            Method::GET,
+            &format!("/v1/runs/{run_id}"),
+            None,
+            StatusCode::OK,
+        )
+        .await
+    }
+
+    /// Polls the run every 50 ms until `done` holds, for at most `within`.
+    pub async fn poll_run(
+        &self,
+        run_id: &str,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&RunView) -> bool,
+    ) -> HarnessResult<RunView> {
+        let deadline = Instant::now() + within;
+        loop {
+            let run = self.run(run_id).await?;
+            if done(&run) {
+                return Ok(run);
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Timeout {
+                    what: format!("run {run_id}: {what} (last seen: {:?})", run.status),
+                    millis: within.as_millis(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// One page of `GET /v1/runs/{id}/events` (from the start when `after` is `None`).
+    pub async fn events_page(&self, run_id: &str, after: Option<u64>) -> HarnessResult<EventsPage> {
+        let path = match after {
+            None => format!("/v1/runs/{run_id}/events"),
+            Some(after) => format!("/v1/runs/{run_id}/events?after={after}"),
+        };
+        self.expect(Method::GET, &path, None, StatusCode::OK).await
+    }
+
+    /// Every event of a run so far, following the `next` cursor.
+    pub async fn events(&self, run_id: &str) -> HarnessResult<Vec<Event>> {
+        let mut all: Vec<Event> = Vec::new();
+        let mut after = None;
+        for _ in 0..10_000 {
+            let page = self.events_page(run_id, after).await?;
+            if page.events.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page.events);
+            match page.next {
+                Some(next) if Some(next) != after => after = Some(next),
+                _ => return Ok(all),
+            }
+        }
+        Err(HarnessError::Protocol(format!(
+            "events of {run_id}: the `next` cursor never ran out"
+        )))
+    }
+
+    /// The events as SSE (`Accept: text/event-stream`), read until the server closes the
+    /// stream; fails if it stays open longer than `within`.
+    pub async fn events_sse(&self, run_id: &str, within: Duration) -> HarnessResult<Vec<Event>> {
+        let path = format!("/v1/runs/{run_id}/events");
+        let url = format!("{}{path}", self.base);
+        let transport = |source| HarnessError::Http {
+            method: "GET".to_owned(),
+            url: url.clone(),
+            source,
+        };
+        // No whole-request timeout: the stream lives as long as the run.
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap_or_default();
+        let mut builder = http.get(&url).header(ACCEPT, "text/event-stream");
+        builder = match &self.auth {
+            Auth::None => builder,
+            Auth::Bearer(key) => builder.header(AUTHORIZATION, format!("Bearer {key}")),
+            Auth::Header(value) => builder.header(AUTHORIZATION, value.clone()),
+        };
+        let response = builder.send().await.map_err(transport)?;
+        if response.status() != StatusCode::OK {
+            return Err(HarnessError::UnexpectedStatus {
+                request: format!("GET {path} (SSE)"),
+                expected: 200,
+                status: response.status().as_u16(),
+                body: response.text().await.unwrap_or_default(),
+            });
+        }
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if !content_type.starts_with("text/event-stream") {
+            return Err(HarnessError::Protocol(format!(
+                "GET {path} with Accept: text/event-stream answered content-type {content_type:?}"
+            )));
+        }
+        let read = async {
+            let mut events = Vec::new();
+            let mut stream = response.bytes_stream().eventsource();
+            while let Some(frame) = stream.next().await {
+                let frame = frame.map_err(|e| HarnessError::Protocol(format!("SSE: {e}")))?;
+                if frame.data.trim().is_empty() {
+                    continue;
+                }
+                let event: Event = serde_json::from_str(&frame.data)
+                    .map_err(|e| HarnessError::decode("SSE event data", &frame.data, e))?;
+                events.push(event);
+            }
+            Ok::<_, HarnessError>(events)
+        };
+        tokio::time::timeout(within, read)
+            .await
+            .map_err(|_| HarnessError::Timeout {
+                what: format!("the SSE stream of {run_id} to close"),
+                millis: within.as_millis(),
+            })?
+    }
+
+    /// `GET /v1/sessions/{key}/transcript` (must be 200).
+    pub async fn transcript(&self, session_key: &str) -> HarnessResult<TranscriptView> {
+        self.expect(
+            Method::GET,
+            &format!("/v1/sessions/{session_key}/transcript"),
+            None,
+            StatusCode::OK,
+        )
+        .await
+    }
+
+    /// `POST /v1/runs/{id}/abort`; returns the status.
+    pub async fn abort(&self, run_id: &str) -> HarnessResult<StatusCode> {
+        let response = self
+            .raw(
+                Method::POST,
+                &format!("/v1/runs/{run_id}/abort"),
+                Some(RawBody::Json(json!({}))),
+            )
+            .await?;
+        Ok(response.status)
+    }
+}

@@ -1,0 +1,225 @@
+//! The agentlane server under test as a child process (`agentlane serve`), on a data directory
+//! of its own that survives restarts.
+
+use crate::aimock::Aimock;
+use crate::client::Client;
+use crate::error::{HarnessError, HarnessResult};
+use crate::process::{LogFiles, kill_and_reap, spawn_logged, wait_for_url};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+use tempfile::TempDir;
+
+/// A tenant and its API key, as configured through `AGENTLANE_API_KEYS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tenant {
+    /// Tenant name.
+    pub name: &'static str,
+    /// Its API key (≥ 16 characters).
+    pub key: &'static str,
+}
+
+/// The first tenant every test server knows.
+pub const TENANT_A: Tenant = Tenant {
+    name: "tenant-a",
+    key: "key-a-0123456789abcdef",
+};
+
+/// The second tenant, to check isolation.
+pub const TENANT_B: Tenant = Tenant {
+    name: "tenant-b",
+    key: "key-b-fedcba9876543210",
+};
+
+/// The model every test server is configured with.
+pub const MODEL: &str = "openai/gpt-4o-mini";
+
+/// The provider key the server sends to the model server.
+pub const OPENAI_TEST_KEY: &str = "test-key";
+
+/// How long a server may take to print its ready line (a cold, busy 2-core box).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to start the server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    binary: PathBuf,
+    env: BTreeMap<String, String>,
+    workers: Option<u32>,
+}
+
+impl ServerOptions {
+    /// The server at `binary` (pass `env!("CARGO_BIN_EXE_agentlane-under-test")`), with
+    /// [`TENANT_A`] and [`TENANT_B`] and [`MODEL`]. Call [`ServerOptions::model_server`] to
+    /// point it at aimock.
+    pub fn new(binary: impl Into<PathBuf>) -> Self {
+        let mut env = BTreeMap::new();
+        env.insert(
+            "AGENTLANE_API_KEYS".to_owned(),
+            format!(
+                "{}:{},{}:{}",
+                TENANT_A.name, TENANT_A.key, TENANT_B.name, TENANT_B.key
+            ),
+        );
+        env.insert("AGENTLANE_MODEL".to_owned(), MODEL.to_owned());
+        ServerOptions {
+            binary: binary.into(),
+            env,
+            workers: None,
+        }
+    }
+
+    /// Sends model calls to `mock` (`OPENAI_BASE_URL`, `OPENAI_API_KEY`).
+    pub fn model_server(self, mock: &Aimock) -> Self {
+        self.env("OPENAI_BASE_URL", mock.base_url())
+            .env("OPENAI_API_KEY", OPENAI_TEST_KEY)
+    }
+
+    /// Sets one environment variable (e.g. a timing knob such as `AGENTLANE_LOCK_LEASE_MS`).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// `--workers N`.
+    pub fn workers(mut self, workers: u32) -> Self {
+        self.workers = Some(workers);
+        self
+    }
+}
+
+/// A running server. Dropping it kills it (and prints its stderr when the test is failing).
+pub struct Server {
+    options: ServerOptions,
+    child: Option<Child>,
+    url: String,
+    logs: LogFiles,
+    incarnation: u32,
+    dir: TempDir,
+}
+
+impl Server {
+    /// Starts `serve --listen 127.0.0.1:0 --data-dir <fresh temp dir>` and waits for
+    /// `agentlane listening on http://127.0.0.1:PORT`.
+    pub fn start(options: ServerOptions) -> HarnessResult<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("agentlane-e2e-")
+            .tempdir()
+            .map_err(|e| HarnessError::io("create server temp dir", e))?;
+        let (child, url, logs) = spawn(&options, dir.path(), 0)?;
+        Ok(Server {
+            options,
+            child: Some(child),
+            url,
+            logs,
+            incarnation: 0,
+            dir,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT` of the current process.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A client authenticated as `tenant`.
+    pub fn client(&self, tenant: Tenant) -> Client {
+        Client::new(&self.url, tenant.key)
+    }
+
+    /// A client sending no credentials.
+    pub fn anonymous(&self) -> Client {
+        Client::anonymous(&self.url)
+    }
+
+    /// The data directory (kept across restarts).
+    pub fn data_dir(&self) -> PathBuf {
+        data_dir(self.dir.path())
+    }
+
+    /// `kill -9`: no graceful stop, nothing flushed.
+    pub fn kill_hard(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+
+    /// Starts a new process on the same data directory (killing the current one hard if it
+    /// still runs). The URL changes: take new clients afterwards.
+    pub fn restart(&mut self) -> HarnessResult<()> {
+        self.kill_hard();
+        self.incarnation += 1;
+        let (child, url, logs) = spawn(&self.options, self.dir.path(), self.incarnation)?;
+        self.child = Some(child);
+        self.url = url;
+        self.logs = logs;
+        Ok(())
+    }
+
+    /// The end of the current process's stderr.
+    pub fn stderr_tail(&self, max: usize) -> String {
+        self.logs.stderr_tail(max)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill_hard();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- agentlane server stderr (incarnation {}, tail) ---\n{}",
+                self.incarnation,
+                self.logs.stderr_tail(8000)
+            );
+        }
+    }
+}
+
+fn data_dir(root: &Path) -> PathBuf {
+    root.join("data")
+}
+
+fn spawn(
+    options: &ServerOptions,
+    root: &Path,
+    incarnation: u32,
+) -> HarnessResult<(Child, String, LogFiles)> {
+    let logs = LogFiles::in_dir(root, &format!("server-{incarnation}"));
+    let mut command = Command::new(&options.binary);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir(root));
+    if let Some(workers) = options.workers {
+        command.args(["--workers", &workers.to_string()]);
+    }
+    // Nothing from the developer's shell may change what the server talks to.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if ["AGENTLANE_", "OPENAI_", "ANTHROPIC_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command.envs(&options.env);
+    if std::env::var_os("RUST_LOG").is_none() {
+        command.env("RUST_LOG", "info");
+    }
+    let what = format!("agentlane serve ({})", options.binary.display());
+    let mut child = spawn_logged(&mut command, &logs, &what)?;
+    match wait_for_url(
+        &mut child,
+        &logs,
+        "agentlane listening on ",
+        READY_TIMEOUT,
+        "agentlane serve",
+    ) {
+        Ok(url) => Ok((child, url, logs)),
+        Err(e) => {
+            kill_and_reap(&mut child);
+            Err(e)
+        }
+    }
+}

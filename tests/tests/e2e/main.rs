@@ -1,0 +1,21 @@
+//! End-to-end scenarios: the real `agentlane serve` over HTTP, against aimock answering as an
+//! OpenAI-compatible model. Each scenario starts its own aimock and server (free ports, temp
+//! data dir), narrates GIVEN / WHEN / THEN, and asserts what a user would notice. aimock's
+//! drop checks the tool-call pairing invariant on every model request of every scenario.
+//!
+//! All modules link into this one binary to save link time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod abort;
+mod auth_and_tenants;
+mod crash_recovery;
+mod events_sse;
+mod harness;
+mod idempotency;
+mod lanes;
+mod support;
+mod text_turn;
+mod tool_round_trip;
+mod validation;
+mod wait;

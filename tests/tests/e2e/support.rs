@@ -1,0 +1,92 @@
+//! Shared helpers of the scenarios.
+
+use agentlane_core::{Event, EventStream};
+use agentlane_tests::{Scenario, ServerOptions, phase};
+use std::time::Duration;
+
+/// The server under test, built by cargo with these tests.
+pub const SERVER_BIN: &str = env!("CARGO_BIN_EXE_agentlane-under-test");
+
+/// How long a turn may take on a busy 2-core box before we call it stuck.
+pub const LONG: Duration = Duration::from_secs(90);
+
+/// The "hello" fixture's reply.
+pub const GREETING: &str = "Hi there! How can I help you today?";
+/// The "slow" fixture's reply (about 3.5 s: 250 ms before each of ~14 chunks).
+pub const SLOW_REPLY: &str = "A slow reply, streamed in many small pieces.";
+/// The "glacial" fixture's reply (about 8 s).
+pub const GLACIAL_REPLY: &str = "This reply trickles out very slowly, a few letters at a time, so there is plenty of time to abort it.";
+/// The first reply of the "what time is it" fixture (with two `current_time` calls).
+pub const TOOL_PREAMBLE: &str = "Let me check both clocks.";
+/// The reply after the tool results.
+pub const TOOL_ANSWER: &str = "It is noon in UTC and 1 pm in Paris.";
+
+/// aimock with the shared fixtures + a default server.
+pub fn scenario() -> anyhow::Result<Scenario> {
+    Ok(Scenario::start(SERVER_BIN)?)
+}
+
+/// aimock + a server with extra options.
+pub fn scenario_with(
+    configure: impl FnOnce(ServerOptions) -> ServerOptions,
+) -> anyhow::Result<Scenario> {
+    Ok(Scenario::start_with(SERVER_BIN, configure)?)
+}
+
+/// Seqs go up by exactly one.
+pub fn assert_dense(seqs: &[u64], what: &str) {
+    for pair in seqs.windows(2) {
+        assert_eq!(pair[1], pair[0] + 1, "{what}: seqs are not dense: {seqs:?}");
+    }
+}
+
+/// A finished run's events: lifecycle start first, a terminal lifecycle event (phase end or
+/// error) last carrying `status`, dense seqs, and nothing after the end.
+pub fn assert_run_frame(events: &[Event], status: &str) {
+    assert!(!events.is_empty(), "a finished run has events");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_dense(&seqs, "events");
+    let first = &events[0];
+    assert_eq!(
+        (first.stream, phase(first)),
+        (EventStream::Lifecycle, Some("start")),
+        "the first event is lifecycle start: {first:?}"
+    );
+    let last = &events[events.len() - 1];
+    assert_eq!(
+        last.stream,
+        EventStream::Lifecycle,
+        "the last event is lifecycle: {last:?}"
+    );
+    assert!(
+        matches!(phase(last), Some("end" | "error")),
+        "the last event ends the run: {last:?}"
+    );
+    assert_eq!(
+        last.data.get("status").and_then(|s| s.as_str()),
+        Some(status),
+        "the terminal lifecycle event carries the run's status: {last:?}"
+    );
+    let terminal = events
+        .iter()
+        .filter(|e| e.stream == EventStream::Lifecycle && matches!(phase(e), Some("end" | "error")))
+        .count();
+    assert_eq!(
+        terminal, 1,
+        "exactly one terminal lifecycle event: {events:?}"
+    );
+    let starts = events
+        .iter()
+        .filter(|e| e.stream == EventStream::Lifecycle && phase(e) == Some("start"))
+        .count();
+    assert_eq!(starts, 1, "exactly one lifecycle start: {events:?}");
+}
+
+/// The concatenated `delta`s of the assistant events.
+pub fn assistant_deltas(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter(|e| e.stream == EventStream::Assistant)
+        .filter_map(|e| e.data.get("delta").and_then(|d| d.as_str()))
+        .collect()
+}

@@ -20,6 +20,15 @@ pub enum RawBody {
     Text(String),
 }
 
+/// What an SSE follower received.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SseEvents {
+    /// The run's events, in the order received.
+    pub events: Vec<Event>,
+    /// The data of the closing `event: end` frame (`{runId, status}`), if one came.
+    pub end: Option<Value>,
+}
+
 /// What came back from [`Client::raw`].
 #[derive(Debug, Clone)]
 pub struct RawResponse {
@@ -287,8 +296,10 @@ impl Client {
     }
 
     /// The events as SSE (`Accept: text/event-stream`), read until the server closes the
-    /// stream; fails if it stays open longer than `within`.
-    pub async fn events_sse(&self, run_id: &str, within: Duration) -> HarnessResult<Vec<Event>> {
+    /// stream; fails if it stays open longer than `within`. Each frame is `id: seq`,
+    /// `event: <stream>`, `data: <event JSON>`; the last is `event: end` with
+    /// `{runId, status}` (an `event: error` frame fails the call).
+    pub async fn events_sse(&self, run_id: &str, within: Duration) -> HarnessResult<SseEvents> {
         let path = format!("/v1/runs/{run_id}/events");
         let url = format!("{}{path}", self.base);
         let transport = |source| HarnessError::Http {
@@ -328,18 +339,45 @@ impl Client {
             )));
         }
         let read = async {
-            let mut events = Vec::new();
+            let mut out = SseEvents::default();
             let mut stream = response.bytes_stream().eventsource();
             while let Some(frame) = stream.next().await {
                 let frame = frame.map_err(|e| HarnessError::Protocol(format!("SSE: {e}")))?;
                 if frame.data.trim().is_empty() {
                     continue;
                 }
-                let event: Event = serde_json::from_str(&frame.data)
-                    .map_err(|e| HarnessError::decode("SSE event data", &frame.data, e))?;
-                events.push(event);
+                if out.end.is_some() {
+                    return Err(HarnessError::Protocol(format!(
+                        "SSE frame after `end`: {} {}",
+                        frame.event, frame.data
+                    )));
+                }
+                match frame.event.as_str() {
+                    "end" => {
+                        let end = serde_json::from_str(&frame.data)
+                            .map_err(|e| HarnessError::decode("SSE end frame", &frame.data, e))?;
+                        out.end = Some(end);
+                    }
+                    "error" => {
+                        return Err(HarnessError::Protocol(format!(
+                            "SSE error frame: {}",
+                            frame.data
+                        )));
+                    }
+                    name => {
+                        let event: Event = serde_json::from_str(&frame.data)
+                            .map_err(|e| HarnessError::decode("SSE event data", &frame.data, e))?;
+                        if name != event.stream.as_str() || frame.id != event.seq.to_string() {
+                            return Err(HarnessError::Protocol(format!(
+                                "SSE frame `event: {name}`, `id: {}` does not match its data {}",
+                                frame.id, frame.data
+                            )));
+                        }
+                        out.events.push(event);
+                    }
+                }
             }
-            Ok::<_, HarnessError>(events)
+            Ok::<_, HarnessError>(out)
         };
         tokio::time::timeout(within, read)
             .await

@@ -24,7 +24,7 @@ pub mod server;
 pub mod views;
 
 pub use aimock::{Aimock, Fixtures, JournalEntry, ModelRequest, message_text, repo_root};
-pub use client::{Client, RawBody, RawResponse};
+pub use client::{Client, RawBody, RawResponse, SseEvents};
 pub use error::{HarnessError, HarnessResult};
 pub use pairing::{PairingItem, PairingViolation, check_pairing, openai_items, transcript_items};
 pub use scenario::Scenario;

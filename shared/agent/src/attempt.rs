@@ -1,11 +1,11 @@
 //! One streamed model call, with the idle watchdog and the run's stop signal.
 
 use crate::writer::RunWriter;
+use agentlane_core::StoreError;
 use agentlane_providers::{
     AssistantTurn, FailoverReason, ModelProvider, ModelRequest, ProviderError, StreamAccumulator,
     StreamEvent,
 };
-use agentlane_core::StoreError;
 use futures::StreamExt;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

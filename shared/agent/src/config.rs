@@ -42,9 +42,10 @@ impl Default for RunnerConfig {
             abort_poll: Duration::from_millis(250),
             max_model_calls: 32,
             tool_timeout: Duration::from_secs(60),
-            system_prompt: "You are a helpful assistant. Use the tools you are given when they help \
+            system_prompt:
+                "You are a helpful assistant. Use the tools you are given when they help \
                             answer; answer concisely."
-                .to_owned(),
+                    .to_owned(),
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
         }

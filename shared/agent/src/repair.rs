@@ -7,7 +7,8 @@ use agentlane_core::Message;
 use std::collections::HashSet;
 
 /// The text of a synthetic result for a call whose result was never recorded.
-pub const ABORTED_RESULT: &str = "aborted: the tool call did not complete (the run was interrupted)";
+pub const ABORTED_RESULT: &str =
+    "aborted: the tool call did not complete (the run was interrupted)";
 
 /// Returns `history` with orphan tool results dropped, duplicate results dropped, and missing
 /// results filled with an "aborted" error result right after their assistant message's results.
@@ -116,12 +117,47 @@ mod tests {
     fn repair_table() {
         let u = Message::user("hi");
         let cases: Vec<(&str, Vec<Message>, Vec<Message>)> = vec![
-            ("already paired", vec![u.clone(), assistant(&["a"]), result("a")], vec![u.clone(), assistant(&["a"]), result("a")]),
-            ("orphan result dropped", vec![u.clone(), result("x"), assistant(&[])], vec![u.clone(), assistant(&[])]),
-            ("missing result at end filled", vec![u.clone(), assistant(&["a", "b"]), result("a")], vec![u.clone(), assistant(&["a", "b"]), result("a"), aborted("b")]),
-            ("missing result before next user filled", vec![assistant(&["a"]), u.clone()], vec![assistant(&["a"]), aborted("a"), u.clone()]),
-            ("duplicate result dropped", vec![assistant(&["a"]), result("a"), result("a")], vec![assistant(&["a"]), result("a")]),
-            ("result of an older call dropped", vec![assistant(&["a"]), result("a"), assistant(&["b"]), result("a"), result("b")], vec![assistant(&["a"]), result("a"), assistant(&["b"]), result("b")]),
+            (
+                "already paired",
+                vec![u.clone(), assistant(&["a"]), result("a")],
+                vec![u.clone(), assistant(&["a"]), result("a")],
+            ),
+            (
+                "orphan result dropped",
+                vec![u.clone(), result("x"), assistant(&[])],
+                vec![u.clone(), assistant(&[])],
+            ),
+            (
+                "missing result at end filled",
+                vec![u.clone(), assistant(&["a", "b"]), result("a")],
+                vec![u.clone(), assistant(&["a", "b"]), result("a"), aborted("b")],
+            ),
+            (
+                "missing result before next user filled",
+                vec![assistant(&["a"]), u.clone()],
+                vec![assistant(&["a"]), aborted("a"), u.clone()],
+            ),
+            (
+                "duplicate result dropped",
+                vec![assistant(&["a"]), result("a"), result("a")],
+                vec![assistant(&["a"]), result("a")],
+            ),
+            (
+                "result of an older call dropped",
+                vec![
+                    assistant(&["a"]),
+                    result("a"),
+                    assistant(&["b"]),
+                    result("a"),
+                    result("b"),
+                ],
+                vec![
+                    assistant(&["a"]),
+                    result("a"),
+                    assistant(&["b"]),
+                    result("b"),
+                ],
+            ),
         ];
         for (name, input, want) in cases {
             assert_eq!(repair_pairing(&input), want, "{name}");

@@ -54,7 +54,13 @@ mod tests {
 
     #[test]
     fn payload_shaping() {
-        assert_eq!(shape_payloads(" hi ", None), vec![Payload { text: "hi".into(), is_error: false }]);
+        assert_eq!(
+            shape_payloads(" hi ", None),
+            vec![Payload {
+                text: "hi".into(),
+                is_error: false
+            }]
+        );
         assert!(shape_payloads("NO_REPLY", None).is_empty());
         assert!(shape_payloads("NO_REPLY", Some(("http_fetch", "denied"))).is_empty());
         let fallback = shape_payloads("", Some(("http_fetch", "denied")));

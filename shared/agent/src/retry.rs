@@ -102,7 +102,11 @@ mod tests {
             (FailoverReason::Server, Some(600), ms(60_000)),
         ];
         for (reason, after, want) in cases {
-            assert_eq!(RetryPolicy::default().decide(&err(reason, after)), want, "{reason:?}");
+            assert_eq!(
+                RetryPolicy::default().decide(&err(reason, after)),
+                want,
+                "{reason:?}"
+            );
         }
         for reason in [
             FailoverReason::Auth,

@@ -192,8 +192,12 @@ impl Runner {
         helpers: &CancellationToken,
     ) {
         let (store, tenant, run_id) = (self.store.clone(), run.tenant.clone(), run.run_id.clone());
-        let (stop, lost, shutdown, helpers) =
-            (stop.clone(), lost.clone(), shutdown.clone(), helpers.clone());
+        let (stop, lost, shutdown, helpers) = (
+            stop.clone(),
+            lost.clone(),
+            shutdown.clone(),
+            helpers.clone(),
+        );
         let poll = self.config.abort_poll;
         tokio::spawn(async move {
             loop {
@@ -336,7 +340,12 @@ impl Runner {
         loop {
             let page = self
                 .store
-                .read_transcript(&run.tenant, &run.session_id, all.last().map(|e: &TranscriptEntry| e.seq), 1000)
+                .read_transcript(
+                    &run.tenant,
+                    &run.session_id,
+                    all.last().map(|e: &TranscriptEntry| e.seq),
+                    1000,
+                )
                 .await?;
             let done = page.len() < 1000;
             all.extend(page);
@@ -368,7 +377,11 @@ impl Runner {
             .unwrap_or_default();
         let mut last_tool_error: Option<(String, String)> = None;
         // A previous pickup may have produced the final answer and died before ending the run.
-        if let Some(Message::Assistant { content, tool_calls, .. }) = history.last()
+        if let Some(Message::Assistant {
+            content,
+            tool_calls,
+            ..
+        }) = history.last()
             && tool_calls.is_empty()
         {
             return Ok(LoopEnd::Final {
@@ -398,14 +411,8 @@ impl Runner {
             };
             let started_at = writer.now();
             let started = Instant::now();
-            let outcome = stream_attempt(
-                model.provider.as_ref(),
-                request,
-                idle,
-                stop.token(),
-                writer,
-            )
-            .await;
+            let outcome =
+                stream_attempt(model.provider.as_ref(), request, idle, stop.token(), writer).await;
             let mut record = AttemptRecord {
                 index: writer.run.attempts.len() as u32,
                 model: model.full_name.clone(),
@@ -446,7 +453,12 @@ impl Runner {
                     }
                 }
             };
-            record.outcome = if turn.tool_calls.is_empty() { "ok" } else { "tool_calls" }.into();
+            record.outcome = if turn.tool_calls.is_empty() {
+                "ok"
+            } else {
+                "tool_calls"
+            }
+            .into();
             record.usage = turn.usage;
             writer.run.usage.add(turn.usage);
             writer.run.attempts.push(record);
@@ -464,7 +476,12 @@ impl Runner {
                 );
             }
             writer
-                .commit(vec![assistant], true, Some(SessionStatus::Processing), false)
+                .commit(
+                    vec![assistant],
+                    true,
+                    Some(SessionStatus::Processing),
+                    false,
+                )
                 .await?;
             if turn.tool_calls.is_empty() {
                 return Ok(LoopEnd::Final {
@@ -523,13 +540,26 @@ impl Runner {
     async fn finish(&self, writer: &mut RunWriter, end: LoopEnd) -> Result<TurnExit, StoreError> {
         let now = writer.now();
         let (status, liveness, error, payloads) = match end {
-            LoopEnd::Final { text, last_tool_error } => {
+            LoopEnd::Final {
+                text,
+                last_tool_error,
+            } => {
                 let tool_error = last_tool_error
                     .as_ref()
                     .map(|(n, m)| (n.as_str(), m.as_str()));
-                (RunStatus::Ok, LivenessState::Working, None, shape_payloads(&text, tool_error))
+                (
+                    RunStatus::Ok,
+                    LivenessState::Working,
+                    None,
+                    shape_payloads(&text, tool_error),
+                )
             }
-            LoopEnd::Failed(e) => (RunStatus::Error, LivenessState::Blocked, Some(e), Vec::new()),
+            LoopEnd::Failed(e) => (
+                RunStatus::Error,
+                LivenessState::Blocked,
+                Some(e),
+                Vec::new(),
+            ),
             LoopEnd::Stopped(StopReason::Abort) => (
                 RunStatus::Aborted,
                 LivenessState::Abandoned,
@@ -545,8 +575,13 @@ impl Runner {
             LoopEnd::Stopped(StopReason::LockLost) => return Ok(TurnExit::Abandoned),
             LoopEnd::Stopped(StopReason::Shutdown) => {
                 writer.run.liveness_state = LivenessState::Paused;
-                writer.event(EventStream::Lifecycle, json!({ "phase": "paused", "reason": "handed back" }));
-                writer.commit(Vec::new(), true, Some(SessionStatus::Processing), true).await?;
+                writer.event(
+                    EventStream::Lifecycle,
+                    json!({ "phase": "paused", "reason": "handed back" }),
+                );
+                writer
+                    .commit(Vec::new(), true, Some(SessionStatus::Processing), true)
+                    .await?;
                 return Ok(TurnExit::HandBack);
             }
         };
@@ -555,7 +590,11 @@ impl Runner {
         writer.run.ended_at = Some(now);
         writer.run.error = error.clone();
         writer.run.payloads = payloads;
-        let phase = if status == RunStatus::Ok { "end" } else { "error" };
+        let phase = if status == RunStatus::Ok {
+            "end"
+        } else {
+            "error"
+        };
         writer.event(
             EventStream::Lifecycle,
             json!({

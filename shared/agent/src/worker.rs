@@ -32,13 +32,20 @@ impl LaneWorker {
 
     /// Runs one delivery's turn, extending its visibility every third of the visibility timeout
     /// while it works. Does not ack: the caller does (the Lambda runtime acks by success).
-    pub async fn process(&self, delivery: &Delivery, shutdown: &CancellationToken) -> DeliveryOutcome {
+    pub async fn process(
+        &self,
+        delivery: &Delivery,
+        shutdown: &CancellationToken,
+    ) -> DeliveryOutcome {
         let visibility = self.runner.config().visibility_timeout;
         let keepalive = CancellationToken::new();
         let _stop_keepalive = keepalive.clone().drop_guard();
         {
-            let (queue, receipt, keepalive) =
-                (self.queue.clone(), delivery.receipt.clone(), keepalive.clone());
+            let (queue, receipt, keepalive) = (
+                self.queue.clone(),
+                delivery.receipt.clone(),
+                keepalive.clone(),
+            );
             tokio::spawn(async move {
                 let period = (visibility / 3).max(Duration::from_millis(50));
                 loop {

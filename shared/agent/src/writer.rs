@@ -92,8 +92,7 @@ impl RunWriter {
     /// Buffers assistant text; commits the buffered events when enough text or time gathered.
     pub async fn assistant_delta(&mut self, delta: &str) -> StoreResult<()> {
         self.delta.push_str(delta);
-        if self.delta.len() >= self.flush_bytes || self.last_flush.elapsed() >= self.flush_every
-        {
+        if self.delta.len() >= self.flush_bytes || self.last_flush.elapsed() >= self.flush_every {
             self.take_delta();
             self.flush_events().await?;
         }
@@ -153,6 +152,7 @@ impl RunWriter {
             .collect();
         let finished = session == Some(SessionStatus::Idle) && self.run.status.is_terminal();
         let commit = Commit {
+            run_id: Some(self.run.run_id.clone()),
             transcript,
             events: self.pending.clone(),
             run: with_run.then(|| self.run.clone()),

@@ -60,7 +60,12 @@ impl ModelProvider for ScriptedModel {
     ) -> Result<ModelStream, ProviderError> {
         agentlane_agent::repair::check_pairing(&request.messages).expect("pairing invariant");
         self.requests.lock().unwrap().push(request);
-        let next = self.script.lock().unwrap().pop_front().expect("script exhausted");
+        let next = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("script exhausted");
         let events: Vec<Result<StreamEvent, ProviderError>> = match next {
             Script::Text(t) => vec![
                 Ok(StreamEvent::TextDelta(t[..t.len() / 2].into())),
@@ -70,20 +75,29 @@ impl ModelProvider for ScriptedModel {
             Script::Tools(calls) => {
                 let mut v = Vec::new();
                 for (i, (id, name, args)) in calls.into_iter().enumerate() {
-                    v.push(Ok(StreamEvent::ToolCallStart { index: i, id: id.into(), name: name.into() }));
-                    v.push(Ok(StreamEvent::ToolCallArgumentsDelta { index: i, delta: args.into() }));
+                    v.push(Ok(StreamEvent::ToolCallStart {
+                        index: i,
+                        id: id.into(),
+                        name: name.into(),
+                    }));
+                    v.push(Ok(StreamEvent::ToolCallArgumentsDelta {
+                        index: i,
+                        delta: args.into(),
+                    }));
                 }
                 v.push(Ok(StreamEvent::Finished(FinishReason::ToolCalls)));
                 v
             }
             Script::Fail(reason) => return Err(ProviderError::new(reason, "scripted failure")),
             Script::Stall(d) => {
-                return Ok(futures::stream::iter(vec![Ok(StreamEvent::TextDelta("partial".into()))])
-                    .chain(futures::stream::once(async move {
-                        tokio::time::sleep(d).await;
-                        Ok(StreamEvent::Finished(FinishReason::Stop))
-                    }))
-                    .boxed());
+                return Ok(futures::stream::iter(vec![Ok(StreamEvent::TextDelta(
+                    "partial".into(),
+                ))])
+                .chain(futures::stream::once(async move {
+                    tokio::time::sleep(d).await;
+                    Ok(StreamEvent::Finished(FinishReason::Stop))
+                }))
+                .boxed());
             }
         };
         Ok(futures::stream::iter(events).boxed())
@@ -110,7 +124,9 @@ impl Tool for Echo {
         if arguments.contains("fail") {
             return Err(ToolError::Failed("asked to fail".into()));
         }
-        Ok(ToolOutput { content: format!("{}:{arguments}", self.name) })
+        Ok(ToolOutput {
+            content: format!("{}:{arguments}", self.name),
+        })
     }
 }
 
@@ -140,8 +156,14 @@ fn fixture(script: Vec<Script>, config: RunnerConfig) -> Fixture {
     let store: Arc<dyn Store> = Arc::new(backend);
     let model = ScriptedModel::new(script);
     let tools = ToolRegistry::new()
-        .with(Arc::new(Echo { name: "echo", delay: Duration::from_millis(30) }))
-        .with(Arc::new(Echo { name: "slow", delay: Duration::from_secs(30) }));
+        .with(Arc::new(Echo {
+            name: "echo",
+            delay: Duration::from_millis(30),
+        }))
+        .with(Arc::new(Echo {
+            name: "slow",
+            delay: Duration::from_secs(30),
+        }));
     let runner = Runner::new(
         store.clone(),
         Arc::new(SystemClock),
@@ -182,16 +204,30 @@ impl Fixture {
             })
             .await
             .unwrap();
-        TurnMessage { tenant: self.tenant.clone(), run_id: out.run.run_id }
+        TurnMessage {
+            tenant: self.tenant.clone(),
+            run_id: out.run.run_id,
+        }
     }
 
     async fn execute(&self, msg: &TurnMessage) -> TurnExit {
-        self.runner.execute(msg, &CancellationToken::new()).await.unwrap()
+        self.runner
+            .execute(msg, &CancellationToken::new())
+            .await
+            .unwrap()
     }
 
     async fn transcript(&self) -> Vec<TranscriptEntry> {
-        let session = self.store.get_session(&self.tenant, &self.key).await.unwrap().unwrap();
-        self.store.read_transcript(&self.tenant, &session.session_id, None, 10_000).await.unwrap()
+        let session = self
+            .store
+            .get_session(&self.tenant, &self.key)
+            .await
+            .unwrap()
+            .unwrap();
+        self.store
+            .read_transcript(&self.tenant, &session.session_id, None, 10_000)
+            .await
+            .unwrap()
     }
 
     async fn roles(&self) -> Vec<&'static str> {
@@ -213,19 +249,36 @@ async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
     let msg = f.accept("hi").await;
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
 
-    let run = f.store.get_run(&f.tenant, &msg.run_id).await.unwrap().unwrap();
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.status, RunStatus::Ok);
     assert_eq!(run.payloads.len(), 1);
     assert_eq!(run.payloads[0].text, "Hello there, human.");
     assert_eq!(run.model.as_deref(), Some("scripted/m1"));
     assert_eq!(run.attempts.len(), 1);
     assert_eq!(f.roles().await, vec!["user", "assistant"]);
-    let events = f.store.read_events(&f.tenant, &msg.run_id, None, 100).await.unwrap();
+    let events = f
+        .store
+        .read_events(&f.tenant, &msg.run_id, None, 100)
+        .await
+        .unwrap();
     assert_eq!(events.first().unwrap().data["phase"], "start");
     assert_eq!(events.last().unwrap().data["phase"], "end");
     assert!(events.iter().any(|e| e.stream == EventStream::Assistant));
-    assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1), "dense event seqs");
-    let session = f.store.get_session(&f.tenant, &f.key).await.unwrap().unwrap();
+    assert!(
+        events.windows(2).all(|w| w[1].seq == w[0].seq + 1),
+        "dense event seqs"
+    );
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(session.lock_owner, None, "lock released");
     assert_eq!(session.runs_finished, 1);
 }
@@ -234,25 +287,45 @@ async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
 async fn parallel_tool_calls_run_and_results_keep_call_order() {
     let f = fixture(
         vec![
-            Script::Tools(vec![("c1", "echo", r#"{"n":1}"#), ("c2", "echo", r#"{"n":2}"#), ("c3", "nope", "{}")]),
+            Script::Tools(vec![
+                ("c1", "echo", r#"{"n":1}"#),
+                ("c2", "echo", r#"{"n":2}"#),
+                ("c3", "nope", "{}"),
+            ]),
             Script::Text("done"),
         ],
         config(),
     );
     let msg = f.accept("use tools").await;
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
-    assert_eq!(f.roles().await, vec!["user", "assistant", "tool", "tool", "tool", "assistant"]);
+    assert_eq!(
+        f.roles().await,
+        vec!["user", "assistant", "tool", "tool", "tool", "assistant"]
+    );
     let t = f.transcript().await;
     let results: Vec<(String, bool)> = t
         .iter()
         .filter_map(|e| match &e.message {
-            Message::Tool { tool_call_id, is_error, .. } => Some((tool_call_id.clone(), *is_error)),
+            Message::Tool {
+                tool_call_id,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), *is_error)),
             _ => None,
         })
         .collect();
-    assert_eq!(results, vec![("c1".into(), false), ("c2".into(), false), ("c3".into(), true)]);
+    assert_eq!(
+        results,
+        vec![
+            ("c1".into(), false),
+            ("c2".into(), false),
+            ("c3".into(), true)
+        ]
+    );
     let second = &f.model.requests()[1];
-    assert!(matches!(&second.messages[2], Message::Tool { content, .. } if content == r#"echo:{"n":1}"#));
+    assert!(
+        matches!(&second.messages[2], Message::Tool { content, .. } if content == r#"echo:{"n":1}"#)
+    );
 }
 
 #[tokio::test]
@@ -279,20 +352,37 @@ async fn a_crashed_pickup_is_resumed_without_duplicating_entries() {
     else {
         panic!("lock should be free")
     };
-    let session = f.store.get_session(&f.tenant, &f.key).await.unwrap().unwrap();
-    let entry = |seq, message| TranscriptEntry { seq, run_id: msg.run_id.clone(), ts: 1, message };
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    let entry = |seq, message| TranscriptEntry {
+        seq,
+        run_id: msg.run_id.clone(),
+        ts: 1,
+        message,
+    };
     f.store
         .commit(
             &dead,
             Commit {
                 transcript: vec![
                     entry(0, Message::user("look something up")),
-                    entry(1, Message::Assistant {
-                        content: String::new(),
-                        reasoning: None,
-                        tool_calls: vec![ToolCall { id: "c1".into(), name: "slow".into(), arguments: "{}".into() }],
-                        model: None,
-                    }),
+                    entry(
+                        1,
+                        Message::Assistant {
+                            content: String::new(),
+                            reasoning: None,
+                            tool_calls: vec![ToolCall {
+                                id: "c1".into(),
+                                name: "slow".into(),
+                                arguments: "{}".into(),
+                            }],
+                            model: None,
+                        },
+                    ),
                 ],
                 ..Commit::default()
             },
@@ -305,24 +395,46 @@ async fn a_crashed_pickup_is_resumed_without_duplicating_entries() {
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
     assert!(started.elapsed() < Duration::from_secs(5));
     // THEN the dangling call got an aborted result, the model continued, nothing was repeated
-    assert_eq!(f.roles().await, vec!["user", "assistant", "tool", "assistant"]);
+    assert_eq!(
+        f.roles().await,
+        vec!["user", "assistant", "tool", "assistant"]
+    );
     let t = f.transcript().await;
     assert!(t.windows(2).all(|w| w[1].seq == w[0].seq + 1));
-    assert!(matches!(&t[2].message, Message::Tool { is_error: true, tool_call_id, .. } if tool_call_id == "c1"));
-    let run = f.store.get_run(&f.tenant, &msg.run_id).await.unwrap().unwrap();
+    assert!(
+        matches!(&t[2].message, Message::Tool { is_error: true, tool_call_id, .. } if tool_call_id == "c1")
+    );
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.pickups, 1);
     assert_eq!(run.payloads[0].text, "recovered answer");
     // and the dead pickup's fence can write nothing any more
-    let late = f.store.commit(&dead, Commit { transcript: vec![entry(9, Message::user("late"))], ..Commit::default() }).await;
+    let late = f
+        .store
+        .commit(
+            &dead,
+            Commit {
+                transcript: vec![entry(9, Message::user("late"))],
+                ..Commit::default()
+            },
+        )
+        .await;
     assert_eq!(late, Err(agentlane_core::StoreError::FenceLost));
 }
 
 #[tokio::test]
 async fn abort_stops_a_streaming_run_within_a_second() {
-    let f = fixture(vec![Script::Stall(Duration::from_secs(30))], RunnerConfig {
-        model_idle_timeout: Duration::from_secs(60),
-        ..config()
-    });
+    let f = fixture(
+        vec![Script::Stall(Duration::from_secs(30))],
+        RunnerConfig {
+            model_idle_timeout: Duration::from_secs(60),
+            ..config()
+        },
+    );
     let msg = f.accept("talk slowly").await;
     let store = f.store.clone();
     let (tenant, run_id) = (f.tenant.clone(), msg.run_id.clone());
@@ -335,21 +447,33 @@ async fn abort_stops_a_streaming_run_within_a_second() {
     let ended = Instant::now();
     let asked = aborter.await.unwrap();
     assert_eq!(exit, TurnExit::Finished(RunStatus::Aborted));
-    assert!(ended - asked < Duration::from_secs(1), "took {:?}", ended - asked);
+    assert!(
+        ended - asked < Duration::from_secs(1),
+        "took {:?}",
+        ended - asked
+    );
     assert_eq!(f.roles().await, vec!["user"], "no partial assistant entry");
 }
 
 #[tokio::test]
 async fn idle_streams_are_retried_then_the_run_fails_with_a_clear_error() {
     let stall = Script::Stall(Duration::from_secs(30));
-    let f = fixture(vec![stall.clone(), stall.clone(), stall.clone(), stall], RunnerConfig {
-        model_idle_timeout: Duration::from_millis(100),
-        ..config()
-    });
+    let f = fixture(
+        vec![stall.clone(), stall.clone(), stall.clone(), stall],
+        RunnerConfig {
+            model_idle_timeout: Duration::from_millis(100),
+            ..config()
+        },
+    );
     let msg = f.accept("hi").await;
     // Backoff is 0.5 + 1 + 2 s: this test takes ~4 s.
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
-    let run = f.store.get_run(&f.tenant, &msg.run_id).await.unwrap().unwrap();
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.attempts.len(), 4);
     assert!(run.attempts.iter().all(|a| a.outcome == "timeout"));
     let err = run.error.unwrap();
@@ -362,7 +486,12 @@ async fn a_non_retryable_error_fails_at_once() {
     let f = fixture(vec![Script::Fail(FailoverReason::Auth)], config());
     let msg = f.accept("hi").await;
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
-    let run = f.store.get_run(&f.tenant, &msg.run_id).await.unwrap().unwrap();
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.error.unwrap().code, "auth");
     assert_eq!(f.model.requests().len(), 1);
 }
@@ -391,15 +520,27 @@ async fn a_run_past_its_timeout_ends_with_status_timeout() {
         })
         .await
         .unwrap();
-    let msg = TurnMessage { tenant: f.tenant.clone(), run_id: out.run.run_id };
-    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Timeout));
+    let msg = TurnMessage {
+        tenant: f.tenant.clone(),
+        run_id: out.run.run_id,
+    };
+    assert_eq!(
+        f.execute(&msg).await,
+        TurnExit::Finished(RunStatus::Timeout)
+    );
     // the interrupted tool call still has its result: the transcript stays paired
     assert_eq!(f.roles().await, vec!["user", "assistant", "tool"]);
 }
 
 #[tokio::test]
 async fn a_shutdown_hands_the_run_back_and_a_later_pickup_finishes_it() {
-    let f = fixture(vec![Script::Tools(vec![("c1", "slow", "{}")]), Script::Text("finished later")], config());
+    let f = fixture(
+        vec![
+            Script::Tools(vec![("c1", "slow", "{}")]),
+            Script::Text("finished later"),
+        ],
+        config(),
+    );
     let msg = f.accept("long job").await;
     let shutdown = CancellationToken::new();
     let s = shutdown.clone();
@@ -407,9 +548,20 @@ async fn a_shutdown_hands_the_run_back_and_a_later_pickup_finishes_it() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         s.cancel();
     });
-    assert_eq!(f.runner.execute(&msg, &shutdown).await.unwrap(), TurnExit::HandBack);
-    let run = f.store.get_run(&f.tenant, &msg.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        f.runner.execute(&msg, &shutdown).await.unwrap(),
+        TurnExit::HandBack
+    );
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(run.status, RunStatus::Running);
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
-    assert_eq!(f.roles().await, vec!["user", "assistant", "tool", "assistant"]);
+    assert_eq!(
+        f.roles().await,
+        vec!["user", "assistant", "tool", "assistant"]
+    );
 }

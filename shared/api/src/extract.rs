@@ -160,3 +160,38 @@ where
             .map_err(|e| ApiError::InvalidRequest(e.body_text()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn json_content_types_pass_and_others_do_not() {
+        let check = |value: Option<&'static str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(value) = value {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            }
+            check_content_type(&headers).is_ok()
+        };
+        assert!(check(None));
+        assert!(check(Some("application/json")));
+        assert!(check(Some("Application/JSON; charset=utf-8")));
+        assert!(check(Some("application/merge-patch+json")));
+        assert!(!check(Some("text/plain")));
+        assert!(!check(Some("application/x-www-form-urlencoded")));
+        assert!(!check(Some("multipart/form-data; boundary=x")));
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_refused_even_without_a_length() {
+        let headers = HeaderMap::new();
+        let body = Body::from(vec![b' '; 11]);
+        let error = read_limited(&headers, body, 10).await.unwrap_err();
+        assert_eq!(error.code(), "payload_too_large");
+        let fits = read_limited(&headers, Body::from(vec![b' '; 10]), 10).await;
+        assert_eq!(fits.unwrap().len(), 10);
+    }
+}

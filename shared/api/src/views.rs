@@ -125,7 +125,7 @@ pub struct SessionView {
     pub updated_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_progress_at: Option<u64>,
-    /// A writer holds an unexpired lease on the session's lock.
+    /// A writer holds a lease on the session's lock that has not ended (`lockUntil >= now`).
     pub locked: bool,
 }
 
@@ -144,7 +144,7 @@ impl SessionView {
             created_at: session.created_at,
             updated_at: session.updated_at,
             last_progress_at: session.last_progress_at,
-            locked: session.lock_owner.is_some() && session.lock_until > now,
+            locked: session.lock_owner.is_some() && session.lock_until >= now,
         }
     }
 }

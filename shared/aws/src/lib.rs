@@ -2,12 +2,17 @@
 //! [`SqsLaneQueue`] (the `LaneQueue` on one SQS FIFO queue), plus [`setup`]: SDK configuration
 //! and idempotent creation of the table and queues.
 //!
-//! ```ignore
-//! let sdk = agentlane_aws::setup::sdk_config().await;
-//! let config = agentlane_aws::setup::AwsConfig::from_env()?;
-//! let resources = agentlane_aws::setup::ensure_resources(&sdk, &config).await?;
-//! let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), resources.table);
-//! let queue = SqsLaneQueue::new(aws_sdk_sqs::Client::new(&sdk), resources.queue_url);
+//! ```no_run
+//! # async fn wire() -> Result<(), agentlane_aws::SetupError> {
+//! use agentlane_aws::{AwsConfig, DynamoStore, SqsLaneQueue, ensure_resources, sdk_config};
+//!
+//! let sdk = sdk_config().await;
+//! let resources = ensure_resources(&sdk, &AwsConfig::from_env()?).await?;
+//! let store = DynamoStore::new(agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk), resources.table);
+//! let queue = SqsLaneQueue::new(agentlane_aws::aws_sdk_sqs::Client::new(&sdk), resources.queue_url);
+//! # let _ = (store, queue);
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! Against an emulator, run `localstack/start-emulator.sh` and set
@@ -19,7 +24,7 @@ pub mod setup;
 pub mod store;
 
 pub use queue::{SqsLaneQueue, delivery_from_parts};
-pub use setup::{AwsConfig, Resources, SetupError, ensure_resources, sdk_config};
+pub use setup::{AwsConfig, Resources, SetupError, ensure_resources, ensure_table, sdk_config};
 pub use store::DynamoStore;
 
 /// The SDK crates, so users need no direct dependency of their own.

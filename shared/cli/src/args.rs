@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "agentlane", version, about = "Serverless runtime for conversational agents")]
+#[command(
+    name = "agentlane",
+    version,
+    about = "Serverless runtime for conversational agents"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -5,9 +5,9 @@
 //! zero-latency model (the demo model without pacing), commits, and acks. It reports turn wall
 //! time minus the time spent inside the model, as percentiles, and the process's peak RSS.
 
-use crate::serve::{build_system, System};
-use agentlane_api::{ApiConfig, ApiKeys, ApiState};
+use crate::serve::{System, build_system};
 use agentlane_agent::LaneWorker;
+use agentlane_api::{ApiConfig, ApiKeys, ApiState};
 use agentlane_providers::{ModelProvider, ModelRequest, ModelStream, ProviderError};
 use anyhow::{Context, bail};
 use async_trait::async_trait;
@@ -53,7 +53,8 @@ impl ModelProvider for TimedProvider {
     ) -> Result<ModelStream, ProviderError> {
         let t = Instant::now();
         let inner = self.inner.stream(request, cancel).await;
-        self.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let nanos = self.nanos.clone();
         let mut inner = inner?;
         Ok(async_stream(move |tx| async move {
@@ -77,7 +78,9 @@ impl ModelProvider for TimedProvider {
 /// A stream fed by a task (keeps the timing wrapper free of hand-written `Stream` impls).
 fn async_stream<F, Fut>(f: F) -> ModelStream
 where
-    F: FnOnce(tokio::sync::mpsc::UnboundedSender<Result<agentlane_providers::StreamEvent, ProviderError>>) -> Fut,
+    F: FnOnce(
+        tokio::sync::mpsc::UnboundedSender<Result<agentlane_providers::StreamEvent, ProviderError>>,
+    ) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -117,9 +120,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     // SAFETY of intent: the benchmark always uses the unpaced demo model.
     let nanos = Arc::new(AtomicU64::new(0));
-    let System { store, queue, clock, runner, .. } = build_system(&dir)?;
+    let System {
+        store,
+        queue,
+        clock,
+        runner,
+        ..
+    } = build_system(&dir)?;
     let runner = runner.with_provider(Arc::new(TimedProvider {
-        inner: Arc::new(agentlane_providers::demo::DemoModel::with_chunk_delay(Duration::ZERO)),
+        inner: Arc::new(agentlane_providers::demo::DemoModel::with_chunk_delay(
+            Duration::ZERO,
+        )),
         nanos: nanos.clone(),
     }));
     let worker = LaneWorker::new(queue.clone(), runner.clone());
@@ -129,7 +140,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         queue: queue.clone(),
         clock,
         keys: ApiKeys::from_pairs([("bench", key)]).map_err(anyhow::Error::msg)?,
-        config: ApiConfig { demo_mode: true, ..ApiConfig::default() },
+        config: ApiConfig {
+            demo_mode: true,
+            ..ApiConfig::default()
+        },
     });
     let shutdown = CancellationToken::new();
     let visibility = runner.config().visibility_timeout;
@@ -167,11 +181,25 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     overheads.sort();
     walls.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    println!("turns: {} over {} sessions in {:.2} s ({:.0} turns/s)", args.turns, args.sessions, total.as_secs_f64(), args.turns as f64 / total.as_secs_f64());
-    println!("per-turn overhead (wall - model): p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
-        ms(percentile(&overheads, 0.50)), ms(percentile(&overheads, 0.90)), ms(percentile(&overheads, 0.99)), ms(percentile(&overheads, 1.0)));
-    println!("per-turn wall:                      p50 {:.3} ms  p99 {:.3} ms",
-        ms(percentile(&walls, 0.50)), ms(percentile(&walls, 0.99)));
+    println!(
+        "turns: {} over {} sessions in {:.2} s ({:.0} turns/s)",
+        args.turns,
+        args.sessions,
+        total.as_secs_f64(),
+        args.turns as f64 / total.as_secs_f64()
+    );
+    println!(
+        "per-turn overhead (wall - model): p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
+        ms(percentile(&overheads, 0.50)),
+        ms(percentile(&overheads, 0.90)),
+        ms(percentile(&overheads, 0.99)),
+        ms(percentile(&overheads, 1.0))
+    );
+    println!(
+        "per-turn wall:                      p50 {:.3} ms  p99 {:.3} ms",
+        ms(percentile(&walls, 0.50)),
+        ms(percentile(&walls, 0.99))
+    );
     if let Some(kib) = peak_rss_kib() {
         println!("peak RSS: {:.1} MiB", kib as f64 / 1024.0);
     }

@@ -46,24 +46,35 @@ impl Api {
         let status = resp.status();
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let code = body.pointer("/error/code").and_then(Value::as_str).unwrap_or("error");
-            let msg = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+            let code = body
+                .pointer("/error/code")
+                .and_then(Value::as_str)
+                .unwrap_or("error");
+            let msg = body
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             bail!("{status}: {code}: {msg}");
         }
         Ok(body)
     }
 
     async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.send(self.http.post(format!("{}{path}", self.url)).json(&body)).await
+        self.send(self.http.post(format!("{}{path}", self.url)).json(&body))
+            .await
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        self.send(self.http.get(format!("{}{path}", self.url))).await
+        self.send(self.http.get(format!("{}{path}", self.url)))
+            .await
     }
 }
 
 fn print(value: &Value) {
-    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
 }
 
 fn wait_exit(result: &Value) -> ExitCode {
@@ -97,7 +108,12 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         .to_owned();
     let result = wait_until_done(&api, &run_id, None).await?;
     let run = api.get(&format!("/v1/runs/{run_id}")).await?;
-    for payload in run.get("payloads").and_then(Value::as_array).into_iter().flatten() {
+    for payload in run
+        .get("payloads")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if let Some(text) = payload.get("text").and_then(Value::as_str) {
             println!("\n{text}");
         }
@@ -113,11 +129,16 @@ async fn wait_until_done(api: &Api, run_id: &str, limit_ms: Option<u64>) -> anyh
     let started = std::time::Instant::now();
     loop {
         let slice = match limit_ms {
-            Some(limit) => limit.saturating_sub(started.elapsed().as_millis() as u64).min(30_000),
+            Some(limit) => limit
+                .saturating_sub(started.elapsed().as_millis() as u64)
+                .min(30_000),
             None => 30_000,
         };
         let result = api
-            .post("/v1/agent.wait", json!({ "runId": run_id, "timeoutMs": slice }))
+            .post(
+                "/v1/agent.wait",
+                json!({ "runId": run_id, "timeoutMs": slice }),
+            )
             .await?;
         let still_going = matches!(
             result.get("runStatus").and_then(Value::as_str),
@@ -152,7 +173,11 @@ pub async fn events(a: EventsArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot reach {}", api.url))?;
     if !resp.status().is_success() {
-        bail!("{}: {}", resp.status(), resp.text().await.unwrap_or_default());
+        bail!(
+            "{}: {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        );
     }
     let mut stream = eventsource_stream::Eventsource::eventsource(resp.bytes_stream());
     while let Some(event) = stream.next().await {
@@ -164,6 +189,9 @@ pub async fn events(a: EventsArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
     let api = Api::new(&a.client)?;
-    print(&api.get(&format!("/v1/sessions/{}/transcript", a.session)).await?);
+    print(
+        &api.get(&format!("/v1/sessions/{}/transcript", a.session))
+            .await?,
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -13,7 +13,10 @@ use std::process::ExitCode;
 /// Entry point of the `agentlane` binary.
 pub fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("agentlane: cannot start the async runtime: {e}");

@@ -43,7 +43,10 @@ pub fn runner_config(self_hosted_default: bool) -> anyhow::Result<RunnerConfig> 
         lock_acquire_timeout: env_ms("AGENTLANE_LOCK_ACQUIRE_TIMEOUT_MS", d.lock_acquire_timeout)?,
         visibility_timeout: env_ms("AGENTLANE_VISIBILITY_TIMEOUT_MS", d.visibility_timeout)?,
         model_idle_timeout: idle,
-        model_idle_timeout_self_hosted: env_ms("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", d.model_idle_timeout_self_hosted)?,
+        model_idle_timeout_self_hosted: env_ms(
+            "AGENTLANE_MODEL_IDLE_TIMEOUT_MS",
+            d.model_idle_timeout_self_hosted,
+        )?,
         ..d
     })
 }
@@ -65,7 +68,9 @@ pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
         ));
     }
     // The demo model is always available by name; it is the default only without a provider.
-    router = router.with_provider(Arc::new(DemoModel::with_chunk_delay(models.demo_chunk_delay)));
+    router = router.with_provider(Arc::new(DemoModel::with_chunk_delay(
+        models.demo_chunk_delay,
+    )));
     Ok(router)
 }
 
@@ -73,7 +78,11 @@ pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
 pub fn tool_registry() -> anyhow::Result<ToolRegistry> {
     let mut policy = SsrfPolicy::default();
     if let Some(allow) = env("AGENTLANE_HTTP_FETCH_ALLOW") {
-        policy.allow_hosts = allow.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+        policy.allow_hosts = allow
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
     }
     Ok(ToolRegistry::new()
         .with(Arc::new(CurrentTime::new()))
@@ -101,7 +110,13 @@ pub fn build_system(data_dir: &Path) -> anyhow::Result<System> {
         tool_registry()?,
         runner_config(self_hosted)?,
     );
-    Ok(System { store, queue, clock, runner, models })
+    Ok(System {
+        store,
+        queue,
+        clock,
+        runner,
+        models,
+    })
 }
 
 /// API keys from `AGENTLANE_API_KEYS`, or a generated key for tenant `local` kept in

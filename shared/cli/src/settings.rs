@@ -92,12 +92,10 @@ fn is_self_hosted(base_url: &str) -> bool {
         .next()
         .unwrap_or("");
     host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| match ip {
-                std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_private(),
-                std::net::IpAddr::V6(v6) => v6.is_loopback(),
-            })
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| match ip {
+            std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_private(),
+            std::net::IpAddr::V6(v6) => v6.is_loopback(),
+        })
 }
 
 #[cfg(test)]

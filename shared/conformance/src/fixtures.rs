@@ -91,7 +91,10 @@ pub async fn lock(
         .expect("acquire_lock")
     {
         LockAttempt::Acquired(fence) => fence,
-        LockAttempt::Held { owner: holder, until } => {
+        LockAttempt::Held {
+            owner: holder,
+            until,
+        } => {
             panic!("{owner} expected the lock, but {holder} holds it until {until}")
         }
     }
@@ -115,7 +118,7 @@ pub fn entry(seq: u64, run_id: &RunId, ts: u64) -> TranscriptEntry {
             tool_call_id: format!("call_{}", seq - 1),
             name: "clock".into(),
             content: format!("result {seq}"),
-            is_error: seq % 2 == 0,
+            is_error: seq.is_multiple_of(2),
         },
     };
     TranscriptEntry {

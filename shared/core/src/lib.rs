@@ -17,8 +17,8 @@ pub use clock::{Clock, SystemClock};
 pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
 pub use run::{
-    AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run, RunError,
-    RunStatus, TurnRequest, Usage,
+    AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run, RunError, RunStatus,
+    TurnRequest, Usage,
 };
 pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
 pub use store::{AcceptOutcome, Commit, NewTurn, Store, StoreError, StoreResult};

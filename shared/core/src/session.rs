@@ -56,7 +56,10 @@ pub struct Fence {
 pub enum LockAttempt {
     Acquired(Fence),
     /// Someone else holds an unexpired lease.
-    Held { owner: String, until: u64 },
+    Held {
+        owner: String,
+        until: u64,
+    },
 }
 
 /// Activity fields a runner sets on its session while it holds the lock.

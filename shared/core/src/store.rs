@@ -79,11 +79,14 @@ pub struct AcceptOutcome {
     pub created: bool,
 }
 
-/// One atomic, fenced write for a run: transcript entries (of `session_id`), events (of
-/// `run_id`), the run record, session activity, and optionally the lock release. Transcript
-/// entries and events are put only if their `seq` is free.
+/// One atomic, fenced write for a run: transcript entries (of the fenced session's current
+/// session id), events (of `run_id`), the run record, session activity, and optionally the lock
+/// release. Transcript entries and events are put only if their `seq` is free.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Commit {
+    /// The run `events` belong to. When `None`, the run of `run`, else of the first transcript
+    /// entry; a commit with events and none of the three is refused (`NotFound`).
+    pub run_id: Option<RunId>,
     pub transcript: Vec<TranscriptEntry>,
     pub events: Vec<Event>,
     pub run: Option<Run>,

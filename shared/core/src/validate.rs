@@ -36,7 +36,9 @@ pub fn validate_tenant(tenant: &str) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!("tenant {tenant:?} may only use letters, digits, _ and -"))
+        Err(format!(
+            "tenant {tenant:?} may only use letters, digits, _ and -"
+        ))
     }
 }
 
@@ -51,7 +53,10 @@ mod tests {
         }
         let long = "a".repeat(257);
         for bad in ["", "a/b", "a b", "é", long.as_str(), "a?b"] {
-            assert!(validate_session_key(bad).is_err(), "{bad:?} should be rejected");
+            assert!(
+                validate_session_key(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
         }
         assert!(validate_session_key(&"a".repeat(256)).is_ok());
     }

@@ -111,7 +111,7 @@ pub fn reply(request: &ModelRequest) -> DemoReply {
     DemoReply {
         text: format!(
             "[demo model] You said: {}. I am agentlane's built-in offline demo model; configure \
-             OPENAI_API_KEY or ANTHROPIC_API_KEY and AGENTLANE_MODEL for a real one.",
+             OPENAI_API_KEY (or OPENAI_BASE_URL) and AGENTLANE_MODEL for a real one.",
             excerpt(question)
         ),
         tool_call: None,

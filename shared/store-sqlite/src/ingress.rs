@@ -11,17 +11,17 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<AcceptOutcome> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if let Some(key) = &turn.idempotency_key {
-        if let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)? {
-            return Ok(AcceptOutcome {
-                run,
-                created: false,
-            });
-        }
+    if let Some(key) = &turn.idempotency_key
+        && let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)?
+    {
+        return Ok(AcceptOutcome {
+            run,
+            created: false,
+        });
     }
 
-    let mut session = load_session(&tx, &turn.tenant, &turn.session_key)?
-        .unwrap_or_else(|| new_session(&turn));
+    let mut session =
+        load_session(&tx, &turn.tenant, &turn.session_key)?.unwrap_or_else(|| new_session(&turn));
     session.runs_accepted += 1;
     session.updated_at = session.updated_at.max(turn.now);
     save_session(&tx, &session)?;
@@ -180,7 +180,12 @@ pub(crate) fn read_transcript(
          ORDER BY seq LIMIT ?4",
     )?;
     let rows = stmt.query_map(
-        params![tenant.as_str(), session_id.as_str(), after_seq(after), limit(max)],
+        params![
+            tenant.as_str(),
+            session_id.as_str(),
+            after_seq(after),
+            limit(max)
+        ],
         |row| row.get::<_, String>(0),
     )?;
     let mut entries = Vec::new();
@@ -202,7 +207,12 @@ pub(crate) fn read_events(
          ORDER BY seq LIMIT ?4",
     )?;
     let rows = stmt.query_map(
-        params![tenant.as_str(), run_id.as_str(), after_seq(after), limit(max)],
+        params![
+            tenant.as_str(),
+            run_id.as_str(),
+            after_seq(after),
+            limit(max)
+        ],
         |row| row.get::<_, String>(0),
     )?;
     let mut events = Vec::new();

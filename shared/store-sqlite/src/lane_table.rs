@@ -1,13 +1,13 @@
 //! The lane queue's table operations (blocking; each is one transaction or one statement).
 //!
-//! A message is *pending* until acked (`done = 0`), then kept as *done* for
-//! [`DEDUP_RETENTION_MS`] so that re-enqueueing an already processed dedup id is ignored. Only a
-//! lane's head (its oldest pending message) is deliverable, and only once its `visible_at` has
-//! passed; while the head is in flight the whole lane waits.
+//! A message is *pending* (`lane_pending`) until acked; then its dedup id is kept in `lane_done`
+//! for [`DEDUP_RETENTION_MS`] so that re-enqueueing an already processed dedup id is ignored.
+//! Only a lane's head (its oldest pending message) is deliverable, and only once its `visible_at`
+//! has passed; while the head is in flight the whole lane waits.
 
 use crate::error::{Result, int, uint};
 use agentlane_core::{Delivery, Lane, LaneMessage, QueueError, Receipt, TurnMessage};
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 /// How long an acked message's dedup id keeps suppressing re-enqueues (24 h).
 pub const DEDUP_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -19,7 +19,7 @@ pub struct QueueStats {
     pub waiting: u64,
     /// Delivered, not acked, visibility not yet ended.
     pub in_flight: u64,
-    /// Acked, kept for deduplication.
+    /// Dedup ids of acked messages, kept for deduplication.
     pub done: u64,
 }
 
@@ -28,7 +28,9 @@ pub(crate) fn enqueue(conn: &Connection, message: &LaneMessage, now: u64) -> Res
     let body = serde_json::to_string(&message.body)?;
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO lane_messages (lane, dedup_id, body, enqueued_at) VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO lane_pending (lane, dedup_id, body, enqueued_at)
+             SELECT ?1, ?2, ?3, ?4
+             WHERE NOT EXISTS (SELECT 1 FROM lane_done WHERE dedup_id = ?2)
              ON CONFLICT (dedup_id) DO NOTHING",
         )?
         .execute(params![
@@ -57,15 +59,22 @@ pub(crate) fn receive(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let heads: Vec<(i64, String, String, String, i64)> = {
         let mut stmt = tx.prepare_cached(
-            "SELECT m.id, m.lane, m.dedup_id, m.body, m.receive_count FROM lane_messages m
-             WHERE m.done = 0 AND m.visible_at <= ?1
-               AND m.id = (SELECT MIN(h.id) FROM lane_messages h
-                           WHERE h.lane = m.lane AND h.done = 0)
+            "SELECT m.id, m.lane, m.dedup_id, m.body, m.receive_count FROM lane_pending m
+             WHERE m.visible_at <= ?1
+               AND m.id = (SELECT MIN(h.id) FROM lane_pending h WHERE h.lane = m.lane)
              ORDER BY m.id LIMIT ?2",
         )?;
         let rows = stmt.query_map(
             params![int(now), i64::try_from(max).unwrap_or(i64::MAX)],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)),
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
         )?;
         rows.collect::<rusqlite::Result<_>>()?
     };
@@ -73,11 +82,8 @@ pub(crate) fn receive(
     let mut deliveries = Vec::with_capacity(heads.len());
     {
         let mut mark = tx.prepare_cached(
-            "UPDATE lane_messages SET visible_at = ?2, receive_count = ?3, receipt = ?4
+            "UPDATE lane_pending SET visible_at = ?2, receive_count = ?3, receipt = ?4
              WHERE id = ?1",
-        )?;
-        let mut drop_malformed = tx.prepare_cached(
-            "UPDATE lane_messages SET done = 1, done_at = ?2, receipt = NULL WHERE id = ?1",
         )?;
         for (id, lane, dedup_id, body, count) in heads {
             let body: TurnMessage = match serde_json::from_str(&body) {
@@ -85,7 +91,7 @@ pub(crate) fn receive(
                 Err(e) => {
                     // A head that can never be decoded would block its lane forever.
                     tracing::warn!(id, %lane, error = %e, "dropping a malformed lane message");
-                    drop_malformed.execute(params![id, int(now)])?;
+                    finish(&tx, id, &dedup_id, now)?;
                     continue;
                 }
             };
@@ -110,9 +116,7 @@ pub(crate) fn receive(
     }
     let next_due_at = if deliveries.is_empty() {
         let due: Option<i64> = tx
-            .prepare_cached(
-                "SELECT MIN(visible_at) FROM lane_messages WHERE done = 0 AND visible_at > ?1",
-            )?
+            .prepare_cached("SELECT MIN(visible_at) FROM lane_pending WHERE visible_at > ?1")?
             .query_row(params![int(now)], |row| row.get(0))?;
         due.map(uint)
     } else {
@@ -134,18 +138,31 @@ fn receipt_id(receipt: &Receipt) -> Result<i64> {
         .ok_or_else(|| QueueError::StaleReceipt.into())
 }
 
+/// Moves a pending message to the done set.
+fn finish(conn: &Connection, id: i64, dedup_id: &str, now: u64) -> Result<()> {
+    conn.prepare_cached("DELETE FROM lane_pending WHERE id = ?1")?
+        .execute(params![id])?;
+    conn.prepare_cached(
+        "INSERT INTO lane_done (dedup_id, done_at) VALUES (?1, ?2)
+         ON CONFLICT (dedup_id) DO UPDATE SET done_at = excluded.done_at",
+    )?
+    .execute(params![dedup_id, int(now)])?;
+    Ok(())
+}
+
 /// Marks the delivered message done; `StaleReceipt` unless `receipt` is its latest delivery.
-pub(crate) fn ack(conn: &Connection, receipt: &Receipt, now: u64) -> Result<()> {
+pub(crate) fn ack(conn: &mut Connection, receipt: &Receipt, now: u64) -> Result<()> {
     let id = receipt_id(receipt)?;
-    let changed = conn
-        .prepare_cached(
-            "UPDATE lane_messages SET done = 1, done_at = ?3, receipt = NULL
-             WHERE id = ?1 AND receipt = ?2 AND done = 0",
-        )?
-        .execute(params![id, receipt.0, int(now)])?;
-    if changed == 0 {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let dedup_id: Option<String> = tx
+        .prepare_cached("SELECT dedup_id FROM lane_pending WHERE id = ?1 AND receipt = ?2")?
+        .query_row(params![id, receipt.0], |row| row.get(0))
+        .optional()?;
+    let Some(dedup_id) = dedup_id else {
         return Err(QueueError::StaleReceipt.into());
-    }
+    };
+    finish(&tx, id, &dedup_id, now)?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -159,38 +176,39 @@ pub(crate) fn set_visibility(
 ) -> Result<()> {
     let id = receipt_id(receipt)?;
     let changed = conn
-        .prepare_cached(
-            "UPDATE lane_messages SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2 AND done = 0",
-        )?
-        .execute(params![id, receipt.0, int(now.saturating_add(visibility_ms))])?;
+        .prepare_cached("UPDATE lane_pending SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")?
+        .execute(params![
+            id,
+            receipt.0,
+            int(now.saturating_add(visibility_ms))
+        ])?;
     if changed == 0 {
         return Err(QueueError::StaleReceipt.into());
     }
     Ok(())
 }
 
-/// Forgets done messages acked more than [`DEDUP_RETENTION_MS`] ago.
+/// Forgets the dedup ids of messages acked more than [`DEDUP_RETENTION_MS`] ago.
 pub(crate) fn prune_done(conn: &Connection, now: u64) -> Result<usize> {
     let cutoff = now.saturating_sub(DEDUP_RETENTION_MS);
     Ok(conn
-        .prepare_cached("DELETE FROM lane_messages WHERE done = 1 AND done_at < ?1")?
+        .prepare_cached("DELETE FROM lane_done WHERE done_at < ?1")?
         .execute(params![int(cutoff)])?)
 }
 
 pub(crate) fn stats(conn: &Connection, now: u64) -> Result<QueueStats> {
-    let counts = conn
+    let (waiting, in_flight): (i64, i64) = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(done = 0 AND visible_at <= ?1), 0),
-                    COALESCE(SUM(done = 0 AND visible_at > ?1), 0),
-                    COALESCE(SUM(done = 1), 0)
-             FROM lane_messages",
+            "SELECT COALESCE(SUM(visible_at <= ?1), 0), COALESCE(SUM(visible_at > ?1), 0)
+             FROM lane_pending",
         )?
-        .query_row(params![int(now)], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-        })?;
+        .query_row(params![int(now)], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let done: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM lane_done")?
+        .query_row([], |row| row.get(0))?;
     Ok(QueueStats {
-        waiting: uint(counts.0),
-        in_flight: uint(counts.1),
-        done: uint(counts.2),
+        waiting: uint(waiting),
+        in_flight: uint(in_flight),
+        done: uint(done),
     })
 }

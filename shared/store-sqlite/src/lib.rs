@@ -12,9 +12,8 @@
 //!   becomes deliverable again after its timeout, also across restarts. Acked messages are kept
 //!   for [`DEDUP_RETENTION_MS`] so that a re-enqueued dedup id is ignored.
 //!
-//! Two interpretation choices for [`Commit`](agentlane_core::Commit), which names neither a
-//! session id nor a run id: transcript entries go to the session's current id (the one the fence
-//! guards), events go to `commit.run`, else to the session's `active_run_id`.
+//! Transcript entries of a [`Commit`](agentlane_core::Commit) go to the session's current id (the
+//! one the fence guards); events go to the run named by `Commit::run_id` (or its fallbacks).
 
 mod backend;
 mod error;

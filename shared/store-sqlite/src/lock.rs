@@ -21,13 +21,13 @@ pub(crate) fn acquire(
     let Some(mut session) = load_session(&tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {key}")).into());
     };
-    if let Some(holder) = &session.lock_owner {
-        if session.lock_until >= now {
-            return Ok(LockAttempt::Held {
-                owner: holder.clone(),
-                until: session.lock_until,
-            });
-        }
+    if let Some(holder) = &session.lock_owner
+        && session.lock_until >= now
+    {
+        return Ok(LockAttempt::Held {
+            owner: holder.clone(),
+            until: session.lock_until,
+        });
     }
     session.fence += 1;
     session.lock_owner = Some(owner.to_owned());
@@ -61,14 +61,15 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
 }
 
 /// Applies everything in `commit` or nothing. Transcript entries go to the session's current id
-/// (the one the fence guards); events go to `commit.run`, else to the session's active run.
+/// (the one the fence guards); events go to `commit.run`, else to the run of the commit's first
+/// transcript entry, else to the session's active run.
 pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut session = fenced_session(&tx, fence)?;
 
     put_transcript(&tx, &fence.tenant, &session.session_id, &commit.transcript)?;
     if !commit.events.is_empty() {
-        let run_id = events_run(&commit, &session)?;
+        let run_id = events_run(&commit)?;
         put_events(&tx, &fence.tenant, &run_id, &commit.events)?;
     }
     if let Some(run) = &commit.run {
@@ -102,7 +103,10 @@ pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Re
 fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
     let session = load_session(tx, &fence.tenant, &fence.session_key)?;
     match session {
-        Some(s) if s.lock_owner.as_deref() == Some(fence.owner.as_str()) && s.fence == fence.token.0 => {
+        Some(s)
+            if s.lock_owner.as_deref() == Some(fence.owner.as_str())
+                && s.fence == fence.token.0 =>
+        {
             Ok(s)
         }
         _ => Err(StoreError::FenceLost.into()),
@@ -114,17 +118,15 @@ fn unlock(session: &mut Session) {
     session.lock_until = 0;
 }
 
-fn events_run(commit: &Commit, session: &Session) -> Result<RunId> {
+fn events_run(commit: &Commit) -> Result<RunId> {
     commit
-        .run
-        .as_ref()
-        .map(|run| run.run_id.clone())
-        .or_else(|| session.active_run_id.clone())
+        .run_id
+        .clone()
+        .or_else(|| commit.run.as_ref().map(|run| run.run_id.clone()))
+        .or_else(|| commit.transcript.first().map(|entry| entry.run_id.clone()))
         .ok_or_else(|| {
-            StoreError::NotFound(
-                "events need a run: the commit has none and the session has no active run".into(),
-            )
-            .into()
+            StoreError::NotFound("a commit with events must name the run they belong to".into())
+                .into()
         })
 }
 
@@ -160,15 +162,24 @@ fn put_transcript(
     Ok(())
 }
 
-fn put_events(tx: &Transaction<'_>, tenant: &TenantId, run_id: &RunId, events: &[Event]) -> Result<()> {
+fn put_events(
+    tx: &Transaction<'_>,
+    tenant: &TenantId,
+    run_id: &RunId,
+    events: &[Event],
+) -> Result<()> {
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant, run_id, seq) DO NOTHING",
     )?;
     for event in events {
         let body = serde_json::to_string(event)?;
-        let inserted =
-            insert.execute(params![tenant.as_str(), run_id.as_str(), int(event.seq), body])?;
+        let inserted = insert.execute(params![
+            tenant.as_str(),
+            run_id.as_str(),
+            int(event.seq),
+            body
+        ])?;
         if inserted == 0 {
             return Err(StoreError::Conflict(format!(
                 "event seq {} of run {run_id} is taken",

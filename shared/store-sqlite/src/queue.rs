@@ -91,7 +91,8 @@ impl LaneQueue for SqliteBackend {
 
     async fn ack(&self, receipt: &Receipt) -> QueueResult<()> {
         let (receipt, now) = (receipt.clone(), self.now_ms());
-        let prune = self.inner.acks.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        let prune =
+            self.inner.acks.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
         self.with_conn::<_, QueueError>(move |c| {
             lane_table::ack(c, &receipt, now)?;
             if prune {
@@ -106,8 +107,10 @@ impl LaneQueue for SqliteBackend {
 
     async fn set_visibility(&self, receipt: &Receipt, visibility: Duration) -> QueueResult<()> {
         let (receipt, now, visibility_ms) = (receipt.clone(), self.now_ms(), millis(visibility));
-        self.with_conn::<_, QueueError>(move |c| lane_table::set_visibility(c, &receipt, visibility_ms, now))
-            .await?;
+        self.with_conn::<_, QueueError>(move |c| {
+            lane_table::set_visibility(c, &receipt, visibility_ms, now)
+        })
+        .await?;
         // Waiters recompute when the next head is due (now, for a hand-back).
         self.inner.wakeup.notify_waiters();
         Ok(())

@@ -33,7 +33,11 @@ pub(crate) fn save_session(conn: &Connection, session: &Session) -> Result<()> {
 }
 
 /// The run with its `abort_requested` taken from the API-owned column.
-pub(crate) fn load_run(conn: &Connection, tenant: &TenantId, run_id: &RunId) -> Result<Option<Run>> {
+pub(crate) fn load_run(
+    conn: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+) -> Result<Option<Run>> {
     let row: Option<(String, bool)> = conn
         .prepare_cached("SELECT body, abort_requested FROM runs WHERE tenant = ?1 AND run_id = ?2")?
         .query_row(params![tenant.as_str(), run_id.as_str()], |row| {

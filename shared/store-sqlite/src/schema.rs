@@ -1,8 +1,11 @@
 //! Opening the database file: pragmas and idempotent, numbered migrations (`user_version`).
 //!
 //! Records are stored whole as JSON (`body`) next to the key columns they are found by. Two
-//! fields live outside the JSON because a different writer owns them: a run's `abort_requested`
+//! things live outside the JSON because a different writer owns them: a run's `abort_requested`
 //! (the API) and a lane message's delivery state (the queue).
+//!
+//! Lane messages: `lane_pending` holds the unacked ones (so a receive scans only those);
+//! `lane_done` remembers the dedup ids of acked ones.
 
 use crate::error::{Error, Result};
 use agentlane_core::StoreError;
@@ -11,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 const V1: &str = "
 CREATE TABLE sessions (
@@ -62,6 +65,33 @@ CREATE TABLE lane_messages (
 );
 CREATE INDEX lane_messages_pending ON lane_messages (lane, id) WHERE done = 0;
 CREATE INDEX lane_messages_done ON lane_messages (done_at) WHERE done = 1;
+";
+
+/// Splits `lane_messages` into pending messages and the dedup ids of acked ones, so that acked
+/// messages kept for deduplication no longer slow down every receive.
+const V2: &str = "
+CREATE TABLE lane_pending (
+    id            INTEGER PRIMARY KEY,
+    lane          TEXT NOT NULL,
+    dedup_id      TEXT NOT NULL UNIQUE,
+    body          TEXT NOT NULL,
+    visible_at    INTEGER NOT NULL DEFAULT 0,
+    receive_count INTEGER NOT NULL DEFAULT 0,
+    receipt       TEXT,
+    enqueued_at   INTEGER NOT NULL
+);
+CREATE TABLE lane_done (
+    dedup_id TEXT PRIMARY KEY,
+    done_at  INTEGER NOT NULL
+);
+INSERT INTO lane_pending (id, lane, dedup_id, body, visible_at, receive_count, receipt, enqueued_at)
+    SELECT id, lane, dedup_id, body, visible_at, receive_count, receipt, enqueued_at
+    FROM lane_messages WHERE done = 0;
+INSERT OR IGNORE INTO lane_done (dedup_id, done_at)
+    SELECT dedup_id, COALESCE(done_at, 0) FROM lane_messages WHERE done = 1;
+DROP TABLE lane_messages;
+CREATE INDEX lane_pending_by_lane ON lane_pending (lane, id);
+CREATE INDEX lane_done_by_time ON lane_done (done_at);
 ";
 
 /// The schema version this build writes.
@@ -130,6 +160,48 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM sessions", [], |row| row.get(0))
             .unwrap();
         assert_eq!(count, 1);
+    }
+
+    #[test]
+    fn version_1_lane_messages_migrate_to_pending_and_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(V1).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO lane_messages (id, lane, dedup_id, body, done, visible_at,
+                                            receive_count, receipt, enqueued_at, done_at)
+                 VALUES (1, 'a', 'acked', '{}', 1, 0, 1, NULL, 10, 20),
+                        (2, 'a', 'in-flight', '{}', 0, 99, 1, '2:r', 11, NULL),
+                        (3, 'b', 'queued', '{}', 0, 0, 0, NULL, 12, NULL);",
+            )
+            .unwrap();
+        }
+        let conn = open(&path).unwrap();
+        let pending: Vec<(i64, String, i64, Option<String>)> = conn
+            .prepare("SELECT id, dedup_id, visible_at, receipt FROM lane_pending ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            pending,
+            vec![
+                (2, "in-flight".to_owned(), 99, Some("2:r".to_owned())),
+                (3, "queued".to_owned(), 0, None)
+            ]
+        );
+        let done: Vec<(String, i64)> = conn
+            .prepare("SELECT dedup_id, done_at FROM lane_done")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(done, vec![("acked".to_owned(), 20)]);
     }
 
     #[test]

@@ -32,7 +32,8 @@ impl Store for SqliteBackend {
         key: &SessionKey,
     ) -> StoreResult<Option<Session>> {
         let (tenant, key) = (tenant.clone(), key.clone());
-        self.with_conn(move |c| load_session(c, &tenant, &key)).await
+        self.with_conn(move |c| load_session(c, &tenant, &key))
+            .await
     }
 
     async fn reset_session(

@@ -1,14 +1,13 @@
-//! Test harness: the real router over a store + queue backend, a manual clock, two tenants, and
+//! Test harness: the real router over the SQLite backend (store + queue in a temp dir), a manual clock, two tenants, and
 //! helpers that play the runner through the `Store` API.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
-
-mod fake;
 
 use agentlane_api::{ApiConfig, ApiKeys, ApiState, app};
 use agentlane_core::{
     Clock, Commit, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run, RunId,
     RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
 };
+use agentlane_store_sqlite::SqliteBackend;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -94,10 +93,10 @@ impl Harness {
         wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let backend = Arc::new(fake::Fake::default());
+        let clock = Arc::new(ManualClock(AtomicU64::new(T0)));
+        let backend = Arc::new(SqliteBackend::open_with_clock(dir.path(), clock.clone()).unwrap());
         let store: Arc<dyn Store> = backend.clone();
         let queue: Arc<dyn LaneQueue> = backend;
-        let clock = Arc::new(ManualClock(AtomicU64::new(T0)));
         let keys = ApiKeys::parse(&format!("acme:{ACME_KEY},beta:{BETA_KEY}")).unwrap();
         let state = ApiState {
             store: wrap(store.clone()),

@@ -42,6 +42,50 @@ impl SqsLaneQueue {
     pub fn queue_url(&self) -> &str {
         &self.queue_url
     }
+
+    /// At most one message: `None` when the queue had none, `Some(None)` when it was malformed.
+    async fn receive_one(
+        &self,
+        visibility_secs: i32,
+        wait_secs: i32,
+    ) -> QueueResult<Option<Option<Delivery>>> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(1)
+            .visibility_timeout(visibility_secs)
+            .wait_time_seconds(wait_secs)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(|e| classify(e, false))?;
+        let Some(message) = out.messages.unwrap_or_default().into_iter().next() else {
+            return Ok(None);
+        };
+        let count = message
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+            .map(String::as_str);
+        let parsed = delivery_from_parts(
+            message.body().unwrap_or_default(),
+            message.receipt_handle().unwrap_or_default(),
+            count,
+        );
+        match parsed {
+            Ok(delivery) => Ok(Some(Some(delivery))),
+            Err(err) => {
+                // Left in flight: it comes back after its visibility and, after the queue's
+                // maxReceiveCount, moves to the dead-letter queue.
+                tracing::warn!(
+                    message_id = message.message_id().unwrap_or_default(),
+                    error = %err,
+                    "skipping a malformed lane message"
+                );
+                Ok(Some(None))
+            }
+        }
+    }
 }
 
 /// Whole seconds, rounded up (a visibility is a minimum), capped at SQS's maximum.
@@ -79,15 +123,25 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    let code = err.as_service_error().and_then(|e| e.code()).map(str::to_owned);
-    // Codes may carry SQS's legacy prefix (`AWS.SimpleQueueService.MessageNotInflight`).
-    let code = code.as_deref().map(|c| c.rsplit('.').next().unwrap_or(c));
+    let code = err
+        .as_service_error()
+        .and_then(|e| e.code())
+        .map(str::to_owned);
+    error_for_code(
+        code.as_deref(),
+        receipt_call,
+        DisplayErrorContext(&err).to_string(),
+    )
+}
+
+/// The queue error for service error `code` (`None`: no answer from the service).
+fn error_for_code(code: Option<&str>, receipt_call: bool, text: String) -> QueueError {
+    // Codes may carry SQS's legacy prefix (`AWS.SimpleQueueService.NonExistentQueue`).
+    let code = code.map(|c| c.rsplit('.').next().unwrap_or(c));
     match code {
         Some(c) if receipt_call && STALE_RECEIPT_CODES.contains(&c) => QueueError::StaleReceipt,
-        Some(c) if THROTTLING_CODES.contains(&c) => {
-            QueueError::Throttled(DisplayErrorContext(&err).to_string())
-        }
-        _ => QueueError::Unavailable(DisplayErrorContext(&err).to_string()),
+        Some(c) if THROTTLING_CODES.contains(&c) => QueueError::Throttled(text),
+        _ => QueueError::Unavailable(text),
     }
 }
 
@@ -106,47 +160,33 @@ impl LaneQueue for SqsLaneQueue {
         Ok(())
     }
 
+    /// One message per SQS call: SQS FIFO may return several messages of one group in a batch,
+    /// but a lane must have at most one delivery in flight. After the first message of a group
+    /// is in flight, SQS holds the rest of that group, so successive single receives yield at
+    /// most one message per lane, and receive counts stay exact.
     async fn receive(
         &self,
         max: usize,
         visibility: Duration,
         wait: Duration,
     ) -> QueueResult<Vec<Delivery>> {
-        let max = max.min(MAX_RECEIVE_BATCH);
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(i32::try_from(max).unwrap_or(1))
-            .visibility_timeout(visibility_secs(visibility))
-            .wait_time_seconds(wait_secs(wait))
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .send()
-            .await
-            .map_err(|e| classify(e, false))?;
         let mut deliveries = Vec::new();
-        for message in out.messages.unwrap_or_default() {
-            let count = message
-                .attributes()
-                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                .map(String::as_str);
-            let parsed = delivery_from_parts(
-                message.body().unwrap_or_default(),
-                message.receipt_handle().unwrap_or_default(),
-                count,
-            );
-            match parsed {
-                Ok(delivery) => deliveries.push(delivery),
-                // Left in flight: it comes back after its visibility and, after the queue's
-                // maxReceiveCount, moves to the dead-letter queue.
-                Err(err) => tracing::warn!(
-                    message_id = message.message_id().unwrap_or_default(),
-                    error = %err,
-                    "skipping a malformed lane message"
-                ),
+        let mut wait = wait_secs(wait);
+        for _ in 0..max.min(MAX_RECEIVE_BATCH) {
+            let received = self.receive_one(visibility_secs(visibility), wait).await;
+            wait = 0;
+            match received {
+                Ok(Some(Some(delivery))) => deliveries.push(delivery),
+                // Malformed: skipped, but other messages may follow.
+                Ok(Some(None)) => {}
+                Ok(None) => break,
+                Err(err) if deliveries.is_empty() => return Err(err),
+                // What was received is in flight: hand it over rather than lose it to a
+                // visibility timeout.
+                Err(err) => {
+                    tracing::warn!(error = %err, "receive stopped early");
+                    break;
+                }
             }
         }
         Ok(deliveries)
@@ -179,6 +219,47 @@ impl LaneQueue for SqsLaneQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_keep_their_kind() {
+        let stale = [
+            "ReceiptHandleIsInvalid",
+            "AWS.SimpleQueueService.MessageNotInflight",
+            "InvalidParameterValue",
+        ];
+        for code in stale {
+            assert_eq!(
+                error_for_code(Some(code), true, "x".into()),
+                QueueError::StaleReceipt,
+                "{code}"
+            );
+            // Outside receipt calls the same codes are plain failures.
+            assert_eq!(
+                error_for_code(Some(code), false, "x".into()),
+                QueueError::Unavailable("x".into()),
+                "{code}"
+            );
+        }
+        for code in ["RequestThrottled", "ThrottlingException", "OverLimit"] {
+            assert_eq!(
+                error_for_code(Some(code), true, "x".into()),
+                QueueError::Throttled("x".into()),
+                "{code}"
+            );
+        }
+        assert_eq!(
+            error_for_code(
+                Some("AWS.SimpleQueueService.NonExistentQueue"),
+                false,
+                "x".into()
+            ),
+            QueueError::Unavailable("x".into())
+        );
+        assert_eq!(
+            error_for_code(None, true, "x".into()),
+            QueueError::Unavailable("x".into())
+        );
+    }
 
     #[test]
     fn visibilities_round_up_to_whole_seconds() {

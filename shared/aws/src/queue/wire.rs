@@ -67,7 +67,9 @@ pub fn delivery_from_parts(
     let wire: WireMessage = serde_json::from_str(body)
         .map_err(|e| QueueError::Malformed(format!("message body is not a lane message: {e}")))?;
     if receipt_handle.is_empty() {
-        return Err(QueueError::Malformed("the record has no receipt handle".into()));
+        return Err(QueueError::Malformed(
+            "the record has no receipt handle".into(),
+        ));
     }
     let receive_count = match approximate_receive_count {
         None => 1,
@@ -111,12 +113,20 @@ mod tests {
         );
         let punctuation = "a!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~z";
         assert_eq!(message_group_id(&Lane::new(punctuation)), punctuation);
-        assert_eq!(message_group_id(&Lane::new("x".repeat(128))), "x".repeat(128));
+        assert_eq!(
+            message_group_id(&Lane::new("x".repeat(128))),
+            "x".repeat(128)
+        );
     }
 
     #[test]
     fn group_ids_are_hashed_when_too_long_or_not_printable_ascii() {
-        for lane in ["x".repeat(129), "acme/with space".into(), "acme/é".into(), String::new()] {
+        for lane in [
+            "x".repeat(129),
+            "acme/with space".into(),
+            "acme/é".into(),
+            String::new(),
+        ] {
             let id = message_group_id(&Lane::new(lane.clone()));
             assert_eq!(id, format!("h#{}", hex_sha256(&lane)), "{lane:?}");
             assert!(is_valid_sqs_id(&id), "{id}");
@@ -153,7 +163,12 @@ mod tests {
     #[test]
     fn malformed_records_are_reported() {
         let body = message_body(&message("a/b", "d"));
-        assert_eq!(delivery_from_parts(&body, "rh", None).unwrap().receive_count, 1);
+        assert_eq!(
+            delivery_from_parts(&body, "rh", None)
+                .unwrap()
+                .receive_count,
+            1
+        );
         for (body, receipt, count) in [
             ("not json", "rh", None),
             ("{\"runId\":\"x\"}", "rh", None),

@@ -1,9 +1,9 @@
 //! `accept_turn`: idempotency record, session upsert and queued run in one transaction.
 
-use super::error::{DdbError, REASON_CONDITION, generic_cancellation, reason_code};
+use super::error::{DdbError, REASON_CONDITION, classify, generic_cancellation, reason_code};
 use super::item::{
     ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID,
-    STATUS, UPDATED_AT, get_str, n, new_session_item, run_json, s, session_from_item,
+    STATUS, UPDATED_AT, get_str, n, new_session_item, opt_u64, run_json, s, session_from_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff, ttl_epoch_seconds};
@@ -12,7 +12,7 @@ use agentlane_core::{
     StoreResult, Usage,
 };
 use aws_sdk_dynamodb::error::BuildError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -21,6 +21,15 @@ struct Layout {
     idempotency: Option<usize>,
     session: usize,
     run: usize,
+}
+
+/// Whether an idempotency record still maps its key at `now` (expiry is exclusive, as in the
+/// transaction's `expiresAtMs < :now` condition).
+fn is_live(record: &Item, now: u64) -> bool {
+    opt_u64(record, EXPIRES_AT_MS)
+        .ok()
+        .flatten()
+        .is_some_and(|until| until >= now)
 }
 
 fn build_error(err: BuildError) -> StoreError {
@@ -53,14 +62,27 @@ fn queued_run(turn: &NewTurn, session_id: SessionId) -> Run {
 
 impl DynamoStore {
     pub(super) async fn accept(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        let session_pk = keys::session_pk(&turn.tenant, &turn.session_key);
+        let idempotency_pk = turn
+            .idempotency_key
+            .as_ref()
+            .map(|key| keys::idempotency_pk(&turn.tenant, key));
         for attempt in 0..CONFLICT_RETRIES {
-            let session_pk = keys::session_pk(&turn.tenant, &turn.session_key);
-            let existing = self.get_item(session_pk.clone(), SESSION_SK).await?;
+            let (existing, record) = self
+                .read_for_accept(&session_pk, idempotency_pk.as_deref())
+                .await?;
+            // A live record answers its run without a (failing) transaction.
+            if let Some(record) = record.filter(|r| is_live(r, turn.now)) {
+                return self.replay(&turn, &record).await;
+            }
             let (session_write, session_id) = match &existing {
-                None => (self.create_session(&turn, session_pk)?, turn.new_session_id.clone()),
+                None => (
+                    self.create_session(&turn, session_pk.clone())?,
+                    turn.new_session_id.clone(),
+                ),
                 Some(item) => {
                     let id = session_from_item(item)?.session_id;
-                    (self.count_accepted(&turn, session_pk, &id)?, id)
+                    (self.count_accepted(&turn, session_pk.clone(), &id)?, id)
                 }
             };
             let run = queued_run(&turn, session_id);
@@ -98,10 +120,7 @@ impl DynamoStore {
             };
             let failed = |index: usize| reason_code(&reasons, index) == Some(REASON_CONDITION);
             if layout.idempotency.is_some_and(failed) {
-                if let Some(outcome) = self.replay(&turn).await? {
-                    return Ok(outcome);
-                }
-                // The record expired and vanished in between: accept anew.
+                // A concurrent accept recorded the key first: the next read finds its record.
                 continue;
             }
             if failed(layout.session) {
@@ -124,25 +143,64 @@ impl DynamoStore {
         ))
     }
 
-    /// The run a live idempotency record names; `None` when the record is gone.
-    async fn replay(&self, turn: &NewTurn) -> StoreResult<Option<AcceptOutcome>> {
-        let Some(key) = &turn.idempotency_key else {
-            return Ok(None);
+    /// The session item and, for a keyed turn, the idempotency record: one consistent read.
+    async fn read_for_accept(
+        &self,
+        session_pk: &str,
+        idempotency_pk: Option<&str>,
+    ) -> StoreResult<(Option<Item>, Option<Item>)> {
+        let Some(idempotency_pk) = idempotency_pk else {
+            return Ok((
+                self.get_item(session_pk.to_owned(), SESSION_SK).await?,
+                None,
+            ));
         };
-        let Some(record) = self
-            .get_item(keys::idempotency_pk(&turn.tenant, key), IDEM_SK)
-            .await?
-        else {
-            return Ok(None);
+        let key =
+            |pk: &str, sk: &str| HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))]);
+        let request = KeysAndAttributes::builder()
+            .keys(key(session_pk, SESSION_SK))
+            .keys(key(idempotency_pk, IDEM_SK))
+            .consistent_read(true)
+            .build()
+            .map_err(build_error)?;
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(&self.table, request)
+            .send()
+            .await
+            .map_err(classify)?;
+        if out.unprocessed_keys.as_ref().is_some_and(|u| !u.is_empty()) {
+            // Throttled part-way: read them one by one.
+            let session = self.get_item(session_pk.to_owned(), SESSION_SK).await?;
+            let record = self.get_item(idempotency_pk.to_owned(), IDEM_SK).await?;
+            return Ok((session, record));
+        }
+        let mut items = out
+            .responses
+            .and_then(|mut r| r.remove(&self.table))
+            .unwrap_or_default();
+        let mut take = |sk: &str| {
+            let index = items.iter().position(|item| {
+                item.get(SK).and_then(|v| v.as_s().ok()).map(String::as_str) == Some(sk)
+            })?;
+            Some(items.swap_remove(index))
         };
-        let run_id = RunId::new(get_str(&record, RUN_ID)?);
+        let session = take(SESSION_SK);
+        let record = take(IDEM_SK);
+        Ok((session, record))
+    }
+
+    /// The accepted turn an idempotency record names.
+    async fn replay(&self, turn: &NewTurn, record: &Item) -> StoreResult<AcceptOutcome> {
+        let run_id = RunId::new(get_str(record, RUN_ID)?);
         match self.load_run(&turn.tenant, &run_id).await? {
-            Some(run) => Ok(Some(AcceptOutcome {
+            Some(run) => Ok(AcceptOutcome {
                 run,
                 created: false,
-            })),
+            }),
             None => Err(StoreError::Corrupt(format!(
-                "idempotency key {key:?} names run {run_id}, which does not exist"
+                "an idempotency key names run {run_id}, which does not exist"
             ))),
         }
     }

@@ -56,9 +56,15 @@ fn events_run_id(commit: &Commit) -> StoreResult<Option<RunId>> {
     }
     let from_run = commit.run.as_ref().map(|run| run.run_id.clone());
     let from_entries = commit.transcript.first().map(|e| e.run_id.clone());
-    from_run.or(from_entries).map(Some).ok_or_else(|| {
-        StoreError::NotFound("a commit with events must carry the run they belong to".into())
-    })
+    commit
+        .run_id
+        .clone()
+        .or(from_run)
+        .or(from_entries)
+        .map(Some)
+        .ok_or_else(|| {
+            StoreError::NotFound("a commit with events must carry the run they belong to".into())
+        })
 }
 
 impl DynamoStore {
@@ -132,7 +138,10 @@ impl DynamoStore {
                 .find(|&i| reason_code(&reasons, i) == Some(REASON_CONDITION))
                 .and_then(|i| part.get(i - 1))
             {
-                return Err(StoreError::Conflict(format!("{} already exists", taken.label)));
+                return Err(StoreError::Conflict(format!(
+                    "{} already exists",
+                    taken.label
+                )));
             }
             match generic_cancellation(&reasons) {
                 DdbError::TransactionConflict => conflict_backoff(attempt).await,
@@ -193,7 +202,9 @@ impl DynamoStore {
             names = Some(HashMap::from([("#st".to_owned(), STATUS.to_owned())]));
             set.push("#st = :status".to_owned());
             values.insert(":status".into(), s(status_str(update.status)));
-            set.push(format!("{LAST_PROGRESS_AT} = :progress, {UPDATED_AT} = :progress"));
+            set.push(format!(
+                "{LAST_PROGRESS_AT} = :progress, {UPDATED_AT} = :progress"
+            ));
             values.insert(":progress".into(), n(update.last_progress_at));
             set.push(format!("{RUNS_FINISHED} = {RUNS_FINISHED} + :finished"));
             values.insert(":finished".into(), n(update.finished_delta));

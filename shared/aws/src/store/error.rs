@@ -47,9 +47,17 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    let code = err.as_service_error().and_then(|e| e.code()).map(str::to_owned);
-    let text = DisplayErrorContext(&err).to_string();
-    match code.as_deref() {
+    let code = err
+        .as_service_error()
+        .and_then(|e| e.code())
+        .map(str::to_owned);
+    error_for_code(code.as_deref(), DisplayErrorContext(&err).to_string())
+}
+
+/// The store error for a failure with service error `code` (`None`: no answer from the service,
+/// e.g. a connection failure or timeout).
+pub(crate) fn error_for_code(code: Option<&str>, text: String) -> StoreError {
+    match code {
         Some(c) if is_throttling(c) => StoreError::Throttled(text),
         _ => StoreError::Unavailable(text),
     }
@@ -150,6 +158,32 @@ mod tests {
             .iter()
             .map(|c| CancellationReason::builder().code(*c).build())
             .collect()
+    }
+
+    #[test]
+    fn throttling_codes_are_throttled_and_the_rest_unavailable() {
+        for code in [
+            "ProvisionedThroughputExceededException",
+            "ThrottlingException",
+            "RequestLimitExceeded",
+        ] {
+            assert_eq!(
+                error_for_code(Some(code), "x".into()),
+                StoreError::Throttled("x".into()),
+                "{code}"
+            );
+        }
+        for code in [
+            Some("ValidationException"),
+            Some("InternalServerError"),
+            None,
+        ] {
+            assert_eq!(
+                error_for_code(code, "x".into()),
+                StoreError::Unavailable("x".into()),
+                "{code:?}"
+            );
+        }
     }
 
     #[test]

@@ -151,8 +151,18 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
     })
 }
 
+/// The run as JSON. A run too large for one item is refused up front (a permanent failure),
+/// rather than sent and rejected by DynamoDB with an error that would look transient.
 pub(crate) fn run_json(run: &Run) -> StoreResult<String> {
-    serde_json::to_string(run).map_err(|e| StoreError::Corrupt(format!("run to JSON: {e}")))
+    let json = to_json(run)?;
+    if json.len() > MAX_RECORD_JSON_BYTES {
+        return Err(StoreError::Corrupt(format!(
+            "run {} is {} bytes as JSON; DynamoDB items are capped at 400 KB",
+            run.run_id,
+            json.len()
+        )));
+    }
+    Ok(json)
 }
 
 /// The run JSON with the `abortRequested` attribute merged back: that attribute is the only
@@ -288,6 +298,27 @@ mod tests {
         let back: Event = serde_json::from_str(&event_json(&event).unwrap()).unwrap();
         assert_eq!(back.data["truncated"], serde_json::json!(true));
         assert_eq!(back.seq, 1);
+    }
+
+    #[test]
+    fn a_run_too_large_for_an_item_is_refused_as_permanent() {
+        let item = new_session_item(
+            "pk".into(),
+            &TenantId::new("t"),
+            &SessionKey::new("k"),
+            &SessionId::new("s"),
+            1,
+        );
+        let session = session_from_item(&item).unwrap();
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "runId": "run_1", "tenant": "t", "sessionKey": "k", "sessionId": session.session_id,
+            "status": "running", "livenessState": "working",
+            "request": { "message": "x".repeat(400_000) }, "acceptedAt": 1
+        }))
+        .unwrap();
+        let err = run_json(&run).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+        assert!(!err.is_transient());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Key construction for the single table. Every partition key starts with `T#{tenant}#`, so a
 //! tenant can only ever address its own items.
 
-use agentlane_core::{RunId, SessionId, SessionKey, TenantId};
 use crate::hash::hex_sha256;
+use agentlane_core::{RunId, SessionId, SessionKey, TenantId};
 
 /// Partition key attribute.
 pub(crate) const PK: &str = "PK";

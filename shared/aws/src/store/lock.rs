@@ -22,7 +22,10 @@ pub(super) const FENCE_IS_CURRENT: &str = "lockOwner = :me AND fence = :f";
 
 /// What an acquire try learned from the session item as it was.
 enum Refusal {
-    Held { owner: String, until: u64 },
+    Held {
+        owner: String,
+        until: u64,
+    },
     /// The lock looked free: it changed between our write and our read; try again.
     Raced,
 }
@@ -91,7 +94,10 @@ impl DynamoStore {
                 Err(err) => match DdbError::from(err) {
                     DdbError::ConditionFailed(Some(old)) => old,
                     DdbError::ConditionFailed(None) => {
-                        match self.get_item(keys::session_pk(tenant, key), SESSION_SK).await? {
+                        match self
+                            .get_item(keys::session_pk(tenant, key), SESSION_SK)
+                            .await?
+                        {
                             Some(old) => old,
                             None => {
                                 return Err(StoreError::NotFound(format!(
@@ -230,7 +236,10 @@ impl DynamoStore {
             return Ok(id);
         }
         let item = self
-            .get_item(keys::session_pk(&fence.tenant, &fence.session_key), SESSION_SK)
+            .get_item(
+                keys::session_pk(&fence.tenant, &fence.session_key),
+                SESSION_SK,
+            )
             .await?
             .ok_or(StoreError::FenceLost)?;
         let current = opt_str(&item, LOCK_OWNER)? == Some(fence.owner.as_str())
@@ -243,4 +252,3 @@ impl DynamoStore {
         Ok(id)
     }
 }
-

@@ -189,7 +189,8 @@ impl Store for DynamoStore {
         after: Option<u64>,
         limit: usize,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.query_transcript(tenant, session_id, after, limit).await
+        self.query_transcript(tenant, session_id, after, limit)
+            .await
     }
 
     async fn read_events(

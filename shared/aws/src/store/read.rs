@@ -1,5 +1,6 @@
 //! Reads (all strongly consistent) and the API's abort flag.
 
+use super::DynamoStore;
 use super::error::{DdbError, classify};
 use super::item::{
     ABORT_REQUESTED, Item, entry_from_item, event_from_item, run_from_item, session_from_item,
@@ -7,7 +8,6 @@ use super::item::{
 use super::keys::{
     self, ENTRY_PREFIX, EVENT_PREFIX, PK, RUN_SK, SESSION_SK, SK, after_bound, entry_sk, event_sk,
 };
-use super::DynamoStore;
 use agentlane_core::{
     Event, Run, RunId, Session, SessionId, SessionKey, StoreResult, TenantId, TranscriptEntry,
 };

@@ -66,7 +66,10 @@ pub async fn case_dedup_while_queued(queue: Arc<dyn LaneQueue>) {
     let lane = fixtures::lane();
     let message = fixtures::message(&lane);
     queue.enqueue(&message).await.expect("enqueue");
-    queue.enqueue(&message).await.expect("enqueue the duplicate");
+    queue
+        .enqueue(&message)
+        .await
+        .expect("enqueue the duplicate");
     let after = fixtures::message(&lane);
     queue.enqueue(&after).await.expect("enqueue");
 
@@ -136,7 +139,11 @@ pub async fn case_many_lanes_in_parallel(queue: Arc<dyn LaneQueue>) {
                 "round {round}: lane {lane} delivers exactly its message #{round}"
             );
         }
-        assert_eq!(got.len(), LANES, "round {round}: nothing else was delivered");
+        assert_eq!(
+            got.len(),
+            LANES,
+            "round {round}: nothing else was delivered"
+        );
         let acks = got.iter().map(|delivery| {
             let (queue, receipt) = (queue.clone(), delivery.receipt.clone());
             tokio::spawn(async move { queue.ack(&receipt).await })

@@ -20,7 +20,10 @@ pub async fn case_redelivery_after_visibility_timeout(queue: Arc<dyn LaneQueue>)
     // WHEN nobody acks it THEN it reappears (within a few seconds of its 1 s visibility)
     let again = next_is(&queue, &m1).await;
     assert_eq!(again.receive_count, 2);
-    assert_ne!(again.receipt, first[0].receipt, "each delivery has its own receipt");
+    assert_ne!(
+        again.receipt, first[0].receipt,
+        "each delivery has its own receipt"
+    );
 
     queue.ack(&again.receipt).await.expect("ack");
     let next = next_is(&queue, &m2).await;
@@ -63,7 +66,11 @@ pub async fn case_visibility_extension_keeps_hidden(queue: Arc<dyn LaneQueue>) {
 
     // hidden well past the original 2 s
     let during = drain(&queue, Duration::from_secs(4)).await;
-    assert_eq!(messages(&during), vec![], "the extended message stays hidden");
+    assert_eq!(
+        messages(&during),
+        vec![],
+        "the extended message stays hidden"
+    );
 
     // and still there: handing it back delivers it again
     queue
@@ -92,7 +99,11 @@ pub async fn case_stale_receipt_ack_is_harmless(queue: Arc<dyn LaneQueue>) {
     let fresh = queue.ack(&current.receipt).await;
     match stale {
         Err(QueueError::StaleReceipt) => {
-            assert_eq!(fresh, Ok(()), "a refused stale ack must not delete the message");
+            assert_eq!(
+                fresh,
+                Ok(()),
+                "a refused stale ack must not delete the message"
+            );
         }
         Ok(()) => assert!(
             matches!(fresh, Ok(()) | Err(QueueError::StaleReceipt)),

@@ -10,8 +10,15 @@ use std::sync::Arc;
 /// on it; both read back exactly as written.
 pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Store>) {
     // GIVEN a key nobody used yet
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
-    assert_eq!(store.get_session(&tenant, &key).await.expect("get_session"), None);
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    assert_eq!(
+        store.get_session(&tenant, &key).await.expect("get_session"),
+        None
+    );
     let turn = fixtures::turn(&tenant, &key, now);
 
     // WHEN a turn is accepted
@@ -64,7 +71,11 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
 /// A second turn of the same key lands on the same session id (the id the caller minted for it is
 /// ignored) and the session counts both.
 pub async fn case_second_turn_keeps_session_id(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let first = fixtures::accept(&store, &tenant, &key, now).await;
 
     let second_turn = fixtures::turn(&tenant, &key, now + 10);
@@ -95,7 +106,11 @@ pub async fn case_second_turn_keeps_session_id(store: Arc<dyn Store>) {
 /// The same idempotency key within its TTL answers the first run, `created: false`, and writes
 /// nothing: no second run, no second accepted turn.
 pub async fn case_idempotency_key_answers_the_same_run(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let idem = fixtures::unique("idem");
     let mut first_turn = fixtures::turn(&tenant, &key, now);
     first_turn.idempotency_key = Some(idem.clone());
@@ -112,7 +127,13 @@ pub async fn case_idempotency_key_answers_the_same_run(store: Arc<dyn Store>) {
     // THEN it gets the first run back and nothing new exists
     assert!(!again.created);
     assert_eq!(again.run, first.run);
-    assert_eq!(store.get_run(&tenant, &retry.run_id).await.expect("get_run"), None);
+    assert_eq!(
+        store
+            .get_run(&tenant, &retry.run_id)
+            .await
+            .expect("get_run"),
+        None
+    );
     let session = store
         .get_session(&tenant, &key)
         .await
@@ -123,7 +144,11 @@ pub async fn case_idempotency_key_answers_the_same_run(store: Arc<dyn Store>) {
 
 /// An idempotency key maps to its run only for its TTL; afterwards the same key makes a new run.
 pub async fn case_idempotency_key_expires_after_ttl(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let idem = fixtures::unique("idem");
     let keyed = |at: u64| {
         let mut turn = fixtures::turn(&tenant, &key, at);
@@ -134,18 +159,33 @@ pub async fn case_idempotency_key_expires_after_ttl(store: Arc<dyn Store>) {
     let first = store.accept_turn(keyed(now)).await.expect("accept_turn");
     assert!(first.created);
 
-    let within = store.accept_turn(keyed(now + 500)).await.expect("accept_turn");
-    assert!(!within.created, "the key is live 500 ms after a 1000 ms TTL started");
+    let within = store
+        .accept_turn(keyed(now + 500))
+        .await
+        .expect("accept_turn");
+    assert!(
+        !within.created,
+        "the key is live 500 ms after a 1000 ms TTL started"
+    );
     assert_eq!(within.run.run_id, first.run.run_id);
 
     let late_turn = keyed(now + 1_500);
-    let late = store.accept_turn(late_turn.clone()).await.expect("accept_turn");
-    assert!(late.created, "the key expired 1000 ms after it was recorded");
+    let late = store
+        .accept_turn(late_turn.clone())
+        .await
+        .expect("accept_turn");
+    assert!(
+        late.created,
+        "the key expired 1000 ms after it was recorded"
+    );
     assert_eq!(late.run.run_id, late_turn.run_id);
     assert_eq!(late.run.session_id, first.run.session_id);
 
     // and the renewed key now answers the new run
-    let after = store.accept_turn(keyed(now + 1_700)).await.expect("accept_turn");
+    let after = store
+        .accept_turn(keyed(now + 1_700))
+        .await
+        .expect("accept_turn");
     assert!(!after.created);
     assert_eq!(after.run.run_id, late_turn.run_id);
     let session = store
@@ -159,7 +199,11 @@ pub async fn case_idempotency_key_expires_after_ttl(store: Arc<dyn Store>) {
 /// Two tenants using the same session key and the same idempotency key get independent runs
 /// and sessions.
 pub async fn case_idempotency_keys_are_per_tenant(store: Arc<dyn Store>) {
-    let (key, now, idem) = (fixtures::session_key(), fixtures::wall_ms(), fixtures::unique("idem"));
+    let (key, now, idem) = (
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+        fixtures::unique("idem"),
+    );
     let (a, b) = (fixtures::tenant(), fixtures::tenant());
     let keyed = |tenant: &TenantId| {
         let mut turn = fixtures::turn(tenant, &key, now);
@@ -189,10 +233,15 @@ pub async fn case_idempotency_keys_are_per_tenant(store: Arc<dyn Store>) {
 /// knowing every id.
 pub async fn case_tenant_isolation(store: Arc<dyn Store>) {
     // GIVEN tenant A with a run, a transcript entry and an event
-    let (owner, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (owner, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let run = fixtures::accept(&store, &owner, &key, now).await;
     let fence = fixtures::lock(&store, &owner, &key, "runner-a", 30_000, now).await;
     let commit = Commit {
+        run_id: None,
         transcript: vec![fixtures::entry(1, &run.run_id, now)],
         events: vec![fixtures::event(1, now)],
         run: Some(fixtures::running(&run, now)),
@@ -203,8 +252,14 @@ pub async fn case_tenant_isolation(store: Arc<dyn Store>) {
 
     // WHEN tenant B asks with A's ids
     let other = fixtures::tenant();
-    assert_eq!(store.get_run(&other, &run.run_id).await.expect("get_run"), None);
-    assert_eq!(store.get_session(&other, &key).await.expect("get_session"), None);
+    assert_eq!(
+        store.get_run(&other, &run.run_id).await.expect("get_run"),
+        None
+    );
+    assert_eq!(
+        store.get_session(&other, &key).await.expect("get_session"),
+        None
+    );
     let transcript = store
         .read_transcript(&other, &run.session_id, None, 100)
         .await
@@ -215,7 +270,13 @@ pub async fn case_tenant_isolation(store: Arc<dyn Store>) {
         .await
         .expect("read_events");
     assert!(events.is_empty(), "B reads none of A's events");
-    assert_eq!(store.request_abort(&other, &run.run_id).await.expect("abort"), None);
+    assert_eq!(
+        store
+            .request_abort(&other, &run.run_id)
+            .await
+            .expect("abort"),
+        None
+    );
     let reset = store
         .reset_session(&other, &key, agentlane_core::SessionId::generate(), now + 1)
         .await;
@@ -249,6 +310,12 @@ pub async fn case_tenant_isolation(store: Arc<dyn Store>) {
 pub async fn case_request_abort_unknown_run_is_none(store: Arc<dyn Store>) {
     let tenant = fixtures::tenant();
     let run_id = RunId::generate();
-    assert_eq!(store.request_abort(&tenant, &run_id).await.expect("abort"), None);
-    assert_eq!(store.get_run(&tenant, &run_id).await.expect("get_run"), None);
+    assert_eq!(
+        store.request_abort(&tenant, &run_id).await.expect("abort"),
+        None
+    );
+    assert_eq!(
+        store.get_run(&tenant, &run_id).await.expect("get_run"),
+        None
+    );
 }

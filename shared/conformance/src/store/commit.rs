@@ -52,6 +52,7 @@ pub async fn case_stale_fence_commit_writes_nothing(store: Arc<dyn Store>) {
     let stale = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
     let started = fixtures::running(&run, now);
     let first = Commit {
+        run_id: None,
         transcript: vec![fixtures::entry(1, &run.run_id, now)],
         events: vec![fixtures::event(1, now)],
         run: Some(started.clone()),
@@ -73,6 +74,7 @@ pub async fn case_stale_fence_commit_writes_nothing(store: Arc<dyn Store>) {
 
     // WHEN A tries to finish the run
     let late = Commit {
+        run_id: None,
         transcript: vec![fixtures::entry(2, &run.run_id, now + 1_100)],
         events: vec![fixtures::event(2, now + 1_100)],
         run: Some(finished(&started, now + 1_100)),
@@ -113,7 +115,10 @@ pub async fn case_stale_fence_commit_writes_nothing(store: Arc<dyn Store>) {
         run: Some(started),
         ..Commit::default()
     };
-    store.commit(&current, rightful).await.expect("current holder commits");
+    store
+        .commit(&current, rightful)
+        .await
+        .expect("current holder commits");
 }
 
 /// A commit whose transcript seq (or event seq) is taken answers `Conflict` and none of its other
@@ -139,6 +144,7 @@ pub async fn case_commit_is_atomic_on_seq_conflict(store: Arc<dyn Store>) {
 
     // a taken transcript seq, placed after a free one
     let transcript_clash = Commit {
+        run_id: None,
         transcript: vec![
             fixtures::entry(3, &run.run_id, now + 1),
             fixtures::entry(2, &run.run_id, now + 1),
@@ -158,6 +164,7 @@ pub async fn case_commit_is_atomic_on_seq_conflict(store: Arc<dyn Store>) {
 
     // a taken event seq, placed after a free one, with a free transcript seq
     let event_clash = Commit {
+        run_id: None,
         transcript: vec![fixtures::entry(3, &run.run_id, now + 2)],
         events: vec![fixtures::event(2, now + 2), fixtures::event(1, now + 2)],
         run: Some(finished(&started, now + 2)),
@@ -188,7 +195,10 @@ pub async fn case_commit_is_atomic_on_seq_conflict(store: Arc<dyn Store>) {
         .get_session(&run.tenant, &run.session_key)
         .await
         .expect("get_session");
-    assert_eq!(session_after, session_before, "no session update, lock kept");
+    assert_eq!(
+        session_after, session_before,
+        "no session update, lock kept"
+    );
     store
         .commit(&fence, Commit::default())
         .await
@@ -242,12 +252,16 @@ pub async fn case_transcript_order_and_paging(store: Arc<dyn Store>) {
 pub async fn case_events_order_and_paging(store: Arc<dyn Store>) {
     let now = fixtures::wall_ms();
     let (run, fence) = locked_run(&store, now).await;
-    let all: Vec<_> = (1..=12).map(|seq| fixtures::event(seq, now + seq)).collect();
+    let all: Vec<_> = (1..=12)
+        .map(|seq| fixtures::event(seq, now + seq))
+        .collect();
     let started = fixtures::running(&run, now);
-    for chunk in [&all[..2], &all[2..10], &all[10..]] {
+    // The middle chunk is an events-only commit naming its run by `run_id` alone.
+    for (i, chunk) in [&all[..2], &all[2..10], &all[10..]].into_iter().enumerate() {
         let commit = Commit {
             events: chunk.to_vec(),
-            run: Some(started.clone()),
+            run: (i != 1).then(|| started.clone()),
+            run_id: (i == 1).then(|| run.run_id.clone()),
             ..Commit::default()
         };
         store.commit(&fence, commit).await.expect("commit");
@@ -295,7 +309,15 @@ pub async fn case_commit_release_lock_frees_lock(store: Arc<dyn Store>) {
         .expect("get_session")
         .expect("session");
     assert_eq!(session.lock_owner, None);
-    let next = fixtures::lock(&store, &run.tenant, &run.session_key, "runner-b", LEASE_MS, now).await;
+    let next = fixtures::lock(
+        &store,
+        &run.tenant,
+        &run.session_key,
+        "runner-b",
+        LEASE_MS,
+        now,
+    )
+    .await;
     assert!(next.token > fence.token);
     assert_eq!(
         store.commit(&fence, Commit::default()).await,

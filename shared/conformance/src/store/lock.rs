@@ -9,14 +9,20 @@ const LEASE_MS: u64 = 30_000;
 /// Eight acquirers racing for one free lock: exactly one wins; the others see it held by the
 /// winner until the winner's lease end.
 pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     fixtures::accept(&store, &tenant, &key, now).await;
 
     let racers = (0..8).map(|i| {
         let (store, tenant, key) = (store.clone(), tenant.clone(), key.clone());
         tokio::spawn(async move {
             let owner = format!("runner-{i}");
-            let attempt = store.acquire_lock(&tenant, &key, &owner, LEASE_MS, now).await;
+            let attempt = store
+                .acquire_lock(&tenant, &key, &owner, LEASE_MS, now)
+                .await;
             (owner, attempt)
         })
     });
@@ -31,10 +37,17 @@ pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn St
                 assert_eq!(fence.owner, owner);
                 winners.push(fence);
             }
-            LockAttempt::Held { owner: holder, until } => held.push((holder, until)),
+            LockAttempt::Held {
+                owner: holder,
+                until,
+            } => held.push((holder, until)),
         }
     }
-    assert_eq!(winners.len(), 1, "exactly one racer gets the lock: {winners:?}");
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one racer gets the lock: {winners:?}"
+    );
     let winner = &winners[0];
     assert_eq!(held.len(), 7);
     for (holder, until) in held {
@@ -54,7 +67,11 @@ pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn St
 /// While the lease lasts (up to and including its end) every other acquirer, and the holder
 /// itself, gets `Held`.
 pub async fn case_lock_held_while_lease_valid_and_not_reentrant(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
     assert_eq!(fence.tenant, tenant);
@@ -86,7 +103,11 @@ pub async fn case_lock_held_while_lease_valid_and_not_reentrant(store: Arc<dyn S
 /// After the lease ended, another owner takes the lock with a strictly larger fencing token, and
 /// the old fence can neither renew, release nor commit.
 pub async fn case_lock_takeover_after_lease_expiry_bumps_fence(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     fixtures::accept(&store, &tenant, &key, now).await;
     let old = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
 
@@ -109,13 +130,20 @@ pub async fn case_lock_takeover_after_lease_expiry_bumps_fence(store: Arc<dyn St
         .expect("session");
     assert_eq!(session.lock_owner.as_deref(), Some("runner-b"));
     assert_eq!(session.fence, new.token.0);
-    store.renew_lock(&new, 1_000, now + 1_500).await.expect("renew");
+    store
+        .renew_lock(&new, 1_000, now + 1_500)
+        .await
+        .expect("renew");
 }
 
 /// Renewing moves the lease end to `now + lease`; the lock stays held until then. A renew with a
 /// fence that is no longer current is `FenceLost`.
 pub async fn case_renew_extends_lease_and_stale_renew_fails(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
 
@@ -155,7 +183,11 @@ pub async fn case_renew_extends_lease_and_stale_renew_fails(store: Arc<dyn Store
 /// Released, the lock is free at once (same `now`), and the next acquisition gets a larger token;
 /// the released fence is dead.
 pub async fn case_release_then_reacquire(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     fixtures::accept(&store, &tenant, &key, now).await;
     let first = fixtures::lock(&store, &tenant, &key, "runner-a", LEASE_MS, now).await;
 
@@ -175,5 +207,8 @@ pub async fn case_release_then_reacquire(store: Arc<dyn Store>) {
         Err(StoreError::FenceLost)
     );
     store.release_lock(&second).await.expect("release");
-    assert_eq!(store.release_lock(&second).await, Err(StoreError::FenceLost));
+    assert_eq!(
+        store.release_lock(&second).await,
+        Err(StoreError::FenceLost)
+    );
 }

@@ -42,7 +42,12 @@ pub fn all() -> Vec<(&'static str, crate::Case<dyn Store>)> {
 pub async fn run_all_shared(store: Arc<dyn Store>) {
     let running: Vec<_> = all()
         .into_iter()
-        .map(|(name, case)| (name, tokio::spawn(crate::run_case(name, case(store.clone())))))
+        .map(|(name, case)| {
+            (
+                name,
+                tokio::spawn(crate::run_case(name, case(store.clone()))),
+            )
+        })
         .collect();
     let mut failed = Vec::new();
     for (name, task) in running {
@@ -50,5 +55,8 @@ pub async fn run_all_shared(store: Arc<dyn Store>) {
             failed.push(name);
         }
     }
-    assert!(failed.is_empty(), "store cases failed on a shared store: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "store cases failed on a shared store: {failed:?}"
+    );
 }

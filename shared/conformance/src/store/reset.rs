@@ -8,7 +8,11 @@ use std::sync::Arc;
 /// the old transcript stays readable under the old id.
 pub async fn case_reset_session_mints_new_id(store: Arc<dyn Store>) {
     // GIVEN a session with one transcript entry, unlocked
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let run = fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 30_000, now).await;
     let commit = Commit {
@@ -59,7 +63,11 @@ pub async fn case_reset_session_mints_new_id(store: Arc<dyn Store>) {
 /// A live lock makes a reset `Busy` (nothing changes); once the lease ended the reset goes
 /// through and the expired holder's fence is dead.
 pub async fn case_reset_session_busy_while_locked(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let run = fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 10_000, now).await;
 
@@ -103,10 +111,17 @@ pub async fn case_reset_session_busy_while_locked(store: Arc<dyn Store>) {
 
 /// Resetting a key that has no session is `NotFound`, and creates nothing.
 pub async fn case_reset_session_unknown_key_not_found(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (fixtures::tenant(), fixtures::session_key(), fixtures::wall_ms());
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
     let result = store
         .reset_session(&tenant, &key, SessionId::generate(), now)
         .await;
     assert!(matches!(result, Err(StoreError::NotFound(_))), "{result:?}");
-    assert_eq!(store.get_session(&tenant, &key).await.expect("get_session"), None);
+    assert_eq!(
+        store.get_session(&tenant, &key).await.expect("get_session"),
+        None
+    );
 }

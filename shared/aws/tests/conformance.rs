@@ -1,0 +1,16 @@
+//! The shared `Store` / `LaneQueue` conformance suite against DynamoDB and SQS FIFO on the local
+//! emulator (`localstack/start-emulator.sh`; endpoint from `AWS_ENDPOINT_URL`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use agentlane_core::{LaneQueue, Store};
+use std::sync::Arc;
+
+agentlane_conformance::store_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn Store>
+});
+
+agentlane_conformance::queue_conformance!(async {
+    Arc::new(crate::common::fresh_queue().await) as Arc<dyn LaneQueue>
+});

@@ -24,7 +24,9 @@ pub mod setup;
 pub mod store;
 
 pub use queue::{SqsLaneQueue, delivery_from_parts};
-pub use setup::{AwsConfig, Resources, SetupError, ensure_resources, ensure_table, sdk_config};
+pub use setup::{
+    AwsConfig, Resources, SetupError, ensure_resources, ensure_table, resolve_queue_url, sdk_config,
+};
 pub use store::DynamoStore;
 
 /// The SDK crates, so users need no direct dependency of their own.

@@ -19,7 +19,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the API, the lane workers and the cron ticker in one process (embedded store).
+    /// Run the API and the lane workers in one process (embedded store, or AWS with AGENTLANE_BACKEND=aws).
     Serve(ServeArgs),
     /// Send a message to a session.
     Agent(AgentArgs),
@@ -31,6 +31,8 @@ pub enum Command {
     Transcript(TranscriptArgs),
     /// Measure per-turn overhead of the embedded path with a zero-latency model.
     Bench(bench::BenchArgs),
+    /// Create the DynamoDB table and the SQS FIFO queues when absent (idempotent).
+    SetupAws,
 }
 
 #[derive(Args, Debug)]
@@ -117,5 +119,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(a) => client::events(a).await,
         Command::Transcript(a) => client::transcript(a).await,
         Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
+        Command::SetupAws => serve::setup_aws().await.map(|()| ExitCode::SUCCESS),
     }
 }

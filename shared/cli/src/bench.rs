@@ -5,7 +5,6 @@
 //! zero-latency model (the demo model without pacing), commits, and acks. It reports turn wall
 //! time minus the time spent inside the model, as percentiles, and the process's peak RSS.
 
-use crate::serve::{System, build_system};
 use agentlane_agent::LaneWorker;
 use agentlane_api::{ApiConfig, ApiKeys, ApiState};
 use agentlane_providers::{ModelProvider, ModelRequest, ModelStream, ProviderError};
@@ -118,15 +117,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    // SAFETY of intent: the benchmark always uses the unpaced demo model.
+    // The benchmark always uses the unpaced demo model, timed.
     let nanos = Arc::new(AtomicU64::new(0));
-    let System {
+    let backends = agentlane_runtime::open_embedded(&dir)?;
+    let (runner, _) = agentlane_runtime::runner(&backends)?;
+    let agentlane_runtime::Backends {
         store,
         queue,
         clock,
-        runner,
-        ..
-    } = build_system(&dir)?;
+    } = backends;
     let runner = runner.with_provider(Arc::new(TimedProvider {
         inner: Arc::new(agentlane_providers::demo::DemoModel::with_chunk_delay(
             Duration::ZERO,

@@ -5,7 +5,6 @@ mod args;
 pub mod bench;
 mod client;
 pub mod serve;
-pub mod settings;
 
 use clap::Parser;
 use std::process::ExitCode;

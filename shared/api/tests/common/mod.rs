@@ -231,6 +231,7 @@ impl Harness {
             .commit(
                 fence,
                 Commit {
+                    run_id: None,
                     transcript,
                     events,
                     run: Some(run),

@@ -3,7 +3,7 @@
 
 mod resources;
 
-pub use resources::{Resources, ensure_resources, ensure_table};
+pub use resources::{Resources, ensure_resources, ensure_table, resolve_queue_url};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;

@@ -55,6 +55,40 @@ pub async fn ensure_resources(
     })
 }
 
+/// The queue URL to use without creating anything: the configured URL, else the URL of the
+/// queue named `queue_name` (an error that says to run `agentlane setup-aws` when absent).
+pub async fn resolve_queue_url(sdk: &SdkConfig, config: &AwsConfig) -> Result<String, SetupError> {
+    if let Some(url) = &config.queue_url {
+        return Ok(url.clone());
+    }
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    match sqs
+        .get_queue_url()
+        .queue_name(&config.queue_name)
+        .send()
+        .await
+    {
+        Ok(out) => out.queue_url.ok_or_else(|| SetupError::Aws {
+            operation: "GetQueueUrl",
+            message: "the answer had no queue URL".into(),
+        }),
+        Err(err) => {
+            let missing = err
+                .as_service_error()
+                .and_then(|e| e.code())
+                .is_some_and(|c| c.contains("NonExistentQueue"));
+            if missing {
+                Err(SetupError::InvalidConfig(format!(
+                    "queue {} does not exist: run `agentlane setup-aws` first",
+                    config.queue_name
+                )))
+            } else {
+                Err(aws_error("GetQueueUrl")(err))
+            }
+        }
+    }
+}
+
 /// Creates the table when absent (on-demand, `PK`/`SK`, the `processing` and `cronDue` GSIs),
 /// waits until it is active and enables TTL on `expiresAt`. Idempotent.
 pub async fn ensure_table(sdk: &SdkConfig, table: &str) -> Result<(), SetupError> {

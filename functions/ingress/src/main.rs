@@ -1,0 +1,23 @@
+//! The ingress Lambda: wiring only. The handler is `agentlane_api::app`, the same router the
+//! local server runs.
+
+use agentlane_api::ApiState;
+use agentlane_runtime as runtime;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    runtime::init_tracing(true);
+    let backends = runtime::open_aws().await?;
+    let models = runtime::ModelSettings::from_env()?;
+    let keys = runtime::api_keys_from_env()?.ok_or_else(|| {
+        anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
+    })?;
+    let app = agentlane_api::app(ApiState {
+        store: backends.store,
+        queue: backends.queue,
+        clock: backends.clock,
+        keys,
+        config: runtime::api_config(&models),
+    });
+    lambda_http::run(app).await
+}

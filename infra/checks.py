@@ -1,0 +1,551 @@
+"""Checks of infra/template.yaml, run by infra/validate.sh inside its pinned venv.
+
+  checks.py translate TEMPLATE OUT.json     SAM -> CloudFormation, offline
+  checks.py structure TEMPLATE OUT.json     facts a reviewer checks (exit 1 on any failure)
+  checks.py selftest TEMPLATE WORKDIR       `structure` rejects templates broken on purpose
+  checks.py emulator TEMPLATE ENDPOINT TABLE QUEUE DLQ
+                                            the resources the LocalStack init hook created on an
+                                            emulator match the template's table and queues
+
+Nothing here calls AWS: the SAM translator gets placeholder S3 code locations (what `sam
+package` would write) and a managed-policy loader that refuses to be used (the template names
+no managed policy, so SAM never needs AWS's list).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# The translator's metrics go to a dummy publisher; only its "unpublished metrics" warning
+# would reach stderr.
+logging.getLogger("samtranslator").setLevel(logging.ERROR)
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER_TIMEOUT_LIMIT = 900  # Lambda's maximum, seconds
+MAX_RUN_SECONDS = 48 * 3600  # SPEC §8: runs may last up to 48 h by default
+API_GATEWAY_LIMIT_MS = 30_000  # HTTP API integration timeout ceiling
+BINARIES = {
+    "IngressFunction": "agentlane-ingress",
+    "RunnerFunction": "agentlane-runner",
+    "CronFunction": "agentlane-cron",
+}
+SECRET_ENV = {"IngressFunction": ["AGENTLANE_API_KEYS"], "RunnerFunction": ["OPENAI_API_KEY"],
+              "CronFunction": ["OPENAI_API_KEY"]}
+SQS_CONSUMER = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+                "sqs:GetQueueAttributes"}
+DYNAMODB_ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                         "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:Query",
+                         "dynamodb:BatchGetItem"}
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_sam(path: str) -> dict[str, Any]:
+    """The template as plain JSON-like data (short-form tags become Fn:: dicts)."""
+    from cfnlint.decode import decode
+
+    template, matches = decode(path)
+    if matches or template is None:
+        raise SystemExit(f"cannot parse {path}: {matches}")
+    return json.loads(json.dumps(template))
+
+
+class RefusingPolicyLoader:
+    """Managed-policy loader for the translator that needs no AWS call: it must not be used."""
+
+    def load(self) -> dict[str, str]:
+        raise RuntimeError("the template names an AWS managed policy; the translator would "
+                           "need AWS to resolve it (name it by ARN, or better, write the policy)")
+
+
+def translate(src: str, out: str) -> None:
+    from samtranslator.translator.transform import transform
+
+    template = load_sam(src)
+    # `sam build` + `sam package` replace each local CodeUri by the uploaded artifact.
+    globals_fn = template.get("Globals", {}).get("Function", {})
+    if "CodeUri" in globals_fn:
+        globals_fn["CodeUri"] = "s3://agentlane-validate-artifacts/code.zip"
+    for name, res in template["Resources"].items():
+        if res["Type"] == "AWS::Serverless::Function" and "CodeUri" in res.get("Properties", {}):
+            res["Properties"]["CodeUri"] = f"s3://agentlane-validate-artifacts/{name}.zip"
+    # Parameters without a default need a value, as `sam deploy` would ask for.
+    values = {"ApiKeysSecretId": "agentlane/dev/api-keys"}
+    translated = transform(template, values, RefusingPolicyLoader())
+    Path(out).write_text(json.dumps(translated, indent=1, sort_keys=True) + "\n")
+    kinds: dict[str, int] = {}
+    for res in translated["Resources"].values():
+        kinds[res["Type"]] = kinds.get(res["Type"], 0) + 1
+    print("translated: " + ", ".join(f"{n} {t}" for t, n in sorted(kinds.items())))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class Checker:
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self.count = 0
+
+    def check(self, ok: bool, what: str) -> bool:
+        self.count += 1
+        if not ok:
+            self.failures.append(what)
+            print(f"  FAIL {what}")
+        return ok
+
+
+def of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def param(template: dict[str, Any], value: Any) -> dict[str, Any] | None:
+    """The parameter a `{"Ref": P}` names, or None."""
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return template.get("Parameters", {}).get(value["Ref"])
+    return None
+
+
+def default(template: dict[str, Any], value: Any) -> Any:
+    """A literal, or the default of the parameter it references."""
+    p = param(template, value)
+    if p is not None:
+        return p.get("Default")
+    return value
+
+
+def bounds(template: dict[str, Any], value: Any) -> tuple[float, float]:
+    """(min, max) a value can take: a literal, or a Number parameter's MinValue/MaxValue."""
+    p = param(template, value)
+    if p is None:
+        return float(value), float(value)
+    if "AllowedValues" in p:
+        vals = [float(v) for v in p["AllowedValues"]]
+        return min(vals), max(vals)
+    return float(p.get("MinValue", -math.inf)), float(p.get("MaxValue", math.inf))
+
+
+def getatt(value: Any) -> tuple[str, str] | None:
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        att = value["Fn::GetAtt"]
+        return tuple(att.split(".", 1)) if isinstance(att, str) else (att[0], att[1])
+    return None
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def is_dynamic_secret(value: Any) -> bool:
+    """A Secrets Manager dynamic reference, possibly behind Fn::If / AWS::NoValue."""
+    if isinstance(value, dict) and "Fn::If" in value:
+        branches = value["Fn::If"][1:]
+        return all(is_dynamic_secret(b) or b == {"Ref": "AWS::NoValue"} for b in branches) and any(
+            is_dynamic_secret(b) for b in branches)
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        value = value["Fn::Sub"]
+    return isinstance(value, str) and value.startswith("{{resolve:secretsmanager:")
+
+
+# ----------------------------------------------------------------------------- Rust source
+
+
+def rust_sources() -> str:
+    """All of shared/aws/src, so the check survives the adapter's files being reorganised."""
+    files = sorted((ROOT / "shared/aws/src").rglob("*.rs"))
+    if not files:
+        raise SystemExit("shared/aws/src has no Rust sources: cannot cross-check the table design")
+    return "\n".join(f.read_text() for f in files)
+
+
+def rust_table_design() -> dict[str, Any]:
+    """Names the AWS adapter uses (shared/aws), the source of truth for the table."""
+    src = rust_sources()
+    consts = dict(re.findall(r'pub const (\w+): &str = "([^"]+)";', src))
+    attrs = dict(re.findall(r'attribute\(\s*"(\w+)",\s*ScalarAttributeType::(\w)\s*\)', src))
+    keys = re.findall(r'\.key_schema\(\s*key\(\s*"(\w+)",\s*KeyType::(\w+)\s*\)', src)
+    indexes = {consts.get(c, c): (h, r) for c, h, r in
+               re.findall(r'sparse_index\(\s*(\w+),\s*"(\w+)",\s*"(\w+)"\s*\)', src)}
+    receive = re.search(r"pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = (\d+);", src)
+    return {
+        "attributes": attrs,
+        "keys": [(n, t.upper()) for n, t in keys],
+        "indexes": indexes,
+        "ttl": consts.get("TTL_ATTRIBUTE"),
+        "max_receive": int(receive.group(1)) if receive else None,
+        "queue": consts.get("DEFAULT_QUEUE_NAME"),
+        "table": consts.get("DEFAULT_TABLE"),
+    }
+
+
+def template_table_design(table: dict[str, Any]) -> dict[str, Any]:
+    props = table["Properties"]
+    return {
+        "attributes": {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]},
+        "keys": [(k["AttributeName"], k["KeyType"]) for k in props["KeySchema"]],
+        "indexes": {g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"])
+                    for g in props.get("GlobalSecondaryIndexes", [])},
+        "projections": {g["IndexName"]: g["Projection"]["ProjectionType"]
+                        for g in props.get("GlobalSecondaryIndexes", [])},
+        "ttl": props.get("TimeToLiveSpecification", {}).get("AttributeName")
+        if props.get("TimeToLiveSpecification", {}).get("Enabled") is True else None,
+    }
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+def check_storage(c: Checker, sam: dict[str, Any]) -> None:
+    tables = of_type(sam, "AWS::DynamoDB::Table")
+    if not c.check(list(tables) == ["Table"], f"exactly one DynamoDB table named Table: {list(tables)}"):
+        return
+    table = tables["Table"]
+    props = table["Properties"]
+    c.check(props.get("BillingMode") == "PAY_PER_REQUEST", "table is on-demand")
+    c.check(table.get("DeletionPolicy") == "Retain", "table survives stack deletion (Retain)")
+    mine = template_table_design(table)
+    rust = rust_table_design()
+    c.check(mine["keys"] == rust["keys"] == [("PK", "HASH"), ("SK", "RANGE")],
+            f"key schema PK/SK as in setup.rs: template {mine['keys']} rust {rust['keys']}")
+    c.check(mine["attributes"] == rust["attributes"],
+            f"attribute definitions as in setup.rs: template {mine['attributes']} rust {rust['attributes']}")
+    c.check(mine["indexes"] == rust["indexes"] and len(rust["indexes"]) == 2,
+            f"GSIs as in setup.rs: template {mine['indexes']} rust {rust['indexes']}")
+    c.check(set(mine["projections"].values()) == {"ALL"}, f"GSI projections ALL: {mine['projections']}")
+    c.check(mine["ttl"] is not None and mine["ttl"] == rust["ttl"],
+            f"TTL enabled on {rust['ttl']}: template {mine['ttl']}")
+
+
+def check_queues(c: Checker, sam: dict[str, Any], runner_timeout: float) -> None:
+    queues = of_type(sam, "AWS::SQS::Queue")
+    if not c.check(set(queues) == {"TurnQueue", "TurnDlq"}, f"queues TurnQueue + TurnDlq: {list(queues)}"):
+        return
+    q, dlq = queues["TurnQueue"]["Properties"], queues["TurnDlq"]["Properties"]
+    for name, props in (("TurnQueue", q), ("TurnDlq", dlq)):
+        c.check(props.get("FifoQueue") is True, f"{name} is FIFO")
+        c.check(props.get("ContentBasedDeduplication") is False,
+                f"{name}: ContentBasedDeduplication false (the sender sets the dedup id = runId)")
+    redrive = q.get("RedrivePolicy", {})
+    c.check(getatt(redrive.get("deadLetterTargetArn")) == ("TurnDlq", "Arn"),
+            f"TurnQueue redrives to TurnDlq: {redrive.get('deadLetterTargetArn')}")
+    needed = math.ceil(MAX_RUN_SECONDS / runner_timeout)
+    receives = default(sam, redrive.get("maxReceiveCount"))
+    rust = rust_table_design()["max_receive"]
+    c.check(isinstance(receives, int) and needed < receives <= 1000,
+            f"maxReceiveCount default {receives} leaves room for the {needed} hand-backs of a 48 h run")
+    c.check(receives == rust, f"maxReceiveCount default {receives} = setup.rs DEFAULT_MAX_RECEIVE_COUNT {rust}")
+    low, _ = bounds(sam, q.get("VisibilityTimeout"))
+    c.check(low >= runner_timeout,
+            f"queue visibility timeout can never be below the runner timeout (min {low} < {runner_timeout})")
+    vis = default(sam, q.get("VisibilityTimeout"))
+    c.check(vis is not None and vis >= 6 * runner_timeout,
+            f"queue visibility default {vis} follows AWS's 6x runner timeout advice")
+    c.check(default(sam, q.get("MessageRetentionPeriod", 345600)) > MAX_RUN_SECONDS,
+            "queue retention outlasts a 48 h run")
+
+
+def functions(cfn: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return of_type(cfn, "AWS::Lambda::Function")
+
+
+def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    fns = functions(cfn)
+    if not c.check(set(fns) == set(BINARIES), f"functions {sorted(BINARIES)}: {sorted(fns)}"):
+        return
+    archs = set()
+    for name, binary in BINARIES.items():
+        props = fns[name]["Properties"]
+        c.check(props.get("Runtime") == "provided.al2023" and props.get("Handler") == "bootstrap",
+                f"{name}: provided.al2023 / bootstrap")
+        archs.add(json.dumps(props.get("Architectures")))
+        meta = sam["Resources"][name].get("Metadata", {})
+        c.check(meta.get("BuildMethod") == "rust-cargolambda"
+                and meta.get("BuildProperties", {}).get("Binary") == binary,
+                f"{name}: built by cargo-lambda as binary {binary}")
+        env = props.get("Environment", {}).get("Variables", {})
+        c.check(env.get("AGENTLANE_TABLE") == {"Ref": "Table"}, f"{name}: AGENTLANE_TABLE = the table")
+        c.check(env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
+                f"{name}: AGENTLANE_QUEUE_URL = the turn queue")
+        for var in SECRET_ENV[name]:
+            c.check(is_dynamic_secret(env.get(var)),
+                    f"{name}: {var} comes from a Secrets Manager dynamic reference: {env.get(var)}")
+        for var, value in env.items():
+            if re.search(r"KEY|SECRET|TOKEN|PASSWORD", var):
+                c.check(is_dynamic_secret(value), f"{name}: secret-looking {var} is not plain text")
+    c.check(archs == {json.dumps([{"Ref": "Architecture"}])} and
+            set(sam["Parameters"]["Architecture"]["AllowedValues"]) == {"x86_64", "arm64"},
+            f"one Architecture parameter (x86_64|arm64) for all functions: {archs}")
+    ingress, runner, cron = (fns[n]["Properties"] for n in BINARIES)
+    c.check(bounds(sam, ingress["Timeout"])[1] < API_GATEWAY_LIMIT_MS / 1000,
+            f"ingress timeout {ingress['Timeout']} below API Gateway's 30 s")
+    c.check(bounds(sam, runner["Timeout"]) == (RUNNER_TIMEOUT_LIMIT, RUNNER_TIMEOUT_LIMIT),
+            f"runner timeout 900 s: {runner['Timeout']}")
+    lo, hi = bounds(sam, cron["Timeout"])
+    c.check(60 <= lo and hi <= 300, f"cron timeout within 60-300 s: {lo}-{hi}")
+
+
+def check_triggers(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    esms = of_type(cfn, "AWS::Lambda::EventSourceMapping")
+    if c.check(len(esms) == 1, f"one event source mapping: {list(esms)}"):
+        esm = next(iter(esms.values()))["Properties"]
+        c.check(esm.get("FunctionName") == {"Ref": "RunnerFunction"}, "the mapping feeds the runner")
+        c.check(getatt(esm.get("EventSourceArn")) == ("TurnQueue", "Arn"), "the mapping reads the turn queue")
+        c.check("ReportBatchItemFailures" in esm.get("FunctionResponseTypes", []),
+                "the mapping reports batch item failures")
+        c.check(esm.get("BatchSize") == 10, f"batch size 10: {esm.get('BatchSize')}")
+        c.check("MaximumBatchingWindowInSeconds" not in esm, "no batching window (FIFO queues refuse it)")
+        cap = esm.get("ScalingConfig", {}).get("MaximumConcurrency")
+        lo, hi = bounds(sam, cap) if cap is not None else (0, 0)
+        c.check(cap is not None and 2 <= lo and hi <= 1000,
+                f"ScalingConfig.MaximumConcurrency set (the global lane), within 2-1000: {cap}")
+    apis = of_type(cfn, "AWS::ApiGatewayV2::Api")
+    if c.check(len(apis) == 1, f"one HTTP API: {list(apis)}"):
+        paths = next(iter(apis.values()))["Properties"].get("Body", {}).get("paths", {})
+        route = paths.get("$default", {}).get("x-amazon-apigateway-any-method", {})
+        integ = route.get("x-amazon-apigateway-integration", {})
+        c.check(list(paths) == ["$default"], f"only the catch-all $default route: {list(paths)}")
+        c.check(integ.get("payloadFormatVersion") == "2.0", "payload format 2.0")
+        c.check("${IngressFunction.Arn}" in json.dumps(integ.get("uri")), "the route invokes ingress")
+        c.check(integ.get("timeoutInMillis", API_GATEWAY_LIMIT_MS) <= API_GATEWAY_LIMIT_MS,
+                "integration timeout within API Gateway's limit")
+    rules = of_type(cfn, "AWS::Events::Rule")
+    if c.check(len(rules) == 1, f"one EventBridge rule: {list(rules)}"):
+        rule = next(iter(rules.values()))["Properties"]
+        c.check(rule.get("ScheduleExpression") == "rate(1 minute)", "cron every minute")
+        c.check([getatt(t["Arn"]) for t in rule.get("Targets", [])] == [("CronFunction", "Arn")],
+                "the schedule invokes cron")
+
+
+def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for policy in role["Properties"].get("Policies", []):
+        out.extend(as_list(policy["PolicyDocument"]["Statement"]))
+    return out
+
+
+def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
+    c.check(not of_type(cfn, "AWS::IAM::Policy") and not of_type(cfn, "AWS::IAM::ManagedPolicy"),
+            "no stand-alone IAM policies (all inline, per role)")
+    roles = of_type(cfn, "AWS::IAM::Role")
+    fns = functions(cfn)
+    used = {name: getatt(fn["Properties"].get("Role")) for name, fn in fns.items()}
+    c.check(sorted(r for r, _ in used.values() if r) == sorted(roles) and len(set(used.values())) == len(fns),
+            f"one role per function: {used}")
+    for role_name, role in roles.items():
+        managed = role["Properties"].get("ManagedPolicyArns")
+        c.check(not managed, f"{role_name}: no managed policies (they grant on '*'): {managed}")
+        for st in statements(role):
+            sid = f"{role_name}/{st.get('Sid', '?')}"
+            c.check(st.get("Effect") == "Allow" and "NotAction" not in st and "NotResource" not in st,
+                    f"{sid}: plain Allow statement")
+            for action in as_list(st.get("Action", [])):
+                c.check("*" not in action, f"{sid}: no wildcard action ({action})")
+            for res in as_list(st.get("Resource", [])):
+                c.check(res != "*" and not (isinstance(res, str) and re.match(r"^arn:[^$]*:\*", res)),
+                        f"{sid}: resource is not '*' ({res})")
+    # What each function may do, beyond logs.
+    expected_sqs = {"IngressRole": {"sqs:SendMessage"}, "RunnerRole": SQS_CONSUMER,
+                    "CronRole": {"sqs:SendMessage"}}
+    for role_name, sqs in expected_sqs.items():
+        if not c.check(role_name in roles, f"role {role_name} exists"):
+            continue
+        actions = {a for st in statements(roles[role_name]) for a in as_list(st["Action"])}
+        c.check({a for a in actions if a.startswith("sqs:")} == sqs,
+                f"{role_name}: SQS actions exactly {sorted(sqs)}")
+        ddb = {a for a in actions if a.startswith("dynamodb:")}
+        c.check(ddb and ddb <= DYNAMODB_ITEM_ACTIONS, f"{role_name}: item-level DynamoDB actions only: {ddb}")
+        c.check({a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb"},
+                f"{role_name}: nothing beyond logs, sqs, dynamodb: {sorted(actions)}")
+        for st in statements(roles[role_name]):
+            targets = {getatt(r) for r in as_list(st["Resource"])}
+            c.check(("TurnDlq", "Arn") not in targets, f"{role_name}: no access to the DLQ")
+
+
+def check_logs(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    groups = of_type(cfn, "AWS::Logs::LogGroup")
+    names = {json.dumps(g["Properties"]["LogGroupName"]) for g in groups.values()}
+    for name, fn in functions(cfn).items():
+        fn_name = fn["Properties"].get("FunctionName", {}).get("Fn::Sub", "")
+        c.check(json.dumps({"Fn::Sub": "/aws/lambda/" + fn_name}) in names,
+                f"{name}: its log group /aws/lambda/{fn_name} is declared")
+    for gname, g in groups.items():
+        c.check(param(sam, g["Properties"].get("RetentionInDays")) is not None,
+                f"{gname}: retention set by parameter")
+
+
+def check_outputs(c: Checker, sam: dict[str, Any]) -> None:
+    outputs = set(sam.get("Outputs", {}))
+    for out in ("ApiUrl", "TableName", "QueueUrl", "DlqUrl"):
+        c.check(out in outputs, f"output {out}")
+
+
+def check_hook_defaults(c: Checker) -> None:
+    """The init hook's default names are setup.rs's, so `agentlane setup-aws` finds them."""
+    hook = (ROOT / "localstack/init/ready.d/10-agentlane.sh").read_text()
+    rust = rust_table_design()
+    defaults = dict(re.findall(r"^(\w+)=\$\{AGENTLANE_\w+:-([^}]+)\}$", hook, re.M))
+    c.check(defaults.get("TABLE") == rust["table"], f"init hook table {defaults.get('TABLE')} = setup.rs {rust['table']}")
+    c.check(defaults.get("QUEUE") == rust["queue"], f"init hook queue {defaults.get('QUEUE')} = setup.rs {rust['queue']}")
+    c.check(defaults.get("MAX_RECEIVE") == str(rust["max_receive"]),
+            f"init hook maxReceiveCount {defaults.get('MAX_RECEIVE')} = setup.rs {rust['max_receive']}")
+
+
+def check_compose(c: Checker) -> None:
+    """localstack/docker-compose.yml: pinned community image, loopback only, the hook mounted."""
+    import os
+
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "localstack/docker-compose.yml").read_text())
+    svc = compose.get("services", {}).get("localstack", {})
+    image = svc.get("image", "")
+    c.check(re.fullmatch(r"localstack/localstack:\d+\.\d+\.\d+", image) is not None,
+            f"compose pins a LocalStack release tag: {image}")
+    c.check(svc.get("ports") == ["127.0.0.1:4566:4566"], f"compose binds loopback 4566 only: {svc.get('ports')}")
+    services = set(str(svc.get("environment", {}).get("SERVICES", "")).split(","))
+    c.check({"sqs", "dynamodb", "events"} <= services, f"compose SERVICES has sqs,dynamodb,events: {services}")
+    c.check(any(str(v).startswith("./init/ready.d:/etc/localstack/init/ready.d") for v in svc.get("volumes", [])),
+            f"compose mounts init/ready.d as LocalStack's ready hooks: {svc.get('volumes')}")
+    hook = ROOT / "localstack/init/ready.d/10-agentlane.sh"
+    c.check(os.access(hook, os.X_OK) and hook.read_text().startswith("#!"),
+            "the hook is executable with a shebang (LocalStack executes it directly)")
+
+
+def structure(src: str, translated: str) -> int:
+    sam = load_sam(src)
+    cfn = json.loads(Path(translated).read_text())
+    c = Checker()
+    runner_timeout = float(sam["Resources"]["RunnerFunction"]["Properties"]["Timeout"])
+    check_storage(c, sam)
+    check_queues(c, sam, runner_timeout)
+    check_functions(c, sam, cfn)
+    check_triggers(c, sam, cfn)
+    check_iam(c, cfn)
+    check_logs(c, sam, cfn)
+    check_outputs(c, sam)
+    check_hook_defaults(c)
+    check_compose(c)
+    print(f"structure: {c.count - len(c.failures)} of {c.count} assertions hold")
+    return 1 if c.failures else 0
+
+
+# ----------------------------------------------------------------------------- emulator
+
+
+def emulator(src: str, endpoint: str, table: str, queue: str, dlq: str) -> int:
+    """The table and queues the init hook created on `endpoint` match the template."""
+    import boto3
+
+    kw = {"endpoint_url": endpoint, "region_name": "us-east-1",
+          "aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    ddb, sqs = boto3.client("dynamodb", **kw), boto3.client("sqs", **kw)
+    sam = load_sam(src)
+    want = template_table_design(sam["Resources"]["Table"])
+    c = Checker()
+    desc = ddb.describe_table(TableName=table)["Table"]
+    got = {
+        "attributes": {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]},
+        "keys": [(k["AttributeName"], k["KeyType"]) for k in desc["KeySchema"]],
+        "indexes": {g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"])
+                    for g in desc.get("GlobalSecondaryIndexes", [])},
+        "projections": {g["IndexName"]: g["Projection"]["ProjectionType"]
+                        for g in desc.get("GlobalSecondaryIndexes", [])},
+    }
+    ttl = ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+    got["ttl"] = ttl.get("AttributeName") if ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING") else None
+    for key in ("attributes", "keys", "indexes", "projections", "ttl"):
+        c.check(got[key] == want[key], f"table {key}: emulator {got[key]} template {want[key]}")
+    c.check(desc.get("BillingModeSummary", {}).get("BillingMode") == "PAY_PER_REQUEST", "table on-demand")
+
+    tq = sam["Resources"]["TurnQueue"]["Properties"]
+    q_url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    d_url = sqs.get_queue_url(QueueName=dlq)["QueueUrl"]
+    qa = sqs.get_queue_attributes(QueueUrl=q_url, AttributeNames=["All"])["Attributes"]
+    da = sqs.get_queue_attributes(QueueUrl=d_url, AttributeNames=["All"])["Attributes"]
+    for name, attrs in ((queue, qa), (dlq, da)):
+        c.check(attrs.get("FifoQueue") == "true", f"{name} is FIFO")
+        c.check(attrs.get("ContentBasedDeduplication") == "false", f"{name}: explicit dedup ids")
+    redrive = json.loads(qa.get("RedrivePolicy", "{}"))
+    c.check(redrive.get("deadLetterTargetArn") == da.get("QueueArn"), f"{queue} redrives to {dlq}")
+    c.check(int(redrive.get("maxReceiveCount", 0)) == default(sam, tq["RedrivePolicy"]["maxReceiveCount"]),
+            f"maxReceiveCount {redrive.get('maxReceiveCount')} = template default")
+    for attr in ("DeduplicationScope", "FifoThroughputLimit", "MessageRetentionPeriod"):
+        c.check(str(qa.get(attr)) == str(default(sam, tq[attr])),
+                f"{queue} {attr}: emulator {qa.get(attr)} template {default(sam, tq[attr])}")
+    print(f"emulator: {c.count - len(c.failures)} of {c.count} assertions hold")
+    return 1 if c.failures else 0
+
+
+# ----------------------------------------------------------------------------- self-test
+
+# Each mutation breaks one fact; `structure` must then fail. (old text, new text) in the template.
+MUTATIONS = {
+    "no ReportBatchItemFailures": ("FunctionResponseTypes: [ReportBatchItemFailures]", ""),
+    "no MaximumConcurrency": ("ScalingConfig:\n              MaximumConcurrency: !Ref RunnerMaxConcurrency", ""),
+    "standard queue": ("QueueName: !Sub agentlane-${StageName}-turns.fifo\n      FifoQueue: true",
+                       "QueueName: !Sub agentlane-${StageName}-turns.fifo\n      FifoQueue: false"),
+    "no redrive": ("      RedrivePolicy:\n        deadLetterTargetArn: !GetAtt TurnDlq.Arn\n"
+                   "        maxReceiveCount: !Ref MaxReceiveCount\n", ""),
+    "too few receives": ("    Default: 250\n", "    Default: 100\n"),
+    "Resource *": ("Resource: !GetAtt TurnQueue.Arn", "Resource: '*'"),
+    "wildcard action": ("- dynamodb:Query", "- dynamodb:*"),
+    "renamed GSI": ("IndexName: cronDue", "IndexName: cron_due"),
+    "plain-text key": ('AGENTLANE_API_KEYS: !Sub "{{resolve:secretsmanager:${ApiKeysSecretId}:SecretString}}"',
+                       "AGENTLANE_API_KEYS: acme:0123456789abcdef0123"),
+    "managed policy": ("      Description: agentlane cron (scheduled) function\n",
+                       "      Description: agentlane cron (scheduled) function\n      ManagedPolicyArns:\n"
+                       "        - arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole\n"),
+    "short visibility": ("    MinValue: 900\n", "    MinValue: 30\n"),
+}
+
+
+def selftest(src: str, workdir: str) -> int:
+    import contextlib
+    import io
+
+    text = Path(src).read_text()
+    bad = 0
+    for name, (old, new) in MUTATIONS.items():
+        if text.count(old) < 1:
+            print(f"  FAIL mutation '{name}' no longer applies to the template (update MUTATIONS)")
+            bad += 1
+            continue
+        mutated = Path(workdir, "mutated.yaml")
+        mutated.write_text(text.replace(old, new, 1))
+        out = Path(workdir, "mutated.json")
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                translate(str(mutated), str(out))
+                rc = structure(str(mutated), str(out))
+            except Exception as err:  # a mutation that breaks translation is also caught
+                rc = f"translation failed: {err}"
+        if rc == 0:
+            print(f"  FAIL structure checks accept a template with: {name}")
+            bad += 1
+    print(f"self-test: {len(MUTATIONS) - bad} of {len(MUTATIONS)} broken templates rejected")
+    return 1 if bad else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "translate":
+        translate(argv[1], argv[2])
+        return 0
+    if len(argv) == 3 and argv[0] == "structure":
+        return structure(argv[1], argv[2])
+    if len(argv) == 3 and argv[0] == "selftest":
+        return selftest(argv[1], argv[2])
+    if len(argv) == 6 and argv[0] == "emulator":
+        return emulator(*argv[1:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

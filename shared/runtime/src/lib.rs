@@ -1,0 +1,193 @@
+//! The wiring every host of agentlane shares — `agentlane serve` and the three Lambda
+//! functions: settings from the environment (SPEC §13), the backends (embedded SQLite or
+//! DynamoDB + SQS), the model router, the tools and the runner. Hosts stay thin.
+
+pub mod settings;
+
+pub use settings::{DEMO_MODEL, ModelSettings, OpenAiSettings, env, env_ms};
+
+use agentlane_agent::{ModelRouter, Runner, RunnerConfig};
+use agentlane_api::{ApiConfig, ApiKeys};
+use agentlane_aws::{AwsConfig, DynamoStore, Resources, SqsLaneQueue};
+use agentlane_core::{Clock, LaneQueue, Store, SystemClock};
+use agentlane_providers::demo::DemoModel;
+use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
+use agentlane_store_sqlite::SqliteBackend;
+use agentlane_tools::ToolRegistry;
+use agentlane_tools::current_time::CurrentTime;
+use agentlane_tools::http_fetch::{HttpFetch, HttpFetchConfig};
+use agentlane_tools::ssrf::SsrfPolicy;
+use anyhow::{Context, bail};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The store, the lane queue and the clock a host runs on.
+#[derive(Clone)]
+pub struct Backends {
+    pub store: Arc<dyn Store>,
+    pub queue: Arc<dyn LaneQueue>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Which backend `AGENTLANE_BACKEND` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// SQLite under the data directory (the default).
+    Embedded,
+    /// DynamoDB + SQS FIFO (AWS, LocalStack, or an emulator via `AWS_ENDPOINT_URL`).
+    Aws,
+}
+
+impl BackendKind {
+    pub fn from_env() -> anyhow::Result<Self> {
+        match env("AGENTLANE_BACKEND").as_deref() {
+            None | Some("embedded") => Ok(Self::Embedded),
+            Some("aws") => Ok(Self::Aws),
+            Some(other) => bail!("AGENTLANE_BACKEND must be `embedded` or `aws`, got {other:?}"),
+        }
+    }
+}
+
+/// Opens the embedded backend under `data_dir` (created if missing).
+pub fn open_embedded(data_dir: &Path) -> anyhow::Result<Backends> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+    let backend = SqliteBackend::open(data_dir)
+        .with_context(|| format!("cannot open the embedded store in {}", data_dir.display()))?;
+    Ok(Backends {
+        store: Arc::new(backend.clone()),
+        queue: Arc::new(backend),
+        clock: Arc::new(SystemClock),
+    })
+}
+
+/// Opens the AWS backend named by the environment (`AGENTLANE_TABLE`, `AGENTLANE_QUEUE_URL` or
+/// `AGENTLANE_QUEUE_NAME`, standard SDK settings). Creates nothing.
+pub async fn open_aws() -> anyhow::Result<Backends> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = AwsConfig::from_env()?;
+    let queue_url = agentlane_aws::resolve_queue_url(&sdk, &config).await?;
+    Ok(Backends {
+        store: Arc::new(DynamoStore::new(
+            agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+            config.table,
+        )),
+        queue: Arc::new(SqsLaneQueue::new(
+            agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
+            queue_url,
+        )),
+        clock: Arc::new(SystemClock),
+    })
+}
+
+/// Creates the table and queues named by the environment when absent (idempotent).
+pub async fn setup_aws() -> anyhow::Result<Resources> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = AwsConfig::from_env()?;
+    Ok(agentlane_aws::ensure_resources(&sdk, &config).await?)
+}
+
+/// The runner settings from the environment (defaults: SPEC §12).
+pub fn runner_config(self_hosted: bool) -> anyhow::Result<RunnerConfig> {
+    let d = RunnerConfig::default();
+    let idle_default = if self_hosted {
+        d.model_idle_timeout_self_hosted
+    } else {
+        d.model_idle_timeout
+    };
+    Ok(RunnerConfig {
+        lock_lease: env_ms("AGENTLANE_LOCK_LEASE_MS", d.lock_lease)?,
+        lock_acquire_timeout: env_ms("AGENTLANE_LOCK_ACQUIRE_TIMEOUT_MS", d.lock_acquire_timeout)?,
+        visibility_timeout: env_ms("AGENTLANE_VISIBILITY_TIMEOUT_MS", d.visibility_timeout)?,
+        model_idle_timeout: env_ms("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", idle_default)?,
+        model_idle_timeout_self_hosted: env_ms(
+            "AGENTLANE_MODEL_IDLE_TIMEOUT_MS",
+            d.model_idle_timeout_self_hosted,
+        )?,
+        ..d
+    })
+}
+
+/// The model router: the configured providers, plus the demo model (the default only when no
+/// provider is configured).
+pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
+    let mut router = ModelRouter::new(models.default_model.clone());
+    if let Some(openai) = &models.openai {
+        let mut config = OpenAiConfig {
+            api_key: openai.api_key.clone(),
+            self_hosted: openai.self_hosted,
+            ..OpenAiConfig::default()
+        };
+        if let Some(url) = &openai.base_url {
+            config.base_url = url.clone();
+        }
+        router = router.with_provider(Arc::new(
+            OpenAiProvider::new(config).context("OPENAI_BASE_URL / OPENAI_API_KEY")?,
+        ));
+    }
+    Ok(router.with_provider(Arc::new(DemoModel::with_chunk_delay(
+        models.demo_chunk_delay,
+    ))))
+}
+
+/// The tools offered to the model; `AGENTLANE_HTTP_FETCH_ALLOW` lists hosts, IPs or CIDRs
+/// `http_fetch` may reach although they are private or loopback.
+pub fn tool_registry() -> ToolRegistry {
+    let mut policy = SsrfPolicy::default();
+    if let Some(allow) = env("AGENTLANE_HTTP_FETCH_ALLOW") {
+        policy.allow_hosts = allow
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+    }
+    ToolRegistry::new()
+        .with(Arc::new(CurrentTime::new()))
+        .with(Arc::new(HttpFetch::new(HttpFetchConfig {
+            policy,
+            ..HttpFetchConfig::default()
+        })))
+}
+
+/// The runner over `backends`, configured from the environment.
+pub fn runner(backends: &Backends) -> anyhow::Result<(Runner, ModelSettings)> {
+    let models = ModelSettings::from_env()?;
+    let self_hosted = models.openai.as_ref().is_some_and(|o| o.self_hosted);
+    let runner = Runner::new(
+        backends.store.clone(),
+        backends.clock.clone(),
+        model_router(&models)?,
+        tool_registry(),
+        runner_config(self_hosted)?,
+    );
+    Ok((runner, models))
+}
+
+/// API keys from `AGENTLANE_API_KEYS` (`tenant:key,...`).
+pub fn api_keys_from_env() -> anyhow::Result<Option<ApiKeys>> {
+    env("AGENTLANE_API_KEYS")
+        .map(|spec| ApiKeys::parse(&spec).map_err(|e| anyhow::anyhow!("AGENTLANE_API_KEYS: {e}")))
+        .transpose()
+}
+
+/// The API settings for the configured models.
+pub fn api_config(models: &ModelSettings) -> ApiConfig {
+    ApiConfig {
+        demo_mode: models.demo,
+        ..ApiConfig::default()
+    }
+}
+
+/// Logs to stderr; JSON lines when `json` (Lambda/CloudWatch). Filter from `AGENTLANE_LOG`.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTLANE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().without_time().try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -35,13 +35,26 @@ BINARIES = {
     "RunnerFunction": "agentlane-runner",
     "CronFunction": "agentlane-cron",
 }
-SECRET_ENV = {"IngressFunction": ["AGENTLANE_API_KEYS"], "RunnerFunction": ["OPENAI_API_KEY"],
-              "CronFunction": ["OPENAI_API_KEY"]}
-SQS_CONSUMER = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
-                "sqs:GetQueueAttributes"}
-DYNAMODB_ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                         "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:Query",
-                         "dynamodb:BatchGetItem"}
+SECRET_ENV = {
+    "IngressFunction": ["AGENTLANE_API_KEYS"],
+    "RunnerFunction": ["OPENAI_API_KEY"],
+    "CronFunction": ["OPENAI_API_KEY"],
+}
+SQS_CONSUMER = {
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueAttributes",
+}
+DYNAMODB_ITEM_ACTIONS = {
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:Query",
+    "dynamodb:BatchGetItem",
+}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -61,8 +74,10 @@ class RefusingPolicyLoader:
     """Managed-policy loader for the translator that needs no AWS call: it must not be used."""
 
     def load(self) -> dict[str, str]:
-        raise RuntimeError("the template names an AWS managed policy; the translator would "
-                           "need AWS to resolve it (name it by ARN, or better, write the policy)")
+        raise RuntimeError(
+            "the template names an AWS managed policy; the translator would "
+            "need AWS to resolve it (name it by ARN, or better, write the policy)"
+        )
 
 
 def translate(src: str, out: str) -> None:
@@ -148,7 +163,8 @@ def is_dynamic_secret(value: Any) -> bool:
     if isinstance(value, dict) and "Fn::If" in value:
         branches = value["Fn::If"][1:]
         return all(is_dynamic_secret(b) or b == {"Ref": "AWS::NoValue"} for b in branches) and any(
-            is_dynamic_secret(b) for b in branches)
+            is_dynamic_secret(b) for b in branches
+        )
     if isinstance(value, dict) and "Fn::Sub" in value:
         value = value["Fn::Sub"]
     return isinstance(value, str) and value.startswith("{{resolve:secretsmanager:")
@@ -171,8 +187,10 @@ def rust_table_design() -> dict[str, Any]:
     consts = dict(re.findall(r'pub const (\w+): &str = "([^"]+)";', src))
     attrs = dict(re.findall(r'attribute\(\s*"(\w+)",\s*ScalarAttributeType::(\w)\s*\)', src))
     keys = re.findall(r'\.key_schema\(\s*key\(\s*"(\w+)",\s*KeyType::(\w+)\s*\)', src)
-    indexes = {consts.get(c, c): (h, r) for c, h, r in
-               re.findall(r'sparse_index\(\s*(\w+),\s*"(\w+)",\s*"(\w+)"\s*\)', src)}
+    indexes = {
+        consts.get(c, c): (h, r)
+        for c, h, r in re.findall(r'sparse_index\(\s*(\w+),\s*"(\w+)",\s*"(\w+)"\s*\)', src)
+    }
     receive = re.search(r"pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = (\d+);", src)
     return {
         "attributes": attrs,
@@ -190,12 +208,16 @@ def template_table_design(table: dict[str, Any]) -> dict[str, Any]:
     return {
         "attributes": {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]},
         "keys": [(k["AttributeName"], k["KeyType"]) for k in props["KeySchema"]],
-        "indexes": {g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"])
-                    for g in props.get("GlobalSecondaryIndexes", [])},
-        "projections": {g["IndexName"]: g["Projection"]["ProjectionType"]
-                        for g in props.get("GlobalSecondaryIndexes", [])},
+        "indexes": {
+            g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"])
+            for g in props.get("GlobalSecondaryIndexes", [])
+        },
+        "projections": {
+            g["IndexName"]: g["Projection"]["ProjectionType"] for g in props.get("GlobalSecondaryIndexes", [])
+        },
         "ttl": props.get("TimeToLiveSpecification", {}).get("AttributeName")
-        if props.get("TimeToLiveSpecification", {}).get("Enabled") is True else None,
+        if props.get("TimeToLiveSpecification", {}).get("Enabled") is True
+        else None,
     }
 
 
@@ -212,15 +234,23 @@ def check_storage(c: Checker, sam: dict[str, Any]) -> None:
     c.check(table.get("DeletionPolicy") == "Retain", "table survives stack deletion (Retain)")
     mine = template_table_design(table)
     rust = rust_table_design()
-    c.check(mine["keys"] == rust["keys"] == [("PK", "HASH"), ("SK", "RANGE")],
-            f"key schema PK/SK as in setup.rs: template {mine['keys']} rust {rust['keys']}")
-    c.check(mine["attributes"] == rust["attributes"],
-            f"attribute definitions as in setup.rs: template {mine['attributes']} rust {rust['attributes']}")
-    c.check(mine["indexes"] == rust["indexes"] and len(rust["indexes"]) == 2,
-            f"GSIs as in setup.rs: template {mine['indexes']} rust {rust['indexes']}")
+    c.check(
+        mine["keys"] == rust["keys"] == [("PK", "HASH"), ("SK", "RANGE")],
+        f"key schema PK/SK as in setup.rs: template {mine['keys']} rust {rust['keys']}",
+    )
+    c.check(
+        mine["attributes"] == rust["attributes"],
+        f"attribute definitions as in setup.rs: template {mine['attributes']} rust {rust['attributes']}",
+    )
+    c.check(
+        mine["indexes"] == rust["indexes"] and len(rust["indexes"]) == 2,
+        f"GSIs as in setup.rs: template {mine['indexes']} rust {rust['indexes']}",
+    )
     c.check(set(mine["projections"].values()) == {"ALL"}, f"GSI projections ALL: {mine['projections']}")
-    c.check(mine["ttl"] is not None and mine["ttl"] == rust["ttl"],
-            f"TTL enabled on {rust['ttl']}: template {mine['ttl']}")
+    c.check(
+        mine["ttl"] is not None and mine["ttl"] == rust["ttl"],
+        f"TTL enabled on {rust['ttl']}: template {mine['ttl']}",
+    )
 
 
 def check_queues(c: Checker, sam: dict[str, Any], runner_timeout: float) -> None:
@@ -230,25 +260,51 @@ def check_queues(c: Checker, sam: dict[str, Any], runner_timeout: float) -> None
     q, dlq = queues["TurnQueue"]["Properties"], queues["TurnDlq"]["Properties"]
     for name, props in (("TurnQueue", q), ("TurnDlq", dlq)):
         c.check(props.get("FifoQueue") is True, f"{name} is FIFO")
-        c.check(props.get("ContentBasedDeduplication") is False,
-                f"{name}: ContentBasedDeduplication false (the sender sets the dedup id = runId)")
+        c.check(
+            props.get("ContentBasedDeduplication") is False,
+            f"{name}: ContentBasedDeduplication false (the sender sets the dedup id = runId)",
+        )
     redrive = q.get("RedrivePolicy", {})
-    c.check(getatt(redrive.get("deadLetterTargetArn")) == ("TurnDlq", "Arn"),
-            f"TurnQueue redrives to TurnDlq: {redrive.get('deadLetterTargetArn')}")
+    c.check(
+        getatt(redrive.get("deadLetterTargetArn")) == ("TurnDlq", "Arn"),
+        f"TurnQueue redrives to TurnDlq: {redrive.get('deadLetterTargetArn')}",
+    )
     needed = math.ceil(MAX_RUN_SECONDS / runner_timeout)
     receives = default(sam, redrive.get("maxReceiveCount"))
     rust = rust_table_design()["max_receive"]
-    c.check(isinstance(receives, int) and needed < receives <= 1000,
-            f"maxReceiveCount default {receives} leaves room for the {needed} hand-backs of a 48 h run")
-    c.check(receives == rust, f"maxReceiveCount default {receives} = setup.rs DEFAULT_MAX_RECEIVE_COUNT {rust}")
+    c.check(
+        isinstance(receives, int) and needed < receives <= 1000,
+        f"maxReceiveCount default {receives} leaves room for the {needed} hand-backs of a 48 h run",
+    )
+    c.check(
+        receives == rust, f"maxReceiveCount default {receives} = setup.rs DEFAULT_MAX_RECEIVE_COUNT {rust}"
+    )
     low, _ = bounds(sam, q.get("VisibilityTimeout"))
-    c.check(low >= runner_timeout,
-            f"queue visibility timeout can never be below the runner timeout (min {low} < {runner_timeout})")
+    c.check(
+        low >= runner_timeout,
+        f"queue visibility timeout can never be below the runner timeout (min {low} < {runner_timeout})",
+    )
     vis = default(sam, q.get("VisibilityTimeout"))
-    c.check(vis is not None and vis >= 6 * runner_timeout,
-            f"queue visibility default {vis} follows AWS's 6x runner timeout advice")
-    c.check(default(sam, q.get("MessageRetentionPeriod", 345600)) > MAX_RUN_SECONDS,
-            "queue retention outlasts a 48 h run")
+    c.check(
+        vis is not None and vis >= 6 * runner_timeout,
+        f"queue visibility default {vis} follows AWS's 6x runner timeout advice",
+    )
+    c.check(
+        default(sam, q.get("MessageRetentionPeriod", 345600)) > MAX_RUN_SECONDS,
+        "queue retention outlasts a 48 h run",
+    )
+
+
+def workspace_binaries() -> set[str]:
+    """The binary names the function crates declare (functions/*/Cargo.toml)."""
+    import tomllib
+
+    names = set()
+    for manifest in sorted((ROOT / "functions").glob("*/Cargo.toml")):
+        crate = tomllib.loads(manifest.read_text())
+        names.update(b["name"] for b in crate.get("bin", []))
+        names.add(crate.get("package", {}).get("name", ""))
+    return names
 
 
 def functions(cfn: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -260,35 +316,51 @@ def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> Non
     if not c.check(set(fns) == set(BINARIES), f"functions {sorted(BINARIES)}: {sorted(fns)}"):
         return
     archs = set()
+    declared = workspace_binaries()
     for name, binary in BINARIES.items():
+        c.check(binary in declared, f"{name}: binary {binary} is declared by a crate under functions/")
         props = fns[name]["Properties"]
-        c.check(props.get("Runtime") == "provided.al2023" and props.get("Handler") == "bootstrap",
-                f"{name}: provided.al2023 / bootstrap")
+        c.check(
+            props.get("Runtime") == "provided.al2023" and props.get("Handler") == "bootstrap",
+            f"{name}: provided.al2023 / bootstrap",
+        )
         archs.add(json.dumps(props.get("Architectures")))
         meta = sam["Resources"][name].get("Metadata", {})
-        c.check(meta.get("BuildMethod") == "rust-cargolambda"
-                and meta.get("BuildProperties", {}).get("Binary") == binary,
-                f"{name}: built by cargo-lambda as binary {binary}")
+        c.check(
+            meta.get("BuildMethod") == "rust-cargolambda"
+            and meta.get("BuildProperties", {}).get("Binary") == binary,
+            f"{name}: built by cargo-lambda as binary {binary}",
+        )
         env = props.get("Environment", {}).get("Variables", {})
         c.check(env.get("AGENTLANE_TABLE") == {"Ref": "Table"}, f"{name}: AGENTLANE_TABLE = the table")
-        c.check(env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
-                f"{name}: AGENTLANE_QUEUE_URL = the turn queue")
+        c.check(
+            env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
+            f"{name}: AGENTLANE_QUEUE_URL = the turn queue",
+        )
         for var in SECRET_ENV[name]:
-            c.check(is_dynamic_secret(env.get(var)),
-                    f"{name}: {var} comes from a Secrets Manager dynamic reference: {env.get(var)}")
+            c.check(
+                is_dynamic_secret(env.get(var)),
+                f"{name}: {var} comes from a Secrets Manager dynamic reference: {env.get(var)}",
+            )
         for var, value in env.items():
             if re.search(r"KEY|SECRET|TOKEN|PASSWORD", var):
                 c.check(is_dynamic_secret(value), f"{name}: secret-looking {var} is not plain text")
-    c.check(archs == {json.dumps([{"Ref": "Architecture"}])} and
-            set(sam["Parameters"]["Architecture"]["AllowedValues"]) == {"x86_64", "arm64"},
-            f"one Architecture parameter (x86_64|arm64) for all functions: {archs}")
+    c.check(
+        archs == {json.dumps([{"Ref": "Architecture"}])}
+        and set(sam["Parameters"]["Architecture"]["AllowedValues"]) == {"x86_64", "arm64"},
+        f"one Architecture parameter (x86_64|arm64) for all functions: {archs}",
+    )
     ingress, runner, cron = (fns[n]["Properties"] for n in BINARIES)
-    c.check(bounds(sam, ingress["Timeout"])[1] < API_GATEWAY_LIMIT_MS / 1000,
-            f"ingress timeout {ingress['Timeout']} below API Gateway's 30 s")
-    c.check(bounds(sam, runner["Timeout"]) == (RUNNER_TIMEOUT_LIMIT, RUNNER_TIMEOUT_LIMIT),
-            f"runner timeout 900 s: {runner['Timeout']}")
+    c.check(
+        bounds(sam, ingress["Timeout"])[1] < API_GATEWAY_LIMIT_MS / 1000,
+        f"ingress timeout {ingress['Timeout']} below API Gateway's 30 s",
+    )
+    c.check(
+        bounds(sam, runner["Timeout"]) == (RUNNER_TIMEOUT_LIMIT, RUNNER_TIMEOUT_LIMIT),
+        f"runner timeout 900 s: {runner['Timeout']}",
+    )
     lo, hi = bounds(sam, cron["Timeout"])
-    c.check(60 <= lo and hi <= 300, f"cron timeout within 60-300 s: {lo}-{hi}")
+    c.check(lo >= 60 and hi <= 300, f"cron timeout within 60-300 s: {lo}-{hi}")
 
 
 def check_triggers(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
@@ -297,14 +369,18 @@ def check_triggers(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None
         esm = next(iter(esms.values()))["Properties"]
         c.check(esm.get("FunctionName") == {"Ref": "RunnerFunction"}, "the mapping feeds the runner")
         c.check(getatt(esm.get("EventSourceArn")) == ("TurnQueue", "Arn"), "the mapping reads the turn queue")
-        c.check("ReportBatchItemFailures" in esm.get("FunctionResponseTypes", []),
-                "the mapping reports batch item failures")
+        c.check(
+            "ReportBatchItemFailures" in esm.get("FunctionResponseTypes", []),
+            "the mapping reports batch item failures",
+        )
         c.check(esm.get("BatchSize") == 10, f"batch size 10: {esm.get('BatchSize')}")
         c.check("MaximumBatchingWindowInSeconds" not in esm, "no batching window (FIFO queues refuse it)")
         cap = esm.get("ScalingConfig", {}).get("MaximumConcurrency")
         lo, hi = bounds(sam, cap) if cap is not None else (0, 0)
-        c.check(cap is not None and 2 <= lo and hi <= 1000,
-                f"ScalingConfig.MaximumConcurrency set (the global lane), within 2-1000: {cap}")
+        c.check(
+            cap is not None and lo >= 2 and hi <= 1000,
+            f"ScalingConfig.MaximumConcurrency set (the global lane), within 2-1000: {cap}",
+        )
     apis = of_type(cfn, "AWS::ApiGatewayV2::Api")
     if c.check(len(apis) == 1, f"one HTTP API: {list(apis)}"):
         paths = next(iter(apis.values()))["Properties"].get("Body", {}).get("paths", {})
@@ -313,14 +389,18 @@ def check_triggers(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None
         c.check(list(paths) == ["$default"], f"only the catch-all $default route: {list(paths)}")
         c.check(integ.get("payloadFormatVersion") == "2.0", "payload format 2.0")
         c.check("${IngressFunction.Arn}" in json.dumps(integ.get("uri")), "the route invokes ingress")
-        c.check(integ.get("timeoutInMillis", API_GATEWAY_LIMIT_MS) <= API_GATEWAY_LIMIT_MS,
-                "integration timeout within API Gateway's limit")
+        c.check(
+            integ.get("timeoutInMillis", API_GATEWAY_LIMIT_MS) <= API_GATEWAY_LIMIT_MS,
+            "integration timeout within API Gateway's limit",
+        )
     rules = of_type(cfn, "AWS::Events::Rule")
     if c.check(len(rules) == 1, f"one EventBridge rule: {list(rules)}"):
         rule = next(iter(rules.values()))["Properties"]
         c.check(rule.get("ScheduleExpression") == "rate(1 minute)", "cron every minute")
-        c.check([getatt(t["Arn"]) for t in rule.get("Targets", [])] == [("CronFunction", "Arn")],
-                "the schedule invokes cron")
+        c.check(
+            [getatt(t["Arn"]) for t in rule.get("Targets", [])] == [("CronFunction", "Arn")],
+            "the schedule invokes cron",
+        )
 
 
 def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
@@ -331,38 +411,53 @@ def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
-    c.check(not of_type(cfn, "AWS::IAM::Policy") and not of_type(cfn, "AWS::IAM::ManagedPolicy"),
-            "no stand-alone IAM policies (all inline, per role)")
+    c.check(
+        not of_type(cfn, "AWS::IAM::Policy") and not of_type(cfn, "AWS::IAM::ManagedPolicy"),
+        "no stand-alone IAM policies (all inline, per role)",
+    )
     roles = of_type(cfn, "AWS::IAM::Role")
     fns = functions(cfn)
     used = {name: getatt(fn["Properties"].get("Role")) for name, fn in fns.items()}
-    c.check(sorted(r for r, _ in used.values() if r) == sorted(roles) and len(set(used.values())) == len(fns),
-            f"one role per function: {used}")
+    c.check(
+        sorted(r for r, _ in used.values() if r) == sorted(roles) and len(set(used.values())) == len(fns),
+        f"one role per function: {used}",
+    )
     for role_name, role in roles.items():
         managed = role["Properties"].get("ManagedPolicyArns")
         c.check(not managed, f"{role_name}: no managed policies (they grant on '*'): {managed}")
         for st in statements(role):
             sid = f"{role_name}/{st.get('Sid', '?')}"
-            c.check(st.get("Effect") == "Allow" and "NotAction" not in st and "NotResource" not in st,
-                    f"{sid}: plain Allow statement")
+            c.check(
+                st.get("Effect") == "Allow" and "NotAction" not in st and "NotResource" not in st,
+                f"{sid}: plain Allow statement",
+            )
             for action in as_list(st.get("Action", [])):
                 c.check("*" not in action, f"{sid}: no wildcard action ({action})")
             for res in as_list(st.get("Resource", [])):
-                c.check(res != "*" and not (isinstance(res, str) and re.match(r"^arn:[^$]*:\*", res)),
-                        f"{sid}: resource is not '*' ({res})")
+                c.check(
+                    res != "*" and not (isinstance(res, str) and re.match(r"^arn:[^$]*:\*", res)),
+                    f"{sid}: resource is not '*' ({res})",
+                )
     # What each function may do, beyond logs.
-    expected_sqs = {"IngressRole": {"sqs:SendMessage"}, "RunnerRole": SQS_CONSUMER,
-                    "CronRole": {"sqs:SendMessage"}}
+    expected_sqs = {
+        "IngressRole": {"sqs:SendMessage"},
+        "RunnerRole": SQS_CONSUMER,
+        "CronRole": {"sqs:SendMessage"},
+    }
     for role_name, sqs in expected_sqs.items():
         if not c.check(role_name in roles, f"role {role_name} exists"):
             continue
         actions = {a for st in statements(roles[role_name]) for a in as_list(st["Action"])}
-        c.check({a for a in actions if a.startswith("sqs:")} == sqs,
-                f"{role_name}: SQS actions exactly {sorted(sqs)}")
+        c.check(
+            {a for a in actions if a.startswith("sqs:")} == sqs,
+            f"{role_name}: SQS actions exactly {sorted(sqs)}",
+        )
         ddb = {a for a in actions if a.startswith("dynamodb:")}
         c.check(ddb and ddb <= DYNAMODB_ITEM_ACTIONS, f"{role_name}: item-level DynamoDB actions only: {ddb}")
-        c.check({a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb"},
-                f"{role_name}: nothing beyond logs, sqs, dynamodb: {sorted(actions)}")
+        c.check(
+            {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb"},
+            f"{role_name}: nothing beyond logs, sqs, dynamodb: {sorted(actions)}",
+        )
         for st in statements(roles[role_name]):
             targets = {getatt(r) for r in as_list(st["Resource"])}
             c.check(("TurnDlq", "Arn") not in targets, f"{role_name}: no access to the DLQ")
@@ -373,11 +468,15 @@ def check_logs(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
     names = {json.dumps(g["Properties"]["LogGroupName"]) for g in groups.values()}
     for name, fn in functions(cfn).items():
         fn_name = fn["Properties"].get("FunctionName", {}).get("Fn::Sub", "")
-        c.check(json.dumps({"Fn::Sub": "/aws/lambda/" + fn_name}) in names,
-                f"{name}: its log group /aws/lambda/{fn_name} is declared")
+        c.check(
+            json.dumps({"Fn::Sub": "/aws/lambda/" + fn_name}) in names,
+            f"{name}: its log group /aws/lambda/{fn_name} is declared",
+        )
     for gname, g in groups.items():
-        c.check(param(sam, g["Properties"].get("RetentionInDays")) is not None,
-                f"{gname}: retention set by parameter")
+        c.check(
+            param(sam, g["Properties"].get("RetentionInDays")) is not None,
+            f"{gname}: retention set by parameter",
+        )
 
 
 def check_outputs(c: Checker, sam: dict[str, Any]) -> None:
@@ -391,10 +490,18 @@ def check_hook_defaults(c: Checker) -> None:
     hook = (ROOT / "localstack/init/ready.d/10-agentlane.sh").read_text()
     rust = rust_table_design()
     defaults = dict(re.findall(r"^(\w+)=\$\{AGENTLANE_\w+:-([^}]+)\}$", hook, re.M))
-    c.check(defaults.get("TABLE") == rust["table"], f"init hook table {defaults.get('TABLE')} = setup.rs {rust['table']}")
-    c.check(defaults.get("QUEUE") == rust["queue"], f"init hook queue {defaults.get('QUEUE')} = setup.rs {rust['queue']}")
-    c.check(defaults.get("MAX_RECEIVE") == str(rust["max_receive"]),
-            f"init hook maxReceiveCount {defaults.get('MAX_RECEIVE')} = setup.rs {rust['max_receive']}")
+    c.check(
+        defaults.get("TABLE") == rust["table"],
+        f"init hook table {defaults.get('TABLE')} = setup.rs {rust['table']}",
+    )
+    c.check(
+        defaults.get("QUEUE") == rust["queue"],
+        f"init hook queue {defaults.get('QUEUE')} = setup.rs {rust['queue']}",
+    )
+    c.check(
+        defaults.get("MAX_RECEIVE") == str(rust["max_receive"]),
+        f"init hook maxReceiveCount {defaults.get('MAX_RECEIVE')} = setup.rs {rust['max_receive']}",
+    )
 
 
 def check_compose(c: Checker) -> None:
@@ -406,16 +513,47 @@ def check_compose(c: Checker) -> None:
     compose = yaml.safe_load((ROOT / "localstack/docker-compose.yml").read_text())
     svc = compose.get("services", {}).get("localstack", {})
     image = svc.get("image", "")
-    c.check(re.fullmatch(r"localstack/localstack:\d+\.\d+\.\d+", image) is not None,
-            f"compose pins a LocalStack release tag: {image}")
-    c.check(svc.get("ports") == ["127.0.0.1:4566:4566"], f"compose binds loopback 4566 only: {svc.get('ports')}")
+    c.check(
+        re.fullmatch(r"localstack/localstack:\d+\.\d+\.\d+", image) is not None,
+        f"compose pins a LocalStack release tag: {image}",
+    )
+    c.check(
+        svc.get("ports") == ["127.0.0.1:4566:4566"], f"compose binds loopback 4566 only: {svc.get('ports')}"
+    )
     services = set(str(svc.get("environment", {}).get("SERVICES", "")).split(","))
-    c.check({"sqs", "dynamodb", "events"} <= services, f"compose SERVICES has sqs,dynamodb,events: {services}")
-    c.check(any(str(v).startswith("./init/ready.d:/etc/localstack/init/ready.d") for v in svc.get("volumes", [])),
-            f"compose mounts init/ready.d as LocalStack's ready hooks: {svc.get('volumes')}")
+    c.check(
+        {"sqs", "dynamodb", "events"} <= services, f"compose SERVICES has sqs,dynamodb,events: {services}"
+    )
+    c.check(
+        any(str(v).startswith("./init/ready.d:/etc/localstack/init/ready.d") for v in svc.get("volumes", [])),
+        f"compose mounts init/ready.d as LocalStack's ready hooks: {svc.get('volumes')}",
+    )
     hook = ROOT / "localstack/init/ready.d/10-agentlane.sh"
-    c.check(os.access(hook, os.X_OK) and hook.read_text().startswith("#!"),
-            "the hook is executable with a shebang (LocalStack executes it directly)")
+    c.check(
+        os.access(hook, os.X_OK) and hook.read_text().startswith("#!"),
+        "the hook is executable with a shebang (LocalStack executes it directly)",
+    )
+
+
+def check_samconfig(c: Checker, sam: dict[str, Any]) -> None:
+    """infra/samconfig.toml names only parameters the template has, and every required one."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "infra/samconfig.toml").read_text())["default"]
+    overrides = config.get("global", {}).get("parameters", {}).get("parameter_overrides", [])
+    names = {o.split("=", 1)[0] for o in as_list(overrides)}
+    params = sam.get("Parameters", {})
+    c.check(names <= set(params), f"samconfig overrides only known parameters: {sorted(names - set(params))}")
+    required = {n for n, p in params.items() if "Default" not in p}
+    c.check(required <= names, f"samconfig sets every parameter without default: {sorted(required - names)}")
+    c.check(
+        config.get("build", {}).get("parameters", {}).get("beta_features") is True,
+        "samconfig enables beta features for `sam build` (rust-cargolambda)",
+    )
+    c.check(
+        "CAPABILITY_IAM" in str(config.get("deploy", {}).get("parameters", {}).get("capabilities")),
+        "samconfig deploys with CAPABILITY_IAM (the template creates roles)",
+    )
 
 
 def structure(src: str, translated: str) -> int:
@@ -432,6 +570,7 @@ def structure(src: str, translated: str) -> int:
     check_outputs(c, sam)
     check_hook_defaults(c)
     check_compose(c)
+    check_samconfig(c, sam)
     print(f"structure: {c.count - len(c.failures)} of {c.count} assertions hold")
     return 1 if c.failures else 0
 
@@ -443,8 +582,12 @@ def emulator(src: str, endpoint: str, table: str, queue: str, dlq: str) -> int:
     """The table and queues the init hook created on `endpoint` match the template."""
     import boto3
 
-    kw = {"endpoint_url": endpoint, "region_name": "us-east-1",
-          "aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    kw = {
+        "endpoint_url": endpoint,
+        "region_name": "us-east-1",
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+    }
     ddb, sqs = boto3.client("dynamodb", **kw), boto3.client("sqs", **kw)
     sam = load_sam(src)
     want = template_table_design(sam["Resources"]["Table"])
@@ -453,10 +596,13 @@ def emulator(src: str, endpoint: str, table: str, queue: str, dlq: str) -> int:
     got = {
         "attributes": {a["AttributeName"]: a["AttributeType"] for a in desc["AttributeDefinitions"]},
         "keys": [(k["AttributeName"], k["KeyType"]) for k in desc["KeySchema"]],
-        "indexes": {g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"])
-                    for g in desc.get("GlobalSecondaryIndexes", [])},
-        "projections": {g["IndexName"]: g["Projection"]["ProjectionType"]
-                        for g in desc.get("GlobalSecondaryIndexes", [])},
+        "indexes": {
+            g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"])
+            for g in desc.get("GlobalSecondaryIndexes", [])
+        },
+        "projections": {
+            g["IndexName"]: g["Projection"]["ProjectionType"] for g in desc.get("GlobalSecondaryIndexes", [])
+        },
     }
     ttl = ddb.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
     got["ttl"] = ttl.get("AttributeName") if ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING") else None
@@ -474,11 +620,15 @@ def emulator(src: str, endpoint: str, table: str, queue: str, dlq: str) -> int:
         c.check(attrs.get("ContentBasedDeduplication") == "false", f"{name}: explicit dedup ids")
     redrive = json.loads(qa.get("RedrivePolicy", "{}"))
     c.check(redrive.get("deadLetterTargetArn") == da.get("QueueArn"), f"{queue} redrives to {dlq}")
-    c.check(int(redrive.get("maxReceiveCount", 0)) == default(sam, tq["RedrivePolicy"]["maxReceiveCount"]),
-            f"maxReceiveCount {redrive.get('maxReceiveCount')} = template default")
+    c.check(
+        int(redrive.get("maxReceiveCount", 0)) == default(sam, tq["RedrivePolicy"]["maxReceiveCount"]),
+        f"maxReceiveCount {redrive.get('maxReceiveCount')} = template default",
+    )
     for attr in ("DeduplicationScope", "FifoThroughputLimit", "MessageRetentionPeriod"):
-        c.check(str(qa.get(attr)) == str(default(sam, tq[attr])),
-                f"{queue} {attr}: emulator {qa.get(attr)} template {default(sam, tq[attr])}")
+        c.check(
+            str(qa.get(attr)) == str(default(sam, tq[attr])),
+            f"{queue} {attr}: emulator {qa.get(attr)} template {default(sam, tq[attr])}",
+        )
     print(f"emulator: {c.count - len(c.failures)} of {c.count} assertions hold")
     return 1 if c.failures else 0
 
@@ -488,20 +638,32 @@ def emulator(src: str, endpoint: str, table: str, queue: str, dlq: str) -> int:
 # Each mutation breaks one fact; `structure` must then fail. (old text, new text) in the template.
 MUTATIONS = {
     "no ReportBatchItemFailures": ("FunctionResponseTypes: [ReportBatchItemFailures]", ""),
-    "no MaximumConcurrency": ("ScalingConfig:\n              MaximumConcurrency: !Ref RunnerMaxConcurrency", ""),
-    "standard queue": ("QueueName: !Sub agentlane-${StageName}-turns.fifo\n      FifoQueue: true",
-                       "QueueName: !Sub agentlane-${StageName}-turns.fifo\n      FifoQueue: false"),
-    "no redrive": ("      RedrivePolicy:\n        deadLetterTargetArn: !GetAtt TurnDlq.Arn\n"
-                   "        maxReceiveCount: !Ref MaxReceiveCount\n", ""),
+    "no MaximumConcurrency": (
+        "ScalingConfig:\n              MaximumConcurrency: !Ref RunnerMaxConcurrency",
+        "",
+    ),
+    "standard queue": (
+        "QueueName: !Sub agentlane-${StageName}-turns.fifo\n      FifoQueue: true",
+        "QueueName: !Sub agentlane-${StageName}-turns.fifo\n      FifoQueue: false",
+    ),
+    "no redrive": (
+        "      RedrivePolicy:\n        deadLetterTargetArn: !GetAtt TurnDlq.Arn\n"
+        "        maxReceiveCount: !Ref MaxReceiveCount\n",
+        "",
+    ),
     "too few receives": ("    Default: 250\n", "    Default: 100\n"),
     "Resource *": ("Resource: !GetAtt TurnQueue.Arn", "Resource: '*'"),
     "wildcard action": ("- dynamodb:Query", "- dynamodb:*"),
     "renamed GSI": ("IndexName: cronDue", "IndexName: cron_due"),
-    "plain-text key": ('AGENTLANE_API_KEYS: !Sub "{{resolve:secretsmanager:${ApiKeysSecretId}:SecretString}}"',
-                       "AGENTLANE_API_KEYS: acme:0123456789abcdef0123"),
-    "managed policy": ("      Description: agentlane cron (scheduled) function\n",
-                       "      Description: agentlane cron (scheduled) function\n      ManagedPolicyArns:\n"
-                       "        - arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole\n"),
+    "plain-text key": (
+        'AGENTLANE_API_KEYS: !Sub "{{resolve:secretsmanager:${ApiKeysSecretId}:SecretString}}"',
+        "AGENTLANE_API_KEYS: acme:0123456789abcdef0123",
+    ),
+    "managed policy": (
+        "      Description: agentlane cron (scheduled) function\n",
+        "      Description: agentlane cron (scheduled) function\n      ManagedPolicyArns:\n"
+        "        - arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole\n",
+    ),
     "short visibility": ("    MinValue: 900\n", "    MinValue: 30\n"),
 }
 

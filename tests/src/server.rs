@@ -107,6 +107,10 @@ impl Server {
             .prefix("agentlane-e2e-")
             .tempdir()
             .map_err(|e| HarnessError::io("create server temp dir", e))?;
+        let mut options = options;
+        if backend_is_aws() {
+            options = on_aws(options, dir.path())?;
+        }
         let (child, url, logs) = spawn(&options, dir.path(), 0)?;
         Ok(Server {
             options,
@@ -174,6 +178,47 @@ impl Drop for Server {
             );
         }
     }
+}
+
+/// `AGENTLANE_E2E_BACKEND=aws` runs every scenario on DynamoDB + SQS FIFO (the emulator at
+/// `AWS_ENDPOINT_URL`, default `http://127.0.0.1:4566`) instead of the embedded store.
+pub fn backend_is_aws() -> bool {
+    std::env::var("AGENTLANE_E2E_BACKEND").is_ok_and(|b| b == "aws")
+}
+
+/// Points `options` at a table and queue of their own (named after the server's temp dir) and
+/// creates them with `agentlane setup-aws`, the documented set-up command.
+fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
+    let suffix = root
+        .file_name()
+        .map(|n| n.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric(), "-"))
+        .unwrap_or_else(|| "e2e".to_owned());
+    let endpoint = std::env::var("AWS_ENDPOINT_URL")
+        .unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned());
+    let options = options
+        .env("AGENTLANE_BACKEND", "aws")
+        .env("AGENTLANE_TABLE", format!("t-{suffix}"))
+        .env("AGENTLANE_QUEUE_NAME", format!("q-{suffix}.fifo"))
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test");
+    let logs = LogFiles::in_dir(root, "setup-aws");
+    let mut command = Command::new(&options.binary);
+    command.arg("setup-aws").envs(&options.env);
+    let mut child = spawn_logged(&mut command, &logs, "agentlane setup-aws")?;
+    let status = child
+        .wait()
+        .map_err(|e| HarnessError::io("wait for agentlane setup-aws", e))?;
+    if !status.success() {
+        return Err(HarnessError::NotReady {
+            what: "agentlane setup-aws".into(),
+            reason: format!("exited with {status} (is the emulator running? localstack/start-emulator.sh)"),
+            stderr: logs.stderr_tail(4000),
+            stdout: String::new(),
+        });
+    }
+    Ok(options)
 }
 
 fn data_dir(root: &Path) -> PathBuf {

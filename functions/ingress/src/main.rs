@@ -3,6 +3,7 @@
 
 use agentlane_api::ApiState;
 use agentlane_runtime as runtime;
+use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
@@ -17,7 +18,8 @@ async fn main() -> Result<(), lambda_http::Error> {
         queue: backends.queue,
         clock: backends.clock,
         keys,
-        config: runtime::api_config(&models),
+        // API Gateway ends requests at 30 s: waits are capped below that.
+        config: runtime::api_config(&models, Duration::from_secs(25))?,
     });
     lambda_http::run(app).await
 }

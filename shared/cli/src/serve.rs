@@ -9,6 +9,7 @@ use anyhow::Context;
 use rand::Rng;
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// API keys from `AGENTLANE_API_KEYS`, or a generated key for tenant `local` kept in
@@ -76,7 +77,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),
         keys,
-        config: runtime::api_config(&models),
+        config: runtime::api_config(&models, Duration::from_secs(15 * 60))?,
     };
 
     let shutdown = CancellationToken::new();

@@ -19,6 +19,7 @@ use agentlane_tools::http_fetch::{HttpFetch, HttpFetchConfig};
 use agentlane_tools::ssrf::SsrfPolicy;
 use anyhow::{Context, bail};
 use std::path::Path;
+use std::time::Duration;
 use std::sync::Arc;
 
 /// The store, the lane queue and the clock a host runs on.
@@ -170,12 +171,17 @@ pub fn api_keys_from_env() -> anyhow::Result<Option<ApiKeys>> {
         .transpose()
 }
 
-/// The API settings for the configured models.
-pub fn api_config(models: &ModelSettings) -> ApiConfig {
-    ApiConfig {
+/// The API settings for the configured models. `AGENTLANE_MAX_WAIT_MS` caps `agent.wait`
+/// (default `default_max_wait`: behind API Gateway, requests end at 30 s).
+pub fn api_config(models: &ModelSettings, default_max_wait: Duration) -> anyhow::Result<ApiConfig> {
+    let d = ApiConfig::default();
+    let max_wait_ms = env_ms("AGENTLANE_MAX_WAIT_MS", default_max_wait)?.as_millis() as u64;
+    Ok(ApiConfig {
         demo_mode: models.demo,
-        ..ApiConfig::default()
-    }
+        max_wait_ms,
+        default_wait_ms: d.default_wait_ms.min(max_wait_ms),
+        ..d
+    })
 }
 
 /// Logs to stderr; JSON lines when `json` (Lambda/CloudWatch). Filter from `AGENTLANE_LOG`.

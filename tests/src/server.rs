@@ -191,10 +191,13 @@ pub fn backend_is_aws() -> bool {
 fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
     let suffix = root
         .file_name()
-        .map(|n| n.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric(), "-"))
+        .map(|n| {
+            n.to_string_lossy()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+        })
         .unwrap_or_else(|| "e2e".to_owned());
-    let endpoint = std::env::var("AWS_ENDPOINT_URL")
-        .unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned());
+    let endpoint =
+        std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned());
     let options = options
         .env("AGENTLANE_BACKEND", "aws")
         .env("AGENTLANE_TABLE", format!("t-{suffix}"))
@@ -213,7 +216,9 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
     if !status.success() {
         return Err(HarnessError::NotReady {
             what: "agentlane setup-aws".into(),
-            reason: format!("exited with {status} (is the emulator running? localstack/start-emulator.sh)"),
+            reason: format!(
+                "exited with {status} (is the emulator running? localstack/start-emulator.sh)"
+            ),
             stderr: logs.stderr_tail(4000),
             stdout: String::new(),
         });

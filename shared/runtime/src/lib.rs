@@ -19,8 +19,8 @@ use agentlane_tools::http_fetch::{HttpFetch, HttpFetchConfig};
 use agentlane_tools::ssrf::SsrfPolicy;
 use anyhow::{Context, bail};
 use std::path::Path;
-use std::time::Duration;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The store, the lane queue and the clock a host runs on.
 #[derive(Clone)]

@@ -13,8 +13,15 @@ use tokio_util::sync::CancellationToken;
 /// Why an attempt produced no assistant turn.
 #[derive(Debug, thiserror::Error)]
 pub enum AttemptError {
-    #[error(transparent)]
-    Provider(#[from] ProviderError),
+    /// The model call failed. `started`: the response had begun (assistant stage) rather than
+    /// being refused up front (prompt stage). `progress`: visible text or a tool call had
+    /// arrived before the failure.
+    #[error("{error}")]
+    Provider {
+        error: ProviderError,
+        started: bool,
+        progress: bool,
+    },
     /// The run's stop signal fired (abort, timeout, lock lost, shutdown).
     #[error("stopped")]
     Stopped,
@@ -34,14 +41,21 @@ pub async fn stream_attempt(
     let call = stop.child_token();
     let _cancel_on_drop = call.clone().drop_guard();
     writer.begin_attempt_text();
+    let failed = |error, started, progress| AttemptError::Provider {
+        error,
+        started,
+        progress,
+    };
     let mut stream = tokio::select! {
         _ = stop.cancelled() => return Err(AttemptError::Stopped),
         opened = tokio::time::timeout(idle_timeout, provider.stream(request, call.clone())) => match opened {
-            Ok(result) => result?,
-            Err(_) => return Err(idle_error(idle_timeout).into()),
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(failed(e, false, false)),
+            Err(_) => return Err(failed(idle_error(idle_timeout), false, false)),
         },
     };
     let mut acc = StreamAccumulator::new();
+    let mut progress = false;
     loop {
         let next = tokio::select! {
             _ = stop.cancelled() => {
@@ -53,17 +67,22 @@ pub async fn stream_attempt(
         let event = match next {
             Err(_) => {
                 writer.discard_delta();
-                return Err(idle_error(idle_timeout).into());
+                return Err(failed(idle_error(idle_timeout), true, progress));
             }
             Ok(None) => break,
             Ok(Some(Err(e))) => {
                 writer.discard_delta();
-                return Err(e.into());
+                return Err(failed(e, true, progress));
             }
             Ok(Some(Ok(event))) => event,
         };
-        if let StreamEvent::TextDelta(text) = &event {
-            writer.assistant_delta(text).await?;
+        match &event {
+            StreamEvent::TextDelta(text) => {
+                progress |= !text.trim().is_empty();
+                writer.assistant_delta(text).await?;
+            }
+            StreamEvent::ToolCallStart { .. } => progress = true,
+            _ => {}
         }
         acc.push(&event);
         if matches!(event, StreamEvent::Finished(_)) {
@@ -73,11 +92,14 @@ pub async fn stream_attempt(
     let turn = acc.finish();
     if turn.finish.is_none() {
         writer.discard_delta();
-        return Err(ProviderError::new(
-            FailoverReason::Network,
-            "the model stream ended before the response was complete",
-        )
-        .into());
+        return Err(failed(
+            ProviderError::new(
+                FailoverReason::Network,
+                "the model stream ended before the response was complete",
+            ),
+            true,
+            progress,
+        ));
     }
     Ok(turn)
 }

@@ -11,6 +11,9 @@ pub struct RunnerConfig {
     pub lock_acquire_timeout: Duration,
     /// Visibility of a delivery while it is worked on; extended every third of it.
     pub visibility_timeout: Duration,
+    /// How long one receive waits for a message (long polling). Zero polls without waiting and
+    /// pauses briefly when the queue is empty.
+    pub receive_wait: Duration,
     /// No stream chunk for this long aborts a model call (cloud providers).
     pub model_idle_timeout: Duration,
     /// The same, for self-hosted providers.
@@ -19,8 +22,10 @@ pub struct RunnerConfig {
     pub default_run_timeout: Duration,
     /// How often the abort flag is read while a run works.
     pub abort_poll: Duration,
-    /// Model calls allowed in one turn (tool rounds included) before it fails.
-    pub max_model_calls: u32,
+    /// Tool rounds allowed in one turn before it fails (a runaway tool loop costs money).
+    pub max_tool_rounds: u32,
+    /// Multiplies every retry backoff (1.0 in production; tests shrink waits with it).
+    pub retry_delay_scale: f64,
     /// Per-tool timeout.
     pub tool_timeout: Duration,
     /// Base system prompt.
@@ -36,11 +41,13 @@ impl Default for RunnerConfig {
             lock_lease: Duration::from_secs(30),
             lock_acquire_timeout: Duration::from_secs(60),
             visibility_timeout: Duration::from_secs(30),
+            receive_wait: Duration::from_secs(1),
             model_idle_timeout: Duration::from_secs(120),
             model_idle_timeout_self_hosted: Duration::from_secs(300),
             default_run_timeout: Duration::from_secs(48 * 3600),
             abort_poll: Duration::from_millis(250),
-            max_model_calls: 32,
+            max_tool_rounds: 64,
+            retry_delay_scale: 1.0,
             tool_timeout: Duration::from_secs(60),
             system_prompt:
                 "You are a helpful assistant. Use the tools you are given when they help \

@@ -5,7 +5,7 @@
 //! - [`writer`]: every fenced write of one run (transcript, events, run record), with event seq
 //!   numbering and assistant-delta coalescing.
 //! - [`turn`]: the turn loop — model attempts, tool rounds, recovery after a crash, abort and
-//!   timeouts; [`retry`] decides retry vs stop in one place.
+//!   timeouts; [`failover`] decides retry, rotation, fallback or stop in one place.
 //! - [`attempt`]: one streamed model call with the idle watchdog.
 //! - [`tool_exec`]: runs a batch of tool calls concurrently, results in call order.
 //! - [`repair`]: tool_use/tool_result pairing repair (pure).
@@ -15,11 +15,12 @@
 
 pub mod attempt;
 pub mod config;
+pub mod failover;
 pub mod lock;
 pub mod models;
 pub mod repair;
 pub mod reply;
-pub mod retry;
+pub mod tokens;
 pub mod tool_exec;
 pub mod turn;
 pub mod worker;

@@ -4,11 +4,15 @@
 
 use crate::attempt::{AttemptError, stream_attempt};
 use crate::config::RunnerConfig;
+use crate::failover::{
+    Action, Completion, Continuation, RetryState, Situation, Stage, max_iterations,
+};
 use crate::lock::{self, AcquireError};
+use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
 use crate::repair::{missing_results, repair_pairing};
 use crate::reply::shape_payloads;
-use crate::retry::{Decision, RetryPolicy};
+use crate::tokens::estimate_tokens;
 use crate::tool_exec::run_batch;
 use crate::writer::{Positions, RunWriter};
 use agentlane_core::{
@@ -75,6 +79,17 @@ impl StopSignal {
     }
 }
 
+/// The reply when the model keeps answering nothing visible.
+pub const INCOMPLETE_REPLY: &str = "⚠️ Agent couldn't generate a response. Please try again.";
+
+fn continuation_name(c: Continuation) -> &'static str {
+    match c {
+        Continuation::ReasoningOnly => "reasoning_only",
+        Continuation::EmptyResponse => "empty_response",
+        Continuation::AfterCompaction => "compaction_continuation",
+    }
+}
+
 /// How the loop ended.
 enum LoopEnd {
     Final {
@@ -82,6 +97,8 @@ enum LoopEnd {
         last_tool_error: Option<(String, String)>,
     },
     Failed(RunError),
+    /// Directed retries are spent and the model still shows nothing.
+    Incomplete,
     Stopped(StopReason),
 }
 
@@ -267,13 +284,16 @@ impl Runner {
         // Start (or resume) the run.
         let now = writer.now();
         let resumed = has_user;
-        let model = self.models.resolve(writer.run.request.model.as_deref());
         writer.run.status = RunStatus::Running;
         writer.run.liveness_state = LivenessState::Working;
         writer.run.started_at.get_or_insert(now);
         writer.run.pickups += 1;
-        if let Ok(m) = &model {
-            writer.run.model = Some(m.full_name.clone());
+        if writer.run.model.is_none() {
+            writer.run.model = Some(
+                self.models
+                    .chain(writer.run.request.model.as_deref())
+                    .swap_remove(0),
+            );
         }
         let mut start = Vec::new();
         if !has_user {
@@ -297,28 +317,23 @@ impl Runner {
             .commit(start, true, Some(SessionStatus::Processing), false)
             .await?;
 
-        let end = match model {
-            Err(message) => LoopEnd::Failed(RunError::new("model_not_found", message)),
-            Ok(model) => {
-                let deadline = self.deadline(&writer.run);
-                match deadline {
-                    Some(d) if d <= writer.now() => LoopEnd::Stopped(StopReason::Timeout),
-                    _ => {
-                        let timer = deadline.map(|d| {
-                            let stop = stop.clone();
-                            let wait = Duration::from_millis(d.saturating_sub(writer.now()));
-                            tokio::spawn(async move {
-                                tokio::time::sleep(wait).await;
-                                stop.trigger(StopReason::Timeout);
-                            })
-                        });
-                        let end = self.run_loop(&mut writer, &model, &mut history, stop).await;
-                        if let Some(t) = timer {
-                            t.abort();
-                        }
-                        end?
-                    }
+        let deadline = self.deadline(&writer.run);
+        let end = match deadline {
+            Some(d) if d <= writer.now() => LoopEnd::Stopped(StopReason::Timeout),
+            _ => {
+                let timer = deadline.map(|d| {
+                    let stop = stop.clone();
+                    let wait = Duration::from_millis(d.saturating_sub(writer.now()));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        stop.trigger(StopReason::Timeout);
+                    })
+                });
+                let end = self.run_loop(&mut writer, &mut history, stop).await;
+                if let Some(t) = timer {
+                    t.abort();
                 }
+                end?
             }
         };
         self.finish(&mut writer, end).await
@@ -355,26 +370,22 @@ impl Runner {
         }
     }
 
-    /// Model attempts and tool rounds until a final answer, a failure, or a stop.
+    /// Model attempts and tool rounds until a final answer, a failure, or a stop. Every
+    /// failure goes through [`RetryState`], the one place that decides what comes next.
     async fn run_loop(
         &self,
         writer: &mut RunWriter,
-        model: &ResolvedModel,
         history: &mut Vec<Message>,
         stop: &StopSignal,
     ) -> Result<LoopEnd, StoreError> {
-        let idle = if model.provider.self_hosted() {
-            self.config.model_idle_timeout_self_hosted
-        } else {
-            self.config.model_idle_timeout
-        };
-        let mut retry: RetryPolicy = writer
+        let mut state: RetryState = writer
             .run
             .checkpoint
             .as_ref()
             .and_then(|c| c.get("retry"))
             .and_then(|r| serde_json::from_value(r.clone()).ok())
             .unwrap_or_default();
+        let chain = self.models.chain(writer.run.request.model.as_deref());
         let mut last_tool_error: Option<(String, String)> = None;
         // A previous pickup may have produced the final answer and died before ending the run.
         if let Some(Message::Assistant {
@@ -383,6 +394,7 @@ impl Runner {
             ..
         }) = history.last()
             && tool_calls.is_empty()
+            && !content.trim().is_empty()
         {
             return Ok(LoopEnd::Final {
                 text: content.clone(),
@@ -393,30 +405,79 @@ impl Runner {
             if let Some(reason) = stop.reason() {
                 return Ok(LoopEnd::Stopped(reason));
             }
-            if writer.run.attempts.len() as u32 >= self.config.max_model_calls {
+            let Some(model_name) = chain.get(state.model_index) else {
                 return Ok(LoopEnd::Failed(RunError::new(
-                    "model_call_limit",
-                    format!(
-                        "the turn made {} model calls without a final answer",
-                        writer.run.attempts.len()
-                    ),
+                    "fallbacks_exhausted",
+                    format!("every model of the chain failed: {}", chain.join(", ")),
                 )));
+            };
+            let has_fallback = state.model_index + 1 < chain.len();
+            let model = match self.models.resolve(Some(model_name)) {
+                Ok(m) => m,
+                Err(message) if has_fallback => {
+                    tracing::warn!(model = %model_name, %message, "model unavailable; falling back");
+                    state.advance_model();
+                    continue;
+                }
+                Err(message) => {
+                    return Ok(LoopEnd::Failed(RunError::new("model_not_found", message)));
+                }
+            };
+            let cap = max_iterations(model.profiles.len());
+            if state.iterations >= cap {
+                match state.on_retry_limit(has_fallback, cap) {
+                    Action::Fallback { reason } => {
+                        self.note_retry(writer, "fallback", reason.as_str(), Duration::ZERO);
+                        state.advance_model();
+                        continue;
+                    }
+                    Action::Fail { error, .. } => return Ok(LoopEnd::Failed(error)),
+                    other => {
+                        tracing::error!(?other, "unexpected retry-limit decision");
+                        return Ok(LoopEnd::Failed(RunError::new(
+                            "retry_limit",
+                            "retry limit reached",
+                        )));
+                    }
+                }
+            }
+            state.profile_index = self.models.pick_profile(&model, state.profile_index);
+            let profile = model.profiles[state.profile_index.min(model.profiles.len() - 1)].clone();
+            state.iterations += 1;
+            writer.run.model = Some(model.full_name.clone());
+
+            let mut messages = repair_pairing(history);
+            if let Some(c) = state.continuation.take() {
+                messages.push(Message::user(c.instruction()));
             }
             let request = ModelRequest {
                 model: model.model.clone(),
                 system: self.system_prompt(&writer.run),
-                messages: repair_pairing(history),
+                messages,
                 tools: self.tools.specs(),
                 max_output_tokens: None,
             };
+            let prompt_ratio =
+                estimate_tokens(&request) as f64 / model.context_window.max(1) as f64;
+            let idle = if profile.provider.self_hosted() {
+                self.config.model_idle_timeout_self_hosted
+            } else {
+                self.config.model_idle_timeout
+            };
             let started_at = writer.now();
             let started = Instant::now();
-            let outcome =
-                stream_attempt(model.provider.as_ref(), request, idle, stop.token(), writer).await;
+            let outcome = stream_attempt(
+                profile.provider.as_ref(),
+                request,
+                idle,
+                stop.token(),
+                writer,
+            )
+            .await;
             let mut record = AttemptRecord {
                 index: writer.run.attempts.len() as u32,
                 model: model.full_name.clone(),
-                profile: None,
+                profile: Some(profile.name.clone()),
                 outcome: String::new(),
                 usage: Default::default(),
                 started_at,
@@ -432,27 +493,47 @@ impl Runner {
                     writer.run.attempts.push(record);
                     return Ok(LoopEnd::Stopped(reason));
                 }
-                Err(AttemptError::Provider(e)) => {
-                    record.outcome = e.reason.as_str().into();
-                    record.error = Some(e.message.clone());
+                Err(AttemptError::Provider {
+                    error,
+                    started,
+                    progress,
+                }) => {
+                    record.outcome = error.reason.as_str().into();
+                    record.error = Some(error.message.clone());
                     writer.run.attempts.push(record);
-                    let decision = retry.decide(&e);
-                    writer.run.checkpoint = Some(json!({ "retry": retry }));
-                    writer.flush_events().await?;
-                    writer.commit(Vec::new(), true, None, false).await?;
-                    match decision {
-                        Decision::Fail(err) => return Ok(LoopEnd::Failed(err)),
-                        Decision::RetryAfter(pause) => {
-                            tracing::info!(run = %writer.run.run_id, reason = e.reason.as_str(), pause_ms = pause.as_millis() as u64, "retrying model call");
-                            tokio::select! {
-                                _ = stop.token().cancelled() => {}
-                                _ = tokio::time::sleep(pause) => {}
-                            }
-                            continue;
-                        }
+                    let stage = if started {
+                        Stage::Assistant
+                    } else {
+                        Stage::Prompt
+                    };
+                    let situation = Situation {
+                        next_profile: state.profile_index + 1 < model.profiles.len(),
+                        fallback: has_fallback,
+                        progress,
+                        prompt_ratio,
+                        // History compaction is not built yet: overflow ends the run clearly.
+                        can_compact: false,
+                    };
+                    let action = state.on_failure(&error, stage, situation);
+                    let end = self
+                        .apply(
+                            writer,
+                            &model,
+                            &profile,
+                            &mut state,
+                            action,
+                            error.reason.as_str(),
+                            stop,
+                        )
+                        .await?;
+                    self.checkpoint(writer, &state).await?;
+                    match end {
+                        Some(end) => return Ok(end),
+                        None => continue,
                     }
                 }
             };
+            self.models.mark_good(&model.provider_name, &profile.name);
             record.outcome = if turn.tool_calls.is_empty() {
                 "ok"
             } else {
@@ -462,9 +543,64 @@ impl Runner {
             record.usage = turn.usage;
             writer.run.usage.add(turn.usage);
             writer.run.attempts.push(record);
+            let visible = !turn.text.trim().is_empty();
+            let reasoning = !turn.reasoning.trim().is_empty();
+            if turn.tool_calls.is_empty() {
+                match state.on_completion(visible, reasoning) {
+                    Completion::Accept => {}
+                    Completion::Retry(continuation) => {
+                        // Reasoning is kept so the instruction makes sense; an empty turn is not.
+                        let keep = reasoning.then(|| Message::Assistant {
+                            content: String::new(),
+                            reasoning: Some(turn.reasoning.clone()),
+                            tool_calls: Vec::new(),
+                            model: Some(model.full_name.clone()),
+                        });
+                        history.extend(keep.iter().cloned());
+                        state.continuation = Some(continuation);
+                        self.note_retry(
+                            writer,
+                            "directed_retry",
+                            continuation_name(continuation),
+                            Duration::ZERO,
+                        );
+                        writer.run.checkpoint = Some(json!({ "retry": state }));
+                        writer
+                            .commit(
+                                keep.into_iter().collect(),
+                                true,
+                                Some(SessionStatus::Processing),
+                                false,
+                            )
+                            .await?;
+                        continue;
+                    }
+                    Completion::GiveUp => return Ok(LoopEnd::Incomplete),
+                }
+            } else {
+                state.breaker.step(false, true);
+                // A productive tool round is progress, not a retry: it does not spend the
+                // iteration budget; its own cap stops a runaway tool loop.
+                state.iterations = state.iterations.saturating_sub(1);
+                let rounds = writer
+                    .run
+                    .attempts
+                    .iter()
+                    .filter(|a| a.outcome == "tool_calls")
+                    .count();
+                if rounds as u32 > self.config.max_tool_rounds {
+                    return Ok(LoopEnd::Failed(RunError::new(
+                        "tool_round_limit",
+                        format!(
+                            "the turn made {} tool rounds without a final answer",
+                            rounds - 1
+                        ),
+                    )));
+                }
+            }
             let assistant = Message::Assistant {
                 content: turn.text.clone(),
-                reasoning: (!turn.reasoning.is_empty()).then(|| turn.reasoning.clone()),
+                reasoning: reasoning.then(|| turn.reasoning.clone()),
                 tool_calls: turn.tool_calls.clone(),
                 model: Some(model.full_name.clone()),
             };
@@ -475,6 +611,7 @@ impl Runner {
                     json!({ "phase": "start", "name": call.name, "toolCallId": call.id }),
                 );
             }
+            writer.run.checkpoint = Some(json!({ "retry": state }));
             writer
                 .commit(
                     vec![assistant],
@@ -489,7 +626,6 @@ impl Runner {
                     last_tool_error,
                 });
             }
-
             let results = run_batch(
                 &self.tools,
                 &turn.tool_calls,
@@ -527,6 +663,79 @@ impl Runner {
         }
     }
 
+    /// Carries out a failure decision. `Some(end)` ends the loop.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply(
+        &self,
+        writer: &mut RunWriter,
+        model: &ResolvedModel,
+        profile: &Profile,
+        state: &mut RetryState,
+        action: Action,
+        reason: &str,
+        stop: &StopSignal,
+    ) -> Result<Option<LoopEnd>, StoreError> {
+        match action {
+            Action::Retry {
+                delay,
+                continuation,
+            } => {
+                let delay = delay.mul_f64(self.config.retry_delay_scale);
+                self.note_retry(writer, "retry", reason, delay);
+                state.continuation = continuation;
+                writer.flush_events().await?;
+                tokio::select! {
+                    _ = stop.token().cancelled() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            Action::RotateProfile { cooldown } => {
+                if cooldown {
+                    self.models.cool_down(&model.provider_name, &profile.name);
+                }
+                self.note_retry(writer, "rotate_profile", reason, Duration::ZERO);
+                state.profile_index += 1;
+            }
+            Action::Fallback { reason } => {
+                self.note_retry(writer, "fallback", reason.as_str(), Duration::ZERO);
+                state.advance_model();
+            }
+            Action::Compact { trigger } => {
+                tracing::error!(?trigger, "compaction was decided but is not available");
+                return Ok(Some(LoopEnd::Failed(RunError::new(
+                    "context_overflow",
+                    "the prompt does not fit the model's context window",
+                ))));
+            }
+            Action::Fail { error, .. } => return Ok(Some(LoopEnd::Failed(error))),
+        }
+        Ok(None)
+    }
+
+    /// Records a retry decision as a lifecycle event (visible to clients).
+    fn note_retry(&self, writer: &mut RunWriter, action: &str, reason: &str, delay: Duration) {
+        writer.event(
+            EventStream::Lifecycle,
+            json!({
+                "phase": "retry",
+                "action": action,
+                "reason": reason,
+                "delayMs": delay.as_millis() as u64,
+                "model": writer.run.model,
+            }),
+        );
+    }
+
+    /// Persists the retry state with the run (it survives hand-backs and crashes).
+    async fn checkpoint(
+        &self,
+        writer: &mut RunWriter,
+        state: &RetryState,
+    ) -> Result<(), StoreError> {
+        writer.run.checkpoint = Some(json!({ "retry": state }));
+        writer.commit(Vec::new(), true, None, false).await
+    }
+
     fn system_prompt(&self, run: &Run) -> String {
         match &run.request.extra_system_prompt {
             Some(extra) if !extra.trim().is_empty() => {
@@ -559,6 +768,15 @@ impl Runner {
                 LivenessState::Blocked,
                 Some(e),
                 Vec::new(),
+            ),
+            LoopEnd::Incomplete => (
+                RunStatus::Error,
+                LivenessState::Abandoned,
+                Some(RunError::new("incomplete_turn", INCOMPLETE_REPLY)),
+                vec![agentlane_core::Payload {
+                    text: INCOMPLETE_REPLY.to_owned(),
+                    is_error: true,
+                }],
             ),
             LoopEnd::Stopped(StopReason::Abort) => (
                 RunStatus::Aborted,

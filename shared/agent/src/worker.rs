@@ -93,12 +93,16 @@ impl LaneWorker {
     /// Receives and processes deliveries one at a time until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let visibility = self.runner.config().visibility_timeout;
+        let wait = self.runner.config().receive_wait;
         while !shutdown.is_cancelled() {
             let received = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = self.queue.receive(1, visibility, Duration::from_secs(1)) => r,
+                r = self.queue.receive(1, visibility, wait) => r,
             };
             match received {
+                Ok(deliveries) if deliveries.is_empty() && wait.is_zero() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 Ok(deliveries) => {
                     for delivery in deliveries {
                         let outcome = self.process(&delivery, &shutdown).await;

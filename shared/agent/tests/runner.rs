@@ -27,31 +27,64 @@ enum Script {
     Text(&'static str),
     Tools(Vec<(&'static str, &'static str, &'static str)>),
     Fail(FailoverReason),
+    /// Fails with this exact error.
+    Error(ProviderError),
     /// Sends one delta, then nothing for this long.
     Stall(Duration),
+    /// Sends nothing for this long.
+    Silent(Duration),
+    /// Only reasoning, no visible text.
+    ReasoningOnly,
 }
 
+type Shared<T> = Arc<Mutex<T>>;
+
+/// A provider answering from a script shared by every provider of a test (so the order of calls
+/// across profiles and fallbacks is the script's order). Records `(provider, request)`.
 struct ScriptedModel {
-    script: Mutex<VecDeque<Script>>,
-    requests: Mutex<Vec<ModelRequest>>,
+    name: &'static str,
+    script: Shared<VecDeque<Script>>,
+    requests: Shared<Vec<(&'static str, ModelRequest)>>,
 }
 
 impl ScriptedModel {
     fn new(script: Vec<Script>) -> Arc<Self> {
         Arc::new(Self {
-            script: Mutex::new(script.into()),
-            requests: Mutex::new(Vec::new()),
+            name: "scripted",
+            script: Arc::new(Mutex::new(script.into())),
+            requests: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+    /// Another provider (name) sharing this one's script and request log.
+    fn sibling(&self, name: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            script: self.script.clone(),
+            requests: self.requests.clone(),
         })
     }
     fn requests(&self) -> Vec<ModelRequest> {
-        self.requests.lock().unwrap().clone()
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+    fn providers_called(&self) -> Vec<&'static str> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect()
     }
 }
 
 #[async_trait]
 impl ModelProvider for ScriptedModel {
     fn name(&self) -> &str {
-        "scripted"
+        self.name
     }
     async fn stream(
         &self,
@@ -59,7 +92,7 @@ impl ModelProvider for ScriptedModel {
         _cancel: CancellationToken,
     ) -> Result<ModelStream, ProviderError> {
         agentlane_agent::repair::check_pairing(&request.messages).expect("pairing invariant");
-        self.requests.lock().unwrap().push(request);
+        self.requests.lock().unwrap().push((self.name, request));
         let next = self
             .script
             .lock()
@@ -89,6 +122,18 @@ impl ModelProvider for ScriptedModel {
                 v
             }
             Script::Fail(reason) => return Err(ProviderError::new(reason, "scripted failure")),
+            Script::Error(e) => return Err(e),
+            Script::ReasoningOnly => vec![
+                Ok(StreamEvent::ReasoningDelta("thinking about it".into())),
+                Ok(StreamEvent::Finished(FinishReason::Stop)),
+            ],
+            Script::Silent(d) => {
+                return Ok(futures::stream::once(async move {
+                    tokio::time::sleep(d).await;
+                    Ok(StreamEvent::Finished(FinishReason::Stop))
+                })
+                .boxed());
+            }
             Script::Stall(d) => {
                 return Ok(futures::stream::iter(vec![Ok(StreamEvent::TextDelta(
                     "partial".into(),
@@ -151,6 +196,17 @@ fn config() -> RunnerConfig {
 }
 
 fn fixture(script: Vec<Script>, config: RunnerConfig) -> Fixture {
+    fixture_with(script, config, |router, model| {
+        router.with_provider(model.clone())
+    })
+}
+
+/// A fixture whose model router is built by `route` from the scripted model.
+fn fixture_with(
+    script: Vec<Script>,
+    config: RunnerConfig,
+    route: impl FnOnce(ModelRouter, &Arc<ScriptedModel>) -> ModelRouter,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let backend = SqliteBackend::open(dir.path()).unwrap();
     let store: Arc<dyn Store> = Arc::new(backend);
@@ -167,7 +223,7 @@ fn fixture(script: Vec<Script>, config: RunnerConfig) -> Fixture {
     let runner = Runner::new(
         store.clone(),
         Arc::new(SystemClock),
-        ModelRouter::new("scripted/m1").with_provider(model.clone()),
+        route(ModelRouter::new("scripted/m1"), &model),
         tools,
         config,
     );
@@ -456,17 +512,16 @@ async fn abort_stops_a_streaming_run_within_a_second() {
 }
 
 #[tokio::test]
-async fn idle_streams_are_retried_then_the_run_fails_with_a_clear_error() {
-    let stall = Script::Stall(Duration::from_secs(30));
+async fn an_idle_stream_is_retried_once_on_a_lone_model_then_fails_with_a_clear_error() {
+    let silent = Script::Silent(Duration::from_secs(30));
     let f = fixture(
-        vec![stall.clone(), stall.clone(), stall.clone(), stall],
+        vec![silent.clone(), silent],
         RunnerConfig {
             model_idle_timeout: Duration::from_millis(100),
             ..config()
         },
     );
     let msg = f.accept("hi").await;
-    // Backoff is 0.5 + 1 + 2 s: this test takes ~4 s.
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
     let run = f
         .store
@@ -474,11 +529,17 @@ async fn idle_streams_are_retried_then_the_run_fails_with_a_clear_error() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(run.attempts.len(), 4);
-    assert!(run.attempts.iter().all(|a| a.outcome == "timeout"));
+    assert_eq!(
+        run.attempts
+            .iter()
+            .map(|a| a.outcome.as_str())
+            .collect::<Vec<_>>(),
+        ["timeout", "timeout"]
+    );
     let err = run.error.unwrap();
     assert_eq!(err.code, "timeout");
     assert!(err.message.contains("idle"), "{}", err.message);
+    assert_eq!(run.liveness_state, agentlane_core::LivenessState::Blocked);
 }
 
 #[tokio::test]
@@ -564,4 +625,255 @@ async fn a_shutdown_hands_the_run_back_and_a_later_pickup_finishes_it() {
         f.roles().await,
         vec!["user", "assistant", "tool", "assistant"]
     );
+}
+
+fn profiles(model: &Arc<ScriptedModel>, names: &[&str]) -> Vec<agentlane_agent::models::Profile> {
+    names
+        .iter()
+        .map(|n| agentlane_agent::models::Profile {
+            name: (*n).to_owned(),
+            provider: model.clone(),
+        })
+        .collect()
+}
+
+async fn finished_run(f: &Fixture, msg: &TurnMessage) -> agentlane_core::Run {
+    f.store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn ledger(run: &agentlane_core::Run) -> Vec<(String, String, String)> {
+    run.attempts
+        .iter()
+        .map(|a| {
+            (
+                a.model.clone(),
+                a.profile.clone().unwrap_or_default(),
+                a.outcome.clone(),
+            )
+        })
+        .collect()
+}
+
+fn owned(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    v.iter()
+        .map(|(a, b, c)| ((*a).into(), (*b).into(), (*c).into()))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_window_429_waits_at_least_retry_after_then_retries_the_same_model() {
+    let limited = ProviderError::from_http(
+        429,
+        r#"{"error":{"message":"Rate limit reached for requests per min"}}"#,
+        Some(Duration::from_secs(15)),
+    );
+    let f = fixture(
+        vec![Script::Error(limited), Script::Text("made it")],
+        config(),
+    );
+    let msg = f.accept("hi").await;
+    let before = tokio::time::Instant::now();
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    // 10 s is the first same-model delay; Retry-After asked for 15 s.
+    assert!(
+        before.elapsed() >= Duration::from_secs(15),
+        "{:?}",
+        before.elapsed()
+    );
+    let run = finished_run(&f, &msg).await;
+    assert_eq!(
+        ledger(&run),
+        owned(&[
+            ("scripted/m1", "default", "rate_limit"),
+            ("scripted/m1", "default", "ok")
+        ])
+    );
+    assert_eq!(
+        run.checkpoint.unwrap()["retry"]["budgets"]["sameModelRateLimitRetries"],
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limits_beyond_the_same_model_budget_rotate_the_auth_profile() {
+    let limited = || {
+        Script::Error(ProviderError::from_http(
+            429,
+            "Rate limit: tokens per minute",
+            None,
+        ))
+    };
+    let f = fixture_with(
+        vec![
+            limited(),
+            limited(),
+            limited(),
+            limited(),
+            Script::Text("second key works"),
+        ],
+        config(),
+        |router, model| router.with_profiles("scripted", profiles(model, &["key-1", "key-2"])),
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    let run = finished_run(&f, &msg).await;
+    let used: Vec<String> = run
+        .attempts
+        .iter()
+        .map(|a| a.profile.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(used, ["key-1", "key-1", "key-1", "key-1", "key-2"]);
+    assert_eq!(run.payloads[0].text, "second key works");
+}
+
+#[tokio::test]
+async fn an_auth_failure_rotates_to_the_next_profile() {
+    let f = fixture_with(
+        vec![
+            Script::Fail(FailoverReason::Auth),
+            Script::Text("ok with key 2"),
+        ],
+        config(),
+        |router, model| router.with_profiles("scripted", profiles(model, &["key-1", "key-2"])),
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    assert_eq!(
+        ledger(&finished_run(&f, &msg).await),
+        owned(&[
+            ("scripted/m1", "key-1", "auth"),
+            ("scripted/m1", "key-2", "ok")
+        ])
+    );
+}
+
+#[tokio::test]
+async fn an_overloaded_model_falls_back_to_the_next_model_of_the_chain() {
+    let f = fixture_with(
+        vec![
+            Script::Fail(FailoverReason::Overloaded),
+            Script::Text("backup here"),
+        ],
+        config(),
+        |router, model| {
+            router
+                .with_provider(model.clone())
+                .with_provider(model.sibling("backup"))
+                .with_fallbacks(vec!["backup/m2".into()])
+        },
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    let run = finished_run(&f, &msg).await;
+    assert_eq!(f.model.providers_called(), ["scripted", "backup"]);
+    assert_eq!(run.model.as_deref(), Some("backup/m2"));
+    assert_eq!(
+        ledger(&run),
+        owned(&[
+            ("scripted/m1", "default", "overloaded"),
+            ("backup/m2", "default", "ok")
+        ])
+    );
+    let events = f
+        .store
+        .read_events(&f.tenant, &msg.run_id, None, 100)
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.data["phase"] == "retry" && e.data["action"] == "fallback")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_idle_timeout_breaker_stops_the_run_after_five_stalls_whatever_is_left_to_try() {
+    let silent = Script::Silent(Duration::from_secs(600));
+    let f = fixture_with(
+        vec![silent; 8],
+        RunnerConfig {
+            model_idle_timeout: Duration::from_secs(120),
+            ..config()
+        },
+        |router, model| {
+            let backup = model.sibling("backup");
+            router
+                .with_profiles("scripted", profiles(model, &["a", "b", "c"]))
+                .with_profiles(
+                    "backup",
+                    ["d", "e", "f"]
+                        .iter()
+                        .map(|n| agentlane_agent::models::Profile {
+                            name: (*n).into(),
+                            provider: backup.clone(),
+                        })
+                        .collect(),
+                )
+                .with_fallbacks(vec!["backup/m2".into()])
+        },
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
+    let run = finished_run(&f, &msg).await;
+    assert_eq!(
+        f.model.requests().len(),
+        5,
+        "no model call after the breaker trips"
+    );
+    let err = run.error.unwrap();
+    assert_eq!(err.code, "idle_timeout_breaker");
+    assert_eq!(run.liveness_state, agentlane_core::LivenessState::Blocked);
+    assert_eq!(
+        run.checkpoint.unwrap()["retry"]["breaker"]["consecutive"],
+        5
+    );
+}
+
+#[tokio::test]
+async fn an_empty_reply_gets_one_directed_retry_that_is_not_persisted() {
+    let f = fixture(
+        vec![Script::Text(""), Script::Text("now visible")],
+        config(),
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].messages.last(),
+        Some(&Message::user(
+            agentlane_agent::failover::Continuation::EmptyResponse.instruction()
+        ))
+    );
+    assert_eq!(f.roles().await, vec!["user", "assistant"]);
+}
+
+#[tokio::test]
+async fn reasoning_without_an_answer_is_retried_twice_then_the_run_says_it_could_not_reply() {
+    let f = fixture(
+        vec![
+            Script::ReasoningOnly,
+            Script::ReasoningOnly,
+            Script::ReasoningOnly,
+        ],
+        config(),
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        requests[2].messages.last(),
+        Some(&Message::user(
+            agentlane_agent::failover::Continuation::ReasoningOnly.instruction()
+        ))
+    );
+    let run = finished_run(&f, &msg).await;
+    assert_eq!(run.error.unwrap().code, "incomplete_turn");
+    assert!(run.payloads[0].is_error);
+    assert_eq!(run.liveness_state, agentlane_core::LivenessState::Abandoned);
 }

@@ -1,18 +1,22 @@
 //! Model providers behind one seam, [`ModelProvider`]: a streaming call that yields normalised
 //! [`StreamEvent`]s. Adapters: [`openai::OpenAiProvider`] (OpenAI Chat Completions and any
-//! OpenAI-compatible server via its base URL) and [`demo::DemoModel`] (offline, deterministic).
+//! OpenAI-compatible server via its base URL), [`anthropic::AnthropicProvider`] (the Anthropic
+//! Messages API and compatible servers) and [`demo::DemoModel`] (offline, deterministic).
 //!
 //! Errors are classified into [`FailoverReason`]s so the runner's loop decides retry vs stop in
 //! one place.
 
 pub mod accumulate;
+pub mod anthropic;
+pub mod config;
 pub mod demo;
 pub mod error;
 pub mod openai;
 pub mod transport;
 
 pub use accumulate::{AssistantTurn, StreamAccumulator};
-pub use error::{FailoverReason, ProviderError};
+pub use config::ConfigError;
+pub use error::{FailoverReason, ProviderError, RateLimitWindow};
 
 use agentlane_core::{Message, Usage};
 use async_trait::async_trait;

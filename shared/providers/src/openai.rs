@@ -4,17 +4,21 @@
 mod decode;
 mod wire;
 
+use crate::config;
 use crate::transport::{self, ERROR_BODY_LIMIT};
 use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{ChunkDecoder, Step};
 use eventsource_stream::Eventsource;
 use futures::stream::{self, BoxStream, StreamExt};
-use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{self, HeaderMap};
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use wire::MaxTokensField;
+
+/// Re-exported from [`crate::config`], where every HTTP provider shares it.
+pub use crate::config::ConfigError;
 
 /// The official API's base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -71,23 +75,6 @@ impl std::fmt::Debug for OpenAiConfig {
     }
 }
 
-/// A configuration the provider cannot be built from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("base URL {0:?} is not an http(s) URL")]
-    /// The base URL does not parse or is not http(s).
-    BaseUrl(String),
-    /// The header's name; its value is never shown (it may be a key).
-    #[error("header {0:?} has an invalid name or value")]
-    Header(String),
-    #[error("the API key contains characters not allowed in a header")]
-    /// The key cannot be sent in a header.
-    ApiKey,
-    #[error("could not build the HTTP client: {0}")]
-    /// reqwest refused the client settings.
-    Client(String),
-}
-
 /// The OpenAI Chat Completions provider. Cheap to clone (the HTTP client is shared).
 #[derive(Clone)]
 pub struct OpenAiProvider {
@@ -100,12 +87,7 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     /// Validates `config` and builds the HTTP client (once; reuse the provider).
     pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
-        let base = config.base_url.trim_end_matches('/');
-        let parsed =
-            reqwest::Url::parse(base).map_err(|_| ConfigError::BaseUrl(base.to_owned()))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ConfigError::BaseUrl(base.to_owned()));
-        }
+        let (base, parsed) = config::base_url(&config.base_url)?;
         let url = format!("{base}/chat/completions");
         let max_tokens = if parsed.host_str() == Some("api.openai.com") {
             MaxTokensField::MaxCompletionTokens
@@ -114,24 +96,14 @@ impl OpenAiProvider {
         };
 
         let mut headers = HeaderMap::new();
-        for (name, value) in &config.extra_headers {
-            let bad = || ConfigError::Header(name.clone());
-            let name_ = HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?;
-            let mut value = HeaderValue::from_str(value).map_err(|_| bad())?;
-            value.set_sensitive(true);
-            headers.insert(name_, value);
-        }
+        config::insert_headers(&mut headers, &config.extra_headers)?;
         if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ConfigError::ApiKey)?;
-            value.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, value);
+            headers.insert(
+                header::AUTHORIZATION,
+                config::key_value(&format!("Bearer {key}"))?,
+            );
         }
-        let client = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let client = config::client(headers, config.connect_timeout)?;
         Ok(Self {
             config,
             client,

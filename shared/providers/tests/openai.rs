@@ -401,7 +401,7 @@ async fn rate_limit_429_carries_retry_after() {
         ProviderError {
             reason: FailoverReason::RateLimit,
             status: Some(429),
-            message: "HTTP 429: Rate limit exceeded".into(),
+            message: "HTTP 429: Rate limit exceeded (rate_limit_error, rate_limit_exceeded)".into(),
             retry_after: Some(Duration::from_secs(1)),
         }
     );

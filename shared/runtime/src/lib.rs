@@ -4,12 +4,14 @@
 
 pub mod settings;
 
-pub use settings::{DEMO_MODEL, ModelSettings, OpenAiSettings, env, env_ms};
+pub use settings::{DEMO_MODEL, ModelSettings, ProviderKind, ProviderSettings, env, env_ms};
 
+use agentlane_agent::models::Profile;
 use agentlane_agent::{ModelRouter, Runner, RunnerConfig};
 use agentlane_api::{ApiConfig, ApiKeys};
 use agentlane_aws::{AwsConfig, DynamoStore, Resources, SqsLaneQueue};
 use agentlane_core::{Clock, LaneQueue, Store, SystemClock};
+use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::demo::DemoModel;
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
 use agentlane_store_sqlite::SqliteBackend;
@@ -100,6 +102,18 @@ pub fn runner_config(self_hosted: bool) -> anyhow::Result<RunnerConfig> {
         lock_lease: env_ms("AGENTLANE_LOCK_LEASE_MS", d.lock_lease)?,
         lock_acquire_timeout: env_ms("AGENTLANE_LOCK_ACQUIRE_TIMEOUT_MS", d.lock_acquire_timeout)?,
         visibility_timeout: env_ms("AGENTLANE_VISIBILITY_TIMEOUT_MS", d.visibility_timeout)?,
+        receive_wait: env_ms("AGENTLANE_RECEIVE_WAIT_MS", d.receive_wait)?,
+        retry_delay_scale: match env("AGENTLANE_RETRY_DELAY_SCALE") {
+            None => d.retry_delay_scale,
+            Some(v) => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite() && *f >= 0.0)
+                .with_context(|| {
+                    format!("AGENTLANE_RETRY_DELAY_SCALE must be a number >= 0, got {v:?}")
+                })?,
+        },
         model_idle_timeout: env_ms("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", idle_default)?,
         model_idle_timeout_self_hosted: env_ms(
             "AGENTLANE_MODEL_IDLE_TIMEOUT_MS",
@@ -109,22 +123,59 @@ pub fn runner_config(self_hosted: bool) -> anyhow::Result<RunnerConfig> {
     })
 }
 
-/// The model router: the configured providers, plus the demo model (the default only when no
-/// provider is configured).
+/// The model router: the configured providers (one auth profile per API key), the fallback
+/// chain, the context windows, plus the demo model (the default only without a provider).
 pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
-    let mut router = ModelRouter::new(models.default_model.clone());
-    if let Some(openai) = &models.openai {
-        let mut config = OpenAiConfig {
-            api_key: openai.api_key.clone(),
-            self_hosted: openai.self_hosted,
-            ..OpenAiConfig::default()
+    let mut router = ModelRouter::new(models.default_model.clone())
+        .with_fallbacks(models.fallback_models.clone());
+    for p in &models.providers {
+        let keys: Vec<Option<String>> = if p.api_keys.is_empty() {
+            vec![None]
+        } else {
+            p.api_keys.iter().cloned().map(Some).collect()
         };
-        if let Some(url) = &openai.base_url {
-            config.base_url = url.clone();
+        let mut profiles = Vec::with_capacity(keys.len());
+        for (i, api_key) in keys.into_iter().enumerate() {
+            let provider: Arc<dyn agentlane_providers::ModelProvider> = match p.kind {
+                ProviderKind::OpenAi => {
+                    let mut config = OpenAiConfig {
+                        name: p.name.clone(),
+                        api_key,
+                        self_hosted: p.self_hosted,
+                        ..OpenAiConfig::default()
+                    };
+                    if let Some(url) = &p.base_url {
+                        config.base_url = url.clone();
+                    }
+                    Arc::new(
+                        OpenAiProvider::new(config).context("OPENAI_BASE_URL / OPENAI_API_KEY")?,
+                    )
+                }
+                ProviderKind::Anthropic => {
+                    let mut config = AnthropicConfig {
+                        name: p.name.clone(),
+                        api_key,
+                        self_hosted: p.self_hosted,
+                        ..AnthropicConfig::default()
+                    };
+                    if let Some(url) = &p.base_url {
+                        config.base_url = url.clone();
+                    }
+                    Arc::new(
+                        AnthropicProvider::new(config)
+                            .context("ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY")?,
+                    )
+                }
+            };
+            profiles.push(Profile {
+                name: format!("{}#{}", p.name, i + 1),
+                provider,
+            });
         }
-        router = router.with_provider(Arc::new(
-            OpenAiProvider::new(config).context("OPENAI_BASE_URL / OPENAI_API_KEY")?,
-        ));
+        router = router.with_profiles(p.name.clone(), profiles);
+    }
+    for (model, tokens) in &models.context_windows {
+        router = router.with_context_window(model.clone(), *tokens);
     }
     Ok(router.with_provider(Arc::new(DemoModel::with_chunk_delay(
         models.demo_chunk_delay,
@@ -153,7 +204,7 @@ pub fn tool_registry() -> ToolRegistry {
 /// The runner over `backends`, configured from the environment.
 pub fn runner(backends: &Backends) -> anyhow::Result<(Runner, ModelSettings)> {
     let models = ModelSettings::from_env()?;
-    let self_hosted = models.openai.as_ref().is_some_and(|o| o.self_hosted);
+    let self_hosted = models.self_hosted_default();
     let runner = Runner::new(
         backends.store.clone(),
         backends.clock.clone(),

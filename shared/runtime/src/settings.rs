@@ -4,34 +4,111 @@
 use anyhow::{Context, bail};
 use std::time::Duration;
 
-/// The model providers `serve` was configured with.
+/// The model providers a host was configured with.
 #[derive(Debug, Clone)]
 pub struct ModelSettings {
-    /// `OPENAI_BASE_URL` / `OPENAI_API_KEY`, when either is set.
-    pub openai: Option<OpenAiSettings>,
+    /// Configured providers (OpenAI-compatible and/or Anthropic).
+    pub providers: Vec<ProviderSettings>,
     /// `AGENTLANE_MODEL`, e.g. `openai/gpt-4o-mini`; defaults to the demo model when no provider
     /// is configured.
     pub default_model: String,
+    /// `AGENTLANE_FALLBACK_MODELS`: tried in order when the model fails for good.
+    pub fallback_models: Vec<String>,
+    /// `AGENTLANE_CONTEXT_WINDOWS`: `provider/model=tokens` pairs.
+    pub context_windows: Vec<(String, u64)>,
     /// True when no provider is configured: the offline demo model answers.
     pub demo: bool,
     pub demo_chunk_delay: Duration,
 }
 
+/// The wire protocol of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+}
+
+/// One provider: where it is and its credentials (one auth profile each, tried in order).
 #[derive(Clone)]
-pub struct OpenAiSettings {
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    /// The name before `/` in `provider/model`.
+    pub name: String,
     pub base_url: Option<String>,
-    pub api_key: Option<String>,
+    pub api_keys: Vec<String>,
     pub self_hosted: bool,
 }
 
-impl std::fmt::Debug for OpenAiSettings {
+impl std::fmt::Debug for ProviderSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiSettings")
+        f.debug_struct("ProviderSettings")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
             .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_keys", &format!("<{} redacted>", self.api_keys.len()))
             .field("self_hosted", &self.self_hosted)
             .finish()
     }
+}
+
+/// `{PREFIX}_BASE_URL`, `{PREFIX}_API_KEY` and `{PREFIX}_API_KEYS` (comma-separated extra auth
+/// profiles); `None` when none is set.
+fn provider_from_env(kind: ProviderKind, name: &str, prefix: &str) -> Option<ProviderSettings> {
+    let base_url = env(&format!("{prefix}_BASE_URL"));
+    let mut api_keys: Vec<String> = env(&format!("{prefix}_API_KEY")).into_iter().collect();
+    for key in env(&format!("{prefix}_API_KEYS"))
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
+        if !api_keys.iter().any(|k| k == key) {
+            api_keys.push(key.to_owned());
+        }
+    }
+    if base_url.is_none() && api_keys.is_empty() {
+        return None;
+    }
+    Some(ProviderSettings {
+        kind,
+        name: name.to_owned(),
+        self_hosted: base_url.as_deref().is_some_and(is_self_hosted),
+        base_url,
+        api_keys,
+    })
+}
+
+fn model_list(name: &str) -> anyhow::Result<Vec<String>> {
+    let list: Vec<String> = env(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|m| !m.contains('/')) {
+        bail!("{name} must list provider/model names, got {bad:?}");
+    }
+    Ok(list)
+}
+
+fn context_windows() -> anyhow::Result<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    for pair in env("AGENTLANE_CONTEXT_WINDOWS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let (model, tokens) = pair
+            .split_once('=')
+            .context("AGENTLANE_CONTEXT_WINDOWS entries are provider/model=tokens")?;
+        let tokens = tokens
+            .trim()
+            .parse::<u64>()
+            .with_context(|| format!("AGENTLANE_CONTEXT_WINDOWS: {tokens:?} is not a number"))?;
+        out.push((model.trim().to_owned(), tokens));
+    }
+    Ok(out)
 }
 
 /// The demo model's full name, as recorded on runs.
@@ -56,29 +133,41 @@ pub fn env_ms(name: &str, default: Duration) -> anyhow::Result<Duration> {
 
 impl ModelSettings {
     pub fn from_env() -> anyhow::Result<Self> {
-        let openai = match (env("OPENAI_BASE_URL"), env("OPENAI_API_KEY")) {
-            (None, None) => None,
-            (base_url, api_key) => Some(OpenAiSettings {
-                self_hosted: base_url.as_deref().is_some_and(is_self_hosted),
-                base_url,
-                api_key,
-            }),
-        };
-        let demo = openai.is_none();
-        let default_model = match (env("AGENTLANE_MODEL"), demo) {
+        let providers: Vec<ProviderSettings> = [
+            provider_from_env(ProviderKind::OpenAi, "openai", "OPENAI"),
+            provider_from_env(ProviderKind::Anthropic, "anthropic", "ANTHROPIC"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let demo = providers.is_empty();
+        let default_model = match (env("AGENTLANE_MODEL"), providers.first()) {
             (Some(m), _) => m,
-            (None, true) => DEMO_MODEL.to_owned(),
-            (None, false) => "openai/gpt-4o-mini".to_owned(),
+            (None, None) => DEMO_MODEL.to_owned(),
+            (None, Some(p)) if p.kind == ProviderKind::Anthropic => {
+                "anthropic/claude-3-5-haiku-latest".to_owned()
+            }
+            (None, Some(_)) => "openai/gpt-4o-mini".to_owned(),
         };
         if !default_model.contains('/') {
             bail!("AGENTLANE_MODEL must be provider/model, got {default_model:?}");
         }
         Ok(Self {
-            openai,
+            providers,
             default_model,
+            fallback_models: model_list("AGENTLANE_FALLBACK_MODELS")?,
+            context_windows: context_windows()?,
             demo,
             demo_chunk_delay: env_ms("AGENTLANE_DEMO_DELAY_MS", Duration::from_millis(30))?,
         })
+    }
+
+    /// Whether the default model's provider runs on the user's own hardware.
+    pub fn self_hosted_default(&self) -> bool {
+        let provider = self.default_model.split('/').next().unwrap_or_default();
+        self.providers
+            .iter()
+            .any(|p| p.name == provider && p.self_hosted)
     }
 }
 

@@ -91,6 +91,7 @@ impl From<SdkError<TransactWriteItemsError>> for DdbError {
     fn from(err: SdkError<TransactWriteItemsError>) -> Self {
         match err.as_service_error() {
             Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                tracing::debug!(reasons = ?e.cancellation_reasons(), "transaction cancelled");
                 DdbError::Cancelled(e.cancellation_reasons().to_vec())
             }
             Some(e) if e.code() == Some("TransactionConflictException") => {

@@ -1,0 +1,56 @@
+//! A rough token estimate (about four characters a token), enough to judge prompt pressure
+//! against a context window.
+
+use agentlane_core::Message;
+use agentlane_providers::ModelRequest;
+
+fn message_chars(m: &Message) -> usize {
+    match m {
+        Message::User { content } => content.len(),
+        Message::Assistant {
+            content,
+            reasoning,
+            tool_calls,
+            ..
+        } => {
+            content.len()
+                + reasoning.as_ref().map_or(0, String::len)
+                + tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.len() + 16)
+                    .sum::<usize>()
+        }
+        Message::Tool { content, name, .. } => content.len() + name.len() + 16,
+    }
+}
+
+/// Estimated prompt tokens of a request: system prompt, messages and tool schemas.
+pub fn estimate_tokens(request: &ModelRequest) -> u64 {
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum();
+    let chars = request.system.len()
+        + request.messages.iter().map(message_chars).sum::<usize>()
+        + tools
+        + 4 * request.messages.len();
+    (chars as u64).div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn about_four_characters_a_token() {
+        let r = ModelRequest {
+            model: "m".into(),
+            system: "x".repeat(400),
+            messages: vec![Message::user("y".repeat(396))],
+            tools: vec![],
+            max_output_tokens: None,
+        };
+        assert_eq!(estimate_tokens(&r), 200);
+    }
+}

@@ -1,0 +1,349 @@
+//! The Anthropic Messages API, streaming, over reqwest — and compatible servers (llama-server,
+//! aimock, proxies) through its base URL.
+
+mod decode;
+mod wire;
+
+use crate::config::{self, ConfigError};
+use crate::transport::{self, ERROR_BODY_LIMIT};
+use crate::{FailoverReason, ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
+use async_trait::async_trait;
+use decode::{EventDecoder, Step};
+use eventsource_stream::Eventsource;
+use futures::stream::{self, BoxStream, StreamExt};
+use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+/// The official API's base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The `anthropic-version` header sent by default.
+pub const DEFAULT_VERSION: &str = "2023-06-01";
+
+/// The output-token cap sent when the request has none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The most of a non-streamed JSON answer we read.
+const JSON_BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// How to reach one Messages API endpoint. `Debug` never shows the key or header values.
+#[derive(Clone)]
+pub struct AnthropicConfig {
+    /// The provider name, the part before `/` in `provider/model` (default `anthropic`).
+    pub name: String,
+    /// The server root, e.g. `https://api.anthropic.com` or `http://127.0.0.1:8080`; requests go
+    /// to `{base_url}/v1/messages`. A base ending in `/v1` is accepted too.
+    pub base_url: String,
+    /// Sent as `x-api-key` when set.
+    pub api_key: Option<String>,
+    /// Sent as `anthropic-version`.
+    pub anthropic_version: String,
+    /// `max_tokens` when the request sets no `max_output_tokens`.
+    pub max_tokens: u32,
+    /// Runs on the user's own hardware (the runner then applies the longer idle timeout).
+    pub self_hosted: bool,
+    /// Time allowed to open the TCP/TLS connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for the whole call, streaming included (`None`: no limit here; the caller's
+    /// idle watchdog and attempt timeout still apply).
+    pub request_timeout: Option<Duration>,
+    /// Extra headers sent with every request (e.g. `anthropic-beta`, a proxy's key).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl Default for AnthropicConfig {
+    fn default() -> Self {
+        Self {
+            name: "anthropic".to_owned(),
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            api_key: None,
+            anthropic_version: DEFAULT_VERSION.to_owned(),
+            max_tokens: DEFAULT_MAX_TOKENS,
+            self_hosted: false,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: None,
+            extra_headers: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for AnthropicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.extra_headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("AnthropicConfig")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("anthropic_version", &self.anthropic_version)
+            .field("max_tokens", &self.max_tokens)
+            .field("self_hosted", &self.self_hosted)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("extra_headers", &header_names)
+            .finish()
+    }
+}
+
+/// The Anthropic Messages provider. Cheap to clone (the HTTP client is shared).
+#[derive(Clone)]
+pub struct AnthropicProvider {
+    config: AnthropicConfig,
+    client: reqwest::Client,
+    url: String,
+}
+
+impl AnthropicProvider {
+    /// Validates `config` and builds the HTTP client (once; reuse the provider).
+    pub fn new(config: AnthropicConfig) -> Result<Self, ConfigError> {
+        let (base, _) = config::base_url(&config.base_url)?;
+        let url = if base.ends_with("/v1") {
+            format!("{base}/messages")
+        } else {
+            format!("{base}/v1/messages")
+        };
+
+        let mut headers = HeaderMap::new();
+        config::insert_headers(&mut headers, &config.extra_headers)?;
+        let version = HeaderValue::from_str(&config.anthropic_version)
+            .map_err(|_| ConfigError::Header("anthropic-version".to_owned()))?;
+        headers.insert(HeaderName::from_static("anthropic-version"), version);
+        if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
+            headers.insert(
+                HeaderName::from_static("x-api-key"),
+                config::key_value(key)?,
+            );
+        }
+        let client = config::client(headers, config.connect_timeout)?;
+        Ok(Self {
+            config,
+            client,
+            url,
+        })
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &AnthropicConfig {
+        &self.config
+    }
+}
+
+impl std::fmt::Debug for AnthropicProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("config", &self.config)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ModelProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn self_hosted(&self) -> bool {
+        self.config.self_hosted
+    }
+
+    /// Cancelling `cancel` before the answer starts returns an empty stream; cancelling it while
+    /// streaming ends the stream. Either way the HTTP request is dropped at once.
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> Result<ModelStream, ProviderError> {
+        let body = wire::request_body(&request, self.config.max_tokens);
+        tracing::debug!(
+            provider = %self.config.name,
+            model = %request.model,
+            messages = request.messages.len(),
+            tools = request.tools.len(),
+            "messages request"
+        );
+        let mut builder = self
+            .client
+            .post(&self.url)
+            .header(header::ACCEPT, "text/event-stream")
+            .json(&body);
+        if let Some(timeout) = self.config.request_timeout {
+            builder = builder.timeout(timeout);
+        }
+        let response = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(stream::empty().boxed()),
+            sent = builder.send() => sent.map_err(|e| transport::from_reqwest(&e))?,
+        };
+
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = transport::retry_after(response.headers(), SystemTime::now());
+            let body = transport::read_body_capped(response, &cancel, ERROR_BODY_LIMIT).await;
+            return Err(ProviderError::from_http(
+                status.as_u16(),
+                &body,
+                retry_after,
+            ));
+        }
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/json"));
+        if is_json {
+            // The server ignored `stream: true` (or answered an error with a 200).
+            let body = transport::read_body_capped(response, &cancel, JSON_BODY_LIMIT).await;
+            if cancel.is_cancelled() {
+                return Ok(stream::empty().boxed());
+            }
+            let items: Vec<Result<StreamEvent, ProviderError>> =
+                match EventDecoder::whole_message(&body) {
+                    Ok(events) => events.into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+            return Ok(stream::iter(items).boxed());
+        }
+        Ok(sse_stream(response, cancel))
+    }
+}
+
+type SseItem =
+    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>;
+
+struct SseState {
+    /// `None` once the response is complete or failed: dropping it closes the connection.
+    sse: Option<BoxStream<'static, SseItem>>,
+    decoder: EventDecoder,
+    pending: VecDeque<Result<StreamEvent, ProviderError>>,
+    cancel: CancellationToken,
+}
+
+fn sse_stream(response: reqwest::Response, cancel: CancellationToken) -> ModelStream {
+    let state = SseState {
+        sse: Some(response.bytes_stream().eventsource().boxed()),
+        decoder: EventDecoder::new(),
+        pending: VecDeque::new(),
+        cancel,
+    };
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(item) = state.pending.pop_front() {
+                return Some((item, state));
+            }
+            let sse = state.sse.as_mut()?;
+            let next = tokio::select! {
+                biased;
+                _ = state.cancel.cancelled() => return None,
+                next = sse.next() => next,
+            };
+            state.read(next);
+        }
+    })
+    .boxed()
+}
+
+impl SseState {
+    /// Turns what the connection produced into pending items; closes it when done.
+    fn read(&mut self, next: Option<SseItem>) {
+        let outcome = match next {
+            Some(Ok(event)) => {
+                let mut events = Vec::new();
+                let step = self.decoder.event(&event.event, &event.data, &mut events);
+                self.pending.extend(events.into_iter().map(Ok));
+                step.map(|s| s == Step::Done)
+            }
+            Some(Err(eventsource_stream::EventStreamError::Transport(e))) => {
+                Err(transport::from_reqwest(&e))
+            }
+            Some(Err(e)) => Err(ProviderError::new(
+                FailoverReason::Network,
+                format!("malformed event stream: {e}"),
+            )),
+            None => self.decoder.end().map(|()| true),
+        };
+        match outcome {
+            Ok(false) => {}
+            Ok(true) => self.sse = None,
+            Err(e) => {
+                self.pending.push_back(Err(e));
+                self.sse = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_key_and_header_values() {
+        let provider = AnthropicProvider::new(AnthropicConfig {
+            api_key: Some("sk-ant-secret-123".into()),
+            extra_headers: vec![("x-proxy-key".into(), "hidden-456".into())],
+            ..AnthropicConfig::default()
+        })
+        .unwrap();
+        let shown = format!("{provider:?}");
+        assert!(!shown.contains("sk-ant-secret-123"), "{shown}");
+        assert!(!shown.contains("hidden-456"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn url_accepts_a_root_or_a_v1_base() {
+        let url = |base: &str| {
+            AnthropicProvider::new(AnthropicConfig {
+                base_url: base.into(),
+                ..AnthropicConfig::default()
+            })
+            .unwrap()
+            .url
+        };
+        assert_eq!(
+            url(DEFAULT_BASE_URL),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(
+            url("http://127.0.0.1:8080/"),
+            "http://127.0.0.1:8080/v1/messages"
+        );
+        assert_eq!(
+            url("http://127.0.0.1:8080/v1/"),
+            "http://127.0.0.1:8080/v1/messages"
+        );
+        assert_eq!(
+            url("http://proxy/anthropic"),
+            "http://proxy/anthropic/v1/messages"
+        );
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let refused = |config: AnthropicConfig| AnthropicProvider::new(config).unwrap_err();
+        assert!(matches!(
+            refused(AnthropicConfig {
+                base_url: "ftp://x".into(),
+                ..AnthropicConfig::default()
+            }),
+            ConfigError::BaseUrl(_)
+        ));
+        assert_eq!(
+            refused(AnthropicConfig {
+                api_key: Some("a\nb".into()),
+                ..AnthropicConfig::default()
+            }),
+            ConfigError::ApiKey
+        );
+        assert_eq!(
+            refused(AnthropicConfig {
+                anthropic_version: "2023\n".into(),
+                ..AnthropicConfig::default()
+            }),
+            ConfigError::Header("anthropic-version".into())
+        );
+    }
+}

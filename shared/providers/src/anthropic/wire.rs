@@ -1,0 +1,234 @@
+//! [`ModelRequest`] → the Messages API request body.
+
+use crate::{ModelRequest, ToolSpec};
+use agentlane_core::{Message, ToolCall};
+use serde_json::{Map, Value, json};
+
+/// The streaming request body. `max_tokens` is required by the API: the request's own cap, else
+/// `default_max_tokens`.
+pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_output_tokens.unwrap_or(default_max_tokens),
+        "stream": true,
+        "messages": messages(&request.messages),
+    });
+    if !request.system.is_empty() {
+        body["system"] = json!(request.system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request.tools.iter().map(tool).collect();
+    }
+    body
+}
+
+/// The history as Messages API turns. Consecutive tool results become one user message of
+/// `tool_result` blocks (the API wants every result of an assistant turn in the next message).
+/// An assistant message with neither text nor tool calls is left out: the API refuses empty
+/// content.
+fn messages(history: &[Message]) -> Vec<Value> {
+    let mut turns = Vec::with_capacity(history.len());
+    let mut results: Vec<Value> = Vec::new();
+    for message in history {
+        if let Message::Tool {
+            tool_call_id,
+            content,
+            is_error,
+            name: _,
+        } = message
+        {
+            results.push(json!({
+                "type": "tool_result",
+                "tool_use_id": tool_call_id,
+                "content": content,
+                "is_error": is_error,
+            }));
+            continue;
+        }
+        if !results.is_empty() {
+            turns.push(json!({"role": "user", "content": std::mem::take(&mut results)}));
+        }
+        match message {
+            Message::User { content } => turns.push(json!({"role": "user", "content": content})),
+            Message::Assistant {
+                content,
+                tool_calls,
+                // Reasoning is not replayed: the API accepts thinking blocks back only with the
+                // signature it issued, which the transcript does not keep.
+                reasoning: _,
+                model: _,
+            } => {
+                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                blocks.extend(tool_calls.iter().map(tool_use));
+                if !blocks.is_empty() {
+                    turns.push(json!({"role": "assistant", "content": blocks}));
+                }
+            }
+            Message::Tool { .. } => {}
+        }
+    }
+    if !results.is_empty() {
+        turns.push(json!({"role": "user", "content": results}));
+    }
+    turns
+}
+
+/// A `tool_use` block. The API wants `input` as a JSON object: arguments that are not valid JSON
+/// or not an object (a model's broken output, an empty string) are sent as `{}`; the tool
+/// result that followed already told the model what went wrong.
+fn tool_use(call: &ToolCall) -> Value {
+    let input = match serde_json::from_str::<Value>(&call.arguments) {
+        Ok(object @ Value::Object(_)) => object,
+        _ => Value::Object(Map::new()),
+    };
+    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+}
+
+/// A tool definition. The API requires `input_schema.type`; a schema without one gets
+/// `"object"`, and a missing (non-object) schema becomes an empty object schema.
+fn tool(spec: &ToolSpec) -> Value {
+    let schema = match &spec.parameters {
+        Value::Object(map) => {
+            let mut map = map.clone();
+            map.entry("type").or_insert_with(|| json!("object"));
+            Value::Object(map)
+        }
+        _ => json!({"type": "object", "properties": {}}),
+    };
+    json!({"name": spec.name, "description": spec.description, "input_schema": schema})
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn request(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            model: "claude-sonnet-4-5".into(),
+            system: String::new(),
+            messages,
+            tools: vec![],
+            max_output_tokens: None,
+        }
+    }
+
+    fn call(id: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "f".into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn tool_result(id: &str, content: &str, is_error: bool) -> Message {
+        Message::Tool {
+            tool_call_id: id.into(),
+            name: "f".into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    #[test]
+    fn minimal_body_has_the_default_cap_and_no_system_or_tools() {
+        let body = request_body(&request(vec![Message::user("hi")]), 4096);
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 4096,
+                "stream": true,
+                "messages": [{"role": "user", "content": "hi"}],
+            })
+        );
+    }
+
+    #[test]
+    fn arguments_that_are_not_a_json_object_become_an_empty_input() {
+        let body = request_body(
+            &request(vec![Message::Assistant {
+                content: String::new(),
+                reasoning: Some("thinking".into()),
+                tool_calls: vec![
+                    call("a", r#"{"k":1}"#),
+                    call("b", ""),
+                    call("c", "{broken"),
+                    call("d", "[1,2]"),
+                ],
+                model: None,
+            }]),
+            1,
+        );
+        let inputs: Vec<&Value> = body["messages"][0]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| &b["input"])
+            .collect();
+        assert_eq!(
+            inputs,
+            vec![&json!({"k": 1}), &json!({}), &json!({}), &json!({})]
+        );
+    }
+
+    #[test]
+    fn results_are_grouped_until_the_next_message_and_empty_assistants_dropped() {
+        let body = request_body(
+            &request(vec![
+                Message::Assistant {
+                    content: String::new(),
+                    reasoning: None,
+                    tool_calls: vec![],
+                    model: None,
+                },
+                tool_result("a", "1", false),
+                tool_result("b", "boom", true),
+                Message::user("next"),
+                tool_result("c", "3", false),
+            ]),
+            1,
+        );
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "1", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "b", "content": "boom", "is_error": true},
+                ]},
+                {"role": "user", "content": "next"},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "c", "content": "3", "is_error": false},
+                ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn tool_schemas_always_have_a_type() {
+        let mut req = request(vec![Message::user("hi")]);
+        req.tools = vec![
+            ToolSpec {
+                name: "a".into(),
+                description: "A".into(),
+                parameters: json!({"properties": {"x": {"type": "string"}}}),
+            },
+            ToolSpec {
+                name: "b".into(),
+                description: "B".into(),
+                parameters: Value::Null,
+            },
+        ];
+        let body = request_body(&req, 1);
+        assert_eq!(
+            body["tools"],
+            json!([
+                {"name": "a", "description": "A", "input_schema": {"type": "object", "properties": {"x": {"type": "string"}}}},
+                {"name": "b", "description": "B", "input_schema": {"type": "object", "properties": {}}},
+            ])
+        );
+    }
+}

@@ -183,6 +183,9 @@ pub fn transcript_items(entries: &[TranscriptEntry]) -> Vec<PairingItem> {
             Message::User { .. } => PairingItem::Other {
                 role: "user".to_owned(),
             },
+            Message::Compaction { .. } => PairingItem::Other {
+                role: "compaction".to_owned(),
+            },
             Message::Assistant { tool_calls, .. } => PairingItem::Assistant {
                 tool_call_ids: tool_calls.iter().map(|c| c.id.clone()).collect(),
             },

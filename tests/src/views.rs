@@ -63,6 +63,15 @@ pub struct AttemptView {
     pub model: String,
     /// `ok`, `tool_calls`, or a failure class.
     pub outcome: String,
+    /// The auth profile used (`openai#1`, ...), when the runner records one.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// What went wrong, for a failed attempt.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// When the attempt started (milliseconds since the epoch).
+    #[serde(default)]
+    pub started_at: u64,
 }
 
 /// `GET /v1/runs/{id}`.
@@ -96,6 +105,9 @@ pub struct RunView {
     /// Milliseconds since the epoch.
     #[serde(default)]
     pub ended_at: Option<u64>,
+    /// The runner's resumable state (e.g. `{"retry": {...}}`), as stored with the run.
+    #[serde(default)]
+    pub checkpoint: Option<serde_json::Value>,
 }
 
 impl RunView {
@@ -157,7 +169,9 @@ impl TranscriptView {
             .iter()
             .filter_map(|e| match &e.message {
                 Message::User { content } => Some(content.as_str()),
-                Message::Assistant { .. } | Message::Tool { .. } => None,
+                Message::Assistant { .. } | Message::Tool { .. } | Message::Compaction { .. } => {
+                    None
+                }
             })
             .collect()
     }
@@ -168,12 +182,13 @@ impl TranscriptView {
     }
 }
 
-/// `user`, `assistant` or `tool`.
+/// `user`, `assistant`, `tool` or `compaction`.
 pub fn role(message: &Message) -> &'static str {
     match message {
         Message::User { .. } => "user",
         Message::Assistant { .. } => "assistant",
         Message::Tool { .. } => "tool",
+        Message::Compaction { .. } => "compaction",
     }
 }
 
@@ -181,7 +196,7 @@ pub fn role(message: &Message) -> &'static str {
 pub fn assistant_text(message: &Message) -> Option<&str> {
     match message {
         Message::Assistant { content, .. } => Some(content.as_str()),
-        Message::User { .. } | Message::Tool { .. } => None,
+        Message::User { .. } | Message::Tool { .. } | Message::Compaction { .. } => None,
     }
 }
 

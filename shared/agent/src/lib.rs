@@ -14,8 +14,10 @@
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
 
 pub mod attempt;
+pub mod compaction;
 pub mod config;
 pub mod failover;
+pub mod history;
 pub mod lock;
 pub mod models;
 pub mod repair;

@@ -26,7 +26,7 @@ pub fn repair_pairing(history: &[Message]) -> Vec<Message> {
                 }
                 // else: orphan or duplicate — dropped
             }
-            Message::User { .. } | Message::Assistant { .. } => {
+            Message::User { .. } | Message::Assistant { .. } | Message::Compaction { .. } => {
                 fill_missing(&mut out, &mut pending);
                 answered.clear();
                 if let Message::Assistant { tool_calls, .. } = message {

@@ -21,6 +21,7 @@ fn message_chars(m: &Message) -> usize {
                     .sum::<usize>()
         }
         Message::Tool { content, name, .. } => content.len() + name.len() + 16,
+        Message::Compaction { summary, .. } => summary.len() + 64,
     }
 }
 

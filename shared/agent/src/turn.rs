@@ -3,10 +3,13 @@
 //! far an earlier pickup got, so a redelivered message never repeats or loses an entry.
 
 use crate::attempt::{AttemptError, stream_attempt};
+use crate::compaction;
 use crate::config::RunnerConfig;
 use crate::failover::{
-    Action, Completion, Continuation, RetryState, Situation, Stage, max_iterations,
+    Action, CompactionTrigger, Completion, Continuation, POST_COMPACTION_GUARD_WINDOW, RetryState,
+    Situation, Stage, max_iterations,
 };
+use crate::history::assemble;
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
@@ -88,6 +91,32 @@ fn continuation_name(c: Continuation) -> &'static str {
         Continuation::EmptyResponse => "empty_response",
         Continuation::AfterCompaction => "compaction_continuation",
     }
+}
+
+/// Where the current run sits in its session's history (for compaction).
+struct RunScope {
+    /// Index in the history of the run's first message.
+    run_start: usize,
+    /// Seq of the last transcript entry before the run; `None` when the run is the first.
+    through_seq: Option<u64>,
+}
+
+/// The attempt a failure decision is about.
+struct Attempted<'a> {
+    model: &'a ResolvedModel,
+    profile: &'a Profile,
+    idle: Duration,
+    reason: &'a str,
+}
+
+fn overflow_failure(why: &str) -> LoopEnd {
+    LoopEnd::Failed(RunError::new(
+        "context_overflow",
+        format!(
+            "Context overflow: the prompt is too large for the model ({why}). Reset the session \
+             or use a model with a larger context window."
+        ),
+    ))
 }
 
 /// How the loop ended.
@@ -268,8 +297,25 @@ impl Runner {
             self.config.delta_flush_bytes,
             self.config.delta_flush,
         );
-        let mut history: Vec<Message> = entries.iter().map(|e| e.message.clone()).collect();
         let run_id = writer.run.run_id.clone();
+        let assembled = assemble(&entries);
+        let mut history: Vec<Message> = assembled.iter().map(|e| e.message.clone()).collect();
+        let is_ours = |e: &TranscriptEntry| {
+            e.run_id == run_id && !matches!(e.message, Message::Compaction { .. })
+        };
+        let mut scope = RunScope {
+            run_start: assembled
+                .iter()
+                .position(|e| is_ours(e))
+                .unwrap_or(history.len()),
+            // The entries before the run's user message (which is written first).
+            through_seq: entries
+                .iter()
+                .find(|e| is_ours(e))
+                .map_or(positions.next_seq, |e| e.seq)
+                .checked_sub(1),
+        };
+        drop(assembled);
         let has_user = entries
             .iter()
             .any(|e| e.run_id == run_id && matches!(e.message, Message::User { .. }));
@@ -329,7 +375,9 @@ impl Runner {
                         stop.trigger(StopReason::Timeout);
                     })
                 });
-                let end = self.run_loop(&mut writer, &mut history, stop).await;
+                let end = self
+                    .run_loop(&mut writer, &mut history, &mut scope, stop)
+                    .await;
                 if let Some(t) = timer {
                     t.abort();
                 }
@@ -376,6 +424,7 @@ impl Runner {
         &self,
         writer: &mut RunWriter,
         history: &mut Vec<Message>,
+        scope: &mut RunScope,
         stop: &StopSignal,
     ) -> Result<LoopEnd, StoreError> {
         let mut state: RetryState = writer
@@ -511,20 +560,17 @@ impl Runner {
                         fallback: has_fallback,
                         progress,
                         prompt_ratio,
-                        // History compaction is not built yet: overflow ends the run clearly.
-                        can_compact: false,
+                        can_compact: scope.through_seq.is_some(),
                     };
                     let action = state.on_failure(&error, stage, situation);
+                    let attempt = Attempted {
+                        model: &model,
+                        profile: &profile,
+                        idle,
+                        reason: error.reason.as_str(),
+                    };
                     let end = self
-                        .apply(
-                            writer,
-                            &model,
-                            &profile,
-                            &mut state,
-                            action,
-                            error.reason.as_str(),
-                            stop,
-                        )
+                        .apply(writer, history, scope, &attempt, &mut state, action, stop)
                         .await?;
                     self.checkpoint(writer, &state).await?;
                     match end {
@@ -635,6 +681,7 @@ impl Runner {
             )
             .await;
             let mut messages = Vec::with_capacity(results.len());
+            let mut tripped_guard = None;
             for r in results {
                 writer.event(
                     EventStream::Tool,
@@ -649,6 +696,12 @@ impl Runner {
                 if r.is_error {
                     last_tool_error = Some((r.call.name.clone(), r.content.clone()));
                 }
+                if state
+                    .guard
+                    .observe(&r.call.name, &r.call.arguments, &r.content)
+                {
+                    tripped_guard = Some(r.call.name.clone());
+                }
                 messages.push(Message::Tool {
                     tool_call_id: r.call.id,
                     name: r.call.name,
@@ -657,9 +710,20 @@ impl Runner {
                 });
             }
             history.extend(messages.iter().cloned());
+            writer.run.checkpoint = Some(json!({ "retry": state }));
             writer
-                .commit(messages, false, Some(SessionStatus::Processing), false)
+                .commit(messages, true, Some(SessionStatus::Processing), false)
                 .await?;
+            if let Some(tool) = tripped_guard {
+                return Ok(LoopEnd::Failed(RunError::new(
+                    "tool_loop",
+                    format!(
+                        "CRITICAL: tool {tool} repeated {POST_COMPACTION_GUARD_WINDOW} times with \
+                         identical arguments and identical results right after compaction; the run \
+                         was stopped instead of looping"
+                    ),
+                )));
+            }
         }
     }
 
@@ -668,13 +732,14 @@ impl Runner {
     async fn apply(
         &self,
         writer: &mut RunWriter,
-        model: &ResolvedModel,
-        profile: &Profile,
+        history: &mut Vec<Message>,
+        scope: &mut RunScope,
+        attempt: &Attempted<'_>,
         state: &mut RetryState,
         action: Action,
-        reason: &str,
         stop: &StopSignal,
     ) -> Result<Option<LoopEnd>, StoreError> {
+        let reason = attempt.reason;
         match action {
             Action::Retry {
                 delay,
@@ -691,7 +756,8 @@ impl Runner {
             }
             Action::RotateProfile { cooldown } => {
                 if cooldown {
-                    self.models.cool_down(&model.provider_name, &profile.name);
+                    self.models
+                        .cool_down(&attempt.model.provider_name, &attempt.profile.name);
                 }
                 self.note_retry(writer, "rotate_profile", reason, Duration::ZERO);
                 state.profile_index += 1;
@@ -701,11 +767,33 @@ impl Runner {
                 state.advance_model();
             }
             Action::Compact { trigger } => {
-                tracing::error!(?trigger, "compaction was decided but is not available");
-                return Ok(Some(LoopEnd::Failed(RunError::new(
-                    "context_overflow",
-                    "the prompt does not fit the model's context window",
-                ))));
+                self.note_retry(writer, "compact", reason, Duration::ZERO);
+                let Some(through_seq) = scope.through_seq else {
+                    return Ok(Some(overflow_failure(
+                        "there is no earlier history to compact",
+                    )));
+                };
+                let plan = compaction::Plan {
+                    model: attempt.model,
+                    profile: attempt.profile,
+                    idle: attempt.idle,
+                    trigger,
+                    run_start: scope.run_start,
+                    through_seq,
+                };
+                let system = self.system_prompt(&writer.run);
+                match compaction::compact(writer, history, &system, plan, stop.token()).await? {
+                    Ok(run_start) => {
+                        scope.run_start = run_start;
+                        state.after_compaction = true;
+                        state.continuation = Some(Continuation::AfterCompaction);
+                        state.guard.arm();
+                    }
+                    Err(why) if trigger == CompactionTrigger::Overflow => {
+                        return Ok(Some(overflow_failure(&why)));
+                    }
+                    Err(why) => tracing::warn!(%why, "timeout compaction did not help; retrying"),
+                }
             }
             Action::Fail { error, .. } => return Ok(Some(LoopEnd::Failed(error))),
         }

@@ -294,6 +294,7 @@ impl Fixture {
                 Message::User { .. } => "user",
                 Message::Assistant { .. } => "assistant",
                 Message::Tool { .. } => "tool",
+                Message::Compaction { .. } => "compaction",
             })
             .collect()
     }
@@ -876,4 +877,134 @@ async fn reasoning_without_an_answer_is_retried_twice_then_the_run_says_it_could
     assert_eq!(run.error.unwrap().code, "incomplete_turn");
     assert!(run.payloads[0].is_error);
     assert_eq!(run.liveness_state, agentlane_core::LivenessState::Abandoned);
+}
+
+/// Runs `message` as a full turn of the fixture's session and returns its final run.
+async fn turn(f: &Fixture, message: &str) -> agentlane_core::Run {
+    let msg = f.accept(message).await;
+    f.execute(&msg).await;
+    finished_run(f, &msg).await
+}
+
+#[tokio::test]
+async fn a_context_overflow_compacts_the_earlier_history_and_the_run_continues() {
+    let f = fixture(
+        vec![
+            Script::Text("first answer"),
+            Script::Text("second answer"),
+            Script::Fail(FailoverReason::ContextOverflow),
+            Script::Text("The user asked two things; both were answered."),
+            Script::Text("third answer, after compaction"),
+            Script::Text("fourth answer"),
+        ],
+        config(),
+    );
+    turn(&f, "first question").await;
+    turn(&f, "second question").await;
+    let run = turn(&f, "third question").await;
+    assert_eq!(run.status, RunStatus::Ok, "{:?}", run.error);
+    assert_eq!(run.payloads[0].text, "third answer, after compaction");
+    assert_eq!(
+        run.checkpoint.as_ref().unwrap()["retry"]["budgets"]["overflowCompactions"],
+        1
+    );
+
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 5, "2 turns + overflow + compaction + retry");
+    let summarizing = &requests[3];
+    assert_eq!(
+        summarizing.system,
+        agentlane_agent::compaction::COMPACTION_PROMPT
+    );
+    assert!(summarizing.tools.is_empty());
+    assert!(
+        matches!(&summarizing.messages[0], Message::User { content } if content.contains("first question") && content.contains("second answer"))
+    );
+    let retried = &requests[4].messages;
+    assert!(
+        matches!(&retried[0], Message::Compaction { summary, .. } if summary.starts_with("The user asked"))
+    );
+    assert_eq!(retried[1], Message::user("third question"));
+    assert_eq!(
+        retried[2],
+        Message::user(agentlane_agent::failover::Continuation::AfterCompaction.instruction())
+    );
+    assert_eq!(
+        f.roles().await,
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "compaction",
+            "assistant"
+        ]
+    );
+    let events = f
+        .store
+        .read_events(&f.tenant, &run.run_id, None, 100)
+        .await
+        .unwrap();
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|e| e.stream == EventStream::Compaction)
+        .filter_map(|e| e.data["phase"].as_str())
+        .collect();
+    assert_eq!(phases, ["start", "end"]);
+
+    // The next turn sees the summary instead of the compacted entries.
+    turn(&f, "fourth question").await;
+    let next = &f.model.requests()[5].messages;
+    assert!(matches!(&next[0], Message::Compaction { .. }));
+    assert_eq!(
+        next.len(),
+        4,
+        "summary, third question + answer, fourth question: {next:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_overflow_on_a_first_turn_cannot_compact_and_ends_the_run_clearly() {
+    let f = fixture(
+        vec![Script::Fail(FailoverReason::ContextOverflow)],
+        config(),
+    );
+    let run = turn(&f, "a huge first message").await;
+    assert_eq!(run.status, RunStatus::Error);
+    assert_eq!(run.error.unwrap().code, "context_overflow");
+    assert_eq!(run.liveness_state, agentlane_core::LivenessState::Blocked);
+    assert_eq!(
+        f.model.requests().len(),
+        1,
+        "no compaction call without earlier history"
+    );
+}
+
+#[tokio::test]
+async fn the_same_tool_call_three_times_right_after_compaction_stops_the_run() {
+    let same_call = |id| Script::Tools(vec![(id, "echo", r#"{"q":"same"}"#)]);
+    let f = fixture(
+        vec![
+            Script::Text("earlier answer"),
+            Script::Fail(FailoverReason::ContextOverflow),
+            Script::Text("summary"),
+            same_call("c1"),
+            same_call("c2"),
+            same_call("c3"),
+            Script::Text("never reached"),
+        ],
+        config(),
+    );
+    turn(&f, "earlier question").await;
+    let run = turn(&f, "loop please").await;
+    assert_eq!(run.status, RunStatus::Error);
+    let err = run.error.unwrap();
+    assert_eq!(err.code, "tool_loop");
+    assert!(err.message.contains("echo"), "{}", err.message);
+    assert_eq!(
+        f.model.requests().len(),
+        6,
+        "stopped before a fourth call of the loop"
+    );
 }

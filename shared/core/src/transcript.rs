@@ -31,6 +31,15 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
     },
+    /// A summary of the history up to and including entry `throughSeq`, written by compaction.
+    /// When a history is assembled, the latest compaction replaces every entry it covers.
+    #[serde(rename_all = "camelCase")]
+    Compaction {
+        summary: String,
+        through_seq: u64,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// The result of one tool call, paired with the assistant message that asked for it.
     #[serde(rename_all = "camelCase")]
     Tool {
@@ -46,6 +55,11 @@ impl Message {
         Self::User {
             content: content.into(),
         }
+    }
+
+    /// How a compaction summary is shown to a model: as context in a user message.
+    pub fn compaction_text(summary: &str) -> String {
+        format!("[Summary of the earlier conversation, written when it was compacted]\n{summary}")
     }
 }
 

@@ -157,6 +157,7 @@ fn prompt_chars(request: &ModelRequest) -> usize {
                         .sum::<usize>()
             }
             Message::Tool { content, .. } => content.chars().count(),
+            Message::Compaction { summary, .. } => summary.chars().count(),
         })
         .sum();
     request.system.chars().count() + messages

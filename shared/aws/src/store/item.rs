@@ -185,7 +185,10 @@ pub(crate) fn entry_json(entry: &TranscriptEntry) -> StoreResult<String> {
     let content = match &mut cut.message {
         Message::User { content }
         | Message::Assistant { content, .. }
-        | Message::Tool { content, .. } => content,
+        | Message::Tool { content, .. }
+        | Message::Compaction {
+            summary: content, ..
+        } => content,
     };
     truncate_with_marker(content, excess);
     let json = to_json(&cut)?;

@@ -50,6 +50,9 @@ fn messages(history: &[Message]) -> Vec<Value> {
         }
         match message {
             Message::User { content } => turns.push(json!({"role": "user", "content": content})),
+            Message::Compaction { summary, .. } => {
+                turns.push(json!({"role": "user", "content": Message::compaction_text(summary)}))
+            }
             Message::Assistant {
                 content,
                 tool_calls,

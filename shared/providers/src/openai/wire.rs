@@ -62,6 +62,9 @@ pub(crate) fn request_body(request: &ModelRequest, max_tokens: MaxTokensField) -
 fn message(message: &Message) -> Value {
     match message {
         Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Compaction { summary, .. } => {
+            json!({"role": "user", "content": Message::compaction_text(summary)})
+        }
         Message::Assistant {
             content,
             tool_calls,

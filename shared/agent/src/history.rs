@@ -1,0 +1,73 @@
+//! Assembling the model's view of a session from its transcript: the latest compaction
+//! summary replaces every entry it covers.
+
+use agentlane_core::{Message, TranscriptEntry};
+
+fn is_compaction(entry: &TranscriptEntry) -> bool {
+    matches!(entry.message, Message::Compaction { .. })
+}
+
+/// The entries a model sees, in order: the latest compaction (if any), then every
+/// non-compaction entry after the seq it covers.
+pub fn assemble(entries: &[TranscriptEntry]) -> Vec<&TranscriptEntry> {
+    let latest = entries.iter().rev().find(|e| is_compaction(e));
+    match latest {
+        None => entries.iter().collect(),
+        Some(c) => {
+            let through = match &c.message {
+                Message::Compaction { through_seq, .. } => *through_seq,
+                _ => 0,
+            };
+            std::iter::once(c)
+                .chain(
+                    entries
+                        .iter()
+                        .filter(|e| e.seq > through && !is_compaction(e)),
+                )
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentlane_core::RunId;
+
+    fn entry(seq: u64, message: Message) -> TranscriptEntry {
+        TranscriptEntry {
+            seq,
+            run_id: RunId::new("r"),
+            ts: 0,
+            message,
+        }
+    }
+    fn compaction(seq: u64, through: u64) -> TranscriptEntry {
+        entry(
+            seq,
+            Message::Compaction {
+                summary: format!("up to {through}"),
+                through_seq: through,
+                tokens_before: 0,
+                tokens_after: 0,
+            },
+        )
+    }
+
+    #[test]
+    fn the_latest_compaction_replaces_what_it_covers() {
+        let entries = vec![
+            entry(0, Message::user("a")),
+            entry(1, Message::user("b")),
+            entry(2, Message::user("c")),
+            compaction(3, 1),
+            entry(4, Message::user("d")),
+            compaction(5, 2),
+            entry(6, Message::user("e")),
+        ];
+        let seqs: Vec<u64> = assemble(&entries).iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [5, 4, 6]);
+        let none: Vec<u64> = assemble(&entries[..3]).iter().map(|e| e.seq).collect();
+        assert_eq!(none, [0, 1, 2]);
+    }
+}

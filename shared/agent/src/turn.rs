@@ -124,6 +124,8 @@ enum LoopEnd {
     Final {
         text: String,
         last_tool_error: Option<(String, String)>,
+        /// The final assistant message, written with the terminal status in one commit.
+        pending: Option<Message>,
     },
     Failed(RunError),
     /// Directed retries are spent and the model still shows nothing.
@@ -177,21 +179,26 @@ impl Runner {
         message: &TurnMessage,
         shutdown: &CancellationToken,
     ) -> Result<TurnExit, RunnerError> {
-        let Some(run) = self.store.get_run(&message.tenant, &message.run_id).await? else {
-            tracing::warn!(run = %message.run_id, "lane message names an unknown run; dropping it");
-            return Ok(TurnExit::AlreadyDone);
+        // The session key comes with the message; older messages need a read of the run first.
+        let key = match &message.session_key {
+            Some(key) => key.clone(),
+            None => match self.store.get_run(&message.tenant, &message.run_id).await? {
+                None => {
+                    tracing::warn!(run = %message.run_id, "lane message names an unknown run; dropping it");
+                    return Ok(TurnExit::AlreadyDone);
+                }
+                Some(run) if run.status.is_terminal() => return Ok(TurnExit::AlreadyDone),
+                Some(run) => run.session_key,
+            },
         };
-        if run.status.is_terminal() {
-            return Ok(TurnExit::AlreadyDone);
-        }
         let owner = format!("{}:{}", self.instance, uuid::Uuid::new_v4().simple());
         let acquired = tokio::select! {
             _ = shutdown.cancelled() => return Ok(TurnExit::HandBack),
             a = lock::acquire(
                 self.store.as_ref(),
                 self.clock.as_ref(),
-                &run.tenant,
-                &run.session_key,
+                &message.tenant,
+                &key,
                 &owner,
                 self.config.lock_lease,
                 self.config.lock_acquire_timeout,
@@ -200,10 +207,25 @@ impl Runner {
         let fence = match acquired {
             Ok(fence) => fence,
             Err(AcquireError::Busy { owner, until }) => {
-                tracing::info!(run = %run.run_id, %owner, until, "session busy; handing the turn back");
+                tracing::info!(run = %message.run_id, %owner, until, "session busy; handing the turn back");
                 return Ok(TurnExit::HandBack);
             }
+            Err(AcquireError::Store(StoreError::NotFound(_))) => {
+                tracing::warn!(run = %message.run_id, "lane message names an unknown session; dropping it");
+                return Ok(TurnExit::AlreadyDone);
+            }
             Err(AcquireError::Store(e)) => return Err(e.into()),
+        };
+        // Read the run under the lock: it may have ended while we waited for the lock.
+        let run = match self.store.get_run(&message.tenant, &message.run_id).await {
+            Ok(Some(run)) if !run.status.is_terminal() && run.session_key == key => run,
+            other => {
+                self.store.release_lock(&fence).await.ok();
+                return match other {
+                    Err(e) => Err(e.into()),
+                    Ok(_) => Ok(TurnExit::AlreadyDone),
+                };
+            }
         };
 
         let stop = StopSignal::default();
@@ -270,23 +292,20 @@ impl Runner {
         fence: agentlane_core::Fence,
         stop: &StopSignal,
     ) -> Result<TurnExit, StoreError> {
-        // Re-read under the lock: the run may have ended while we waited for it.
-        let run = match self.store.get_run(&run.tenant, &run.run_id).await? {
-            Some(r) => r,
-            None => return Ok(TurnExit::AlreadyDone),
-        };
-        if run.status.is_terminal() {
-            self.store.release_lock(&fence).await.ok();
-            return Ok(TurnExit::AlreadyDone);
-        }
         let entries = self.read_whole_transcript(&run).await?;
-        let events = self
-            .store
-            .read_events(&run.tenant, &run.run_id, None, usize::MAX)
-            .await?;
+        // A run that never started has no events yet: skip the read.
+        let next_event_seq = if run.status == RunStatus::Queued && run.pickups == 0 {
+            0
+        } else {
+            self.store
+                .read_events(&run.tenant, &run.run_id, None, usize::MAX)
+                .await?
+                .last()
+                .map_or(0, |e| e.seq + 1)
+        };
         let positions = Positions {
             next_seq: entries.last().map_or(0, |e| e.seq + 1),
-            next_event_seq: events.last().map_or(0, |e| e.seq + 1),
+            next_event_seq,
         };
         let mut writer = RunWriter::new(
             self.store.clone(),
@@ -448,6 +467,7 @@ impl Runner {
             return Ok(LoopEnd::Final {
                 text: content.clone(),
                 last_tool_error,
+                pending: None,
             });
         }
         loop {
@@ -651,6 +671,14 @@ impl Runner {
                 model: Some(model.full_name.clone()),
             };
             history.push(assistant.clone());
+            if turn.tool_calls.is_empty() {
+                writer.run.checkpoint = Some(json!({ "retry": state }));
+                return Ok(LoopEnd::Final {
+                    text: turn.text,
+                    last_tool_error,
+                    pending: Some(assistant),
+                });
+            }
             for call in &turn.tool_calls {
                 writer.event(
                     EventStream::Tool,
@@ -666,12 +694,6 @@ impl Runner {
                     false,
                 )
                 .await?;
-            if turn.tool_calls.is_empty() {
-                return Ok(LoopEnd::Final {
-                    text: turn.text,
-                    last_tool_error,
-                });
-            }
             let results = run_batch(
                 &self.tools,
                 &turn.tool_calls,
@@ -836,11 +858,14 @@ impl Runner {
     /// Writes the terminal state (or the hand-back state) and releases the lock.
     async fn finish(&self, writer: &mut RunWriter, end: LoopEnd) -> Result<TurnExit, StoreError> {
         let now = writer.now();
+        let mut final_messages = Vec::new();
         let (status, liveness, error, payloads) = match end {
             LoopEnd::Final {
                 text,
                 last_tool_error,
+                pending,
             } => {
+                final_messages.extend(pending);
                 let tool_error = last_tool_error
                     .as_ref()
                     .map(|(n, m)| (n.as_str(), m.as_str()));
@@ -912,7 +937,7 @@ impl Runner {
             }),
         );
         writer
-            .commit(Vec::new(), true, Some(SessionStatus::Idle), true)
+            .commit(final_messages, true, Some(SessionStatus::Idle), true)
             .await?;
         Ok(TurnExit::Finished(status))
     }

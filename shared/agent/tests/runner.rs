@@ -261,6 +261,7 @@ impl Fixture {
             .await
             .unwrap();
         TurnMessage {
+            session_key: Some(self.key.clone()),
             tenant: self.tenant.clone(),
             run_id: out.run.run_id,
         }
@@ -583,6 +584,7 @@ async fn a_run_past_its_timeout_ends_with_status_timeout() {
         .await
         .unwrap();
     let msg = TurnMessage {
+        session_key: None,
         tenant: f.tenant.clone(),
         run_id: out.run.run_id,
     };
@@ -797,7 +799,8 @@ async fn the_idle_timeout_breaker_stops_the_run_after_five_stalls_whatever_is_le
     let f = fixture_with(
         vec![silent; 8],
         RunnerConfig {
-            model_idle_timeout: Duration::from_secs(120),
+            // Virtual time; short so the abort poll does not spin through minutes of it.
+            model_idle_timeout: Duration::from_secs(2),
             ..config()
         },
         |router, model| {

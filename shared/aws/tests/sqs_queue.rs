@@ -19,6 +19,7 @@ fn message(lane: &Lane, dedup_id: &str) -> LaneMessage {
         lane: lane.clone(),
         dedup_id: dedup_id.to_owned(),
         body: TurnMessage {
+            session_key: None,
             tenant: TenantId::new("acme"),
             run_id: RunId::generate(),
         },

@@ -163,6 +163,7 @@ pub fn message(lane: &Lane) -> LaneMessage {
         lane: lane.clone(),
         dedup_id: run_id.as_str().to_owned(),
         body: TurnMessage {
+            session_key: None,
             tenant: TenantId::new(lane.as_str().split('/').next().unwrap_or("tenant")),
             run_id,
         },

@@ -8,7 +8,7 @@
 //!   once when handed back with a zero visibility;
 //! - enqueueing twice with the same `dedup_id` stores one message.
 
-use crate::ids::{Lane, RunId, TenantId};
+use crate::ids::{Lane, RunId, SessionKey, TenantId};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -19,6 +19,10 @@ use std::time::Duration;
 pub struct TurnMessage {
     pub tenant: TenantId,
     pub run_id: RunId,
+    /// The run's session key, so a runner can take the session lock before reading the run
+    /// (one read fewer per turn). Optional: older messages lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<SessionKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,6 +52,7 @@ pub async fn submit(
             lane: Lane::for_session(&tenant, &run.session_key),
             dedup_id: run.run_id.to_string(),
             body: TurnMessage {
+                session_key: Some(run.session_key.clone()),
                 tenant: tenant.clone(),
                 run_id: run.run_id.clone(),
             },

@@ -99,6 +99,7 @@ mod tests {
             lane: Lane::new(lane),
             dedup_id: dedup.into(),
             body: TurnMessage {
+                session_key: None,
                 tenant: TenantId::new("acme"),
                 run_id: RunId::new("run_1"),
             },

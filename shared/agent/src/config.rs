@@ -45,7 +45,7 @@ impl Default for RunnerConfig {
             model_idle_timeout: Duration::from_secs(120),
             model_idle_timeout_self_hosted: Duration::from_secs(300),
             default_run_timeout: Duration::from_secs(48 * 3600),
-            abort_poll: Duration::from_millis(250),
+            abort_poll: Duration::from_millis(500),
             max_tool_rounds: 64,
             retry_delay_scale: 1.0,
             tool_timeout: Duration::from_secs(60),

@@ -14,6 +14,7 @@ mod events_sse;
 mod harness;
 mod idempotency;
 mod lanes;
+mod retry_loop;
 mod support;
 mod text_turn;
 mod tool_round_trip;

@@ -9,7 +9,7 @@ use std::time::Duration;
 async fn main() -> Result<(), lambda_http::Error> {
     runtime::init_tracing(true);
     let backends = runtime::open_aws().await?;
-    let models = runtime::ModelSettings::from_env()?;
+    let settings = runtime::load()?;
     let keys = runtime::api_keys_from_env()?.ok_or_else(|| {
         anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
     })?;
@@ -19,7 +19,7 @@ async fn main() -> Result<(), lambda_http::Error> {
         clock: backends.clock,
         keys,
         // API Gateway ends requests at 30 s: waits are capped below that.
-        config: runtime::api_config(&models, Duration::from_secs(25))?,
+        config: settings.api_config(Duration::from_secs(25)),
     });
     lambda_http::run(app).await
 }

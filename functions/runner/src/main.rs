@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 async fn main() -> Result<(), lambda_runtime::Error> {
     runtime::init_tracing(true);
     let backends = runtime::open_aws().await?;
-    let (runner, _models) = runtime::runner(&backends)?;
+    let runner = runtime::runner_with(&backends, &runtime::load()?)?;
     let worker = LaneWorker::new(backends.queue.clone(), runner);
     let margin = runtime::env_ms("AGENTLANE_HANDBACK_MARGIN_MS", Duration::from_secs(30))?;
     let queue = backends.queue;

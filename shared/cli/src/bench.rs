@@ -120,7 +120,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     // The benchmark always uses the unpaced demo model, timed.
     let nanos = Arc::new(AtomicU64::new(0));
     let backends = agentlane_runtime::open_embedded(&dir)?;
-    let (runner, _) = agentlane_runtime::runner(&backends)?;
+    let runner = agentlane_runtime::runner_with(&backends, &agentlane_runtime::load()?)?;
     let agentlane_runtime::Backends {
         store,
         queue,

@@ -61,7 +61,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         BackendKind::Embedded => runtime::open_embedded(&args.data_dir)?,
         BackendKind::Aws => runtime::open_aws().await?,
     };
-    let (runner, models) = runtime::runner(&backends)?;
+    let settings = runtime::load()?;
+    let runner = runtime::runner_with(&backends, &settings)?;
+    let models = &settings.models;
     let keys = api_keys(&args.data_dir)?;
     if models.demo {
         tracing::warn!(
@@ -77,7 +79,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),
         keys,
-        config: runtime::api_config(&models, Duration::from_secs(15 * 60))?,
+        config: settings.api_config(Duration::from_secs(15 * 60)),
     };
 
     let shutdown = CancellationToken::new();

@@ -1,16 +1,28 @@
 //! The wiring every host of agentlane shares — `agentlane serve` and the three Lambda
-//! functions: settings from the environment (SPEC §13), the backends (embedded SQLite or
-//! DynamoDB + SQS), the model router, the tools and the runner. Hosts stay thin.
+//! functions: settings from the config file and the environment (SPEC §13), the backends
+//! (embedded SQLite or DynamoDB + SQS), the model router, the tools and the runner. Hosts stay
+//! thin.
 
+mod error;
+mod file;
+mod resolve;
+mod secret;
 pub mod settings;
 
-pub use settings::{DEMO_MODEL, ModelSettings, ProviderKind, ProviderSettings, env, env_ms};
+pub use error::ConfigError;
+pub use resolve::CONFIG_ENV;
+pub use secret::Secret;
+pub use settings::{
+    ApiSettings, AuthProfile, DEMO_MODEL, ModelSettings, ProviderKind, ProviderSettings,
+    RunnerSettings, Settings, ToolSettings, env, env_ms,
+};
 
 use agentlane_agent::models::Profile;
-use agentlane_agent::{ModelRouter, Runner, RunnerConfig};
-use agentlane_api::{ApiConfig, ApiKeys};
+use agentlane_agent::{ModelRouter, Runner};
+use agentlane_api::ApiKeys;
 use agentlane_aws::{AwsConfig, DynamoStore, Resources, SqsLaneQueue};
 use agentlane_core::{Clock, LaneQueue, Store, SystemClock};
+use agentlane_providers::ModelProvider;
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::demo::DemoModel;
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
@@ -22,7 +34,6 @@ use agentlane_tools::ssrf::SsrfPolicy;
 use anyhow::{Context, bail};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The store, the lane queue and the clock a host runs on.
 #[derive(Clone)]
@@ -42,6 +53,7 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// The backend `AGENTLANE_BACKEND` names (`embedded` when unset).
     pub fn from_env() -> anyhow::Result<Self> {
         match env("AGENTLANE_BACKEND").as_deref() {
             None | Some("embedded") => Ok(Self::Embedded),
@@ -90,88 +102,39 @@ pub async fn setup_aws() -> anyhow::Result<Resources> {
     Ok(agentlane_aws::ensure_resources(&sdk, &config).await?)
 }
 
-/// The runner settings from the environment (defaults: SPEC §12).
-pub fn runner_config(self_hosted: bool) -> anyhow::Result<RunnerConfig> {
-    let d = RunnerConfig::default();
-    let idle_default = if self_hosted {
-        d.model_idle_timeout_self_hosted
-    } else {
-        d.model_idle_timeout
-    };
-    Ok(RunnerConfig {
-        lock_lease: env_ms("AGENTLANE_LOCK_LEASE_MS", d.lock_lease)?,
-        lock_acquire_timeout: env_ms("AGENTLANE_LOCK_ACQUIRE_TIMEOUT_MS", d.lock_acquire_timeout)?,
-        visibility_timeout: env_ms("AGENTLANE_VISIBILITY_TIMEOUT_MS", d.visibility_timeout)?,
-        receive_wait: env_ms("AGENTLANE_RECEIVE_WAIT_MS", d.receive_wait)?,
-        retry_delay_scale: match env("AGENTLANE_RETRY_DELAY_SCALE") {
-            None => d.retry_delay_scale,
-            Some(v) => v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|f| f.is_finite() && *f >= 0.0)
-                .with_context(|| {
-                    format!("AGENTLANE_RETRY_DELAY_SCALE must be a number >= 0, got {v:?}")
-                })?,
-        },
-        model_idle_timeout: env_ms("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", idle_default)?,
-        model_idle_timeout_self_hosted: env_ms(
-            "AGENTLANE_MODEL_IDLE_TIMEOUT_MS",
-            d.model_idle_timeout_self_hosted,
-        )?,
-        ..d
-    })
+/// Settings from the process environment and the config file `AGENTLANE_CONFIG` names (the
+/// environment wins over the file).
+pub fn load() -> anyhow::Result<Settings> {
+    let settings = Settings::load_with(|name| std::env::var(name).ok())?;
+    if let Some(path) = &settings.config_path {
+        tracing::debug!(path = %path.display(), "config file loaded");
+    }
+    Ok(settings)
 }
 
-/// The model router: the configured providers (one auth profile per API key), the fallback
-/// chain, the context windows, plus the demo model (the default only without a provider).
+/// The model router: the configured providers with their auth profiles (in order, names as
+/// configured), the fallback chain, the context windows, plus the demo model (the default only
+/// without a provider).
 pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
     let mut router = ModelRouter::new(models.default_model.clone())
         .with_fallbacks(models.fallback_models.clone());
     for p in &models.providers {
-        let keys: Vec<Option<String>> = if p.api_keys.is_empty() {
-            vec![None]
+        let profiles = if p.profiles.is_empty() {
+            vec![Profile {
+                name: format!("{}#1", p.name),
+                provider: provider_client(p, None)?,
+            }]
         } else {
-            p.api_keys.iter().cloned().map(Some).collect()
+            p.profiles
+                .iter()
+                .map(|profile| {
+                    Ok(Profile {
+                        name: profile.name.clone(),
+                        provider: provider_client(p, Some(&profile.api_key))?,
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?
         };
-        let mut profiles = Vec::with_capacity(keys.len());
-        for (i, api_key) in keys.into_iter().enumerate() {
-            let provider: Arc<dyn agentlane_providers::ModelProvider> = match p.kind {
-                ProviderKind::OpenAi => {
-                    let mut config = OpenAiConfig {
-                        name: p.name.clone(),
-                        api_key,
-                        self_hosted: p.self_hosted,
-                        ..OpenAiConfig::default()
-                    };
-                    if let Some(url) = &p.base_url {
-                        config.base_url = url.clone();
-                    }
-                    Arc::new(
-                        OpenAiProvider::new(config).context("OPENAI_BASE_URL / OPENAI_API_KEY")?,
-                    )
-                }
-                ProviderKind::Anthropic => {
-                    let mut config = AnthropicConfig {
-                        name: p.name.clone(),
-                        api_key,
-                        self_hosted: p.self_hosted,
-                        ..AnthropicConfig::default()
-                    };
-                    if let Some(url) = &p.base_url {
-                        config.base_url = url.clone();
-                    }
-                    Arc::new(
-                        AnthropicProvider::new(config)
-                            .context("ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY")?,
-                    )
-                }
-            };
-            profiles.push(Profile {
-                name: format!("{}#{}", p.name, i + 1),
-                provider,
-            });
-        }
         router = router.with_profiles(p.name.clone(), profiles);
     }
     for (model, tokens) in &models.context_windows {
@@ -182,17 +145,50 @@ pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
     ))))
 }
 
-/// The tools offered to the model; `AGENTLANE_HTTP_FETCH_ALLOW` lists hosts, IPs or CIDRs
+/// A client of provider `p` using `api_key`.
+fn provider_client(
+    p: &ProviderSettings,
+    api_key: Option<&Secret>,
+) -> anyhow::Result<Arc<dyn ModelProvider>> {
+    let api_key = api_key.map(|k| k.expose().to_owned());
+    let context = || format!("provider {:?} ({:?})", p.name, p.kind);
+    Ok(match p.kind {
+        ProviderKind::OpenAi => {
+            let mut config = OpenAiConfig {
+                name: p.name.clone(),
+                api_key,
+                self_hosted: p.self_hosted,
+                request_timeout: p.timeout,
+                ..OpenAiConfig::default()
+            };
+            if let Some(url) = &p.base_url {
+                config.base_url = url.clone();
+            }
+            Arc::new(OpenAiProvider::new(config).with_context(context)?)
+        }
+        ProviderKind::Anthropic => {
+            let mut config = AnthropicConfig {
+                name: p.name.clone(),
+                api_key,
+                self_hosted: p.self_hosted,
+                request_timeout: p.timeout,
+                ..AnthropicConfig::default()
+            };
+            if let Some(url) = &p.base_url {
+                config.base_url = url.clone();
+            }
+            Arc::new(AnthropicProvider::new(config).with_context(context)?)
+        }
+    })
+}
+
+/// The tools offered to the model; `tools.http_fetch_allow` lists hosts, IPs or CIDRs
 /// `http_fetch` may reach although they are private or loopback.
-pub fn tool_registry() -> ToolRegistry {
-    let mut policy = SsrfPolicy::default();
-    if let Some(allow) = env("AGENTLANE_HTTP_FETCH_ALLOW") {
-        policy.allow_hosts = allow
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect();
-    }
+pub fn tool_registry(tools: &ToolSettings) -> ToolRegistry {
+    let policy = SsrfPolicy {
+        allow_hosts: tools.http_fetch_allow.clone(),
+        ..SsrfPolicy::default()
+    };
     ToolRegistry::new()
         .with(Arc::new(CurrentTime::new()))
         .with(Arc::new(HttpFetch::new(HttpFetchConfig {
@@ -201,18 +197,15 @@ pub fn tool_registry() -> ToolRegistry {
         })))
 }
 
-/// The runner over `backends`, configured from the environment.
-pub fn runner(backends: &Backends) -> anyhow::Result<(Runner, ModelSettings)> {
-    let models = ModelSettings::from_env()?;
-    let self_hosted = models.self_hosted_default();
-    let runner = Runner::new(
+/// The runner over `backends` with `settings`.
+pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {
+    Ok(Runner::new(
         backends.store.clone(),
         backends.clock.clone(),
-        model_router(&models)?,
-        tool_registry(),
-        runner_config(self_hosted)?,
-    );
-    Ok((runner, models))
+        model_router(&settings.models)?,
+        tool_registry(&settings.tools),
+        settings.runner_config(),
+    ))
 }
 
 /// API keys from `AGENTLANE_API_KEYS` (`tenant:key,...`).
@@ -220,19 +213,6 @@ pub fn api_keys_from_env() -> anyhow::Result<Option<ApiKeys>> {
     env("AGENTLANE_API_KEYS")
         .map(|spec| ApiKeys::parse(&spec).map_err(|e| anyhow::anyhow!("AGENTLANE_API_KEYS: {e}")))
         .transpose()
-}
-
-/// The API settings for the configured models. `AGENTLANE_MAX_WAIT_MS` caps `agent.wait`
-/// (default `default_max_wait`: behind API Gateway, requests end at 30 s).
-pub fn api_config(models: &ModelSettings, default_max_wait: Duration) -> anyhow::Result<ApiConfig> {
-    let d = ApiConfig::default();
-    let max_wait_ms = env_ms("AGENTLANE_MAX_WAIT_MS", default_max_wait)?.as_millis() as u64;
-    Ok(ApiConfig {
-        demo_mode: models.demo,
-        max_wait_ms,
-        default_wait_ms: d.default_wait_ms.min(max_wait_ms),
-        ..d
-    })
 }
 
 /// Logs to stderr; JSON lines when `json` (Lambda/CloudWatch). Filter from `AGENTLANE_LOG`.

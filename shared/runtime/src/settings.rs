@@ -1,118 +1,180 @@
-//! Settings of `serve`, read from the environment (SPEC §13). Every knob has a default so the
-//! first run needs no configuration at all.
+//! The settings a host runs with, merged from the config file and the environment (SPEC §13;
+//! the merge lives in `resolve`). Every knob has a default so the first run needs no
+//! configuration at all.
 
-use anyhow::{Context, bail};
+use crate::secret::Secret;
+use agentlane_agent::RunnerConfig;
+use agentlane_api::ApiConfig;
+use anyhow::Context;
+use serde::Deserialize;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// The demo model's full name, as recorded on runs.
+pub const DEMO_MODEL: &str = "demo/agentlane-demo";
+
+/// Everything configurable, file and environment merged (the environment wins).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file `AGENTLANE_CONFIG` named, if any.
+    pub config_path: Option<PathBuf>,
+    pub models: ModelSettings,
+    pub runner: RunnerSettings,
+    pub api: ApiSettings,
+    pub tools: ToolSettings,
+}
 
 /// The model providers a host was configured with.
 #[derive(Debug, Clone)]
 pub struct ModelSettings {
-    /// Configured providers (OpenAI-compatible and/or Anthropic).
+    /// Configured providers (OpenAI-compatible and/or Anthropic), from the file and the env.
     pub providers: Vec<ProviderSettings>,
-    /// `AGENTLANE_MODEL`, e.g. `openai/gpt-4o-mini`; defaults to the demo model when no provider
-    /// is configured.
+    /// `provider/model`, e.g. `openai/gpt-4o-mini`; the demo model when no provider is
+    /// configured.
     pub default_model: String,
-    /// `AGENTLANE_FALLBACK_MODELS`: tried in order when the model fails for good.
+    /// Tried in order when the model fails for good.
     pub fallback_models: Vec<String>,
-    /// `AGENTLANE_CONTEXT_WINDOWS`: `provider/model=tokens` pairs.
+    /// `provider/model` → tokens.
     pub context_windows: Vec<(String, u64)>,
-    /// True when no provider is configured: the offline demo model answers.
+    /// True when no provider is configured anywhere: the offline demo model answers.
     pub demo: bool,
+    /// Pause between the demo model's chunks (`AGENTLANE_DEMO_DELAY_MS`).
     pub demo_chunk_delay: Duration,
 }
 
 /// The wire protocol of a provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum ProviderKind {
+    /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, ...).
+    #[serde(rename = "openai")]
     OpenAi,
+    /// Anthropic Messages.
+    #[serde(rename = "anthropic")]
     Anthropic,
 }
 
-/// One provider: where it is and its credentials (one auth profile each, tried in order).
-#[derive(Clone)]
+/// One provider: where it is and its credentials.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProviderSettings {
     pub kind: ProviderKind,
     /// The name before `/` in `provider/model`.
     pub name: String,
     pub base_url: Option<String>,
-    pub api_keys: Vec<String>,
+    /// Auth profiles, tried in order; empty for a server that needs no key.
+    pub profiles: Vec<AuthProfile>,
+    /// Runs on the user's own hardware (longer idle timeout).
     pub self_hosted: bool,
+    /// Whole-request HTTP timeout (`None`: no limit besides the runner's idle watchdog).
+    pub timeout: Option<Duration>,
 }
 
-impl std::fmt::Debug for ProviderSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderSettings")
-            .field("kind", &self.kind)
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_keys", &format!("<{} redacted>", self.api_keys.len()))
-            .field("self_hosted", &self.self_hosted)
-            .finish()
+/// One credential of a provider; its name is recorded on every attempt that used it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthProfile {
+    pub name: String,
+    pub api_key: Secret,
+}
+
+/// Runner knobs; `None` keeps [`RunnerConfig`]'s default (SPEC §12).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunnerSettings {
+    pub lock_lease: Option<Duration>,
+    pub lock_acquire_timeout: Option<Duration>,
+    pub visibility_timeout: Option<Duration>,
+    pub receive_wait: Option<Duration>,
+    /// Applies to cloud and self-hosted providers alike when set.
+    pub model_idle_timeout: Option<Duration>,
+    pub retry_delay_scale: Option<f64>,
+    pub max_tool_rounds: Option<u32>,
+    pub system_prompt: Option<String>,
+}
+
+/// HTTP edge knobs; `None` keeps the host's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiSettings {
+    pub max_message_bytes: Option<usize>,
+    /// Cap on `agent.wait`.
+    pub max_wait: Option<Duration>,
+}
+
+/// Tool knobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// Hosts, IPs or CIDRs `http_fetch` may reach although private or loopback.
+    pub http_fetch_allow: Vec<String>,
+}
+
+impl Settings {
+    /// The runner settings; the idle timeout default follows the default model's provider.
+    pub fn runner_config(&self) -> RunnerConfig {
+        self.runner.config(self.models.self_hosted_default())
+    }
+
+    /// The API settings; `default_max_wait` caps `agent.wait` unless configured (behind API
+    /// Gateway, requests end at 30 s).
+    pub fn api_config(&self, default_max_wait: Duration) -> ApiConfig {
+        self.api.config(self.models.demo, default_max_wait)
     }
 }
 
-/// `{PREFIX}_BASE_URL`, `{PREFIX}_API_KEY` and `{PREFIX}_API_KEYS` (comma-separated extra auth
-/// profiles); `None` when none is set.
-fn provider_from_env(kind: ProviderKind, name: &str, prefix: &str) -> Option<ProviderSettings> {
-    let base_url = env(&format!("{prefix}_BASE_URL"));
-    let mut api_keys: Vec<String> = env(&format!("{prefix}_API_KEY")).into_iter().collect();
-    for key in env(&format!("{prefix}_API_KEYS"))
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-    {
-        if !api_keys.iter().any(|k| k == key) {
-            api_keys.push(key.to_owned());
+impl ModelSettings {
+    /// Whether the default model's provider runs on the user's own hardware.
+    pub fn self_hosted_default(&self) -> bool {
+        let provider = self.default_model.split('/').next().unwrap_or_default();
+        self.providers
+            .iter()
+            .any(|p| p.name == provider && p.self_hosted)
+    }
+}
+
+impl RunnerSettings {
+    /// [`RunnerConfig`] with these settings applied; `self_hosted` picks the idle-timeout
+    /// default for cloud providers.
+    pub fn config(&self, self_hosted: bool) -> RunnerConfig {
+        let d = RunnerConfig::default();
+        let idle_default = if self_hosted {
+            d.model_idle_timeout_self_hosted
+        } else {
+            d.model_idle_timeout
+        };
+        RunnerConfig {
+            lock_lease: self.lock_lease.unwrap_or(d.lock_lease),
+            lock_acquire_timeout: self.lock_acquire_timeout.unwrap_or(d.lock_acquire_timeout),
+            visibility_timeout: self.visibility_timeout.unwrap_or(d.visibility_timeout),
+            receive_wait: self.receive_wait.unwrap_or(d.receive_wait),
+            model_idle_timeout: self.model_idle_timeout.unwrap_or(idle_default),
+            model_idle_timeout_self_hosted: self
+                .model_idle_timeout
+                .unwrap_or(d.model_idle_timeout_self_hosted),
+            retry_delay_scale: self.retry_delay_scale.unwrap_or(d.retry_delay_scale),
+            max_tool_rounds: self.max_tool_rounds.unwrap_or(d.max_tool_rounds),
+            system_prompt: self
+                .system_prompt
+                .clone()
+                .unwrap_or(d.system_prompt.clone()),
+            ..d
         }
     }
-    if base_url.is_none() && api_keys.is_empty() {
-        return None;
-    }
-    Some(ProviderSettings {
-        kind,
-        name: name.to_owned(),
-        self_hosted: base_url.as_deref().is_some_and(is_self_hosted),
-        base_url,
-        api_keys,
-    })
 }
 
-fn model_list(name: &str) -> anyhow::Result<Vec<String>> {
-    let list: Vec<String> = env(name)
-        .unwrap_or_default()
-        .split(',')
-        .map(|m| m.trim().to_owned())
-        .filter(|m| !m.is_empty())
-        .collect();
-    if let Some(bad) = list.iter().find(|m| !m.contains('/')) {
-        bail!("{name} must list provider/model names, got {bad:?}");
+impl ApiSettings {
+    /// [`ApiConfig`] with these settings applied. The body limit keeps its 64 KiB headroom
+    /// over the message limit.
+    pub fn config(&self, demo_mode: bool, default_max_wait: Duration) -> ApiConfig {
+        let d = ApiConfig::default();
+        let max_wait_ms = self.max_wait.unwrap_or(default_max_wait).as_millis() as u64;
+        let max_message_bytes = self.max_message_bytes.unwrap_or(d.max_message_bytes);
+        ApiConfig {
+            demo_mode,
+            max_wait_ms,
+            default_wait_ms: d.default_wait_ms.min(max_wait_ms),
+            max_message_bytes,
+            max_body_bytes: max_message_bytes
+                .saturating_add(d.max_body_bytes - d.max_message_bytes),
+            ..d
+        }
     }
-    Ok(list)
 }
-
-fn context_windows() -> anyhow::Result<Vec<(String, u64)>> {
-    let mut out = Vec::new();
-    for pair in env("AGENTLANE_CONTEXT_WINDOWS")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-    {
-        let (model, tokens) = pair
-            .split_once('=')
-            .context("AGENTLANE_CONTEXT_WINDOWS entries are provider/model=tokens")?;
-        let tokens = tokens
-            .trim()
-            .parse::<u64>()
-            .with_context(|| format!("AGENTLANE_CONTEXT_WINDOWS: {tokens:?} is not a number"))?;
-        out.push((model.trim().to_owned(), tokens));
-    }
-    Ok(out)
-}
-
-/// The demo model's full name, as recorded on runs.
-pub const DEMO_MODEL: &str = "demo/agentlane-demo";
 
 /// A value read from the environment (`None` when unset or empty).
 pub fn env(name: &str) -> Option<String> {
@@ -131,48 +193,8 @@ pub fn env_ms(name: &str, default: Duration) -> anyhow::Result<Duration> {
     }
 }
 
-impl ModelSettings {
-    pub fn from_env() -> anyhow::Result<Self> {
-        let providers: Vec<ProviderSettings> = [
-            provider_from_env(ProviderKind::OpenAi, "openai", "OPENAI"),
-            provider_from_env(ProviderKind::Anthropic, "anthropic", "ANTHROPIC"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let demo = providers.is_empty();
-        let default_model = match (env("AGENTLANE_MODEL"), providers.first()) {
-            (Some(m), _) => m,
-            (None, None) => DEMO_MODEL.to_owned(),
-            (None, Some(p)) if p.kind == ProviderKind::Anthropic => {
-                "anthropic/claude-3-5-haiku-latest".to_owned()
-            }
-            (None, Some(_)) => "openai/gpt-4o-mini".to_owned(),
-        };
-        if !default_model.contains('/') {
-            bail!("AGENTLANE_MODEL must be provider/model, got {default_model:?}");
-        }
-        Ok(Self {
-            providers,
-            default_model,
-            fallback_models: model_list("AGENTLANE_FALLBACK_MODELS")?,
-            context_windows: context_windows()?,
-            demo,
-            demo_chunk_delay: env_ms("AGENTLANE_DEMO_DELAY_MS", Duration::from_millis(30))?,
-        })
-    }
-
-    /// Whether the default model's provider runs on the user's own hardware.
-    pub fn self_hosted_default(&self) -> bool {
-        let provider = self.default_model.split('/').next().unwrap_or_default();
-        self.providers
-            .iter()
-            .any(|p| p.name == provider && p.self_hosted)
-    }
-}
-
 /// Loopback or private base URLs are self-hosted servers (vLLM, Ollama, llama.cpp).
-fn is_self_hosted(base_url: &str) -> bool {
+pub(crate) fn is_self_hosted(base_url: &str) -> bool {
     let host = base_url
         .split("://")
         .nth(1)
@@ -197,5 +219,29 @@ mod tests {
         assert!(is_self_hosted("http://localhost:8000/v1"));
         assert!(is_self_hosted("http://192.168.1.5/v1"));
         assert!(!is_self_hosted("https://api.openai.com/v1"));
+    }
+
+    #[test]
+    fn unset_runner_settings_keep_the_spec_defaults() {
+        let d = RunnerConfig::default();
+        let cloud = RunnerSettings::default().config(false);
+        assert_eq!(cloud.model_idle_timeout, d.model_idle_timeout);
+        assert_eq!(cloud.lock_lease, d.lock_lease);
+        let local = RunnerSettings::default().config(true);
+        assert_eq!(local.model_idle_timeout, d.model_idle_timeout_self_hosted);
+    }
+
+    #[test]
+    fn api_body_limit_follows_the_message_limit() {
+        let api = ApiSettings {
+            max_message_bytes: Some(1000),
+            max_wait: Some(Duration::from_secs(10)),
+        }
+        .config(true, Duration::from_secs(25));
+        assert_eq!(api.max_message_bytes, 1000);
+        assert_eq!(api.max_body_bytes, 1000 + 64 * 1024);
+        assert_eq!(api.max_wait_ms, 10_000);
+        assert_eq!(api.default_wait_ms, 10_000);
+        assert!(api.demo_mode);
     }
 }

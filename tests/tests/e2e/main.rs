@@ -9,6 +9,7 @@
 
 mod abort;
 mod auth_and_tenants;
+mod compaction;
 mod crash_recovery;
 mod events_sse;
 mod harness;

@@ -47,6 +47,7 @@ pub async fn stream_attempt(
         progress,
     };
     let mut stream = tokio::select! {
+        biased;
         _ = stop.cancelled() => return Err(AttemptError::Stopped),
         opened = tokio::time::timeout(idle_timeout, provider.stream(request, call.clone())) => match opened {
             Ok(Ok(stream)) => stream,
@@ -58,12 +59,19 @@ pub async fn stream_attempt(
     let mut progress = false;
     loop {
         let next = tokio::select! {
+            biased;
             _ = stop.cancelled() => {
                 writer.discard_delta();
                 return Err(AttemptError::Stopped);
             }
             next = tokio::time::timeout(idle_timeout, stream.next()) => next,
         };
+        // A provider ends its stream when the call is cancelled: that is the stop, not a
+        // broken response.
+        if stop.is_cancelled() {
+            writer.discard_delta();
+            return Err(AttemptError::Stopped);
+        }
         let event = match next {
             Err(_) => {
                 writer.discard_delta();

@@ -562,6 +562,12 @@ impl Runner {
                     writer.run.attempts.push(record);
                     return Ok(LoopEnd::Stopped(reason));
                 }
+                Err(AttemptError::Provider { .. }) if stop.reason().is_some() => {
+                    let reason = stop.reason().unwrap_or(StopReason::Abort);
+                    record.outcome = "stopped".into();
+                    writer.run.attempts.push(record);
+                    return Ok(LoopEnd::Stopped(reason));
+                }
                 Err(AttemptError::Provider {
                     error,
                     started,

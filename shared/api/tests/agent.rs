@@ -45,7 +45,7 @@ async fn an_accepted_turn_is_queued_once_on_its_lane() {
     assert_eq!(
         message.body,
         TurnMessage {
-            session_key: None,
+            session_key: Some(agentlane_core::SessionKey::new("main")),
             tenant: acme(),
             run_id: RunId::new(run_id),
         }

@@ -6,13 +6,14 @@ use crate::attempt::{AttemptError, stream_attempt};
 use crate::compaction;
 use crate::config::RunnerConfig;
 use crate::failover::{
-    Action, CompactionTrigger, Completion, Continuation, POST_COMPACTION_GUARD_WINDOW, RetryState,
-    Situation, Stage, max_iterations,
+    Action, CompactionTrigger, Completion, Continuation, MAX_OVERFLOW_COMPACTIONS,
+    POST_COMPACTION_GUARD_WINDOW, RetryState, Situation, Stage, max_iterations,
 };
 use crate::history::assemble;
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
+use crate::precheck::{self, Route};
 use crate::repair::{missing_results, repair_pairing};
 use crate::reply::shape_payloads;
 use crate::tokens::estimate_tokens;
@@ -515,6 +516,8 @@ impl Runner {
             state.iterations += 1;
             writer.run.model = Some(model.full_name.clone());
 
+            self.precheck(writer, history, scope, &model, &profile, &mut state, stop)
+                .await?;
             let mut messages = repair_pairing(history);
             if let Some(c) = state.continuation.take() {
                 messages.push(Message::user(c.instruction()));
@@ -730,10 +733,11 @@ impl Runner {
                 {
                     tripped_guard = Some(r.call.name.clone());
                 }
+                let cap = precheck::tool_result_cap(model.context_window);
                 messages.push(Message::Tool {
                     tool_call_id: r.call.id,
                     name: r.call.name,
-                    content: r.content,
+                    content: precheck::truncate(&r.content, cap).unwrap_or(r.content),
                     is_error: r.is_error,
                 });
             }
@@ -826,6 +830,76 @@ impl Runner {
             Action::Fail { error, .. } => return Ok(Some(LoopEnd::Failed(error))),
         }
         Ok(None)
+    }
+
+    /// The token-budget precheck before a model call: when the prompt would not fit, compact the
+    /// earlier history (spending an overflow compaction) and/or cut oversized tool results, so
+    /// the call is made with a prompt that fits. Whatever remains is left to the provider (its
+    /// overflow error takes the failure path).
+    #[allow(clippy::too_many_arguments)]
+    async fn precheck(
+        &self,
+        writer: &mut RunWriter,
+        history: &mut Vec<Message>,
+        scope: &mut RunScope,
+        model: &ResolvedModel,
+        profile: &Profile,
+        state: &mut RetryState,
+        stop: &StopSignal,
+    ) -> Result<(), StoreError> {
+        let system = self.system_prompt(&writer.run);
+        let estimate = |h: &[Message]| -> u64 {
+            let request = ModelRequest {
+                model: model.model.clone(),
+                system: system.clone(),
+                messages: h.to_vec(),
+                tools: self.tools.specs(),
+                max_output_tokens: None,
+            };
+            (estimate_tokens(&request) as f64 * precheck::SAFETY_MARGIN) as u64
+                + precheck::TOKENS_PER_MESSAGE * h.len() as u64
+        };
+        let window = model.context_window;
+        let mut route = precheck::route(
+            estimate(history),
+            window,
+            precheck::reducible_chars(history),
+        );
+        if matches!(route, Route::CompactOnly | Route::CompactThenTruncate)
+            && let Some(through_seq) = scope.through_seq
+            && state.budgets.overflow_compactions < MAX_OVERFLOW_COMPACTIONS
+        {
+            state.budgets.overflow_compactions += 1;
+            let plan = compaction::Plan {
+                model,
+                profile,
+                idle: self.config.model_idle_timeout,
+                trigger: CompactionTrigger::Overflow,
+                run_start: scope.run_start,
+                through_seq,
+            };
+            if let Ok(run_start) =
+                compaction::compact(writer, history, &system, plan, stop.token()).await?
+            {
+                scope.run_start = run_start;
+                state.after_compaction = true;
+                state.guard.arm();
+            }
+            route = precheck::route(
+                estimate(history),
+                window,
+                precheck::reducible_chars(history),
+            );
+        }
+        if route != Route::Fits && route != Route::CompactOnly {
+            let over = estimate(history).saturating_sub(precheck::prompt_budget(window));
+            let cut = precheck::truncate_tool_results(history, over * 4 * 3 / 2 + 2048);
+            writer.event(
+                EventStream::Compaction,
+                json!({ "phase": "truncate", "toolResults": cut }),
+            );
+        }
+        Ok(())
     }
 
     /// Records a retry decision as a lifecycle event (visible to clients).

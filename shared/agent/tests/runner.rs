@@ -169,6 +169,11 @@ impl Tool for Echo {
         if arguments.contains("fail") {
             return Err(ToolError::Failed("asked to fail".into()));
         }
+        if arguments.contains("huge") {
+            return Ok(ToolOutput {
+                content: "z".repeat(50_000),
+            });
+        }
         Ok(ToolOutput {
             content: format!("{}:{arguments}", self.name),
         })
@@ -1009,5 +1014,65 @@ async fn the_same_tool_call_three_times_right_after_compaction_stops_the_run() {
         f.model.requests().len(),
         6,
         "stopped before a fourth call of the loop"
+    );
+}
+
+#[tokio::test]
+async fn oversized_tool_results_are_capped_and_cut_to_fit_before_the_next_call() {
+    let f = fixture_with(
+        vec![
+            Script::Tools(vec![
+                ("c1", "echo", r#"{"huge":1}"#),
+                ("c2", "echo", r#"{"huge":2}"#),
+            ]),
+            Script::Text("done"),
+        ],
+        config(),
+        |router, model| {
+            router
+                .with_provider(model.clone())
+                .with_context_window("scripted/m1", 8_000)
+        },
+    );
+    let run = turn(&f, "fetch two big things").await;
+    assert_eq!(run.status, RunStatus::Ok, "{:?}", run.error);
+    // persisted results are capped at 30 % of an 8 000-token window (9 600 characters)
+    let persisted: Vec<usize> = f
+        .transcript()
+        .await
+        .iter()
+        .filter_map(|e| match &e.message {
+            Message::Tool { content, .. } => Some(content.chars().count()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(persisted.len(), 2);
+    assert!(
+        persisted.iter().all(|n| *n < 9_800 && *n > 9_600),
+        "{persisted:?}"
+    );
+    // and the next call's prompt was cut further so it fits the budget
+    let second = &f.model.requests()[1];
+    let sent: usize = second
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.chars().count()),
+            _ => None,
+        })
+        .sum();
+    assert!(
+        sent < 16_000,
+        "the tool results sent were {sent} characters"
+    );
+    let events = f
+        .store
+        .read_events(&f.tenant, &run.run_id, None, 100)
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.stream == EventStream::Compaction && e.data["phase"] == "truncate")
     );
 }

@@ -20,6 +20,7 @@ pub mod failover;
 pub mod history;
 pub mod lock;
 pub mod models;
+pub mod normalize;
 pub mod precheck;
 pub mod repair;
 pub mod reply;

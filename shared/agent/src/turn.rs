@@ -13,15 +13,16 @@ use crate::history::assemble;
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
+use crate::normalize::normalize;
 use crate::precheck::{self, Route};
 use crate::repair::{missing_results, repair_pairing};
 use crate::reply::shape_payloads;
 use crate::tokens::estimate_tokens;
-use crate::tool_exec::run_batch;
+use crate::tool_exec::{ToolRun, run_batch};
 use crate::writer::{Positions, RunWriter};
 use agentlane_core::{
     AttemptRecord, Clock, EventStream, LivenessState, Message, Run, RunError, RunStatus,
-    SessionStatus, Store, StoreError, TranscriptEntry, TurnMessage,
+    SessionStatus, Store, StoreError, ToolCall, TranscriptEntry, TurnMessage,
 };
 use agentlane_providers::ModelRequest;
 use agentlane_tools::ToolRegistry;
@@ -609,6 +610,13 @@ impl Runner {
                 }
             };
             self.models.mark_good(&model.provider_name, &profile.name);
+            // Stream normalisation: sanitize malformed calls, promote text tool calls, trim names.
+            let normalized = normalize(turn, &self.offered_tools());
+            for change in &normalized.changes {
+                tracing::info!(run = %writer.run.run_id, %change, "normalized the model's tool calls");
+            }
+            let invalid = normalized.invalid;
+            let turn = normalized.turn;
             record.outcome = if turn.tool_calls.is_empty() {
                 "ok"
             } else {
@@ -703,14 +711,35 @@ impl Runner {
                     false,
                 )
                 .await?;
-            let results = run_batch(
+            // Calls whose arguments could not be repaired are answered with an error, not run.
+            let runnable: Vec<ToolCall> = turn
+                .tool_calls
+                .iter()
+                .filter(|c| !invalid.contains_key(&c.id))
+                .cloned()
+                .collect();
+            let mut ran = run_batch(
                 &self.tools,
-                &turn.tool_calls,
+                &runnable,
                 self.config.tool_timeout,
                 stop.token(),
                 writer.run.run_id.as_str(),
             )
-            .await;
+            .await
+            .into_iter();
+            let results: Vec<ToolRun> = turn
+                .tool_calls
+                .iter()
+                .filter_map(|call| match invalid.get(&call.id) {
+                    Some(problem) => Some(ToolRun {
+                        call: call.clone(),
+                        content: format!("error: {problem}"),
+                        is_error: true,
+                        duration_ms: 0,
+                    }),
+                    None => ran.next(),
+                })
+                .collect();
             let mut messages = Vec::with_capacity(results.len());
             let mut tripped_guard = None;
             for r in results {
@@ -924,6 +953,11 @@ impl Runner {
     ) -> Result<(), StoreError> {
         writer.run.checkpoint = Some(json!({ "retry": state }));
         writer.commit(Vec::new(), true, None, false).await
+    }
+
+    /// The names of the tools offered to the model.
+    fn offered_tools(&self) -> std::collections::BTreeSet<String> {
+        self.tools.specs().into_iter().map(|t| t.name).collect()
     }
 
     fn system_prompt(&self, run: &Run) -> String {

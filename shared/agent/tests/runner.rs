@@ -1076,3 +1076,73 @@ async fn oversized_tool_results_are_capped_and_cut_to_fit_before_the_next_call()
             .any(|e| e.stream == EventStream::Compaction && e.data["phase"] == "truncate")
     );
 }
+
+#[tokio::test]
+async fn malformed_and_text_tool_calls_are_normalized_before_they_run() {
+    let f = fixture(
+        vec![
+            // a structured call with broken JSON, and a name with a `functions.` prefix
+            Script::Tools(vec![
+                ("c1", "echo", r#"{"a": 1,"#),
+                ("c2", "functions.echo", r#"{"b":2}"#),
+            ]),
+            // a tool call written as text
+            Script::Text(r#"<tool_call>{"name": "echo", "arguments": {"c": 3}}</tool_call>"#),
+            Script::Text("all done"),
+        ],
+        config(),
+    );
+    let run = turn(&f, "use the tools").await;
+    assert_eq!(run.status, RunStatus::Ok, "{:?}", run.error);
+    let results: Vec<(String, bool, String)> = f
+        .transcript()
+        .await
+        .iter()
+        .filter_map(|e| match &e.message {
+            Message::Tool {
+                name,
+                is_error,
+                content,
+                ..
+            } => Some((name.clone(), *is_error, content.clone())),
+            _ => None,
+        })
+        .collect();
+    // the truncated JSON was repaired and ran; the prefixed name was trimmed; the text call was promoted
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[0], ("echo".into(), false, r#"echo:{"a":1}"#.into()));
+    assert_eq!(results[1], ("echo".into(), false, r#"echo:{"b":2}"#.into()));
+    assert_eq!(results[2], ("echo".into(), false, r#"echo:{"c":3}"#.into()));
+}
+
+#[tokio::test]
+async fn arguments_that_cannot_be_repaired_get_an_error_result_and_do_not_run() {
+    let f = fixture(
+        vec![
+            Script::Tools(vec![
+                ("c1", "echo", "not json at all"),
+                ("c2", "echo", r#"{"ok":true}"#),
+            ]),
+            Script::Text("handled"),
+        ],
+        config(),
+    );
+    let run = turn(&f, "go").await;
+    assert_eq!(run.status, RunStatus::Ok);
+    let results: Vec<(String, bool)> = f
+        .transcript()
+        .await
+        .iter()
+        .filter_map(|e| match &e.message {
+            Message::Tool {
+                tool_call_id,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, [("c1".into(), true), ("c2".into(), false)]);
+    let second = &f.model.requests()[1];
+    assert!(second.messages.iter().any(|m| matches!(m, Message::Tool { content, is_error: true, .. } if content.contains("invalid JSON"))));
+}

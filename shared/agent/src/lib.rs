@@ -14,6 +14,7 @@
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
 
 pub mod attempt;
+pub mod audit;
 pub mod compaction;
 pub mod config;
 pub mod failover;

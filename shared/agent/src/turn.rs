@@ -3,6 +3,7 @@
 //! far an earlier pickup got, so a redelivered message never repeats or loses an entry.
 
 use crate::attempt::{AttemptError, stream_attempt};
+use crate::audit;
 use crate::compaction;
 use crate::config::RunnerConfig;
 use crate::failover::{
@@ -699,7 +700,12 @@ impl Runner {
             for call in &turn.tool_calls {
                 writer.event(
                     EventStream::Tool,
-                    json!({ "phase": "start", "name": call.name, "toolCallId": call.id }),
+                    json!({
+                        "phase": "start",
+                        "name": call.name,
+                        "toolCallId": call.id,
+                        "args": audit::args_preview(&call.arguments),
+                    }),
                 );
             }
             writer.run.checkpoint = Some(json!({ "retry": state }));
@@ -753,6 +759,7 @@ impl Runner {
                         "durationMs": r.duration_ms,
                     }),
                 );
+                audit::tool_call(&writer.run, &r.call.name, r.is_error, r.duration_ms);
                 if r.is_error {
                     last_tool_error = Some((r.call.name.clone(), r.content.clone()));
                 }
@@ -1053,6 +1060,7 @@ impl Runner {
         writer
             .commit(final_messages, true, Some(SessionStatus::Idle), true)
             .await?;
+        audit::run_end(&writer.run);
         Ok(TurnExit::Finished(status))
     }
 }

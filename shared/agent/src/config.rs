@@ -30,6 +30,10 @@ pub struct RunnerConfig {
     pub tool_timeout: Duration,
     /// Base system prompt.
     pub system_prompt: String,
+    /// Bootstrap context documents `(name, text)` added to every system prompt.
+    pub bootstrap_context: Vec<(String, String)>,
+    /// Only the last N user turns of history are sent (older ones stay in the transcript).
+    pub history_max_turns: Option<u32>,
     /// Assistant deltas are coalesced into one event until this many bytes or `delta_flush`.
     pub delta_flush_bytes: usize,
     pub delta_flush: Duration,
@@ -53,6 +57,8 @@ impl Default for RunnerConfig {
                 "You are a helpful assistant. Use the tools you are given when they help \
                             answer; answer concisely."
                     .to_owned(),
+            bootstrap_context: Vec::new(),
+            history_max_turns: None,
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
         }

@@ -29,6 +29,33 @@ pub fn assemble(entries: &[TranscriptEntry]) -> Vec<&TranscriptEntry> {
     }
 }
 
+/// The history sent to the model when only the last `max_turns` user turns are kept: a leading
+/// compaction summary stays; everything before the `max_turns`-th last user message goes.
+/// Cutting at a user message never separates a tool call from its result.
+pub fn limit_turns(history: &[Message], max_turns: Option<u32>) -> Vec<Message> {
+    let Some(max) = max_turns.filter(|m| *m > 0) else {
+        return history.to_vec();
+    };
+    let users: Vec<usize> = history
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m, Message::User { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    if users.len() <= max as usize {
+        return history.to_vec();
+    }
+    let cut = users[users.len() - max as usize];
+    let mut out: Vec<Message> = history
+        .first()
+        .filter(|m| matches!(m, Message::Compaction { .. }))
+        .cloned()
+        .into_iter()
+        .collect();
+    out.extend_from_slice(&history[cut..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +79,23 @@ mod tests {
                 tokens_after: 0,
             },
         )
+    }
+
+    #[test]
+    fn only_the_last_turns_are_kept_with_the_summary() {
+        let c = compaction(9, 0).message;
+        let h = vec![
+            c.clone(),
+            Message::user("1"),
+            Message::user("2"),
+            Message::user("3"),
+        ];
+        assert_eq!(
+            limit_turns(&h, Some(2)),
+            vec![c, Message::user("2"), Message::user("3")]
+        );
+        assert_eq!(limit_turns(&h, None), h);
+        assert_eq!(limit_turns(&h[1..], Some(5)), h[1..].to_vec());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::failover::{
     Action, CompactionTrigger, Completion, Continuation, MAX_OVERFLOW_COMPACTIONS,
     POST_COMPACTION_GUARD_WINDOW, RetryState, Situation, Stage, max_iterations,
 };
-use crate::history::assemble;
+use crate::history::{assemble, limit_turns};
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
@@ -520,7 +520,7 @@ impl Runner {
 
             self.precheck(writer, history, scope, &model, &profile, &mut state, stop)
                 .await?;
-            let mut messages = repair_pairing(history);
+            let mut messages = repair_pairing(&limit_turns(history, self.config.history_max_turns));
             if let Some(c) = state.continuation.take() {
                 messages.push(Message::user(c.instruction()));
             }
@@ -967,13 +967,22 @@ impl Runner {
         self.tools.specs().into_iter().map(|t| t.name).collect()
     }
 
+    /// Base prompt, bootstrap context documents, then the request's extra system prompt.
     fn system_prompt(&self, run: &Run) -> String {
-        match &run.request.extra_system_prompt {
-            Some(extra) if !extra.trim().is_empty() => {
-                format!("{}\n\n{}", self.config.system_prompt, extra)
-            }
-            _ => self.config.system_prompt.clone(),
+        let mut prompt = self.config.system_prompt.clone();
+        for (name, text) in &self.config.bootstrap_context {
+            prompt.push_str(&format!("\n\n# Context: {name}\n{text}"));
         }
+        if let Some(extra) = run
+            .request
+            .extra_system_prompt
+            .as_deref()
+            .filter(|e| !e.trim().is_empty())
+        {
+            prompt.push_str("\n\n");
+            prompt.push_str(extra);
+        }
+        prompt
     }
 
     /// Writes the terminal state (or the hand-back state) and releases the lock.

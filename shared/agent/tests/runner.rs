@@ -1146,3 +1146,32 @@ async fn arguments_that_cannot_be_repaired_get_an_error_result_and_do_not_run() 
     let second = &f.model.requests()[1];
     assert!(second.messages.iter().any(|m| matches!(m, Message::Tool { content, is_error: true, .. } if content.contains("invalid JSON"))));
 }
+
+#[tokio::test]
+async fn bootstrap_context_is_in_the_system_prompt_and_history_is_limited_by_turns() {
+    let f = fixture(
+        vec![Script::Text("one"), Script::Text("two")],
+        RunnerConfig {
+            bootstrap_context: vec![("AGENTS.md".into(), "Answer in French.".into())],
+            history_max_turns: Some(1),
+            ..config()
+        },
+    );
+    turn(&f, "first").await;
+    let run = turn(&f, "second").await;
+    assert_eq!(run.status, RunStatus::Ok);
+    let second = &f.model.requests()[1];
+    assert!(
+        second
+            .system
+            .contains("# Context: AGENTS.md\nAnswer in French."),
+        "{}",
+        second.system
+    );
+    assert_eq!(
+        second.messages,
+        vec![Message::user("second")],
+        "only the last turn is sent"
+    );
+    assert_eq!(f.roles().await.len(), 4, "the transcript keeps everything");
+}

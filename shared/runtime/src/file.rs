@@ -78,6 +78,9 @@ pub(crate) struct RunnerEntry {
     pub retry_delay_scale: Option<f64>,
     pub max_tool_rounds: Option<u32>,
     pub system_prompt: Option<String>,
+    /// Files whose text is added to every system prompt (relative to the config file).
+    pub bootstrap_files: Option<Vec<String>>,
+    pub history_max_turns: Option<u32>,
 }
 
 /// `[api]`.

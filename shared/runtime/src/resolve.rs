@@ -56,7 +56,14 @@ fn resolve(
         Some(text) => ConfigFile::parse(label, text)?,
         None => ConfigFile::default(),
     };
-    let ctx = Ctx { file: label, env };
+    let config_dir = config_path
+        .as_ref()
+        .and_then(|p| p.parent().map(PathBuf::from));
+    let ctx = Ctx {
+        file: label,
+        env,
+        config_dir,
+    };
     Ok(Settings {
         config_path,
         models: ctx.models(&file)?,
@@ -109,6 +116,8 @@ impl Env<'_> {
 struct Ctx<'a> {
     file: &'a str,
     env: Env<'a>,
+    /// The config file's folder: relative bootstrap files are read from there.
+    config_dir: Option<PathBuf>,
 }
 
 impl Ctx<'_> {
@@ -255,7 +264,46 @@ impl Ctx<'_> {
                 .env
                 .get("AGENTLANE_SYSTEM_PROMPT")
                 .or_else(|| file.system_prompt.clone()),
+            bootstrap_context: self.bootstrap_context(file)?,
+            history_max_turns: self.checked(
+                ("AGENTLANE_HISTORY_MAX_TURNS", "runner.history_max_turns"),
+                file.history_max_turns,
+                "a whole number >= 1",
+                |n: &u32| *n >= 1,
+            )?,
         })
+    }
+
+    /// `AGENTLANE_BOOTSTRAP_FILES` (comma-separated) or `runner.bootstrap_files`, read now;
+    /// relative paths are relative to the config file's folder (else the working directory).
+    /// Each file is cut to 20 000 characters.
+    fn bootstrap_context(&self, file: &RunnerEntry) -> Result<Vec<(String, String)>, ConfigError> {
+        const MAX_CHARS: usize = 20_000;
+        let paths: Vec<String> = match self.env.get("AGENTLANE_BOOTSTRAP_FILES") {
+            Some(list) => list
+                .split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect(),
+            None => file.bootstrap_files.clone().unwrap_or_default(),
+        };
+        let base = self
+            .config_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("."));
+        paths
+            .into_iter()
+            .map(|p| {
+                let full = base.join(&p);
+                let text = std::fs::read_to_string(&full).map_err(|e| {
+                    self.invalid(
+                        "runner.bootstrap_files",
+                        format!("cannot read {}: {e}", full.display()),
+                    )
+                })?;
+                Ok((p, text.chars().take(MAX_CHARS).collect()))
+            })
+            .collect()
     }
 
     fn api(&self, file: &ApiEntry) -> Result<ApiSettings, ConfigError> {

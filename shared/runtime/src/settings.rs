@@ -87,6 +87,9 @@ pub struct RunnerSettings {
     pub retry_delay_scale: Option<f64>,
     pub max_tool_rounds: Option<u32>,
     pub system_prompt: Option<String>,
+    /// Bootstrap context files: `(path as configured, text)`.
+    pub bootstrap_context: Vec<(String, String)>,
+    pub history_max_turns: Option<u32>,
 }
 
 /// HTTP edge knobs; `None` keeps the host's default.
@@ -148,6 +151,8 @@ impl RunnerSettings {
                 .unwrap_or(d.model_idle_timeout_self_hosted),
             retry_delay_scale: self.retry_delay_scale.unwrap_or(d.retry_delay_scale),
             max_tool_rounds: self.max_tool_rounds.unwrap_or(d.max_tool_rounds),
+            bootstrap_context: self.bootstrap_context.clone(),
+            history_max_turns: self.history_max_turns,
             system_prompt: self
                 .system_prompt
                 .clone()

@@ -113,6 +113,8 @@ fn the_shipped_example_parses_into_every_setting() {
             retry_delay_scale: Some(1.0),
             max_tool_rounds: Some(64),
             system_prompt: Some("You are a helpful assistant. Answer concisely.".into()),
+            bootstrap_context: Vec::new(),
+            history_max_turns: None,
         }
     );
     assert_eq!(
@@ -455,4 +457,35 @@ fn load_with_reads_the_file_named_by_agentlane_config() {
 
     let none = Settings::load_with(env(&[])).unwrap();
     assert_eq!(none.config_path, None);
+}
+
+#[test]
+fn bootstrap_files_are_read_relative_to_the_config_file_and_missing_ones_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("AGENTS.md"), "Always answer in French.").unwrap();
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(
+        &config,
+        "[runner]\nbootstrap_files = [\"AGENTS.md\"]\nhistory_max_turns = 20\n",
+    )
+    .unwrap();
+    let path = config.display().to_string();
+    let s = Settings::load_with(|k| (k == "AGENTLANE_CONFIG").then(|| path.clone())).unwrap();
+    assert_eq!(
+        s.runner.bootstrap_context,
+        vec![(
+            "AGENTS.md".to_owned(),
+            "Always answer in French.".to_owned()
+        )]
+    );
+    assert_eq!(s.runner.history_max_turns, Some(20));
+    let err = Settings::from_sources(None, |k| {
+        (k == "AGENTLANE_BOOTSTRAP_FILES").then(|| "/nonexistent/CONTEXT.md".to_owned())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("runner.bootstrap_files") && err.contains("CONTEXT.md"),
+        "{err}"
+    );
 }

@@ -62,6 +62,7 @@ pub struct Budgets {
     pub compaction_continuations: u32,
     pub overflow_compactions: u32,
     pub timeout_compactions: u32,
+    pub finalize_revisions: u32,
 }
 
 impl Budgets {
@@ -241,6 +242,8 @@ pub struct RetryState {
     /// The previous attempt ran right after a compaction.
     pub after_compaction: bool,
     pub guard: PostCompactionGuard,
+    /// A `before_agent_finalize` revision instruction for the next attempt.
+    pub revision: Option<String>,
 }
 
 fn fail(code: &str, message: impl Into<String>) -> Action {

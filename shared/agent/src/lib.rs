@@ -19,6 +19,7 @@ pub mod compaction;
 pub mod config;
 pub mod failover;
 pub mod history;
+pub mod hooks;
 pub mod lock;
 pub mod models;
 pub mod normalize;

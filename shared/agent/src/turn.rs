@@ -11,6 +11,12 @@ use crate::failover::{
     POST_COMPACTION_GUARD_WINDOW, RetryState, Situation, Stage, max_iterations,
 };
 use crate::history::{assemble, limit_turns};
+use crate::hooks::{
+    AgentEndEvent, AgentReplyEvent, AgentRunEvent, CompactionEvent, CompactionResultEvent,
+    FinalizeAction, FinalizeEvent, HookContext, HookPoint, HookRegistry, MAX_FINALIZE_REVISIONS,
+    MessageEvent, PersistEvent, PromptAdditions, PromptBuildEvent, ReplyClaimed, ReplyTrigger,
+    RunGate, SendDecision, ToolCallDecision, ToolCallEvent, ToolResultEvent, parse_arguments,
+};
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
@@ -85,6 +91,10 @@ impl StopSignal {
     }
 }
 
+/// Put before a `before_agent_finalize` revision instruction.
+pub const REVISION_PREFIX: &str = "Apply this revision request to your previous final answer. Do \
+not repeat completed work or rerun tools unless the revision requires it.";
+
 /// The reply when the model keeps answering nothing visible.
 pub const INCOMPLETE_REPLY: &str = "⚠️ Agent couldn't generate a response. Please try again.";
 
@@ -144,6 +154,7 @@ pub struct Runner {
     models: ModelRouter,
     tools: ToolRegistry,
     config: Arc<RunnerConfig>,
+    hooks: HookRegistry,
     instance: String,
 }
 
@@ -161,12 +172,19 @@ impl Runner {
             models,
             tools,
             config: Arc::new(config),
+            hooks: HookRegistry::new(),
             instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),
         }
     }
 
     pub fn config(&self) -> &RunnerConfig {
         &self.config
+    }
+
+    /// The plugin hooks called at the points of SPEC §11.
+    pub fn with_hooks(mut self, hooks: HookRegistry) -> Self {
+        self.hooks = hooks;
+        self
     }
 
     /// Adds (or replaces, by name) a model provider.
@@ -349,6 +367,44 @@ impl Runner {
                 .await;
         }
 
+        let ctx = HookContext::for_run(&writer.run);
+        if !has_user && !self.hooks.is_empty() {
+            let prompt = writer.run.request.message.clone();
+            if let Some(claim) = self
+                .hooks
+                .before_agent_reply(
+                    &ctx,
+                    AgentReplyEvent {
+                        trigger: ReplyTrigger::User,
+                        prompt: prompt.clone(),
+                    },
+                )
+                .await
+            {
+                return self.claimed(&mut writer, claim).await;
+            }
+            if let RunGate::Block { reason, message } = self
+                .hooks
+                .before_agent_run(
+                    &ctx,
+                    AgentRunEvent {
+                        prompt,
+                        model: writer.run.request.model.clone(),
+                    },
+                )
+                .await
+            {
+                // Blocked before it started: the prompt is not retained.
+                let text = message.unwrap_or(reason);
+                return self
+                    .finish(
+                        &mut writer,
+                        LoopEnd::Failed(RunError::new("hook_block", text)),
+                    )
+                    .await;
+            }
+        }
+
         // Start (or resume) the run.
         let now = writer.now();
         let resumed = has_user;
@@ -384,6 +440,16 @@ impl Runner {
         writer
             .commit(start, true, Some(SessionStatus::Processing), false)
             .await?;
+        if !resumed && !self.hooks.is_empty() {
+            self.hooks
+                .message_received(
+                    &ctx,
+                    MessageEvent {
+                        text: writer.run.request.message.clone(),
+                    },
+                )
+                .await;
+        }
 
         let deadline = self.deadline(&writer.run);
         let end = match deadline {
@@ -457,6 +523,21 @@ impl Runner {
             .and_then(|r| serde_json::from_value(r.clone()).ok())
             .unwrap_or_default();
         let chain = self.models.chain(writer.run.request.model.as_deref());
+        let ctx = HookContext::for_run(&writer.run);
+        // Hook additions to the prompts, decided once per run.
+        let additions = if self.hooks.has(HookPoint::BeforePromptBuild) {
+            self.hooks
+                .before_prompt_build(
+                    &ctx,
+                    PromptBuildEvent {
+                        prompt: writer.run.request.message.clone(),
+                        system_prompt: self.system_prompt(&writer.run),
+                    },
+                )
+                .await
+        } else {
+            PromptAdditions::default()
+        };
         let mut last_tool_error: Option<(String, String)> = None;
         // A previous pickup may have produced the final answer and died before ending the run.
         if let Some(Message::Assistant {
@@ -520,13 +601,27 @@ impl Runner {
 
             self.precheck(writer, history, scope, &model, &profile, &mut state, stop)
                 .await?;
-            let mut messages = repair_pairing(&limit_turns(history, self.config.history_max_turns));
+            let mut sent = limit_turns(history, self.config.history_max_turns);
+            if !additions.prepend_context.is_empty() {
+                // The run's own prompt gets the hooks' context; the transcript keeps the original.
+                let run_prompt = sent
+                    .iter_mut()
+                    .rev()
+                    .find(|m| matches!(m, Message::User { content } if *content == writer.run.request.message));
+                if let Some(Message::User { content }) = run_prompt {
+                    *content = additions.prompt(content);
+                }
+            }
+            let mut messages = repair_pairing(&sent);
             if let Some(c) = state.continuation.take() {
                 messages.push(Message::user(c.instruction()));
             }
+            if let Some(instruction) = state.revision.take() {
+                messages.push(Message::user(format!("{REVISION_PREFIX}\n\n{instruction}")));
+            }
             let request = ModelRequest {
                 model: model.model.clone(),
-                system: self.system_prompt(&writer.run),
+                system: additions.system_prompt(&self.system_prompt(&writer.run)),
                 messages,
                 tools: self.tools.specs(),
                 max_output_tokens: None,
@@ -689,6 +784,40 @@ impl Runner {
                 model: Some(model.full_name.clone()),
             };
             history.push(assistant.clone());
+            if turn.tool_calls.is_empty()
+                && visible
+                && self.hooks.has(HookPoint::BeforeAgentFinalize)
+                && state.budgets.finalize_revisions < MAX_FINALIZE_REVISIONS
+                && let FinalizeAction::Revise { instruction } = self
+                    .hooks
+                    .before_agent_finalize(
+                        &ctx,
+                        FinalizeEvent {
+                            text: turn.text.clone(),
+                            revisions: state.budgets.finalize_revisions,
+                        },
+                    )
+                    .await
+            {
+                state.budgets.finalize_revisions += 1;
+                state.revision = Some(instruction);
+                self.note_retry(
+                    writer,
+                    "finalize_revision",
+                    "before_agent_finalize",
+                    Duration::ZERO,
+                );
+                writer.run.checkpoint = Some(json!({ "retry": state }));
+                writer
+                    .commit(
+                        vec![assistant],
+                        true,
+                        Some(SessionStatus::Processing),
+                        false,
+                    )
+                    .await?;
+                continue;
+            }
             if turn.tool_calls.is_empty() {
                 writer.run.checkpoint = Some(json!({ "retry": state }));
                 return Ok(LoopEnd::Final {
@@ -717,13 +846,36 @@ impl Runner {
                     false,
                 )
                 .await?;
-            // Calls whose arguments could not be repaired are answered with an error, not run.
-            let runnable: Vec<ToolCall> = turn
-                .tool_calls
+            // Calls whose arguments could not be repaired, and calls a hook blocks, are answered
+            // with an error, not run. A hook may also rewrite a call's arguments.
+            let mut refused: std::collections::BTreeMap<String, String> = invalid
                 .iter()
-                .filter(|c| !invalid.contains_key(&c.id))
-                .cloned()
+                .map(|(id, problem)| (id.clone(), format!("error: {problem}")))
                 .collect();
+            let mut runnable: Vec<ToolCall> = Vec::new();
+            for call in &turn.tool_calls {
+                if refused.contains_key(&call.id) {
+                    continue;
+                }
+                let mut call = call.clone();
+                if self.hooks.has(HookPoint::BeforeToolCall) {
+                    match self
+                        .hooks
+                        .before_tool_call(&ctx, ToolCallEvent::from_call(&call))
+                        .await
+                    {
+                        ToolCallDecision::Block { reason, .. } => {
+                            refused.insert(call.id.clone(), format!("blocked: {reason}"));
+                            continue;
+                        }
+                        ToolCallDecision::Allow { params: Some(p) } => {
+                            call.arguments = p.to_string()
+                        }
+                        ToolCallDecision::Allow { params: None } => {}
+                    }
+                }
+                runnable.push(call);
+            }
             let mut ran = run_batch(
                 &self.tools,
                 &runnable,
@@ -736,10 +888,10 @@ impl Runner {
             let results: Vec<ToolRun> = turn
                 .tool_calls
                 .iter()
-                .filter_map(|call| match invalid.get(&call.id) {
-                    Some(problem) => Some(ToolRun {
+                .filter_map(|call| match refused.get(&call.id) {
+                    Some(content) => Some(ToolRun {
                         call: call.clone(),
-                        content: format!("error: {problem}"),
+                        content: content.clone(),
                         is_error: true,
                         duration_ms: 0,
                     }),
@@ -769,11 +921,39 @@ impl Runner {
                 {
                     tripped_guard = Some(r.call.name.clone());
                 }
+                let mut content = r.content;
+                if !self.hooks.is_empty() {
+                    self.hooks
+                        .after_tool_call(
+                            &ctx,
+                            ToolResultEvent {
+                                tool_name: r.call.name.clone(),
+                                tool_call_id: r.call.id.clone(),
+                                arguments: parse_arguments(&r.call.arguments),
+                                result: content.clone(),
+                                is_error: r.is_error,
+                                duration_ms: r.duration_ms,
+                            },
+                        )
+                        .await;
+                    content = self
+                        .hooks
+                        .tool_result_persist(
+                            &ctx,
+                            PersistEvent {
+                                tool_name: r.call.name.clone(),
+                                tool_call_id: r.call.id.clone(),
+                                result: content,
+                                is_error: r.is_error,
+                            },
+                        )
+                        .await;
+                }
                 let cap = precheck::tool_result_cap(model.context_window);
                 messages.push(Message::Tool {
                     tool_call_id: r.call.id,
                     name: r.call.name,
-                    content: precheck::truncate(&r.content, cap).unwrap_or(r.content),
+                    content: precheck::truncate(&content, cap).unwrap_or(content),
                     is_error: r.is_error,
                 });
             }
@@ -850,7 +1030,7 @@ impl Runner {
                     through_seq,
                 };
                 let system = self.system_prompt(&writer.run);
-                match compaction::compact(writer, history, &system, plan, stop.token()).await? {
+                match self.compact(writer, history, &system, plan, stop).await? {
                     Ok(run_start) => {
                         scope.run_start = run_start;
                         state.after_compaction = true;
@@ -914,9 +1094,7 @@ impl Runner {
                 run_start: scope.run_start,
                 through_seq,
             };
-            if let Ok(run_start) =
-                compaction::compact(writer, history, &system, plan, stop.token()).await?
-            {
+            if let Ok(run_start) = self.compact(writer, history, &system, plan, stop).await? {
                 scope.run_start = run_start;
                 state.after_compaction = true;
                 state.guard.arm();
@@ -936,6 +1114,52 @@ impl Runner {
             );
         }
         Ok(())
+    }
+
+    /// Compaction with its observer hooks around it.
+    async fn compact(
+        &self,
+        writer: &mut RunWriter,
+        history: &mut Vec<Message>,
+        system: &str,
+        plan: compaction::Plan<'_>,
+        stop: &StopSignal,
+    ) -> Result<Result<usize, String>, StoreError> {
+        let trigger = plan.trigger;
+        let ctx = HookContext::for_run(&writer.run);
+        if !self.hooks.is_empty() {
+            let request = ModelRequest {
+                model: plan.model.model.clone(),
+                system: system.to_owned(),
+                messages: history.clone(),
+                tools: Vec::new(),
+                max_output_tokens: None,
+            };
+            self.hooks
+                .before_compaction(
+                    &ctx,
+                    CompactionEvent {
+                        trigger,
+                        messages: history.len(),
+                        estimated_tokens: estimate_tokens(&request),
+                    },
+                )
+                .await;
+        }
+        let result = compaction::compact(writer, history, system, plan, stop.token()).await?;
+        if !self.hooks.is_empty() {
+            self.hooks
+                .after_compaction(
+                    &ctx,
+                    CompactionResultEvent {
+                        trigger,
+                        compacted: result.is_ok(),
+                        error: result.as_ref().err().cloned(),
+                    },
+                )
+                .await;
+        }
+        Ok(result)
     }
 
     /// Records a retry decision as a lifecycle event (visible to clients).
@@ -1050,7 +1274,27 @@ impl Runner {
         writer.run.liveness_state = liveness;
         writer.run.ended_at = Some(now);
         writer.run.error = error.clone();
-        writer.run.payloads = payloads;
+        let ctx = HookContext::for_run(&writer.run);
+        let mut shaped = Vec::with_capacity(payloads.len());
+        for mut payload in payloads {
+            if self.hooks.has(HookPoint::MessageSending) {
+                match self
+                    .hooks
+                    .message_sending(
+                        &ctx,
+                        MessageEvent {
+                            text: payload.text.clone(),
+                        },
+                    )
+                    .await
+                {
+                    SendDecision::Cancel { .. } => continue,
+                    SendDecision::Send { content } => payload.text = content,
+                }
+            }
+            shaped.push(payload);
+        }
+        writer.run.payloads = shaped;
         let phase = if status == RunStatus::Ok {
             "end"
         } else {
@@ -1070,6 +1314,76 @@ impl Runner {
             .commit(final_messages, true, Some(SessionStatus::Idle), true)
             .await?;
         audit::run_end(&writer.run);
+        if !self.hooks.is_empty() {
+            for payload in &writer.run.payloads {
+                self.hooks
+                    .message_sent(
+                        &ctx,
+                        MessageEvent {
+                            text: payload.text.clone(),
+                        },
+                    )
+                    .await;
+            }
+            let run = &writer.run;
+            self.hooks
+                .agent_end(
+                    &ctx,
+                    AgentEndEvent {
+                        status: run.status,
+                        text: run.payloads.first().map(|p| p.text.clone()),
+                        error: run.error.clone(),
+                        usage: run.usage,
+                        duration_ms: run
+                            .ended_at
+                            .unwrap_or(now)
+                            .saturating_sub(run.started_at.unwrap_or(now)),
+                    },
+                )
+                .await;
+        }
         Ok(TurnExit::Finished(status))
+    }
+
+    /// A `before_agent_reply` hook claimed the turn: record the prompt and the hook's reply (none
+    /// = silent) and end the run ok, without any model call.
+    async fn claimed(
+        &self,
+        writer: &mut RunWriter,
+        claim: ReplyClaimed,
+    ) -> Result<TurnExit, StoreError> {
+        let now = writer.now();
+        writer.run.status = RunStatus::Running;
+        writer.run.started_at.get_or_insert(now);
+        writer.run.pickups += 1;
+        writer.run.model = Some(format!("hook/{}", claim.hook));
+        let reply = claim.reply.unwrap_or_default();
+        writer.event(
+            EventStream::Lifecycle,
+            json!({ "phase": "start", "startedAt": now, "model": writer.run.model, "claimedBy": claim.hook }),
+        );
+        writer
+            .commit(
+                vec![Message::user(writer.run.request.message.clone())],
+                true,
+                Some(SessionStatus::Processing),
+                false,
+            )
+            .await?;
+        let pending = (!reply.is_empty()).then(|| Message::Assistant {
+            content: reply.clone(),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            model: writer.run.model.clone(),
+        });
+        self.finish(
+            writer,
+            LoopEnd::Final {
+                text: reply,
+                last_tool_error: None,
+                pending,
+            },
+        )
+        .await
     }
 }

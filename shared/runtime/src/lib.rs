@@ -17,6 +17,7 @@ pub use settings::{
     RunnerSettings, Settings, ToolSettings, env, env_ms,
 };
 
+use agentlane_agent::hooks::{HookRegistry, WebhookHook};
 use agentlane_agent::models::Profile;
 use agentlane_agent::{ModelRouter, Runner};
 use agentlane_api::ApiKeys;
@@ -199,13 +200,22 @@ pub fn tool_registry(tools: &ToolSettings) -> ToolRegistry {
 
 /// The runner over `backends` with `settings`.
 pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {
+    let mut hooks = HookRegistry::new();
+    for webhook in &settings.hooks {
+        let name = webhook.name.clone();
+        hooks.register(Arc::new(
+            WebhookHook::new(webhook.clone())
+                .with_context(|| format!("hooks: webhook {name:?}"))?,
+        ));
+    }
     Ok(Runner::new(
         backends.store.clone(),
         backends.clock.clone(),
         model_router(&settings.models)?,
         tool_registry(&settings.tools),
         settings.runner_config(),
-    ))
+    )
+    .with_hooks(hooks))
 }
 
 /// API keys from `AGENTLANE_API_KEYS` (`tenant:key,...`).

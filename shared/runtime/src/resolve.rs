@@ -75,6 +75,7 @@ fn resolve(
                 .or(file.tools.http_fetch_allow)
                 .unwrap_or_default(),
         },
+        hooks: file.hooks,
     })
 }
 

@@ -22,6 +22,8 @@ pub struct Settings {
     pub runner: RunnerSettings,
     pub api: ApiSettings,
     pub tools: ToolSettings,
+    /// Webhook hooks from the config file.
+    pub hooks: Vec<agentlane_agent::hooks::WebhookConfig>,
 }
 
 /// The model providers a host was configured with.

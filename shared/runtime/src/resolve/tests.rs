@@ -489,3 +489,24 @@ fn bootstrap_files_are_read_relative_to_the_config_file_and_missing_ones_are_nam
         "{err}"
     );
 }
+
+#[test]
+fn webhook_hooks_are_read_from_the_file() {
+    let s = settings(
+        "[[hooks]]\nname = \"guard\"\nurl = \"https://hooks.example.test/guard\"\npoints = [\"before_tool_call\"]\npriority = 10\ntimeoutMs = 5000\n",
+        &[],
+    );
+    assert_eq!(s.hooks.len(), 1);
+    assert_eq!(s.hooks[0].name, "guard");
+    assert_eq!(s.hooks[0].timeout, Duration::from_millis(5000));
+    let bad = error(
+        Some(
+            "[[hooks]]\nname = \"x\"\nurl = \"https://h.test\"\npoints = [\"before_everything\"]\n",
+        ),
+        &[],
+    );
+    assert!(
+        bad.contains("before_everything") || bad.contains("unknown"),
+        "{bad}"
+    );
+}

@@ -20,10 +20,10 @@ use crate::hooks::{
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
 use crate::models::{ModelRouter, ResolvedModel};
-use crate::normalize::normalize;
+use crate::normalize::{Change, normalize};
 use crate::precheck::{self, Route};
 use crate::repair::{missing_results, repair_pairing};
-use crate::reply::shape_payloads;
+use crate::reply::{is_silent, shape_payloads};
 use crate::tokens::estimate_tokens;
 use crate::tool_exec::{ToolRun, run_batch};
 use crate::writer::{Positions, RunWriter};
@@ -711,8 +711,18 @@ impl Runner {
             for change in &normalized.changes {
                 tracing::info!(run = %writer.run.run_id, %change, "normalized the model's tool calls");
             }
+            let promoted = normalized
+                .changes
+                .iter()
+                .any(|c| matches!(c, Change::PromotedTextCall { .. }));
             let invalid = normalized.invalid;
             let turn = normalized.turn;
+            // Held-back text that was a tool call or the silent token is never shown.
+            if promoted || is_silent(&turn.text) {
+                writer.discard_held();
+            } else {
+                writer.release_held();
+            }
             record.outcome = if turn.tool_calls.is_empty() {
                 "ok"
             } else {
@@ -753,6 +763,15 @@ impl Runner {
                             )
                             .await?;
                         continue;
+                    }
+                    // A failed tool and nothing to say: the tool-error reply (SPEC §3).
+                    Completion::GiveUp if last_tool_error.is_some() => {
+                        writer.run.checkpoint = Some(json!({ "retry": state }));
+                        return Ok(LoopEnd::Final {
+                            text: String::new(),
+                            last_tool_error,
+                            pending: None,
+                        });
                     }
                     Completion::GiveUp => return Ok(LoopEnd::Incomplete),
                 }

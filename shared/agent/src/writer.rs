@@ -21,6 +21,9 @@ pub struct RunWriter {
     next_event_seq: u64,
     pending: Vec<Event>,
     delta: String,
+    /// The start of an answer held back because it may turn out to be a text tool call or the
+    /// silent token, which clients must not see.
+    held: String,
     attempt_text: String,
     last_flush: Instant,
     flush_bytes: usize,
@@ -55,6 +58,7 @@ impl RunWriter {
             next_event_seq: positions.next_event_seq,
             pending: Vec::new(),
             delta: String::new(),
+            held: String::new(),
             attempt_text: String::new(),
             last_flush: Instant::now(),
             flush_bytes,
@@ -87,11 +91,20 @@ impl RunWriter {
     pub fn begin_attempt_text(&mut self) {
         self.take_delta();
         self.attempt_text.clear();
+        self.held.clear();
     }
 
     /// Buffers assistant text; commits the buffered events when enough text or time gathered.
+    /// While nothing of the attempt was shown yet and the text so far could be a tool call written
+    /// as text or the silent token, it is held back (see [`RunWriter::release_held`]).
     pub async fn assistant_delta(&mut self, delta: &str) -> StoreResult<()> {
-        self.delta.push_str(delta);
+        let nothing_shown = self.attempt_text.is_empty() && self.delta.is_empty();
+        self.held.push_str(delta);
+        if nothing_shown && may_be_hidden(&self.held) {
+            return Ok(());
+        }
+        let held = std::mem::take(&mut self.held);
+        self.delta.push_str(&held);
         if self.delta.len() >= self.flush_bytes || self.last_flush.elapsed() >= self.flush_every {
             self.take_delta();
             self.flush_events().await?;
@@ -127,6 +140,18 @@ impl RunWriter {
     /// Drops buffered (uncommitted) assistant text, e.g. of an attempt that failed.
     pub fn discard_delta(&mut self) {
         self.delta.clear();
+        self.held.clear();
+    }
+
+    /// Shows held-back text after all: the answer was ordinary text.
+    pub fn release_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        self.delta.push_str(&held);
+    }
+
+    /// Drops held-back text: it was a tool call written as text, or the silent token.
+    pub fn discard_held(&mut self) {
+        self.held.clear();
     }
 
     /// One fenced commit: `messages` appended to the transcript, pending events, the run record
@@ -190,6 +215,44 @@ impl RunWriter {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// Whether the start of an answer may still turn out to be a tool call written as text
+/// (`<tool_call>`, a JSON object, a fenced block) or the silent token `NO_REPLY`.
+fn may_be_hidden(text: &str) -> bool {
+    let t = text.trim_start();
+    if t.is_empty() {
+        return true;
+    }
+    let upper = t.trim_end().to_ascii_uppercase();
+    t.starts_with('<')
+        || t.starts_with('{')
+        || t.starts_with("```")
+        || crate::reply::SILENT_TOKEN.starts_with(&upper)
+        || upper.starts_with(crate::reply::SILENT_TOKEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_be_hidden;
+
+    #[test]
+    fn answers_that_may_be_hidden() {
+        for (text, hidden) in [
+            ("", true),
+            ("  <tool_", true),
+            ("{\"name\"", true),
+            ("```json", true),
+            ("NO_", true),
+            ("no_reply", true),
+            ("NO_REPLY and more", true),
+            ("Hello", false),
+            ("No problem", false),
+            ("The answer", false),
+        ] {
+            assert_eq!(may_be_hidden(text), hidden, "{text:?}");
         }
     }
 }

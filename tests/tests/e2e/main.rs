@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod abort;
+mod attempt;
 mod auth_and_tenants;
 mod compaction;
 mod crash_recovery;

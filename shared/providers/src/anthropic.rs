@@ -5,15 +5,15 @@ mod decode;
 mod wire;
 
 use crate::config::{self, ConfigError};
-use crate::transport::{self, ERROR_BODY_LIMIT};
+use crate::transport::{self, Opened};
 use crate::{FailoverReason, ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{EventDecoder, Step};
 use eventsource_stream::Eventsource;
 use futures::stream::{self, BoxStream, StreamExt};
-use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::collections::VecDeque;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The official API's base URL.
@@ -24,9 +24,6 @@ pub const DEFAULT_VERSION: &str = "2023-06-01";
 
 /// The output-token cap sent when the request has none (the API requires one).
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-
-/// The most of a non-streamed JSON answer we read.
-const JSON_BODY_LIMIT: usize = 8 * 1024 * 1024;
 
 /// How to reach one Messages API endpoint. `Debug` never shows the key or header values.
 #[derive(Clone)]
@@ -163,49 +160,19 @@ impl ModelProvider for AnthropicProvider {
             tools = request.tools.len(),
             "messages request"
         );
-        let mut builder = self
-            .client
-            .post(&self.url)
-            .header(header::ACCEPT, "text/event-stream")
-            .json(&body);
-        if let Some(timeout) = self.config.request_timeout {
-            builder = builder.timeout(timeout);
-        }
-        let response = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Ok(stream::empty().boxed()),
-            sent = builder.send() => sent.map_err(|e| transport::from_reqwest(&e))?,
-        };
-
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = transport::retry_after(response.headers(), SystemTime::now());
-            let body = transport::read_body_capped(response, &cancel, ERROR_BODY_LIMIT).await;
-            return Err(ProviderError::from_http(
-                status.as_u16(),
-                &body,
-                retry_after,
-            ));
-        }
-        let is_json = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("application/json"));
-        if is_json {
-            // The server ignored `stream: true` (or answered an error with a 200).
-            let body = transport::read_body_capped(response, &cancel, JSON_BODY_LIMIT).await;
-            if cancel.is_cancelled() {
-                return Ok(stream::empty().boxed());
+        let builder = self.client.post(&self.url).json(&body);
+        match transport::open(builder, self.config.request_timeout, &cancel).await? {
+            Opened::Cancelled => Ok(stream::empty().boxed()),
+            Opened::Json(body) => {
+                let items: Vec<Result<StreamEvent, ProviderError>> =
+                    match EventDecoder::whole_message(&body) {
+                        Ok(events) => events.into_iter().map(Ok).collect(),
+                        Err(e) => vec![Err(e)],
+                    };
+                Ok(stream::iter(items).boxed())
             }
-            let items: Vec<Result<StreamEvent, ProviderError>> =
-                match EventDecoder::whole_message(&body) {
-                    Ok(events) => events.into_iter().map(Ok).collect(),
-                    Err(e) => vec![Err(e)],
-                };
-            return Ok(stream::iter(items).boxed());
+            Opened::Stream(response) => Ok(sse_stream(response, cancel)),
         }
-        Ok(sse_stream(response, cancel))
     }
 }
 

@@ -5,7 +5,7 @@ mod decode;
 mod wire;
 
 use crate::config;
-use crate::transport::{self, ERROR_BODY_LIMIT};
+use crate::transport::{self, Opened};
 use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{ChunkDecoder, Step};
@@ -13,7 +13,7 @@ use eventsource_stream::Eventsource;
 use futures::stream::{self, BoxStream, StreamExt};
 use reqwest::header::{self, HeaderMap};
 use std::collections::VecDeque;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use wire::MaxTokensField;
 
@@ -22,9 +22,6 @@ pub use crate::config::ConfigError;
 
 /// The official API's base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
-/// The most of a non-streamed JSON answer we read.
-const JSON_BODY_LIMIT: usize = 8 * 1024 * 1024;
 
 /// How to reach one OpenAI-compatible endpoint. `Debug` never shows the key.
 #[derive(Clone)]
@@ -152,44 +149,12 @@ impl ModelProvider for OpenAiProvider {
             tools = request.tools.len(),
             "chat completions request"
         );
-        let mut builder = self
-            .client
-            .post(&self.url)
-            .header(header::ACCEPT, "text/event-stream")
-            .json(&body);
-        if let Some(timeout) = self.config.request_timeout {
-            builder = builder.timeout(timeout);
+        let builder = self.client.post(&self.url).json(&body);
+        match transport::open(builder, self.config.request_timeout, &cancel).await? {
+            Opened::Cancelled => Ok(stream::empty().boxed()),
+            Opened::Json(body) => Ok(whole_body_stream(&body)),
+            Opened::Stream(response) => Ok(sse_stream(response, cancel)),
         }
-        let response = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Ok(stream::empty().boxed()),
-            sent = builder.send() => sent.map_err(|e| transport::from_reqwest(&e))?,
-        };
-
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = transport::retry_after(response.headers(), SystemTime::now());
-            let body = transport::read_body_capped(response, &cancel, ERROR_BODY_LIMIT).await;
-            return Err(ProviderError::from_http(
-                status.as_u16(),
-                &body,
-                retry_after,
-            ));
-        }
-        let is_json = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("application/json"));
-        if is_json {
-            // The server ignored `stream: true` (or answered an error with a 200).
-            let body = transport::read_body_capped(response, &cancel, JSON_BODY_LIMIT).await;
-            if cancel.is_cancelled() {
-                return Ok(stream::empty().boxed());
-            }
-            return Ok(whole_body_stream(&body));
-        }
-        Ok(sse_stream(response, cancel))
     }
 }
 

@@ -91,6 +91,60 @@ pub async fn read_body_capped(
     String::from_utf8_lossy(&body).into_owned()
 }
 
+/// The most of a non-streamed JSON answer read.
+pub const JSON_BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// What a model endpoint answered once its status is known.
+pub enum Opened {
+    /// A `text/event-stream` answer, to decode as it arrives.
+    Stream(reqwest::Response),
+    /// A whole JSON body: the server ignored `stream: true`.
+    Json(String),
+    /// `cancel` fired before the answer was read.
+    Cancelled,
+}
+
+/// Sends a streaming request: classifies an error status (with `Retry-After`), reads a JSON
+/// answer whole, and hands an event stream back undecoded. Cancelling drops the request.
+pub async fn open(
+    mut builder: reqwest::RequestBuilder,
+    request_timeout: Option<std::time::Duration>,
+    cancel: &CancellationToken,
+) -> Result<Opened, ProviderError> {
+    builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+    if let Some(timeout) = request_timeout {
+        builder = builder.timeout(timeout);
+    }
+    let response = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Ok(Opened::Cancelled),
+        sent = builder.send() => sent.map_err(|e| from_reqwest(&e))?,
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let body = read_body_capped(response, cancel, ERROR_BODY_LIMIT).await;
+        return Err(ProviderError::from_http(
+            status.as_u16(),
+            &body,
+            retry_after,
+        ));
+    }
+    let is_json = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !is_json {
+        return Ok(Opened::Stream(response));
+    }
+    let body = read_body_capped(response, cancel, JSON_BODY_LIMIT).await;
+    if cancel.is_cancelled() {
+        return Ok(Opened::Cancelled);
+    }
+    Ok(Opened::Json(body))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

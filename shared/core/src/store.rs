@@ -70,6 +70,33 @@ pub struct NewTurn {
     pub idempotency_ttl_ms: u64,
 }
 
+impl NewTurn {
+    /// The run this turn creates on `session_id`: `queued`, nothing done yet.
+    pub fn queued_run(&self, session_id: SessionId) -> Run {
+        Run {
+            run_id: self.run_id.clone(),
+            tenant: self.tenant.clone(),
+            session_key: self.session_key.clone(),
+            session_id,
+            status: crate::run::RunStatus::Queued,
+            liveness_state: crate::run::LivenessState::Working,
+            request: self.request.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            accepted_at: self.now,
+            started_at: None,
+            ended_at: None,
+            model: None,
+            attempts: Vec::new(),
+            usage: crate::run::Usage::default(),
+            payloads: Vec::new(),
+            error: None,
+            abort_requested: false,
+            pickups: 0,
+            checkpoint: None,
+        }
+    }
+}
+
 /// What `accept_turn` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcceptOutcome {

@@ -4,8 +4,8 @@
 use crate::error::{Result, int};
 use crate::records::{insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AcceptOutcome, Event, LivenessState, NewTurn, Run, RunId, RunStatus, Session, SessionId,
-    SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, Usage,
+    AcceptOutcome, Event, NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionStatus,
+    StoreError, TenantId, TranscriptEntry,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -92,27 +92,7 @@ fn new_session(turn: &NewTurn) -> Session {
 }
 
 fn queued_run(turn: &NewTurn, session_id: &SessionId) -> Run {
-    Run {
-        run_id: turn.run_id.clone(),
-        tenant: turn.tenant.clone(),
-        session_key: turn.session_key.clone(),
-        session_id: session_id.clone(),
-        status: RunStatus::Queued,
-        liveness_state: LivenessState::Working,
-        request: turn.request.clone(),
-        idempotency_key: turn.idempotency_key.clone(),
-        accepted_at: turn.now,
-        started_at: None,
-        ended_at: None,
-        model: None,
-        attempts: Vec::new(),
-        usage: Usage::default(),
-        payloads: Vec::new(),
-        error: None,
-        abort_requested: false,
-        pickups: 0,
-        checkpoint: None,
-    }
+    turn.queued_run(session_id.clone())
 }
 
 pub(crate) fn request_abort(

@@ -7,10 +7,7 @@ use super::item::{
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff, ttl_epoch_seconds};
-use agentlane_core::{
-    AcceptOutcome, LivenessState, NewTurn, Run, RunId, RunStatus, SessionId, StoreError,
-    StoreResult, Usage,
-};
+use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, SessionId, StoreError, StoreResult};
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -37,27 +34,7 @@ fn build_error(err: BuildError) -> StoreError {
 }
 
 fn queued_run(turn: &NewTurn, session_id: SessionId) -> Run {
-    Run {
-        run_id: turn.run_id.clone(),
-        tenant: turn.tenant.clone(),
-        session_key: turn.session_key.clone(),
-        session_id,
-        status: RunStatus::Queued,
-        liveness_state: LivenessState::Working,
-        request: turn.request.clone(),
-        idempotency_key: turn.idempotency_key.clone(),
-        accepted_at: turn.now,
-        started_at: None,
-        ended_at: None,
-        model: None,
-        attempts: Vec::new(),
-        usage: Usage::default(),
-        payloads: Vec::new(),
-        error: None,
-        abort_requested: false,
-        pickups: 0,
-        checkpoint: None,
-    }
+    turn.queued_run(session_id)
 }
 
 impl DynamoStore {

@@ -14,8 +14,9 @@ use crate::history::{assemble, limit_turns};
 use crate::hooks::{
     AgentEndEvent, AgentReplyEvent, AgentRunEvent, CompactionEvent, CompactionResultEvent,
     FinalizeAction, FinalizeEvent, HookContext, HookPoint, HookRegistry, MAX_FINALIZE_REVISIONS,
-    MessageEvent, PersistEvent, PromptAdditions, PromptBuildEvent, ReplyClaimed, ReplyTrigger,
-    RunGate, SendDecision, ToolCallDecision, ToolCallEvent, ToolResultEvent, parse_arguments,
+    MessageEvent, ModelResolveEvent, PersistEvent, PromptAdditions, PromptBuildEvent, ReplyClaimed,
+    ReplyTrigger, RunGate, SendDecision, SessionStartEvent, ToolCallDecision, ToolCallEvent,
+    ToolResultEvent, parse_arguments,
 };
 use crate::lock::{self, AcquireError};
 use crate::models::Profile;
@@ -403,6 +404,23 @@ impl Runner {
                     )
                     .await;
             }
+        }
+
+        if !has_user && self.hooks.has(HookPoint::BeforeModelResolve) {
+            let event = ModelResolveEvent {
+                prompt: writer.run.request.message.clone(),
+                requested_model: writer.run.request.model.clone(),
+            };
+            if let Some(model) = self.hooks.before_model_resolve(&ctx, event).await {
+                // Recorded on the run, so a later pickup keeps the hook's choice.
+                writer.run.request.model = Some(model);
+            }
+        }
+        if entries.is_empty() && !self.hooks.is_empty() {
+            // The first run of this session id.
+            self.hooks
+                .session_start(&ctx, SessionStartEvent { resumed_from: None })
+                .await;
         }
 
         // Start (or resume) the run.

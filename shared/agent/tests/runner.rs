@@ -1180,7 +1180,8 @@ mod with_hooks {
     use super::*;
     use agentlane_agent::hooks::{
         FinalizeAction, Hook, HookContext, HookError, HookEvent, HookOutcome, HookPoint,
-        HookRegistry, PromptAdditions, ReplyClaim, RunGate, SendingVerdict, ToolCallVerdict,
+        HookRegistry, ModelOverride, PromptAdditions, ReplyClaim, RunGate, SendingVerdict,
+        ToolCallVerdict,
     };
 
     /// A policy hook scripted per test.
@@ -1355,5 +1356,32 @@ mod with_hooks {
         assert_eq!(run.model.as_deref(), Some("hook/policy"));
         assert!(f.model.requests().is_empty());
         assert_eq!(f.roles().await, ["user", "assistant"]);
+    }
+
+    #[tokio::test]
+    async fn a_model_resolve_hook_picks_the_model_of_the_run() {
+        let mut f = fixture_with(
+            vec![Script::Text("from backup")],
+            config(),
+            |router, model| {
+                router
+                    .with_provider(model.clone())
+                    .with_provider(model.sibling("backup"))
+            },
+        );
+        f.runner = f
+            .runner
+            .clone()
+            .with_hooks(HookRegistry::new().with(Arc::new(Policy {
+                points: vec![HookPoint::BeforeModelResolve],
+                answer: |_| {
+                    HookOutcome::ModelOverride(ModelOverride {
+                        model: Some("backup/m9".into()),
+                    })
+                },
+            })));
+        let run = turn(&f, "hi").await;
+        assert_eq!(run.model.as_deref(), Some("backup/m9"));
+        assert_eq!(f.model.providers_called(), ["backup"]);
     }
 }

@@ -6,13 +6,11 @@ mod wire;
 
 use crate::config::{self, ConfigError};
 use crate::transport::{self, Opened};
-use crate::{FailoverReason, ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
+use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{EventDecoder, Step};
-use eventsource_stream::Eventsource;
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use std::collections::VecDeque;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -171,73 +169,25 @@ impl ModelProvider for AnthropicProvider {
                     };
                 Ok(stream::iter(items).boxed())
             }
-            Opened::Stream(response) => Ok(sse_stream(response, cancel)),
+            Opened::Stream(response) => {
+                Ok(transport::sse_stream(response, EventDecoder::new(), cancel))
+            }
         }
     }
 }
 
-type SseItem =
-    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>;
+impl transport::SseDecoder for EventDecoder {
+    fn decode(
+        &mut self,
+        name: &str,
+        data: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<bool, ProviderError> {
+        self.event(name, data, out).map(|step| step == Step::Done)
+    }
 
-struct SseState {
-    /// `None` once the response is complete or failed: dropping it closes the connection.
-    sse: Option<BoxStream<'static, SseItem>>,
-    decoder: EventDecoder,
-    pending: VecDeque<Result<StreamEvent, ProviderError>>,
-    cancel: CancellationToken,
-}
-
-fn sse_stream(response: reqwest::Response, cancel: CancellationToken) -> ModelStream {
-    let state = SseState {
-        sse: Some(response.bytes_stream().eventsource().boxed()),
-        decoder: EventDecoder::new(),
-        pending: VecDeque::new(),
-        cancel,
-    };
-    stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(item) = state.pending.pop_front() {
-                return Some((item, state));
-            }
-            let sse = state.sse.as_mut()?;
-            let next = tokio::select! {
-                biased;
-                _ = state.cancel.cancelled() => return None,
-                next = sse.next() => next,
-            };
-            state.read(next);
-        }
-    })
-    .boxed()
-}
-
-impl SseState {
-    /// Turns what the connection produced into pending items; closes it when done.
-    fn read(&mut self, next: Option<SseItem>) {
-        let outcome = match next {
-            Some(Ok(event)) => {
-                let mut events = Vec::new();
-                let step = self.decoder.event(&event.event, &event.data, &mut events);
-                self.pending.extend(events.into_iter().map(Ok));
-                step.map(|s| s == Step::Done)
-            }
-            Some(Err(eventsource_stream::EventStreamError::Transport(e))) => {
-                Err(transport::from_reqwest(&e))
-            }
-            Some(Err(e)) => Err(ProviderError::new(
-                FailoverReason::Network,
-                format!("malformed event stream: {e}"),
-            )),
-            None => self.decoder.end().map(|()| true),
-        };
-        match outcome {
-            Ok(false) => {}
-            Ok(true) => self.sse = None,
-            Err(e) => {
-                self.pending.push_back(Err(e));
-                self.sse = None;
-            }
-        }
+    fn close(&mut self, _out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
+        self.end()
     }
 }
 

@@ -9,10 +9,8 @@ use crate::transport::{self, Opened};
 use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{ChunkDecoder, Step};
-use eventsource_stream::Eventsource;
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, StreamExt};
 use reqwest::header::{self, HeaderMap};
-use std::collections::VecDeque;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use wire::MaxTokensField;
@@ -153,7 +151,9 @@ impl ModelProvider for OpenAiProvider {
         match transport::open(builder, self.config.request_timeout, &cancel).await? {
             Opened::Cancelled => Ok(stream::empty().boxed()),
             Opened::Json(body) => Ok(whole_body_stream(&body)),
-            Opened::Stream(response) => Ok(sse_stream(response, cancel)),
+            Opened::Stream(response) => {
+                Ok(transport::sse_stream(response, ChunkDecoder::new(), cancel))
+            }
         }
     }
 }
@@ -170,78 +170,19 @@ fn whole_body_stream(body: &str) -> ModelStream {
     stream::iter(items).boxed()
 }
 
-type SseStream = BoxStream<
-    'static,
-    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
->;
-
-struct SseState {
-    /// `None` once the response is complete or failed: dropping it closes the connection.
-    sse: Option<SseStream>,
-    decoder: ChunkDecoder,
-    pending: VecDeque<Result<StreamEvent, ProviderError>>,
-    cancel: CancellationToken,
-}
-
-fn sse_stream(response: reqwest::Response, cancel: CancellationToken) -> ModelStream {
-    let state = SseState {
-        sse: Some(response.bytes_stream().eventsource().boxed()),
-        decoder: ChunkDecoder::new(),
-        pending: VecDeque::new(),
-        cancel,
-    };
-    stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(item) = state.pending.pop_front() {
-                return Some((item, state));
-            }
-            let sse = state.sse.as_mut()?;
-            let next = tokio::select! {
-                biased;
-                _ = state.cancel.cancelled() => return None,
-                next = sse.next() => next,
-            };
-            state.read(next);
-        }
-    })
-    .boxed()
-}
-
-impl SseState {
-    /// Turns what the connection produced into pending items; closes it when done.
-    fn read(
+impl transport::SseDecoder for ChunkDecoder {
+    fn decode(
         &mut self,
-        next: Option<
-            Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
-        >,
-    ) {
-        let outcome = match next {
-            Some(Ok(event)) => {
-                let mut events = Vec::new();
-                let step = self.decoder.data(&event.data, &mut events);
-                self.pending.extend(events.into_iter().map(Ok));
-                step.map(|s| s == Step::Done)
-            }
-            Some(Err(eventsource_stream::EventStreamError::Transport(e))) => {
-                Err(transport::from_reqwest(&e))
-            }
-            Some(Err(e)) => Err(ProviderError::new(
-                crate::FailoverReason::Network,
-                format!("malformed event stream: {e}"),
-            )),
-            None => self.decoder.end().map(|finished| {
-                self.pending.extend(finished.map(Ok));
-                true
-            }),
-        };
-        match outcome {
-            Ok(false) => {}
-            Ok(true) => self.sse = None,
-            Err(e) => {
-                self.pending.push_back(Err(e));
-                self.sse = None;
-            }
-        }
+        _name: &str,
+        data: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<bool, ProviderError> {
+        self.data(data, out).map(|step| step == Step::Done)
+    }
+
+    fn close(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
+        out.extend(self.end()?);
+        Ok(())
     }
 }
 

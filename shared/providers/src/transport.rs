@@ -1,6 +1,7 @@
 //! HTTP plumbing shared by the HTTP providers: error mapping, `Retry-After`, bounded error bodies.
 //! Knows nothing of any provider's wire format.
 
+use crate::StreamEvent;
 use crate::{FailoverReason, ProviderError};
 use futures::StreamExt;
 use reqwest::header::HeaderMap;
@@ -143,6 +144,88 @@ pub async fn open(
         return Ok(Opened::Cancelled);
     }
     Ok(Opened::Json(body))
+}
+
+/// A provider's decoder of server-sent events into [`StreamEvent`]s.
+pub(crate) trait SseDecoder: Send + 'static {
+    /// Decodes one event (`name` is the SSE `event:` field, empty when absent). `Ok(true)` when
+    /// the answer is complete.
+    fn decode(
+        &mut self,
+        name: &str,
+        data: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<bool, ProviderError>;
+    /// The connection closed: emit what is still owed, or fail for a cut answer.
+    fn close(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError>;
+}
+
+type SseItem =
+    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>;
+
+struct SseState<D> {
+    /// `None` once the answer is complete or failed: dropping it closes the connection.
+    sse: Option<futures::stream::BoxStream<'static, SseItem>>,
+    decoder: D,
+    pending: std::collections::VecDeque<Result<StreamEvent, ProviderError>>,
+    cancel: CancellationToken,
+}
+
+/// The stream of a `text/event-stream` answer decoded by `decoder`; it ends when the answer is
+/// complete, fails, or `cancel` fires (which drops the connection).
+pub(crate) fn sse_stream<D: SseDecoder>(
+    response: reqwest::Response,
+    decoder: D,
+    cancel: CancellationToken,
+) -> crate::ModelStream {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let state = SseState {
+        sse: Some(response.bytes_stream().eventsource().boxed()),
+        decoder,
+        pending: std::collections::VecDeque::new(),
+        cancel,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(item) = state.pending.pop_front() {
+                return Some((item, state));
+            }
+            let sse = state.sse.as_mut()?;
+            let next = tokio::select! {
+                biased;
+                _ = state.cancel.cancelled() => return None,
+                next = sse.next() => next,
+            };
+            state.read(next);
+        }
+    })
+    .boxed()
+}
+
+impl<D: SseDecoder> SseState<D> {
+    /// Turns what the connection produced into pending items; closes it when done.
+    fn read(&mut self, next: Option<SseItem>) {
+        let mut events = Vec::new();
+        let outcome = match next {
+            Some(Ok(event)) => self.decoder.decode(&event.event, &event.data, &mut events),
+            Some(Err(eventsource_stream::EventStreamError::Transport(e))) => Err(from_reqwest(&e)),
+            Some(Err(e)) => Err(ProviderError::new(
+                crate::FailoverReason::Network,
+                format!("malformed event stream: {e}"),
+            )),
+            None => self.decoder.close(&mut events).map(|()| true),
+        };
+        self.pending.extend(events.into_iter().map(Ok));
+        match outcome {
+            Ok(false) => {}
+            Ok(true) => self.sse = None,
+            Err(e) => {
+                self.pending.push_back(Err(e));
+                self.sse = None;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

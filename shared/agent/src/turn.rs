@@ -297,9 +297,7 @@ impl Runner {
                     _ = shutdown.cancelled() => { stop.trigger(StopReason::Shutdown); return; }
                     _ = tokio::time::sleep(poll) => {}
                 }
-                if let Ok(Some(r)) = store.get_run(&tenant, &run_id).await
-                    && r.abort_requested
-                {
+                if let Ok(true) = store.abort_requested(&tenant, &run_id).await {
                     stop.trigger(StopReason::Abort);
                     return;
                 }

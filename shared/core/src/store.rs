@@ -141,6 +141,15 @@ pub trait Store: Send + Sync + 'static {
 
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
 
+    /// Whether an abort was requested for the run (`false` for an unknown run). Called about
+    /// twice a second per running turn: adapters may read only that attribute.
+    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
+        Ok(self
+            .get_run(tenant, run_id)
+            .await?
+            .is_some_and(|r| r.abort_requested))
+    }
+
     /// Sets `abort_requested` on a run. Returns the run after the change, `None` if unknown.
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
 

@@ -164,6 +164,10 @@ impl Store for DynamoStore {
         self.set_abort_requested(tenant, run_id).await
     }
 
+    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
+        self.load_abort_requested(tenant, run_id).await
+    }
+
     async fn get_session(
         &self,
         tenant: &TenantId,

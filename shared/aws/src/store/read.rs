@@ -53,6 +53,32 @@ impl DynamoStore {
             .transpose()
     }
 
+    /// Only the `abortRequested` attribute of a run (a small consistent read).
+    pub(super) async fn load_abort_requested(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<bool> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
+            .key(SK, AttributeValue::S(RUN_SK.to_owned()))
+            .projection_expression("#a")
+            .expression_attribute_names("#a", super::item::ABORT_REQUESTED)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(matches!(
+            out.item
+                .as_ref()
+                .and_then(|i| i.get(super::item::ABORT_REQUESTED)),
+            Some(AttributeValue::Bool(true))
+        ))
+    }
+
     pub(super) async fn set_abort_requested(
         &self,
         tenant: &TenantId,

@@ -319,3 +319,37 @@ pub async fn case_request_abort_unknown_run_is_none(store: Arc<dyn Store>) {
         None
     );
 }
+
+/// `abort_requested` is false for an unknown run and for another tenant's run, and true once
+/// the run's tenant asked for an abort.
+pub async fn case_abort_requested_reads_the_flag(store: Arc<dyn Store>) {
+    let now = fixtures::wall_ms();
+    let tenant = fixtures::tenant();
+    let run = fixtures::accept(&store, &tenant, &fixtures::session_key(), now).await;
+    let read = |t: TenantId, id: RunId| {
+        let store = store.clone();
+        async move {
+            store
+                .abort_requested(&t, &id)
+                .await
+                .expect("abort_requested")
+        }
+    };
+    assert!(
+        !read(tenant.clone(), RunId::generate()).await,
+        "unknown run"
+    );
+    assert!(
+        !read(tenant.clone(), run.run_id.clone()).await,
+        "not asked yet"
+    );
+    store
+        .request_abort(&tenant, &run.run_id)
+        .await
+        .expect("abort");
+    assert!(read(tenant.clone(), run.run_id.clone()).await, "asked");
+    assert!(
+        !read(fixtures::tenant(), run.run_id.clone()).await,
+        "another tenant sees nothing"
+    );
+}

@@ -7,10 +7,10 @@ mod lock;
 mod reset;
 
 pub use accept::{
-    case_accept_turn_creates_session_and_queued_run, case_idempotency_key_answers_the_same_run,
-    case_idempotency_key_expires_after_ttl, case_idempotency_keys_are_per_tenant,
-    case_request_abort_unknown_run_is_none, case_second_turn_keeps_session_id,
-    case_tenant_isolation,
+    case_abort_requested_reads_the_flag, case_accept_turn_creates_session_and_queued_run,
+    case_idempotency_key_answers_the_same_run, case_idempotency_key_expires_after_ttl,
+    case_idempotency_keys_are_per_tenant, case_request_abort_unknown_run_is_none,
+    case_second_turn_keeps_session_id, case_tenant_isolation,
 };
 pub use commit::{
     case_commit_applies_session_update, case_commit_is_atomic_on_seq_conflict,

@@ -57,7 +57,7 @@ pub async fn submit(
                 run_id: run.run_id.clone(),
             },
         };
-        state.queue.enqueue(&message).await?;
+        enqueue_with_retry(state.queue.as_ref(), &message).await?;
     }
     tracing::info!(
         run_id = %run.run_id,
@@ -114,4 +114,96 @@ pub async fn wait(
     )
     .await?;
     Ok(Json(WaitView::of(&run)))
+}
+
+/// Enqueues, retrying a throttled or unavailable queue twice (100 ms, then 300 ms) before the
+/// client is told. A run whose enqueue still failed stays `queued`; resubmitting with the same
+/// idempotency key enqueues it again.
+async fn enqueue_with_retry(
+    queue: &dyn agentlane_core::LaneQueue,
+    message: &LaneMessage,
+) -> Result<(), agentlane_core::QueueError> {
+    let mut pauses = [100u64, 300].into_iter();
+    loop {
+        match queue.enqueue(message).await {
+            Err(
+                agentlane_core::QueueError::Throttled(_)
+                | agentlane_core::QueueError::Unavailable(_),
+            ) if let Some(pause) = pauses.next() => {
+                tracing::warn!(run_id = %message.body.run_id, pause_ms = pause, "enqueue failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use agentlane_core::{Delivery, QueueError, QueueResult, Receipt, RunId, SessionKey, TenantId};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Fails its first `failures` enqueues (unit-test fake).
+    struct Flaky {
+        failures: Mutex<u32>,
+        calls: Mutex<u32>,
+    }
+
+    #[async_trait::async_trait]
+    impl agentlane_core::LaneQueue for Flaky {
+        async fn enqueue(&self, _: &LaneMessage) -> QueueResult<()> {
+            *self.calls.lock().unwrap() += 1;
+            let mut left = self.failures.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Err(QueueError::Unavailable("blip".into()));
+            }
+            Ok(())
+        }
+        async fn receive(&self, _: usize, _: Duration, _: Duration) -> QueueResult<Vec<Delivery>> {
+            Ok(Vec::new())
+        }
+        async fn ack(&self, _: &Receipt) -> QueueResult<()> {
+            Ok(())
+        }
+        async fn set_visibility(&self, _: &Receipt, _: Duration) -> QueueResult<()> {
+            Ok(())
+        }
+    }
+
+    fn message() -> LaneMessage {
+        let tenant = TenantId::new("t");
+        let key = SessionKey::new("k");
+        LaneMessage {
+            lane: Lane::for_session(&tenant, &key),
+            dedup_id: "r".into(),
+            body: TurnMessage {
+                session_key: Some(key),
+                tenant,
+                run_id: RunId::new("r"),
+            },
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_blip_is_retried_and_a_lasting_outage_is_reported() {
+        let blip = Flaky {
+            failures: Mutex::new(2),
+            calls: Mutex::new(0),
+        };
+        assert_eq!(enqueue_with_retry(&blip, &message()).await, Ok(()));
+        assert_eq!(*blip.calls.lock().unwrap(), 3);
+        let down = Flaky {
+            failures: Mutex::new(9),
+            calls: Mutex::new(0),
+        };
+        assert!(matches!(
+            enqueue_with_retry(&down, &message()).await,
+            Err(QueueError::Unavailable(_))
+        ));
+        assert_eq!(*down.calls.lock().unwrap(), 3);
+    }
 }

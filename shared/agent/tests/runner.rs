@@ -180,6 +180,15 @@ impl Tool for Echo {
     }
 }
 
+/// One tool result of a transcript.
+#[derive(Debug, Clone, PartialEq)]
+struct ToolResultRow {
+    id: String,
+    name: String,
+    content: String,
+    is_error: bool,
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
     store: Arc<dyn Store>,
@@ -292,6 +301,28 @@ impl Fixture {
             .unwrap()
     }
 
+    /// The tool results of the transcript, in order.
+    async fn tool_results(&self) -> Vec<ToolResultRow> {
+        self.transcript()
+            .await
+            .into_iter()
+            .filter_map(|e| match e.message {
+                Message::Tool {
+                    tool_call_id,
+                    name,
+                    content,
+                    is_error,
+                } => Some(ToolResultRow {
+                    id: tool_call_id,
+                    name,
+                    content,
+                    is_error,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
     async fn roles(&self) -> Vec<&'static str> {
         self.transcript()
             .await
@@ -365,17 +396,11 @@ async fn parallel_tool_calls_run_and_results_keep_call_order() {
         f.roles().await,
         vec!["user", "assistant", "tool", "tool", "tool", "assistant"]
     );
-    let t = f.transcript().await;
-    let results: Vec<(String, bool)> = t
-        .iter()
-        .filter_map(|e| match &e.message {
-            Message::Tool {
-                tool_call_id,
-                is_error,
-                ..
-            } => Some((tool_call_id.clone(), *is_error)),
-            _ => None,
-        })
+    let results: Vec<(String, bool)> = f
+        .tool_results()
+        .await
+        .into_iter()
+        .map(|r| (r.id, r.is_error))
         .collect();
     assert_eq!(
         results,
@@ -1038,13 +1063,10 @@ async fn oversized_tool_results_are_capped_and_cut_to_fit_before_the_next_call()
     assert_eq!(run.status, RunStatus::Ok, "{:?}", run.error);
     // persisted results are capped at 30 % of an 8 000-token window (9 600 characters)
     let persisted: Vec<usize> = f
-        .transcript()
+        .tool_results()
         .await
         .iter()
-        .filter_map(|e| match &e.message {
-            Message::Tool { content, .. } => Some(content.chars().count()),
-            _ => None,
-        })
+        .map(|r| r.content.chars().count())
         .collect();
     assert_eq!(persisted.len(), 2);
     assert!(
@@ -1095,18 +1117,10 @@ async fn malformed_and_text_tool_calls_are_normalized_before_they_run() {
     let run = turn(&f, "use the tools").await;
     assert_eq!(run.status, RunStatus::Ok, "{:?}", run.error);
     let results: Vec<(String, bool, String)> = f
-        .transcript()
+        .tool_results()
         .await
-        .iter()
-        .filter_map(|e| match &e.message {
-            Message::Tool {
-                name,
-                is_error,
-                content,
-                ..
-            } => Some((name.clone(), *is_error, content.clone())),
-            _ => None,
-        })
+        .into_iter()
+        .map(|r| (r.name, r.is_error, r.content))
         .collect();
     // the truncated JSON was repaired and ran; the prefixed name was trimmed; the text call was promoted
     assert_eq!(results.len(), 3, "{results:?}");
@@ -1130,17 +1144,10 @@ async fn arguments_that_cannot_be_repaired_get_an_error_result_and_do_not_run() 
     let run = turn(&f, "go").await;
     assert_eq!(run.status, RunStatus::Ok);
     let results: Vec<(String, bool)> = f
-        .transcript()
+        .tool_results()
         .await
-        .iter()
-        .filter_map(|e| match &e.message {
-            Message::Tool {
-                tool_call_id,
-                is_error,
-                ..
-            } => Some((tool_call_id.clone(), *is_error)),
-            _ => None,
-        })
+        .into_iter()
+        .map(|r| (r.id, r.is_error))
         .collect();
     assert_eq!(results, [("c1".into(), true), ("c2".into(), false)]);
     let second = &f.model.requests()[1];
@@ -1244,15 +1251,10 @@ mod with_hooks {
         let run = turn(&f, "go").await;
         assert_eq!(run.status, RunStatus::Ok);
         let results: Vec<(bool, String)> = f
-            .transcript()
+            .tool_results()
             .await
-            .iter()
-            .filter_map(|e| match &e.message {
-                Message::Tool {
-                    is_error, content, ..
-                } => Some((*is_error, content.clone())),
-                _ => None,
-            })
+            .into_iter()
+            .map(|r| (r.is_error, r.content))
             .collect();
         assert_eq!(
             results,

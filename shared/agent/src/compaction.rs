@@ -3,7 +3,7 @@
 
 use crate::failover::CompactionTrigger;
 use crate::models::{Profile, ResolvedModel};
-use crate::tokens::estimate_tokens;
+use crate::tokens::estimate_parts;
 use crate::writer::RunWriter;
 use agentlane_core::{EventStream, Message, StoreError};
 use agentlane_providers::{ModelRequest, StreamAccumulator};
@@ -99,14 +99,7 @@ pub async fn compact(
             "nothing before the current run is left to compact".into()
         ));
     }
-    let before_request = ModelRequest {
-        model: plan.model.model.clone(),
-        system: system.to_owned(),
-        messages: history.clone(),
-        tools: Vec::new(),
-        max_output_tokens: None,
-    };
-    let tokens_before = estimate_tokens(&before_request);
+    let tokens_before = estimate_parts(system, history, &[]);
     writer.event(
         EventStream::Compaction,
         json!({ "phase": "start", "trigger": plan.trigger, "tokensBefore": tokens_before }),
@@ -138,10 +131,7 @@ pub async fn compact(
         tokens_after: 0,
     }];
     compacted.extend(history[plan.run_start..].iter().cloned());
-    let tokens_after = estimate_tokens(&ModelRequest {
-        messages: compacted.clone(),
-        ..before_request
-    });
+    let tokens_after = estimate_parts(system, &compacted, &[]);
     if let Some(Message::Compaction {
         tokens_after: t, ..
     }) = compacted.first_mut()

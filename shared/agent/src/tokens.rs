@@ -2,7 +2,7 @@
 //! against a context window.
 
 use agentlane_core::Message;
-use agentlane_providers::ModelRequest;
+use agentlane_providers::{ModelRequest, ToolSpec};
 
 fn message_chars(m: &Message) -> usize {
     match m {
@@ -27,15 +27,19 @@ fn message_chars(m: &Message) -> usize {
 
 /// Estimated prompt tokens of a request: system prompt, messages and tool schemas.
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {
-    let tools: usize = request
-        .tools
+    estimate_parts(&request.system, &request.messages, &request.tools)
+}
+
+/// The same estimate from borrowed parts (no request needs to be built).
+pub fn estimate_parts(system: &str, messages: &[Message], tools: &[ToolSpec]) -> u64 {
+    let tools: usize = tools
         .iter()
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
         .sum();
-    let chars = request.system.len()
-        + request.messages.iter().map(message_chars).sum::<usize>()
+    let chars = system.len()
+        + messages.iter().map(message_chars).sum::<usize>()
         + tools
-        + 4 * request.messages.len();
+        + 4 * messages.len();
     (chars as u64).div_ceil(4)
 }
 

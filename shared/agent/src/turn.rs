@@ -25,7 +25,7 @@ use crate::normalize::{Change, normalize};
 use crate::precheck::{self, Route};
 use crate::repair::{missing_results, repair_pairing};
 use crate::reply::{is_silent, shape_payloads};
-use crate::tokens::estimate_tokens;
+use crate::tokens::{estimate_parts, estimate_tokens};
 use crate::tool_exec::{ToolRun, run_batch};
 use crate::writer::{Positions, RunWriter};
 use agentlane_core::{
@@ -1099,15 +1099,9 @@ impl Runner {
         stop: &StopSignal,
     ) -> Result<(), StoreError> {
         let system = self.system_prompt(&writer.run);
+        let tools = self.tools.specs();
         let estimate = |h: &[Message]| -> u64 {
-            let request = ModelRequest {
-                model: model.model.clone(),
-                system: system.clone(),
-                messages: h.to_vec(),
-                tools: self.tools.specs(),
-                max_output_tokens: None,
-            };
-            (estimate_tokens(&request) as f64 * precheck::SAFETY_MARGIN) as u64
+            (estimate_parts(&system, h, &tools) as f64 * precheck::SAFETY_MARGIN) as u64
                 + precheck::TOKENS_PER_MESSAGE * h.len() as u64
         };
         let window = model.context_window;
@@ -1163,20 +1157,13 @@ impl Runner {
         let trigger = plan.trigger;
         let ctx = HookContext::for_run(&writer.run);
         if !self.hooks.is_empty() {
-            let request = ModelRequest {
-                model: plan.model.model.clone(),
-                system: system.to_owned(),
-                messages: history.clone(),
-                tools: Vec::new(),
-                max_output_tokens: None,
-            };
             self.hooks
                 .before_compaction(
                     &ctx,
                     CompactionEvent {
                         trigger,
                         messages: history.len(),
-                        estimated_tokens: estimate_tokens(&request),
+                        estimated_tokens: estimate_parts(system, history, &[]),
                     },
                 )
                 .await;

@@ -5,6 +5,7 @@
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
 
 pub mod clock;
+pub mod commit_parts;
 pub mod ids;
 pub mod queue;
 pub mod run;
@@ -14,6 +15,7 @@ pub mod transcript;
 pub mod validate;
 
 pub use clock::{Clock, SystemClock};
+pub use commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
 pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
 pub use run::{

@@ -187,6 +187,22 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> StoreResult<Vec<Event>>;
 
+    /// The seq the run's next event takes: one more than its newest event's, 0 when it has
+    /// none. A resumed pickup numbers its events from here. Adapters should answer with one
+    /// cheap read of the newest event; this default reads them all.
+    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
+        let mut next: u64 = 0;
+        loop {
+            let page = self
+                .read_events(tenant, run_id, next.checked_sub(1), 1000)
+                .await?;
+            match page.last() {
+                Some(last) => next = last.seq + 1,
+                None => return Ok(next),
+            }
+        }
+    }
+
     /// One try: take the lock if it is free or its lease ended before `now`; the fencing token
     /// grows by one with every acquisition. Not reentrant: the same owner gets `Held` too.
     async fn acquire_lock(

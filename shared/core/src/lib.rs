@@ -4,6 +4,7 @@
 //! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
 
+pub mod backoff;
 pub mod clock;
 pub mod commit_parts;
 pub mod ids;

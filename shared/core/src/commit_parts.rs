@@ -33,7 +33,8 @@ impl Commit {
         self.write_count() <= MAX_COMMIT_WRITES && self.payload_bytes() <= MAX_COMMIT_BYTES
     }
 
-    fn payload_bytes(&self) -> usize {
+    /// JSON bytes of the entries and events, as [`fits`](Self::fits) counts them.
+    pub(crate) fn payload_bytes(&self) -> usize {
         self.transcript.iter().map(json_len).sum::<usize>()
             + self.events.iter().map(json_len).sum::<usize>()
     }
@@ -47,12 +48,7 @@ impl Commit {
         if self.fits() {
             return vec![self];
         }
-        let run_id = self.run_id.clone().or_else(|| {
-            self.run
-                .as_ref()
-                .map(|r| r.run_id.clone())
-                .or_else(|| self.transcript.first().map(|e| e.run_id.clone()))
-        });
+        let run_id = self.events_run_id();
         let fresh = || Commit {
             run_id: run_id.clone(),
             ..Commit::default()

@@ -105,6 +105,7 @@ macro_rules! __store_cases {
             case_a_failure_between_parts_loses_nothing,
             case_commit_over_the_limits_is_refused_whole,
             case_oversized_records_are_stored_by_the_size_rule,
+            case_a_turn_too_large_to_store_is_refused,
             case_reset_session_mints_new_id,
             case_reset_session_busy_while_locked,
             case_reset_session_unknown_key_not_found,

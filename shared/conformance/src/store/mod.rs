@@ -40,7 +40,9 @@ pub use reset::{
     case_reset_session_busy_while_locked, case_reset_session_mints_new_id,
     case_reset_session_unknown_key_not_found,
 };
-pub use sizes::case_oversized_records_are_stored_by_the_size_rule;
+pub use sizes::{
+    case_a_turn_too_large_to_store_is_refused, case_oversized_records_are_stored_by_the_size_rule,
+};
 
 use agentlane_core::Store;
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 use super::commit::{locked_run, stored_run};
 use crate::fixtures;
 use agentlane_core::{
-    Commit, Event, EventStream, MAX_RECORD_BYTES, Message, Run, Store, StoreError, TranscriptEntry,
-    record_size,
+    Commit, Event, EventStream, MAX_RECORD_BYTES, Message, NewTurn, Run, Store, StoreError,
+    TranscriptEntry, record_size,
 };
 use std::sync::Arc;
 
@@ -89,4 +89,31 @@ pub async fn case_oversized_records_are_stored_by_the_size_rule(store: Arc<dyn S
         .await
         .expect("read_transcript");
     assert!(after.is_empty(), "{after:?}");
+}
+
+/// A turn whose run record would be over the limit (a huge message) is refused with `TooLarge`
+/// before anything is written: no session, no run.
+pub async fn case_a_turn_too_large_to_store_is_refused(store: Arc<dyn Store>) {
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    let turn = NewTurn {
+        request: fixtures::request(&"m".repeat(MAX_RECORD_BYTES)),
+        ..fixtures::turn(&tenant, &key, now)
+    };
+    let run_id = turn.run_id.clone();
+    let result = store.accept_turn(turn).await;
+    assert!(matches!(result, Err(StoreError::TooLarge(_))), "{result:?}");
+    assert_eq!(
+        store.get_session(&tenant, &key).await.expect("get_session"),
+        None
+    );
+    assert_eq!(
+        store.get_run(&tenant, &run_id).await.expect("get_run"),
+        None
+    );
+    // a turn of ordinary size then goes through
+    fixtures::accept(&store, &tenant, &key, now).await;
 }

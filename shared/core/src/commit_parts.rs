@@ -1,11 +1,12 @@
-//! Limits of one [`Store::commit`](crate::Store::commit) and the split of a larger write into
+//! Limits of one [`commit`](crate::FencedWriter::commit) and the split of a larger write into
 //! parts that each fit.
 //!
 //! Every adapter applies a commit within [`MAX_COMMIT_WRITES`] / [`MAX_COMMIT_BYTES`] atomically
-//! (DynamoDB: one `TransactWriteItems`, which holds at most 100 items and 4 MB). A writer with
-//! more to say splits it with [`Commit::split`]: each part is atomic on its own, and the run
-//! record, the session update and the lock release travel in the last part, so a run is never
-//! marked finished before all its entries are stored.
+//! (DynamoDB: one `TransactWriteItems`, which holds at most 100 items and 4 MB) and refuses a
+//! larger one ([`Commit::check`]); adapters never split. A writer with more to say splits it
+//! with [`Commit::split`]: each part is atomic on its own, and the run record, the session update
+//! and the lock release travel in the last part, so a run is never marked finished before all its
+//! entries are stored.
 
 use crate::store::Commit;
 

@@ -14,7 +14,7 @@
 //! | idempotency | `T#{t}#K#{key}` (`K#h#{sha256}` when > 512 bytes) | `IDEM` | `runId`, `expiresAtMs` (checked), `expiresAt` (TTL) |
 //! | cron job (later) | `T#{t}#J#{jobId}` | `JOB` | `dueBucket`/`dueAt` while enabled |
 //!
-//! - `abortRequested` lives only in its own attribute: the API sets it ([`Store::request_abort`]),
+//! - `abortRequested` lives only in its own attribute: the API sets it ([`TurnIntake::request_abort`]),
 //!   runner commits replace `run` and `status` but never touch it, and reads merge it back.
 //! - Numbers are DynamoDB numbers (ms since the epoch unless named `expiresAt`, which is epoch
 //!   seconds for DynamoDB TTL). TTL deletion is eventual, so idempotency expiry is also checked
@@ -269,5 +269,32 @@ impl SessionLock for DynamoStore {
 impl FencedWriter for DynamoStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.apply_commit(fence, commit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(u64);
+
+    impl Clock for Fixed {
+        fn now_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn store(clock_ms: u64) -> DynamoStore {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version_latest()
+            .build();
+        DynamoStore::new(Client::from_conf(config), "t").with_clock(Arc::new(Fixed(clock_ms)))
+    }
+
+    #[test]
+    fn ttls_follow_the_stores_clock_and_never_precede_the_domain_time() {
+        let keep = Duration::from_secs(60);
+        assert_eq!(store(5_000_000).ttl_epoch_seconds(1_000, keep), 5_000 + 60);
+        assert_eq!(store(1_000).ttl_epoch_seconds(9_000_000, keep), 9_000 + 60);
     }
 }

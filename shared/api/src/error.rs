@@ -133,6 +133,9 @@ impl From<StoreError> for ApiError {
                 "the session is locked by a running turn; retry when it is idle".into(),
             ),
             StoreError::NotFound(_) => ApiError::NotFound("not found".into()),
+            // The store's size rule refused a record (e.g. a run whose request is too large
+            // to store): the message names sizes, never contents.
+            StoreError::TooLarge(detail) => ApiError::PayloadTooLarge(detail),
             StoreError::FenceLost
             | StoreError::Conflict(_)
             | StoreError::Unavailable(_)
@@ -167,6 +170,7 @@ mod tests {
             (StoreError::Unavailable("db".into()), "internal", 500),
             (StoreError::Corrupt("row".into()), "internal", 500),
             (StoreError::FenceLost, "internal", 500),
+            (StoreError::TooLarge("run".into()), "payload_too_large", 413),
         ];
         for (store, code, status) in cases {
             let api = ApiError::from(store);

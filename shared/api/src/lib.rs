@@ -17,7 +17,7 @@ mod wait;
 pub use auth::{ApiKeys, Tenant};
 pub use error::ApiError;
 
-use agentlane_core::{Clock, LaneQueue, Store};
+use agentlane_core::{Clock, HistoryReader, LaneQueue, Store, TurnIntake};
 use axum::Router;
 use axum::routing::{get, post};
 use std::sync::Arc;
@@ -25,7 +25,9 @@ use std::sync::Arc;
 /// Everything the handlers need. Cheap to clone (shared parts sit behind `Arc`s).
 #[derive(Clone)]
 pub struct ApiState {
-    /// Sessions, runs, transcripts, events, idempotency records.
+    /// Sessions, runs, transcripts, events, idempotency records. Handlers use two of its roles
+    /// only, through [`intake`](Self::intake) and [`history`](Self::history): the API never
+    /// takes a session lock nor makes a fenced write.
     pub store: Arc<dyn Store>,
     /// Where accepted turns go, one lane per session.
     pub queue: Arc<dyn LaneQueue>,
@@ -34,6 +36,18 @@ pub struct ApiState {
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     pub config: ApiConfig,
+}
+
+impl ApiState {
+    /// The store's unfenced writes: accepting turns, abort requests, session resets.
+    pub fn intake(&self) -> &dyn TurnIntake {
+        self.store.as_ref()
+    }
+
+    /// The store's reads: runs, sessions, transcripts, events.
+    pub fn history(&self) -> &dyn HistoryReader {
+        self.store.as_ref()
+    }
 }
 
 /// Limits and defaults of the HTTP edge.

@@ -95,7 +95,7 @@ impl Cursor {
     /// Reads the run BEFORE its events: a run seen terminal has all its events written, so an
     /// empty read after it means the stream is complete.
     async fn poll(&self) -> Poll {
-        let store = &self.state.store;
+        let store = self.state.history();
         let run = match store.get_run(&self.tenant, &self.run_id).await {
             Ok(Some(run)) => run,
             Ok(None) => return Poll::Failed("not_found", "the run no longer exists"),

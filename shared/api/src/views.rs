@@ -144,7 +144,7 @@ impl SessionView {
             created_at: session.created_at,
             updated_at: session.updated_at,
             last_progress_at: session.last_progress_at,
-            locked: session.lock_owner.is_some() && session.lock_until >= now,
+            locked: session.lock_is_live(now),
         }
     }
 }

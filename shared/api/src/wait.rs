@@ -2,7 +2,7 @@
 //! deadline passes. Waiting never changes the run.
 
 use crate::error::ApiError;
-use agentlane_core::{Run, RunId, Store, StoreError, TenantId};
+use agentlane_core::{HistoryReader, Run, RunId, StoreError, TenantId};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -14,7 +14,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// The run once terminal, or as last read when `timeout` ends first. `NotFound` when the tenant
 /// has no such run.
 pub async fn wait_for_run(
-    store: &dyn Store,
+    store: &dyn HistoryReader,
     tenant: &TenantId,
     run_id: &RunId,
     timeout: Duration,

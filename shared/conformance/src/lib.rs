@@ -20,8 +20,9 @@
 //!   filtered by lane, so cases sharing a queue would take each other's messages.
 //! - Queue visibilities are whole seconds; messages that became due may take up to 6 s to show
 //!   up. Every `receive` asks for at most 10 messages and waits at most 15 s.
-//! - Commits that carry events always carry the run too, and transcript entries are only written
-//!   to the session's current id, so an adapter may key events by `commit.run`.
+//! - Adapters apply core's commit rules ([`Commit::check`](agentlane_core::Commit::check)): the
+//!   limits, the events-run rule and the size rule are the same everywhere, and the cases hold
+//!   every backend to them.
 //!
 //! This crate is a test suite: a failed call is a failed case, so it unwraps freely.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -89,6 +90,7 @@ macro_rules! __store_cases {
             case_lock_takeover_after_lease_expiry_bumps_fence,
             case_renew_extends_lease_and_stale_renew_fails,
             case_release_then_reacquire,
+            case_lock_of_a_key_without_session_is_not_found,
             case_stale_fence_commit_writes_nothing,
             case_commit_is_atomic_on_seq_conflict,
             case_transcript_order_and_paging,
@@ -96,6 +98,14 @@ macro_rules! __store_cases {
             case_commit_release_lock_frees_lock,
             case_commit_preserves_abort_requested,
             case_commit_applies_session_update,
+            case_events_go_to_the_named_run,
+            case_next_event_seq_follows_the_newest_event,
+            case_commit_cannot_write_another_tenants_run,
+            case_split_commit_lands_whole_with_the_run_last,
+            case_a_failure_between_parts_loses_nothing,
+            case_commit_over_the_limits_is_refused_whole,
+            case_oversized_records_are_stored_by_the_size_rule,
+            case_a_turn_too_large_to_store_is_refused,
             case_reset_session_mints_new_id,
             case_reset_session_busy_while_locked,
             case_reset_session_unknown_key_not_found,

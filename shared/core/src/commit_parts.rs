@@ -1,11 +1,12 @@
-//! Limits of one [`Store::commit`](crate::Store::commit) and the split of a larger write into
+//! Limits of one [`commit`](crate::FencedWriter::commit) and the split of a larger write into
 //! parts that each fit.
 //!
 //! Every adapter applies a commit within [`MAX_COMMIT_WRITES`] / [`MAX_COMMIT_BYTES`] atomically
-//! (DynamoDB: one `TransactWriteItems`, which holds at most 100 items and 4 MB). A writer with
-//! more to say splits it with [`Commit::split`]: each part is atomic on its own, and the run
-//! record, the session update and the lock release travel in the last part, so a run is never
-//! marked finished before all its entries are stored.
+//! (DynamoDB: one `TransactWriteItems`, which holds at most 100 items and 4 MB) and refuses a
+//! larger one ([`Commit::check`]); adapters never split. A writer with more to say splits it
+//! with [`Commit::split`]: each part is atomic on its own, and the run record, the session update
+//! and the lock release travel in the last part, so a run is never marked finished before all its
+//! entries are stored.
 
 use crate::store::Commit;
 
@@ -33,7 +34,8 @@ impl Commit {
         self.write_count() <= MAX_COMMIT_WRITES && self.payload_bytes() <= MAX_COMMIT_BYTES
     }
 
-    fn payload_bytes(&self) -> usize {
+    /// JSON bytes of the entries and events, as [`fits`](Self::fits) counts them.
+    pub(crate) fn payload_bytes(&self) -> usize {
         self.transcript.iter().map(json_len).sum::<usize>()
             + self.events.iter().map(json_len).sum::<usize>()
     }
@@ -47,12 +49,7 @@ impl Commit {
         if self.fits() {
             return vec![self];
         }
-        let run_id = self.run_id.clone().or_else(|| {
-            self.run
-                .as_ref()
-                .map(|r| r.run_id.clone())
-                .or_else(|| self.transcript.first().map(|e| e.run_id.clone()))
-        });
+        let run_id = self.events_run_id();
         let fresh = || Commit {
             run_id: run_id.clone(),
             ..Commit::default()

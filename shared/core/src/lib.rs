@@ -1,5 +1,6 @@
 //! agentlane's domain: the records a turn leaves behind (sessions, runs, transcript entries,
-//! events) and the seams every backend implements: [`Store`], [`LaneQueue`] and [`Clock`].
+//! events) and the seams every backend implements: [`Store`] (the sum of [`TurnIntake`],
+//! [`SessionLock`], [`FencedWriter`] and [`HistoryReader`]), [`LaneQueue`] and [`Clock`].
 //!
 //! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
@@ -9,6 +10,7 @@ pub mod clock;
 pub mod commit_parts;
 pub mod ids;
 pub mod queue;
+pub mod record_size;
 pub mod run;
 pub mod session;
 pub mod store;
@@ -19,10 +21,16 @@ pub use clock::{Clock, SystemClock};
 pub use commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
 pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
+pub use record_size::MAX_RECORD_BYTES;
 pub use run::{
     AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run, RunError, RunStatus,
     TurnRequest, Usage,
 };
 pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
-pub use store::{AcceptOutcome, Commit, NewTurn, Store, StoreError, StoreResult};
+// The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
+// methods directly; a concrete adapter type needs the role's trait in scope.
+pub use store::{
+    AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, Store,
+    StoreError, StoreResult, TurnIntake,
+};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

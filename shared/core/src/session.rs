@@ -42,6 +42,54 @@ pub struct Session {
     pub fence: u64,
 }
 
+impl Session {
+    /// A new session of `key`: idle, no runs yet, unlocked, fence 0. The one constructor every
+    /// adapter uses (see also [`NewTurn::first_session`](crate::NewTurn::first_session)).
+    pub fn new(tenant: TenantId, session_key: SessionKey, session_id: SessionId, now: u64) -> Self {
+        Self {
+            tenant,
+            session_key,
+            session_id,
+            status: SessionStatus::Idle,
+            active_run_id: None,
+            created_at: now,
+            updated_at: now,
+            last_progress_at: None,
+            runs_accepted: 0,
+            runs_finished: 0,
+            generation: 0,
+            lock_owner: None,
+            lock_until: 0,
+            fence: 0,
+        }
+    }
+
+    /// Whether a writer holds the lock at `now`: an owner is set and its lease has not ended
+    /// (`lock_until >= now`). The one liveness rule: a live lock cannot be acquired, and a
+    /// session with a live lock cannot be reset.
+    pub fn lock_is_live(&self, now: u64) -> bool {
+        self.lock_owner.is_some() && self.lock_until >= now
+    }
+
+    /// `Held` by the live holder at `now`; `None` when the lock may be taken.
+    pub fn lock_holder(&self, now: u64) -> Option<LockAttempt> {
+        match &self.lock_owner {
+            Some(owner) if self.lock_is_live(now) => Some(LockAttempt::Held {
+                owner: owner.clone(),
+                until: self.lock_until,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether `fence` is the current lock: the session names its owner and token (whatever the
+    /// lease says: a fenced write is refused only once another writer took the lock or it was
+    /// released).
+    pub fn is_fenced_by(&self, fence: &Fence) -> bool {
+        self.lock_owner.as_deref() == Some(fence.owner.as_str()) && self.fence == fence.token.0
+    }
+}
+
 /// Proof of holding a session's write lock. Pass it to every fenced write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
@@ -70,4 +118,65 @@ pub struct SessionUpdate {
     pub last_progress_at: u64,
     /// Add this to `runs_finished`.
     pub finished_delta: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locked(owner: Option<&str>, until: u64, fence: u64) -> Session {
+        Session {
+            lock_owner: owner.map(str::to_owned),
+            lock_until: until,
+            fence,
+            ..Session::new(
+                TenantId::new("t"),
+                SessionKey::new("k"),
+                SessionId::new("s"),
+                1,
+            )
+        }
+    }
+
+    #[test]
+    fn a_new_session_is_idle_unlocked_and_empty() {
+        let session = locked(None, 0, 0);
+        assert_eq!(session.status, SessionStatus::Idle);
+        assert_eq!((session.runs_accepted, session.generation), (0, 0));
+        assert_eq!((session.created_at, session.updated_at), (1, 1));
+        assert!(!session.lock_is_live(0));
+    }
+
+    #[test]
+    fn a_lock_is_live_through_the_last_ms_of_its_lease() {
+        let session = locked(Some("a"), 100, 3);
+        assert!(session.lock_is_live(99));
+        assert!(session.lock_is_live(100));
+        assert!(!session.lock_is_live(101));
+        assert_eq!(
+            session.lock_holder(100),
+            Some(LockAttempt::Held {
+                owner: "a".into(),
+                until: 100
+            })
+        );
+        assert_eq!(session.lock_holder(101), None);
+        // a released lock (owner cleared) is free whatever the lease said
+        assert!(!locked(None, 100, 3).lock_is_live(50));
+    }
+
+    #[test]
+    fn a_fence_is_current_while_owner_and_token_match() {
+        let session = locked(Some("a"), 100, 3);
+        let fence = |owner: &str, token| Fence {
+            tenant: TenantId::new("t"),
+            session_key: SessionKey::new("k"),
+            owner: owner.into(),
+            token: FencingToken(token),
+        };
+        assert!(session.is_fenced_by(&fence("a", 3)));
+        assert!(!session.is_fenced_by(&fence("a", 2)));
+        assert!(!session.is_fenced_by(&fence("b", 3)));
+        assert!(!locked(None, 0, 3).is_fenced_by(&fence("a", 3)));
+    }
 }

@@ -1,11 +1,11 @@
 //! Unfenced writes from the API edge (accept, abort, reset) and the reads. Each write is one
 //! `IMMEDIATE` transaction.
 
-use crate::error::{Result, int};
+use crate::error::{Result, int, uint};
 use crate::records::{insert_run, load_run, load_session, save_session};
 use agentlane_core::{
     AcceptOutcome, Event, NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionStatus,
-    StoreError, TenantId, TranscriptEntry,
+    StoreError, TenantId, TranscriptEntry, record_size,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -20,13 +20,17 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         });
     }
 
-    let mut session =
-        load_session(&tx, &turn.tenant, &turn.session_key)?.unwrap_or_else(|| new_session(&turn));
-    session.runs_accepted += 1;
-    session.updated_at = session.updated_at.max(turn.now);
+    let session = match load_session(&tx, &turn.tenant, &turn.session_key)? {
+        Some(mut session) => {
+            session.runs_accepted += 1;
+            session.updated_at = session.updated_at.max(turn.now);
+            session
+        }
+        None => turn.first_session(),
+    };
+    let run = turn.queued_run(session.session_id.clone());
+    record_size::check_run(&run)?;
     save_session(&tx, &session)?;
-
-    let run = queued_run(&turn, &session.session_id);
     if !insert_run(&tx, &run)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
     }
@@ -72,29 +76,6 @@ fn live_idempotent_run(
     }
 }
 
-fn new_session(turn: &NewTurn) -> Session {
-    Session {
-        tenant: turn.tenant.clone(),
-        session_key: turn.session_key.clone(),
-        session_id: turn.new_session_id.clone(),
-        status: SessionStatus::Idle,
-        active_run_id: None,
-        created_at: turn.now,
-        updated_at: turn.now,
-        last_progress_at: None,
-        runs_accepted: 0,
-        runs_finished: 0,
-        generation: 0,
-        lock_owner: None,
-        lock_until: 0,
-        fence: 0,
-    }
-}
-
-fn queued_run(turn: &NewTurn, session_id: &SessionId) -> Run {
-    turn.queued_run(session_id.clone())
-}
-
 pub(crate) fn request_abort(
     conn: &mut Connection,
     tenant: &TenantId,
@@ -124,7 +105,7 @@ pub(crate) fn reset_session(
     let Some(mut session) = load_session(&tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {key}")).into());
     };
-    if session.lock_owner.is_some() && session.lock_until >= now {
+    if session.lock_is_live(now) {
         return Err(StoreError::Busy.into());
     }
     session.session_id = new_session_id;
@@ -200,4 +181,12 @@ pub(crate) fn read_events(
         events.push(serde_json::from_str(&body?)?);
     }
     Ok(events)
+}
+
+/// One more than the run's highest event seq, 0 when it has none.
+pub(crate) fn next_event_seq(conn: &Connection, tenant: &TenantId, run_id: &RunId) -> Result<u64> {
+    let max: Option<i64> = conn
+        .prepare_cached("SELECT MAX(seq) FROM events WHERE tenant = ?1 AND run_id = ?2")?
+        .query_row(params![tenant.as_str(), run_id.as_str()], |row| row.get(0))?;
+    Ok(max.map_or(0, |seq| uint(seq) + 1))
 }

@@ -12,8 +12,10 @@
 //!   becomes deliverable again after its timeout, also across restarts. Acked messages are kept
 //!   for [`DEDUP_RETENTION_MS`] so that a re-enqueued dedup id is ignored.
 //!
-//! Transcript entries of a [`Commit`](agentlane_core::Commit) go to the session's current id (the
-//! one the fence guards); events go to the run named by `Commit::run_id` (or its fallbacks).
+//! Commits follow core's rules ([`Commit::check`](agentlane_core::Commit::check)): a commit
+//! over the limits is refused, oversized records are stored cut by the same size rule as on
+//! DynamoDB, transcript entries go to the session's current id (the one the fence guards), and
+//! events to [`Commit::events_run_id`](agentlane_core::Commit::events_run_id).
 
 mod backend;
 mod error;

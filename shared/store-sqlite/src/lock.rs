@@ -21,13 +21,8 @@ pub(crate) fn acquire(
     let Some(mut session) = load_session(&tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {key}")).into());
     };
-    if let Some(holder) = &session.lock_owner
-        && session.lock_until >= now
-    {
-        return Ok(LockAttempt::Held {
-            owner: holder.clone(),
-            until: session.lock_until,
-        });
+    if let Some(held) = session.lock_holder(now) {
+        return Ok(held);
     }
     session.fence += 1;
     session.lock_owner = Some(owner.to_owned());
@@ -60,39 +55,31 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
     Ok(())
 }
 
-/// Applies everything in `commit` or nothing. Transcript entries go to the session's current id
-/// (the one the fence guards); events go to `commit.run`, else to the run of the commit's first
-/// transcript entry, else to the session's active run.
+/// Applies everything in `commit` or nothing, after [`Commit::check`]: transcript entries go to
+/// the session's current id (the one the fence guards), events to the commit's events run.
 pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Result<()> {
+    let commit = commit.check(fence)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut session = fenced_session(&tx, fence)?;
 
-    put_transcript(&tx, &fence.tenant, &session.session_id, &commit.transcript)?;
-    if !commit.events.is_empty() {
-        let run_id = events_run(&commit)?;
-        put_events(&tx, &fence.tenant, &run_id, &commit.events)?;
+    put_transcript(&tx, &fence.tenant, &session.session_id, commit.transcript())?;
+    if let Some(run_id) = commit.events_run() {
+        put_events(&tx, &fence.tenant, run_id, commit.events())?;
     }
-    if let Some(run) = &commit.run {
-        if run.tenant != fence.tenant {
-            return Err(StoreError::Conflict(format!(
-                "run {} belongs to another tenant than the fence",
-                run.run_id
-            ))
-            .into());
-        }
+    if let Some(run) = commit.run() {
         replace_run(&tx, run)?;
     }
-    if let Some(update) = &commit.session {
+    if let Some(update) = commit.session() {
         session.status = update.status;
         session.active_run_id = update.active_run_id.clone();
         session.last_progress_at = Some(update.last_progress_at);
         session.runs_finished += update.finished_delta;
         session.updated_at = session.updated_at.max(update.last_progress_at);
     }
-    if commit.release_lock {
+    if commit.release_lock() {
         unlock(&mut session);
     }
-    if commit.session.is_some() || commit.release_lock {
+    if commit.session().is_some() || commit.release_lock() {
         save_session(&tx, &session)?;
     }
     tx.commit()?;
@@ -103,12 +90,7 @@ pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Re
 fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
     let session = load_session(tx, &fence.tenant, &fence.session_key)?;
     match session {
-        Some(s)
-            if s.lock_owner.as_deref() == Some(fence.owner.as_str())
-                && s.fence == fence.token.0 =>
-        {
-            Ok(s)
-        }
+        Some(s) if s.is_fenced_by(fence) => Ok(s),
         _ => Err(StoreError::FenceLost.into()),
     }
 }
@@ -116,18 +98,6 @@ fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
 fn unlock(session: &mut Session) {
     session.lock_owner = None;
     session.lock_until = 0;
-}
-
-fn events_run(commit: &Commit) -> Result<RunId> {
-    commit
-        .run_id
-        .clone()
-        .or_else(|| commit.run.as_ref().map(|run| run.run_id.clone()))
-        .or_else(|| commit.transcript.first().map(|entry| entry.run_id.clone()))
-        .ok_or_else(|| {
-            StoreError::NotFound("a commit with events must name the run they belong to".into())
-                .into()
-        })
 }
 
 fn put_transcript(

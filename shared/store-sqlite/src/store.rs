@@ -1,38 +1,25 @@
-//! `Store` for `SqliteBackend`: each method hands one transaction to the blocking pool.
+//! The `Store` roles for `SqliteBackend`: each method hands one transaction (or one read) to the
+//! blocking pool.
 
 use crate::backend::SqliteBackend;
 use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, Session, SessionId,
-    SessionKey, Store, StoreResult, TenantId, TranscriptEntry,
+    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
+    RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, TenantId, TranscriptEntry,
+    TurnIntake,
 };
 use async_trait::async_trait;
 
 #[async_trait]
-impl Store for SqliteBackend {
+impl TurnIntake for SqliteBackend {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
         self.with_conn(move |c| ingress::accept_turn(c, turn)).await
-    }
-
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        let (tenant, run_id) = (tenant.clone(), run_id.clone());
-        self.with_conn(move |c| load_run(c, &tenant, &run_id)).await
     }
 
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         let (tenant, run_id) = (tenant.clone(), run_id.clone());
         self.with_conn(move |c| ingress::request_abort(c, &tenant, &run_id))
-            .await
-    }
-
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        let (tenant, key) = (tenant.clone(), key.clone());
-        self.with_conn(move |c| load_session(c, &tenant, &key))
             .await
     }
 
@@ -45,6 +32,24 @@ impl Store for SqliteBackend {
     ) -> StoreResult<Session> {
         let (tenant, key) = (tenant.clone(), key.clone());
         self.with_conn(move |c| ingress::reset_session(c, &tenant, &key, new_session_id, now))
+            .await
+    }
+}
+
+#[async_trait]
+impl HistoryReader for SqliteBackend {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        let (tenant, run_id) = (tenant.clone(), run_id.clone());
+        self.with_conn(move |c| load_run(c, &tenant, &run_id)).await
+    }
+
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        let (tenant, key) = (tenant.clone(), key.clone());
+        self.with_conn(move |c| load_session(c, &tenant, &key))
             .await
     }
 
@@ -72,6 +77,16 @@ impl Store for SqliteBackend {
             .await
     }
 
+    /// `MAX(seq)` over the run's events: one index lookup.
+    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
+        let (tenant, run_id) = (tenant.clone(), run_id.clone());
+        self.with_conn(move |c| ingress::next_event_seq(c, &tenant, &run_id))
+            .await
+    }
+}
+
+#[async_trait]
+impl SessionLock for SqliteBackend {
     async fn acquire_lock(
         &self,
         tenant: &TenantId,
@@ -95,7 +110,10 @@ impl Store for SqliteBackend {
         let fence = fence.clone();
         self.with_conn(move |c| lock::release(c, &fence)).await
     }
+}
 
+#[async_trait]
+impl FencedWriter for SqliteBackend {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let fence = fence.clone();
         self.with_conn(move |c| lock::commit(c, &fence, commit))

@@ -32,7 +32,7 @@ pub async fn submit(
     .await?;
     let turn = validate_agent_body(body, &state.config)?;
     let outcome = state
-        .store
+        .intake()
         .accept_turn(NewTurn {
             tenant: tenant.clone(),
             session_key: turn.session_key,
@@ -107,7 +107,7 @@ pub async fn wait(
         .unwrap_or(state.config.default_wait_ms)
         .min(state.config.max_wait_ms);
     let run = wait_for_run(
-        state.store.as_ref(),
+        state.history(),
         &tenant,
         &run_id,
         Duration::from_millis(timeout_ms),
@@ -116,9 +116,10 @@ pub async fn wait(
     Ok(Json(WaitView::of(&run)))
 }
 
-/// Enqueues, retrying a throttled or unavailable queue twice (100 ms, then 300 ms) before the
-/// client is told. A run whose enqueue still failed stays `queued`; resubmitting with the same
-/// idempotency key enqueues it again.
+/// Enqueues, retrying a throttled or unavailable queue twice (about 100 ms, then 300 ms, each
+/// [jittered](agentlane_core::backoff::jittered) so that ingress instances hit by the same blip
+/// retry apart) before the client is told. A run whose enqueue still failed stays `queued`;
+/// resubmitting with the same idempotency key enqueues it again.
 async fn enqueue_with_retry(
     queue: &dyn agentlane_core::LaneQueue,
     message: &LaneMessage,
@@ -130,8 +131,9 @@ async fn enqueue_with_retry(
                 agentlane_core::QueueError::Throttled(_)
                 | agentlane_core::QueueError::Unavailable(_),
             ) if let Some(pause) = pauses.next() => {
-                tracing::warn!(run_id = %message.body.run_id, pause_ms = pause, "enqueue failed; retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                let pause = agentlane_core::backoff::jittered(Duration::from_millis(pause));
+                tracing::warn!(run_id = %message.body.run_id, pause_ms = pause.as_millis(), "enqueue failed; retrying");
+                tokio::time::sleep(pause).await;
             }
             other => return other,
         }
@@ -194,8 +196,15 @@ mod tests {
             failures: Mutex::new(2),
             calls: Mutex::new(0),
         };
+        let started = tokio::time::Instant::now();
         assert_eq!(enqueue_with_retry(&blip, &message()).await, Ok(()));
         assert_eq!(*blip.calls.lock().unwrap(), 3);
+        // about 100 + 300 ms, each pause spread by ±20 %
+        let paused = started.elapsed();
+        assert!(
+            (Duration::from_millis(320)..=Duration::from_millis(480)).contains(&paused),
+            "{paused:?}"
+        );
         let down = Flaky {
             failures: Mutex::new(9),
             calls: Mutex::new(0),

@@ -34,7 +34,7 @@ pub(crate) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
 
 async fn load_run(state: &ApiState, tenant: &TenantId, id: &RunId) -> Result<Run, ApiError> {
     state
-        .store
+        .history()
         .get_run(tenant, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id}")))
@@ -79,7 +79,7 @@ pub async fn events(
         return Ok(event_stream(state, tenant, id, after).into_response());
     }
     let events = state
-        .store
+        .history()
         .read_events(&tenant, &id, query.after, limit)
         .await?;
     let next = events.last().map(|e| e.seq).or(query.after);
@@ -125,7 +125,7 @@ pub async fn abort(
         return Err(terminal(run.status));
     }
     let run = state
-        .store
+        .intake()
         .request_abort(&tenant, &id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;

@@ -29,7 +29,7 @@ async fn load_session(
     key: &SessionKey,
 ) -> Result<Session, ApiError> {
     state
-        .store
+        .history()
         .get_session(tenant, key)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("session {key}")))
@@ -75,7 +75,7 @@ pub async fn transcript(
         Some(id) => SessionId::new(id),
     };
     let entries = state
-        .store
+        .history()
         .read_transcript(&tenant, &session_id, query.after, limit)
         .await?;
     Ok(Json(TranscriptView {
@@ -109,7 +109,7 @@ pub async fn reset(
     .await?;
     let now = state.clock.now_ms();
     let session = state
-        .store
+        .intake()
         .reset_session(&tenant, &key, SessionId::generate(), now)
         .await
         .map_err(|error| match error {

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 /// How long `ensure_resources` waits for a new table to become active.
 const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Pause between two looks at a table that is not yet ACTIVE.
+const TABLE_ACTIVE_POLL: Duration = Duration::from_millis(250);
 /// Message retention of both queues: SQS's maximum, 14 days.
 const RETENTION_SECS: u32 = 14 * 24 * 3600;
 /// The resources the adapters use.
@@ -187,7 +189,8 @@ async fn create_table_if_absent(
                     "table {table} is not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?}"
                 )));
             }
-            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+            // Jittered, so set-ups started together (a fleet of cold starts) poll apart.
+            _ => tokio::time::sleep(agentlane_core::backoff::jittered(TABLE_ACTIVE_POLL)).await,
         }
     }
 }

@@ -3,10 +3,10 @@
 use super::error::{DdbError, REASON_CONDITION, classify, generic_cancellation, reason_code};
 use super::item::{
     ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID,
-    STATUS, UPDATED_AT, get_str, n, new_session_item, opt_u64, run_json, s, session_from_item,
+    STATUS, UPDATED_AT, get_str, n, opt_u64, run_json, s, session_from_item, session_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
-use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff, ttl_epoch_seconds};
+use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
 use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, SessionId, StoreError, StoreResult};
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
@@ -31,10 +31,6 @@ fn is_live(record: &Item, now: u64) -> bool {
 
 fn build_error(err: BuildError) -> StoreError {
     StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
-}
-
-fn queued_run(turn: &NewTurn, session_id: SessionId) -> Run {
-    turn.queued_run(session_id)
 }
 
 impl DynamoStore {
@@ -62,7 +58,7 @@ impl DynamoStore {
                     (self.count_accepted(&turn, session_pk.clone(), &id)?, id)
                 }
             };
-            let run = queued_run(&turn, session_id);
+            let run = turn.queued_run(session_id);
             let mut writes = Vec::with_capacity(3);
             let idempotency = match &turn.idempotency_key {
                 Some(key) => {
@@ -183,13 +179,7 @@ impl DynamoStore {
     }
 
     fn create_session(&self, turn: &NewTurn, pk: String) -> StoreResult<TransactWriteItem> {
-        let item = new_session_item(
-            pk,
-            &turn.tenant,
-            &turn.session_key,
-            &turn.new_session_id,
-            turn.now,
-        );
+        let item = session_item(pk, &turn.first_session());
         let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -223,7 +213,8 @@ impl DynamoStore {
 
     fn idempotency_put(&self, turn: &NewTurn, key: &str) -> StoreResult<TransactWriteItem> {
         let expires_ms = turn.now.saturating_add(turn.idempotency_ttl_ms);
-        let ttl = ttl_epoch_seconds(turn.now, Duration::from_millis(turn.idempotency_ttl_ms)) + 1;
+        let ttl =
+            self.ttl_epoch_seconds(turn.now, Duration::from_millis(turn.idempotency_ttl_ms)) + 1;
         let item: Item = HashMap::from([
             (PK.to_owned(), s(keys::idempotency_pk(&turn.tenant, key))),
             (SK.to_owned(), s(IDEM_SK)),

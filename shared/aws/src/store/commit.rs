@@ -1,4 +1,6 @@
-//! `commit`: one fenced `TransactWriteItems` (split at 100 items, each part fenced).
+//! `commit`: one fenced `TransactWriteItems` per commit. Core's [`Commit::check`] bounds a
+//! commit to `MAX_COMMIT_WRITES` entries and events, so with the run record and the session item
+//! it stays within DynamoDB's 100 items (and 4 MB); a larger commit is refused, never split here.
 
 use super::error::{DdbError, REASON_CONDITION, generic_cancellation, reason_code};
 use super::item::{
@@ -8,16 +10,19 @@ use super::item::{
 };
 use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
-use super::{CONFLICT_RETRIES, DynamoStore, EVENT_RETENTION, conflict_backoff, ttl_epoch_seconds};
+use super::{CONFLICT_RETRIES, DynamoStore, EVENT_RETENTION, conflict_backoff};
 use agentlane_core::{
-    Commit, Fence, RunId, SessionId, SessionStatus, SessionUpdate, StoreError, StoreResult,
+    CheckedCommit, Commit, Fence, MAX_COMMIT_WRITES, SessionId, SessionStatus, SessionUpdate,
+    StoreError, StoreResult,
 };
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{ConditionCheck, Put, TransactWriteItem, Update};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-/// DynamoDB's limit on items per transaction.
-pub(crate) const MAX_TRANSACTION_ITEMS: usize = 100;
+/// DynamoDB's limit on items per transaction: a commit's entries and events, the run record and
+/// the session item (update or condition check) must fit in one.
+const MAX_TRANSACTION_ITEMS: usize = 100;
+const _: () = assert!(MAX_COMMIT_WRITES + 2 <= MAX_TRANSACTION_ITEMS);
 
 fn build_error(err: BuildError) -> StoreError {
     StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
@@ -29,74 +34,27 @@ struct Write {
     label: String,
 }
 
-/// Refuses a commit naming one seq twice: DynamoDB would reject the whole transaction with a
-/// validation error, and a store must never keep two entries with one seq anyway.
-fn check_distinct_seqs(commit: &Commit) -> StoreResult<()> {
-    let mut seen = HashSet::new();
-    if let Some(entry) = commit.transcript.iter().find(|e| !seen.insert(e.seq)) {
-        return Err(StoreError::Conflict(format!(
-            "transcript seq {} appears twice in one commit",
-            entry.seq
-        )));
-    }
-    let mut seen = HashSet::new();
-    if let Some(event) = commit.events.iter().find(|e| !seen.insert(e.seq)) {
-        return Err(StoreError::Conflict(format!(
-            "event seq {} appears twice in one commit",
-            event.seq
-        )));
-    }
-    Ok(())
-}
-
-/// The run the commit's events belong to.
-fn events_run_id(commit: &Commit) -> StoreResult<Option<RunId>> {
-    if commit.events.is_empty() {
-        return Ok(None);
-    }
-    let from_run = commit.run.as_ref().map(|run| run.run_id.clone());
-    let from_entries = commit.transcript.first().map(|e| e.run_id.clone());
-    commit
-        .run_id
-        .clone()
-        .or(from_run)
-        .or(from_entries)
-        .map(Some)
-        .ok_or_else(|| {
-            StoreError::NotFound("a commit with events must carry the run they belong to".into())
-        })
-}
-
 impl DynamoStore {
     pub(super) async fn apply_commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
-        check_distinct_seqs(&commit)?;
-        let session_id = if commit.transcript.is_empty() {
+        let commit = commit.check(fence)?;
+        let session_id = if commit.transcript().is_empty() {
             None
         } else {
             Some(self.fenced_session_id(fence).await?)
         };
         let writes = self.non_session_writes(fence, &commit, session_id.as_ref())?;
-        let session_write = match (&commit.session, commit.release_lock) {
-            (None, false) => None,
-            (update, release) => {
-                Some(self.session_write(fence, update.as_ref(), release, session_id.as_ref())?)
-            }
-        };
-        let per_part = MAX_TRANSACTION_ITEMS - 1;
-        let parts: Vec<&[Write]> = if writes.is_empty() {
-            vec![&[]]
+        let head = if commit.session().is_some() || commit.release_lock() {
+            self.session_write(
+                fence,
+                commit.session(),
+                commit.release_lock(),
+                session_id.as_ref(),
+            )?
         } else {
-            writes.chunks(per_part).collect()
+            self.session_check(fence, session_id.as_ref())?
         };
-        let last = parts.len() - 1;
-        for (index, part) in parts.into_iter().enumerate() {
-            let head = match (&session_write, index == last) {
-                (Some(update), true) => update.clone(),
-                _ => self.session_check(fence, session_id.as_ref())?,
-            };
-            self.transact_fenced(fence, head, part).await?;
-        }
-        if commit.release_lock {
+        self.transact_fenced(fence, head, &writes).await?;
+        if commit.release_lock() {
             self.forget_fence(fence);
         }
         Ok(())
@@ -248,13 +206,13 @@ impl DynamoStore {
     fn non_session_writes(
         &self,
         fence: &Fence,
-        commit: &Commit,
+        commit: &CheckedCommit,
         session_id: Option<&SessionId>,
     ) -> StoreResult<Vec<Write>> {
         let mut writes = Vec::new();
         if let Some(session_id) = session_id {
             let pk = keys::transcript_pk(&fence.tenant, session_id);
-            for entry in &commit.transcript {
+            for entry in commit.transcript() {
                 let item = HashMap::from([
                     (PK.to_owned(), s(pk.clone())),
                     (SK.to_owned(), s(keys::entry_sk(entry.seq))),
@@ -268,10 +226,10 @@ impl DynamoStore {
                 });
             }
         }
-        if let Some(run_id) = events_run_id(commit)? {
-            let pk = keys::run_pk(&fence.tenant, &run_id);
-            for event in &commit.events {
-                let expires = ttl_epoch_seconds(event.ts, EVENT_RETENTION);
+        if let Some(run_id) = commit.events_run() {
+            let pk = keys::run_pk(&fence.tenant, run_id);
+            for event in commit.events() {
+                let expires = self.ttl_epoch_seconds(event.ts, EVENT_RETENTION);
                 let item = HashMap::from([
                     (PK.to_owned(), s(pk.clone())),
                     (SK.to_owned(), s(keys::event_sk(event.seq))),
@@ -285,7 +243,7 @@ impl DynamoStore {
                 });
             }
         }
-        if let Some(run) = &commit.run {
+        if let Some(run) = commit.run() {
             // Replaces the run but never `abortRequested`: only the API sets that.
             let update = Update::builder()
                 .table_name(&self.table)
@@ -316,71 +274,5 @@ impl DynamoStore {
             .build()
             .map_err(build_error)?;
         Ok(TransactWriteItem::builder().put(put).build())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use agentlane_core::{Event, EventStream, Message, TranscriptEntry};
-
-    fn entry(seq: u64) -> TranscriptEntry {
-        TranscriptEntry {
-            seq,
-            run_id: RunId::new("run_1"),
-            ts: 1,
-            message: Message::user("hi"),
-        }
-    }
-
-    fn event(seq: u64) -> Event {
-        Event {
-            seq,
-            stream: EventStream::Lifecycle,
-            ts: 1,
-            data: serde_json::json!({}),
-        }
-    }
-
-    #[test]
-    fn a_seq_named_twice_is_a_conflict() {
-        let commit = Commit {
-            transcript: vec![entry(1), entry(2), entry(1)],
-            ..Commit::default()
-        };
-        assert!(matches!(
-            check_distinct_seqs(&commit),
-            Err(StoreError::Conflict(_))
-        ));
-        let commit = Commit {
-            events: vec![event(3), event(3)],
-            ..Commit::default()
-        };
-        assert!(matches!(
-            check_distinct_seqs(&commit),
-            Err(StoreError::Conflict(_))
-        ));
-        let commit = Commit {
-            transcript: vec![entry(1)],
-            events: vec![event(1)],
-            ..Commit::default()
-        };
-        assert_eq!(check_distinct_seqs(&commit), Ok(()));
-    }
-
-    #[test]
-    fn events_need_a_run_to_belong_to() {
-        let lone = Commit {
-            events: vec![event(1)],
-            ..Commit::default()
-        };
-        assert!(matches!(events_run_id(&lone), Err(StoreError::NotFound(_))));
-        let with_entry = Commit {
-            events: vec![event(1)],
-            transcript: vec![entry(1)],
-            ..Commit::default()
-        };
-        assert_eq!(events_run_id(&with_entry), Ok(Some(RunId::new("run_1"))));
-        assert_eq!(events_run_id(&Commit::default()), Ok(None));
     }
 }

@@ -1,8 +1,8 @@
 //! Conversions between domain records and DynamoDB items, and the attribute names they use.
 
 use agentlane_core::{
-    Event, Message, Run, RunId, Session, SessionId, SessionKey, SessionStatus, StoreError,
-    StoreResult, TenantId, TranscriptEntry,
+    Event, Run, RunId, Session, SessionId, SessionKey, SessionStatus, StoreError, StoreResult,
+    TenantId, TranscriptEntry, record_size,
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -45,9 +45,6 @@ pub(crate) const RUN_ID: &str = "runId";
 pub(crate) const EXPIRES_AT: &str = "expiresAt";
 /// Exact idempotency expiry (ms), checked in conditions: TTL deletion is only eventual.
 pub(crate) const EXPIRES_AT_MS: &str = "expiresAtMs";
-
-/// Largest transcript entry / event JSON kept verbatim; DynamoDB items are capped at 400 KB.
-pub(crate) const MAX_RECORD_JSON_BYTES: usize = 350_000;
 
 pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -102,29 +99,39 @@ pub(crate) fn status_str(status: SessionStatus) -> &'static str {
     }
 }
 
-/// A brand-new session item (no lock, fence 0).
-pub(crate) fn new_session_item(
-    pk: String,
-    tenant: &TenantId,
-    key: &SessionKey,
-    session_id: &SessionId,
-    now: u64,
-) -> Item {
-    HashMap::from([
+/// The whole session as an item under `pk` (used to create one: [`Session::new`] and
+/// [`NewTurn::first_session`](agentlane_core::NewTurn::first_session) decide its fields).
+pub(crate) fn session_item(pk: String, session: &Session) -> Item {
+    let mut item = HashMap::from([
         (super::keys::PK.to_owned(), s(pk)),
         (super::keys::SK.to_owned(), s(super::keys::SESSION_SK)),
-        (TENANT.to_owned(), s(tenant.as_str())),
-        (SESSION_KEY.to_owned(), s(key.as_str())),
-        (SESSION_ID.to_owned(), s(session_id.as_str())),
-        (STATUS.to_owned(), s(status_str(SessionStatus::Idle))),
-        (CREATED_AT.to_owned(), n(now)),
-        (UPDATED_AT.to_owned(), n(now)),
-        (RUNS_ACCEPTED.to_owned(), n(1)),
-        (RUNS_FINISHED.to_owned(), n(0)),
-        (GENERATION.to_owned(), n(0)),
-        (LOCK_UNTIL.to_owned(), n(0)),
-        (FENCE.to_owned(), n(0)),
-    ])
+        (TENANT.to_owned(), s(session.tenant.as_str())),
+        (SESSION_KEY.to_owned(), s(session.session_key.as_str())),
+        (SESSION_ID.to_owned(), s(session.session_id.as_str())),
+        (STATUS.to_owned(), s(status_str(session.status))),
+        (CREATED_AT.to_owned(), n(session.created_at)),
+        (UPDATED_AT.to_owned(), n(session.updated_at)),
+        (RUNS_ACCEPTED.to_owned(), n(session.runs_accepted)),
+        (RUNS_FINISHED.to_owned(), n(session.runs_finished)),
+        (GENERATION.to_owned(), n(session.generation)),
+        (LOCK_UNTIL.to_owned(), n(session.lock_until)),
+        (FENCE.to_owned(), n(session.fence)),
+    ]);
+    if let Some(run_id) = &session.active_run_id {
+        item.insert(ACTIVE_RUN_ID.to_owned(), s(run_id.as_str()));
+    }
+    if let Some(at) = session.last_progress_at {
+        item.insert(LAST_PROGRESS_AT.to_owned(), n(at));
+    }
+    if let Some(owner) = &session.lock_owner {
+        item.insert(LOCK_OWNER.to_owned(), s(owner.as_str()));
+    }
+    if session.status == SessionStatus::Processing {
+        item.insert(PROC_PK.to_owned(), s(PROC_PK_VALUE));
+        let at = session.last_progress_at.unwrap_or(session.updated_at);
+        item.insert(PROC_AT.to_owned(), n(at));
+    }
+    item
 }
 
 pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
@@ -151,18 +158,11 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
     })
 }
 
-/// The run as JSON. A run too large for one item is refused up front (a permanent failure),
-/// rather than sent and rejected by DynamoDB with an error that would look transient.
+/// The run as JSON, after core's size rule (a run over `MAX_RECORD_BYTES` is refused up front,
+/// rather than sent and rejected by DynamoDB with an error that would look transient).
 pub(crate) fn run_json(run: &Run) -> StoreResult<String> {
-    let json = to_json(run)?;
-    if json.len() > MAX_RECORD_JSON_BYTES {
-        return Err(StoreError::Corrupt(format!(
-            "run {} is {} bytes as JSON; DynamoDB items are capped at 400 KB",
-            run.run_id,
-            json.len()
-        )));
-    }
-    Ok(json)
+    record_size::check_run(run)?;
+    to_json(run)
 }
 
 /// The run JSON with the `abortRequested` attribute merged back: that attribute is the only
@@ -174,61 +174,14 @@ pub(crate) fn run_from_item(item: &Item) -> StoreResult<Run> {
     Ok(run)
 }
 
-/// The entry as JSON, with its message content cut (and marked) when it would not fit an item.
+/// The entry as JSON (a checked commit's entries are already within `MAX_RECORD_BYTES`).
 pub(crate) fn entry_json(entry: &TranscriptEntry) -> StoreResult<String> {
-    let json = to_json(entry)?;
-    if json.len() <= MAX_RECORD_JSON_BYTES {
-        return Ok(json);
-    }
-    let mut cut = entry.clone();
-    let excess = json.len() - MAX_RECORD_JSON_BYTES;
-    let content = match &mut cut.message {
-        Message::User { content }
-        | Message::Assistant { content, .. }
-        | Message::Tool { content, .. }
-        | Message::Compaction {
-            summary: content, ..
-        } => content,
-    };
-    truncate_with_marker(content, excess);
-    let json = to_json(&cut)?;
-    if json.len() > MAX_RECORD_JSON_BYTES {
-        // Only possible when something other than the content (reasoning, tool-call arguments)
-        // is huge; DynamoDB would refuse the item anyway.
-        return Err(StoreError::Corrupt(format!(
-            "transcript entry {} is {} bytes even with its content truncated",
-            entry.seq,
-            json.len()
-        )));
-    }
-    Ok(json)
+    to_json(entry)
 }
 
-/// Removes at least `excess` bytes (plus room for the marker) from the end of `content` and
-/// appends a marker saying how much was cut. Removing a raw byte removes at least one JSON byte,
-/// so one cut is enough.
-fn truncate_with_marker(content: &mut String, excess: usize) {
-    const MARKER_ROOM: usize = 96;
-    let mut keep = content.len().saturating_sub(excess + MARKER_ROOM);
-    while !content.is_char_boundary(keep) {
-        keep -= 1;
-    }
-    let omitted = content.len() - keep;
-    content.truncate(keep);
-    content.push_str(&format!(
-        "\n[agentlane: {omitted} bytes truncated to fit the store's item size limit]"
-    ));
-}
-
-/// The event as JSON; an oversized `data` is replaced by a note of its size.
+/// The event as JSON (a checked commit's events are already within `MAX_RECORD_BYTES`).
 pub(crate) fn event_json(event: &Event) -> StoreResult<String> {
-    let json = to_json(event)?;
-    if json.len() <= MAX_RECORD_JSON_BYTES {
-        return Ok(json);
-    }
-    let mut cut = event.clone();
-    cut.data = serde_json::json!({ "truncated": true, "bytes": json.len() });
-    to_json(&cut)
+    to_json(event)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
@@ -249,105 +202,56 @@ pub(crate) fn event_from_item(item: &Item) -> StoreResult<Event> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentlane_core::EventStream;
 
-    fn tool_entry(content: String) -> TranscriptEntry {
-        TranscriptEntry {
-            seq: 4,
-            run_id: RunId::new("run_1"),
-            ts: 10,
-            message: Message::Tool {
-                tool_call_id: "c1".into(),
-                name: "fetch".into(),
-                content,
-                is_error: false,
-            },
-        }
+    fn session() -> Session {
+        Session::new(
+            TenantId::new("t"),
+            SessionKey::new("k"),
+            SessionId::new("s1"),
+            42,
+        )
     }
 
     #[test]
-    fn small_entries_are_stored_verbatim() {
-        let entry = tool_entry("hello".into());
-        let json = entry_json(&entry).unwrap();
-        let back: TranscriptEntry = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, entry);
+    fn a_new_session_item_decodes_to_the_same_session() {
+        let new = session();
+        assert_eq!(
+            session_from_item(&session_item("pk".into(), &new)).unwrap(),
+            new
+        );
     }
 
     #[test]
-    fn oversized_tool_results_are_truncated_with_a_marker() {
-        // Multi-byte characters and characters JSON escapes, so the cut must respect both.
-        let content = "é\"".repeat(200_000);
-        let json = entry_json(&tool_entry(content.clone())).unwrap();
-        assert!(json.len() <= MAX_RECORD_JSON_BYTES, "{}", json.len());
-        let back: TranscriptEntry = serde_json::from_str(&json).unwrap();
-        let Message::Tool { content: kept, .. } = back.message else {
-            panic!("not a tool message")
+    fn every_session_field_survives_the_item() {
+        let busy = Session {
+            status: SessionStatus::Processing,
+            active_run_id: Some(RunId::new("run_1")),
+            last_progress_at: Some(50),
+            runs_accepted: 3,
+            runs_finished: 2,
+            generation: 1,
+            lock_owner: Some("runner".into()),
+            lock_until: 99,
+            fence: 7,
+            ..session()
         };
-        let (prefix, marker) = kept.rsplit_once('\n').unwrap();
-        assert!(content.starts_with(prefix));
-        assert!(marker.starts_with("[agentlane: "), "{marker}");
-        assert!(marker.contains("bytes truncated"), "{marker}");
-        assert_eq!(back.seq, 4);
-    }
-
-    #[test]
-    fn oversized_event_data_is_replaced_by_its_size() {
-        let event = Event {
-            seq: 1,
-            stream: EventStream::Tool,
-            ts: 5,
-            data: serde_json::json!({ "blob": "x".repeat(400_000) }),
-        };
-        let back: Event = serde_json::from_str(&event_json(&event).unwrap()).unwrap();
-        assert_eq!(back.data["truncated"], serde_json::json!(true));
-        assert_eq!(back.seq, 1);
+        let item = session_item("pk".into(), &busy);
+        assert_eq!(session_from_item(&item).unwrap(), busy);
+        assert_eq!(item[PROC_PK], s(PROC_PK_VALUE));
+        assert_eq!(item[PROC_AT], n(50));
+        assert!(!session_item("pk".into(), &session()).contains_key(PROC_PK));
     }
 
     #[test]
     fn a_run_too_large_for_an_item_is_refused_as_permanent() {
-        let item = new_session_item(
-            "pk".into(),
-            &TenantId::new("t"),
-            &SessionKey::new("k"),
-            &SessionId::new("s"),
-            1,
-        );
-        let session = session_from_item(&item).unwrap();
         let run: Run = serde_json::from_value(serde_json::json!({
-            "runId": "run_1", "tenant": "t", "sessionKey": "k", "sessionId": session.session_id,
+            "runId": "run_1", "tenant": "t", "sessionKey": "k", "sessionId": "s",
             "status": "running", "livenessState": "working",
             "request": { "message": "x".repeat(400_000) }, "acceptedAt": 1
         }))
         .unwrap();
         let err = run_json(&run).unwrap_err();
-        assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+        assert!(matches!(err, StoreError::TooLarge(_)), "{err:?}");
         assert!(!err.is_transient());
-    }
-
-    #[test]
-    fn a_new_session_item_decodes_to_an_idle_unlocked_session() {
-        let tenant = TenantId::new("t");
-        let key = SessionKey::new("k");
-        let item = new_session_item("pk".into(), &tenant, &key, &SessionId::new("s1"), 42);
-        let session = session_from_item(&item).unwrap();
-        assert_eq!(
-            session,
-            Session {
-                tenant,
-                session_key: key,
-                session_id: SessionId::new("s1"),
-                status: SessionStatus::Idle,
-                active_run_id: None,
-                created_at: 42,
-                updated_at: 42,
-                last_progress_at: None,
-                runs_accepted: 1,
-                runs_finished: 0,
-                generation: 0,
-                lock_owner: None,
-                lock_until: 0,
-                fence: 0,
-            }
-        );
     }
 }

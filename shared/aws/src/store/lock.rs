@@ -3,8 +3,8 @@
 
 use super::error::DdbError;
 use super::item::{
-    ACTIVE_RUN_ID, FENCE, GENERATION, Item, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, SESSION_ID,
-    STATUS, UPDATED_AT, get_str, n, opt_str, opt_u64, s, session_from_item, status_str,
+    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, SESSION_ID, STATUS,
+    UPDATED_AT, n, s, session_from_item, status_str,
 };
 use super::keys::{self, PK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
@@ -15,32 +15,11 @@ use agentlane_core::{
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-/// The lock is free, or its lease ended before `:now`.
+/// Core's liveness rule ([`Session::lock_is_live`]) negated, as a DynamoDB condition: no owner,
+/// or a lease that ended before `:now`.
 const LOCK_IS_FREE: &str = "attribute_not_exists(lockOwner) OR lockUntil < :now";
-/// The fence held by the caller is still the current one.
+/// Core's fence rule ([`Session::is_fenced_by`]) as a DynamoDB condition.
 pub(super) const FENCE_IS_CURRENT: &str = "lockOwner = :me AND fence = :f";
-
-/// What an acquire try learned from the session item as it was.
-enum Refusal {
-    Held {
-        owner: String,
-        until: u64,
-    },
-    /// The lock looked free: it changed between our write and our read; try again.
-    Raced,
-}
-
-fn refusal(old: &Item, now: u64) -> StoreResult<Refusal> {
-    let owner = opt_str(old, LOCK_OWNER)?;
-    let until = opt_u64(old, LOCK_UNTIL)?.unwrap_or(0);
-    Ok(match owner {
-        Some(owner) if until >= now => Refusal::Held {
-            owner: owner.to_owned(),
-            until,
-        },
-        _ => Refusal::Raced,
-    })
-}
 
 impl DynamoStore {
     fn session_update(&self, tenant: &TenantId, key: &SessionKey) -> UpdateItemFluentBuilder {
@@ -113,9 +92,10 @@ impl DynamoStore {
                     other => return Err(other.into_store_error("acquire_lock")),
                 },
             };
-            match refusal(&old, now)? {
-                Refusal::Held { owner, until } => return Ok(LockAttempt::Held { owner, until }),
-                Refusal::Raced => conflict_backoff(attempt).await,
+            match session_from_item(&old)?.lock_holder(now) {
+                Some(held) => return Ok(held),
+                // The lock looked free: it changed between our write and our read; try again.
+                None => conflict_backoff(attempt).await,
             }
         }
         Err(StoreError::Busy)
@@ -242,13 +222,11 @@ impl DynamoStore {
             )
             .await?
             .ok_or(StoreError::FenceLost)?;
-        let current = opt_str(&item, LOCK_OWNER)? == Some(fence.owner.as_str())
-            && opt_u64(&item, FENCE)? == Some(fence.token.0);
-        if !current {
+        let session = session_from_item(&item)?;
+        if !session.is_fenced_by(fence) {
             return Err(StoreError::FenceLost);
         }
-        let id = SessionId::new(get_str(&item, SESSION_ID)?);
-        self.remember_fence(fence, id.clone());
-        Ok(id)
+        self.remember_fence(fence, session.session_id.clone());
+        Ok(session.session_id)
     }
 }

@@ -14,13 +14,15 @@
 //! | idempotency | `T#{t}#K#{key}` (`K#h#{sha256}` when > 512 bytes) | `IDEM` | `runId`, `expiresAtMs` (checked), `expiresAt` (TTL) |
 //! | cron job (later) | `T#{t}#J#{jobId}` | `JOB` | `dueBucket`/`dueAt` while enabled |
 //!
-//! - `abortRequested` lives only in its own attribute: the API sets it ([`Store::request_abort`]),
+//! - `abortRequested` lives only in its own attribute: the API sets it ([`TurnIntake::request_abort`]),
 //!   runner commits replace `run` and `status` but never touch it, and reads merge it back.
 //! - Numbers are DynamoDB numbers (ms since the epoch unless named `expiresAt`, which is epoch
 //!   seconds for DynamoDB TTL). TTL deletion is eventual, so idempotency expiry is also checked
 //!   in the condition (`expiresAtMs < :now`).
-//! - Transcript entries / events whose JSON would exceed ~350 KB (items are capped at 400 KB) are
-//!   stored with their message content truncated and marked / their `data` replaced by a size note.
+//! - Record sizes follow core's one rule ([`agentlane_core::record_size`]), the same as on the
+//!   embedded store: entries / events over `MAX_RECORD_BYTES` (items are capped at 400 KB) are
+//!   stored with their text cut and marked / their `data` replaced by a size note; a run record
+//!   over it is refused.
 //! - Event keys sort correctly up to 10^8 events per run, entry keys up to 10^12 per session.
 //!
 //! Global secondary indexes (both sparse, projection ALL):
@@ -41,9 +43,12 @@
 //! - Locks: conditional `UpdateItem`s on the session item (`fence = fence + 1` on acquire).
 //! - `commit`: one `TransactWriteItems` with the session condition `lockOwner = :me AND fence =
 //!   :f` (a `ConditionCheck`, or folded into the session `Update` when the commit changes the
-//!   session) plus `attribute_not_exists(SK)` puts and the run update. Above 100 items it is split
-//!   into transactions of at most 100, each carrying the session condition; atomicity then holds
-//!   per transaction only.
+//!   session) plus `attribute_not_exists(SK)` puts and the run update. Core's
+//!   [`Commit::check`](agentlane_core::Commit::check) keeps it within 100 items; a larger commit is
+//!   refused (`TooLarge`), never split: the writer splits with `Commit::split`, so every commit is
+//!   atomic.
+//! - `next_event_seq`: one `Query` of the run's partition, `SK` beginning with `V#`, newest first,
+//!   `Limit = 1`, projecting `seq`.
 
 mod accept;
 mod commit;
@@ -54,8 +59,9 @@ mod lock;
 mod read;
 
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, Session, SessionId,
-    SessionKey, Store, StoreResult, TenantId, TranscriptEntry,
+    AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn,
+    Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, SystemClock, TenantId,
+    TranscriptEntry, TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -78,10 +84,12 @@ const CONFLICT_RETRIES: u32 = 5;
 const MAX_REMEMBERED_FENCES: usize = 10_000;
 
 /// The DynamoDB `Store`. Cheap to clone; clones share the client.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DynamoStore {
     client: Client,
     table: String,
+    /// Wall time for TTL attributes (domain times come with each call).
+    clock: Arc<dyn Clock>,
     /// `(session PK, fencing token)` → the session id when the lock was taken. A session id only
     /// changes through a reset, which needs a free lock and clears the owner, so it is fixed for
     /// as long as a fence is current; commits then need no extra read to find the transcript.
@@ -94,8 +102,15 @@ impl DynamoStore {
         Self {
             client,
             table: table.into(),
+            clock: Arc::new(SystemClock),
             fence_sessions: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// The same store reading wall time (for TTL attributes) from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The table this store writes to.
@@ -138,30 +153,54 @@ impl DynamoStore {
     }
 }
 
-/// Back-off before retrying after a transaction conflict: 10, 20, 40, … ms.
-async fn conflict_backoff(attempt: u32) {
-    tokio::time::sleep(Duration::from_millis(10u64 << attempt.min(6))).await;
+impl std::fmt::Debug for DynamoStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoStore")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
 }
 
-/// Wall-clock epoch seconds for TTL attributes, never earlier than the domain time `now_ms`
-/// (tests may run on a fake clock; TTL deletion is storage retention, not domain time).
-fn ttl_epoch_seconds(now_ms: u64, keep: Duration) -> u64 {
-    let wall = agentlane_core::Clock::now_ms(&agentlane_core::SystemClock);
-    wall.max(now_ms) / 1000 + keep.as_secs()
+/// Back-off before retrying after a transaction conflict: about 10, 20, 40, … ms, each spread by
+/// [`backoff::jittered`] so writers that collided do not collide again.
+async fn conflict_backoff(attempt: u32) {
+    let delay = Duration::from_millis(10u64 << attempt.min(6));
+    tokio::time::sleep(backoff::jittered(delay)).await;
+}
+
+impl DynamoStore {
+    /// Epoch seconds for TTL attributes: wall time, never earlier than the domain time `now_ms`
+    /// (tests may run on a fake clock; TTL deletion is storage retention, not domain time).
+    fn ttl_epoch_seconds(&self, now_ms: u64, keep: Duration) -> u64 {
+        self.clock.now_ms().max(now_ms) / 1000 + keep.as_secs()
+    }
 }
 
 #[async_trait]
-impl Store for DynamoStore {
+impl TurnIntake for DynamoStore {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
         self.accept(turn).await
     }
 
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.load_run(tenant, run_id).await
-    }
-
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.set_abort_requested(tenant, run_id).await
+    }
+
+    async fn reset_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.reset(tenant, key, new_session_id, now).await
+    }
+}
+
+#[async_trait]
+impl HistoryReader for DynamoStore {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.load_run(tenant, run_id).await
     }
 
     async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
@@ -174,16 +213,6 @@ impl Store for DynamoStore {
         key: &SessionKey,
     ) -> StoreResult<Option<Session>> {
         self.load_session(tenant, key).await
-    }
-
-    async fn reset_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        new_session_id: SessionId,
-        now: u64,
-    ) -> StoreResult<Session> {
-        self.reset(tenant, key, new_session_id, now).await
     }
 
     async fn read_transcript(
@@ -207,6 +236,15 @@ impl Store for DynamoStore {
         self.query_events(tenant, run_id, after, limit).await
     }
 
+    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
+        self.newest_event_seq(tenant, run_id)
+            .await
+            .map(|newest| newest.map_or(0, |seq| seq + 1))
+    }
+}
+
+#[async_trait]
+impl SessionLock for DynamoStore {
     async fn acquire_lock(
         &self,
         tenant: &TenantId,
@@ -225,8 +263,38 @@ impl Store for DynamoStore {
     async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
         self.release(fence).await
     }
+}
 
+#[async_trait]
+impl FencedWriter for DynamoStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.apply_commit(fence, commit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(u64);
+
+    impl Clock for Fixed {
+        fn now_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn store(clock_ms: u64) -> DynamoStore {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version_latest()
+            .build();
+        DynamoStore::new(Client::from_conf(config), "t").with_clock(Arc::new(Fixed(clock_ms)))
+    }
+
+    #[test]
+    fn ttls_follow_the_stores_clock_and_never_precede_the_domain_time() {
+        let keep = Duration::from_secs(60);
+        assert_eq!(store(5_000_000).ttl_epoch_seconds(1_000, keep), 5_000 + 60);
+        assert_eq!(store(1_000).ttl_epoch_seconds(9_000_000, keep), 9_000 + 60);
     }
 }

@@ -3,7 +3,8 @@
 use super::DynamoStore;
 use super::error::{DdbError, classify};
 use super::item::{
-    ABORT_REQUESTED, Item, entry_from_item, event_from_item, run_from_item, session_from_item,
+    ABORT_REQUESTED, Item, SEQ, entry_from_item, event_from_item, get_u64, run_from_item,
+    session_from_item,
 };
 use super::keys::{
     self, ENTRY_PREFIX, EVENT_PREFIX, PK, RUN_SK, SESSION_SK, SK, after_bound, entry_sk, event_sk,
@@ -131,6 +132,35 @@ impl DynamoStore {
             .query_after(keys::run_pk(tenant, run_id), after, limit)
             .await?;
         items.iter().map(event_from_item).collect()
+    }
+
+    /// The seq of the run's newest event, `None` when it has none: one query of the run's
+    /// partition, event keys only, newest first, one item, only `seq` projected.
+    pub(super) async fn newest_event_seq(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<Option<u64>> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :events)"))
+            .expression_attribute_values(":pk", AttributeValue::S(keys::run_pk(tenant, run_id)))
+            .expression_attribute_values(":events", AttributeValue::S(EVENT_PREFIX.to_owned()))
+            .projection_expression("#seq")
+            .expression_attribute_names("#seq", SEQ)
+            .consistent_read(true)
+            .scan_index_forward(false)
+            .limit(1)
+            .send()
+            .await
+            .map_err(classify)?;
+        out.items
+            .unwrap_or_default()
+            .first()
+            .map(|item| get_u64(item, SEQ))
+            .transpose()
     }
 
     /// Items of partition `pk` with `SK > after`, ascending, at most `limit` (following pages

@@ -7,17 +7,18 @@ use agentlane_core::{
 };
 use std::sync::Arc;
 
-const LEASE_MS: u64 = 30_000;
+pub(crate) const LEASE_MS: u64 = 30_000;
 
 /// A session with one queued run, locked by `runner-a`.
-async fn locked_run(store: &Arc<dyn Store>, now: u64) -> (Run, Fence) {
+pub(crate) async fn locked_run(store: &Arc<dyn Store>, now: u64) -> (Run, Fence) {
     let (tenant, key) = (fixtures::tenant(), fixtures::session_key());
     let run = fixtures::accept(store, &tenant, &key, now).await;
     let fence = fixtures::lock(store, &tenant, &key, "runner-a", LEASE_MS, now).await;
     (run, fence)
 }
 
-async fn stored_run(store: &Arc<dyn Store>, run: &Run) -> Run {
+/// The run as stored now.
+pub(crate) async fn stored_run(store: &Arc<dyn Store>, run: &Run) -> Run {
     store
         .get_run(&run.tenant, &run.run_id)
         .await
@@ -26,7 +27,7 @@ async fn stored_run(store: &Arc<dyn Store>, run: &Run) -> Run {
 }
 
 /// `run` finished `ok` with a reply.
-fn finished(run: &Run, now: u64) -> Run {
+pub(crate) fn finished(run: &Run, now: u64) -> Run {
     Run {
         status: RunStatus::Ok,
         ended_at: Some(now),

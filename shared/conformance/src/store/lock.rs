@@ -212,3 +212,17 @@ pub async fn case_release_then_reacquire(store: Arc<dyn Store>) {
         Err(StoreError::FenceLost)
     );
 }
+
+/// Locking a key that has no session is `NotFound` (a runner then drops the message).
+pub async fn case_lock_of_a_key_without_session_is_not_found(store: Arc<dyn Store>) {
+    let result = store
+        .acquire_lock(
+            &fixtures::tenant(),
+            &fixtures::session_key(),
+            "runner",
+            LEASE_MS,
+            fixtures::wall_ms(),
+        )
+        .await;
+    assert!(matches!(result, Err(StoreError::NotFound(_))), "{result:?}");
+}

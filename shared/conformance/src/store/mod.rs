@@ -3,8 +3,11 @@
 
 mod accept;
 mod commit;
+mod events;
 mod lock;
+mod parts;
 mod reset;
+mod sizes;
 
 pub use accept::{
     case_abort_requested_reads_the_flag, case_accept_turn_creates_session_and_queued_run,
@@ -18,15 +21,27 @@ pub use commit::{
     case_events_order_and_paging, case_stale_fence_commit_writes_nothing,
     case_transcript_order_and_paging,
 };
+pub use events::{
+    case_commit_cannot_write_another_tenants_run, case_events_go_to_the_named_run,
+    case_next_event_seq_follows_the_newest_event,
+};
 pub use lock::{
     case_lock_held_while_lease_valid_and_not_reentrant,
     case_lock_is_exclusive_under_concurrent_acquirers,
+    case_lock_of_a_key_without_session_is_not_found,
     case_lock_takeover_after_lease_expiry_bumps_fence, case_release_then_reacquire,
     case_renew_extends_lease_and_stale_renew_fails,
+};
+pub use parts::{
+    case_a_failure_between_parts_loses_nothing, case_commit_over_the_limits_is_refused_whole,
+    case_split_commit_lands_whole_with_the_run_last,
 };
 pub use reset::{
     case_reset_session_busy_while_locked, case_reset_session_mints_new_id,
     case_reset_session_unknown_key_not_found,
+};
+pub use sizes::{
+    case_a_turn_too_large_to_store_is_refused, case_oversized_records_are_stored_by_the_size_rule,
 };
 
 use agentlane_core::Store;

@@ -1,6 +1,5 @@
 //! Queue behaviour the SQLite backend guarantees beyond the shared suite (which must also hold
 //! for SQS and its emulators).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_conformance::fixtures;
 use agentlane_core::{Clock, LaneQueue, QueueError, Receipt};

@@ -1,5 +1,4 @@
 //! The shared conformance suite against the SQLite backend.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_core::{LaneQueue, Store};
 use agentlane_store_sqlite::SqliteBackend;

@@ -1,8 +1,5 @@
 //! The shared `Store` / `LaneQueue` conformance suite against DynamoDB and SQS FIFO on the local
 //! emulator (`localstack/start-emulator.sh`; endpoint from `AWS_ENDPOINT_URL`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use agentlane_core::{LaneQueue, Store};
 use std::sync::Arc;

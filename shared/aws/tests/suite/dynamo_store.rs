@@ -1,18 +1,18 @@
 //! DynamoDB-specific behaviour of `DynamoStore` on the emulator: how cancelled transactions map
-//! to store errors, commits above DynamoDB's 100-item transaction limit, oversized entries, the
-//! sparse `processing` index and TTL attributes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! to store errors, a commit at core's limits in one transaction, the sparse `processing` index
+//! and TTL attributes.
 
-mod common;
+use crate::common;
 
 use agentlane_aws::DynamoStore;
 use agentlane_aws::aws_sdk_dynamodb::Client;
 use agentlane_aws::aws_sdk_dynamodb::types::AttributeValue;
 use agentlane_aws::store::{EVENT_RETENTION, PROCESSING_INDEX};
 use agentlane_core::{
-    Clock, Commit, Event, EventStream, Fence, LockAttempt, Message, NewTurn, QueueMode, Run, RunId,
-    RunStatus, SessionId, SessionKey, SessionStatus, SessionUpdate, Store, StoreError, SystemClock,
-    TenantId, TranscriptEntry, TurnRequest,
+    Clock, Commit, Event, EventStream, Fence, FencedWriter, HistoryReader, LockAttempt,
+    MAX_COMMIT_WRITES, Message, NewTurn, QueueMode, Run, RunId, RunStatus, SessionId, SessionKey,
+    SessionLock, SessionStatus, SessionUpdate, StoreError, SystemClock, TenantId, TranscriptEntry,
+    TurnIntake, TurnRequest,
 };
 use std::collections::HashMap;
 
@@ -203,14 +203,17 @@ async fn a_taken_seq_is_a_conflict_naming_the_entry_and_the_fence_stays_valid() 
         .expect("a conflict does not cost the lock");
 }
 
+/// Core's limits keep the largest commit one transaction: `MAX_COMMIT_WRITES` entries and events,
+/// the run, the session update and the release are 99 items, within DynamoDB's 100.
 #[tokio::test]
-async fn commits_above_the_transaction_limit_are_split_and_all_applied() {
-    // GIVEN one commit of 150 entries, 60 events, the run, a session update and the release:
-    // 213 items, more than DynamoDB's 100 per transaction
+async fn a_commit_at_the_limits_is_one_transaction() {
     let f = fixture().await;
     let fence = f.lock("runner-a", 30_000, f.now).await;
-    let entries: Vec<_> = (1..=150).map(|s| entry(s, &f.run.run_id, f.now)).collect();
-    let events: Vec<_> = (1..=60).map(|s| event(s, f.now)).collect();
+    let writes = MAX_COMMIT_WRITES as u64;
+    let entries: Vec<_> = (1..=writes - 7)
+        .map(|s| entry(s, &f.run.run_id, f.now))
+        .collect();
+    let events: Vec<_> = (1..=7).map(|s| event(s, f.now)).collect();
     let finished = Run {
         status: RunStatus::Ok,
         ended_at: Some(f.now + 1),
@@ -229,8 +232,9 @@ async fn commits_above_the_transaction_limit_are_split_and_all_applied() {
         }),
         release_lock: true,
     };
+    assert!(commit.fits());
 
-    f.store.commit(&fence, commit).await.expect("big commit");
+    f.store.commit(&fence, commit).await.expect("full commit");
 
     assert_eq!(f.transcript().await, entries);
     let stored_events = f
@@ -254,12 +258,14 @@ async fn commits_above_the_transaction_limit_are_split_and_all_applied() {
 }
 
 #[tokio::test]
-async fn a_split_commit_with_a_stale_fence_writes_nothing() {
+async fn a_full_commit_with_a_stale_fence_writes_nothing() {
     let f = fixture().await;
     let stale = f.lock("runner-a", 1_000, f.now).await;
     let _current = f.lock("runner-b", 30_000, f.now + 2_000).await;
     let commit = Commit {
-        transcript: (1..=150).map(|s| entry(s, &f.run.run_id, f.now)).collect(),
+        transcript: (1..=MAX_COMMIT_WRITES as u64)
+            .map(|s| entry(s, &f.run.run_id, f.now))
+            .collect(),
         ..Commit::default()
     };
     assert_eq!(
@@ -267,40 +273,6 @@ async fn a_split_commit_with_a_stale_fence_writes_nothing() {
         Err(StoreError::FenceLost)
     );
     assert!(f.transcript().await.is_empty());
-}
-
-#[tokio::test]
-async fn an_oversized_tool_result_is_stored_truncated_with_a_marker() {
-    let f = fixture().await;
-    let fence = f.lock("runner-a", 30_000, f.now).await;
-    let big = "0123456789".repeat(60_000); // 600 KB, above DynamoDB's 400 KB item cap
-    let tool = TranscriptEntry {
-        seq: 1,
-        run_id: f.run.run_id.clone(),
-        ts: f.now,
-        message: Message::Tool {
-            tool_call_id: "call_1".into(),
-            name: "fetch".into(),
-            content: big.clone(),
-            is_error: false,
-        },
-    };
-    let commit = Commit {
-        transcript: vec![tool],
-        ..Commit::default()
-    };
-    f.store.commit(&fence, commit).await.expect("commit");
-
-    let stored = f.transcript().await;
-    assert_eq!(stored.len(), 1);
-    let Message::Tool { content, name, .. } = &stored[0].message else {
-        panic!("not a tool message: {stored:?}")
-    };
-    assert_eq!(name, "fetch");
-    assert!(content.len() < 360_000, "{}", content.len());
-    let (kept, marker) = content.rsplit_once('\n').expect("a marker line");
-    assert!(big.starts_with(kept));
-    assert!(marker.contains("truncated"), "{marker}");
 }
 
 #[tokio::test]

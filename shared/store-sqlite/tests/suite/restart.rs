@@ -1,8 +1,7 @@
 //! Durability: what was accepted and enqueued is still there after the process restarts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_conformance::fixtures;
-use agentlane_core::{LaneQueue, RunStatus, Store};
+use agentlane_core::{HistoryReader, LaneQueue, RunStatus, Store};
 use agentlane_store_sqlite::{DB_FILE_NAME, SqliteBackend};
 use std::time::{Duration, Instant};
 

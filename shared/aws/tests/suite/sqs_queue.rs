@@ -1,8 +1,7 @@
 //! SQS-specific behaviour of `SqsLaneQueue` on the emulator: lanes SQS would refuse as group ids,
 //! long dedup ids, malformed bodies and error kinds.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use agentlane_aws::aws_sdk_sqs::types::MessageSystemAttributeName;
 use agentlane_aws::queue::{deduplication_id, message_group_id};

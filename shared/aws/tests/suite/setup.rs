@@ -1,8 +1,7 @@
 //! `ensure_resources` against the emulator: what it creates, that a second call changes nothing,
 //! a queue managed elsewhere, and the failure when no emulator answers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use agentlane_aws::aws_sdk_dynamodb::types::{BillingMode, TimeToLiveStatus};
 use agentlane_aws::aws_sdk_sqs::types::QueueAttributeName;

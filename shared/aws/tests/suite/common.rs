@@ -1,7 +1,6 @@
 //! Shared set-up for the emulator tests: the endpoint (`AWS_ENDPOINT_URL`, default
 //! `http://127.0.0.1:4566`), a hard failure when nothing answers there, and randomly named
 //! tables and queues, fresh for every caller.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_aws::aws_config::SdkConfig;
 use agentlane_aws::aws_sdk_dynamodb::error::DisplayErrorContext;

@@ -1,0 +1,10 @@
+//! The AWS backends' integration tests on the emulator (`AWS_ENDPOINT_URL`, default
+//! `http://127.0.0.1:4566`), one binary: the shared conformance suite on DynamoDB and SQS FIFO,
+//! DynamoDB- and SQS-specific behaviour, and resource set-up.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod conformance;
+mod dynamo_store;
+mod setup;
+mod sqs_queue;

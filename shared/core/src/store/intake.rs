@@ -1,0 +1,103 @@
+//! The API edge's writes: accepting a turn, asking a run to abort, resetting a session. Each is
+//! atomic and conditional on its own; none needs the session lock.
+
+use super::StoreResult;
+use crate::ids::{RunId, SessionId, SessionKey, TenantId};
+use crate::run::{LivenessState, Run, RunStatus, TurnRequest, Usage};
+use crate::session::Session;
+use async_trait::async_trait;
+
+/// A turn to accept (ingress).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTurn {
+    /// Whose turn it is.
+    pub tenant: TenantId,
+    /// The session (lane) it goes to.
+    pub session_key: SessionKey,
+    /// The id to use if the turn is new.
+    pub run_id: RunId,
+    /// The session id to mint if the key has no session yet.
+    pub new_session_id: SessionId,
+    /// What the client asked for.
+    pub request: TurnRequest,
+    /// The client's idempotency key, if it sent one.
+    pub idempotency_key: Option<String>,
+    /// Acceptance time, ms since the epoch.
+    pub now: u64,
+    /// How long an idempotency key maps to its run.
+    pub idempotency_ttl_ms: u64,
+}
+
+impl NewTurn {
+    /// The run this turn creates on `session_id`: `queued`, nothing done yet.
+    pub fn queued_run(&self, session_id: SessionId) -> Run {
+        Run {
+            run_id: self.run_id.clone(),
+            tenant: self.tenant.clone(),
+            session_key: self.session_key.clone(),
+            session_id,
+            status: RunStatus::Queued,
+            liveness_state: LivenessState::Working,
+            request: self.request.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            accepted_at: self.now,
+            started_at: None,
+            ended_at: None,
+            model: None,
+            attempts: Vec::new(),
+            usage: Usage::default(),
+            payloads: Vec::new(),
+            error: None,
+            abort_requested: false,
+            pickups: 0,
+            checkpoint: None,
+        }
+    }
+
+    /// The session this turn creates when its key has none: [`Session::new`] with
+    /// `new_session_id`, this turn counted as its first accepted run.
+    pub fn first_session(&self) -> Session {
+        Session {
+            runs_accepted: 1,
+            ..Session::new(
+                self.tenant.clone(),
+                self.session_key.clone(),
+                self.new_session_id.clone(),
+                self.now,
+            )
+        }
+    }
+}
+
+/// What `accept_turn` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcceptOutcome {
+    /// The run the turn is (new, or the one its idempotency key already named).
+    pub run: Run,
+    /// `false` when the idempotency key already named a run: `run` is that run, nothing new
+    /// was written.
+    pub created: bool,
+}
+
+/// Unfenced writes from the API edge.
+#[async_trait]
+pub trait TurnIntake: Send + Sync + 'static {
+    /// Atomically: look up the idempotency key (a live record answers its run, `created:
+    /// false`); create the session on first use of the key ([`NewTurn::first_session`]); write
+    /// the run as `queued` on the session's current id; record the idempotency key. A run record
+    /// over [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) is refused (`TooLarge`).
+    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome>;
+
+    /// Sets `abort_requested` on a run. Returns the run after the change, `None` if unknown.
+    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
+
+    /// Gives the key a new session id, unless a live lock is held (`Busy`, see
+    /// [`Session::lock_is_live`]). `NotFound` when the key has no session.
+    async fn reset_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session>;
+}

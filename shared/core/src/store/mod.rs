@@ -1,0 +1,42 @@
+//! The storage seam: sessions, runs, transcript entries, events, idempotency records and the
+//! session write lock, as four narrow traits by role and [`Store`], their sum.
+//!
+//! | trait | who uses it | methods |
+//! |---|---|---|
+//! | [`TurnIntake`] | the API edge | `accept_turn`, `request_abort`, `reset_session` |
+//! | [`SessionLock`] | a runner | `acquire_lock`, `renew_lock`, `release_lock` |
+//! | [`FencedWriter`] | a runner holding the lock | `commit` |
+//! | [`HistoryReader`] | both | `get_run`, `get_session`, `read_transcript`, `read_events`, `abort_requested`, `next_event_seq` |
+//!
+//! Two kinds of writes exist:
+//! - unfenced writes from the API edge ([`TurnIntake`]), each atomic and conditional on its own;
+//! - fenced writes from a lock holder ([`FencedWriter::commit`]): applied all together, and only
+//!   if the session's lock is still held by the same owner with the same fencing token.
+//!
+//! Sizes follow one rule on every backend: a commit fits [`MAX_COMMIT_WRITES`](crate::MAX_COMMIT_WRITES)
+//! / [`MAX_COMMIT_BYTES`](crate::MAX_COMMIT_BYTES) or is refused, and each stored record is
+//! brought within [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) by the
+//! [size rule](crate::record_size) (see [`FencedWriter::commit`]).
+//!
+//! Every adapter implements the four traits; anything that implements all four is a [`Store`].
+//! Code that needs one role takes that trait (`&dyn HistoryReader`), and an `Arc<dyn Store>`
+//! coerces to any of them.
+
+mod error;
+mod intake;
+mod lock;
+mod reader;
+mod writer;
+
+pub use error::{StoreError, StoreResult};
+pub use intake::{AcceptOutcome, NewTurn, TurnIntake};
+pub use lock::SessionLock;
+pub use reader::HistoryReader;
+pub use writer::{CheckedCommit, Commit, FencedWriter};
+
+/// Persistent state of agentlane: all four roles. Every key starts with the tenant: isolation
+/// is structural. Implemented for every type that implements the four role traits; an
+/// `Arc<dyn Store>` answers all their methods.
+pub trait Store: TurnIntake + SessionLock + FencedWriter + HistoryReader {}
+
+impl<T> Store for T where T: TurnIntake + SessionLock + FencedWriter + HistoryReader + ?Sized {}

@@ -1,0 +1,66 @@
+//! Reading what turns left behind: runs, sessions, transcripts, events.
+
+use super::StoreResult;
+use crate::ids::{RunId, SessionId, SessionKey, TenantId};
+use crate::run::{Event, Run};
+use crate::session::Session;
+use crate::transcript::TranscriptEntry;
+use async_trait::async_trait;
+
+/// Reads, all strongly consistent: a read after a successful write sees it. Records read back
+/// exactly as the [size rule](crate::record_size) stored them.
+#[async_trait]
+pub trait HistoryReader: Send + Sync + 'static {
+    /// The run, `None` when the tenant has no such run.
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
+
+    /// The session of a key, `None` when the key was never used.
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>>;
+
+    /// Entries with `seq > after` (all when `None`), in order, at most `limit`.
+    async fn read_transcript(
+        &self,
+        tenant: &TenantId,
+        session_id: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>>;
+
+    /// Events with `seq > after` (all when `None`), in order, at most `limit`.
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>>;
+
+    /// Whether an abort was requested for the run (`false` for an unknown run). Called about
+    /// twice a second per running turn: adapters may read only that attribute.
+    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
+        Ok(self
+            .get_run(tenant, run_id)
+            .await?
+            .is_some_and(|r| r.abort_requested))
+    }
+
+    /// The seq the run's next event takes: one more than its newest event's, 0 when it has
+    /// none (or the run is unknown). A resumed pickup numbers its events from here. Adapters
+    /// answer with one cheap read of the newest event; this default reads them all.
+    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
+        let mut next: u64 = 0;
+        loop {
+            let page = self
+                .read_events(tenant, run_id, next.checked_sub(1), 1000)
+                .await?;
+            match page.last() {
+                Some(last) => next = last.seq + 1,
+                None => return Ok(next),
+            }
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The fenced writer: one atomic [`Commit`] per call, applied only while the writer's fence is
+//! current, and the rules every adapter applies to a commit before it writes it
+//! ([`Commit::check`]).
+
+use super::{StoreError, StoreResult};
+use crate::commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
+use crate::ids::RunId;
+use crate::record_size;
+use crate::run::{Event, Run};
+use crate::session::{Fence, SessionUpdate};
+use crate::transcript::TranscriptEntry;
+use async_trait::async_trait;
+use std::collections::HashSet;
+
+/// One atomic, fenced write for a run: transcript entries (of the fenced session's current
+/// session id), events (of one run, see [`events_run_id`](Self::events_run_id)), the run record,
+/// session activity, and optionally the lock release. Transcript entries and events are put only
+/// if their `seq` is free.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Commit {
+    /// The run `events` belong to; when `None`, see [`events_run_id`](Self::events_run_id).
+    pub run_id: Option<RunId>,
+    /// Entries to append to the session's current transcript.
+    pub transcript: Vec<TranscriptEntry>,
+    /// Events to append to the run's event log.
+    pub events: Vec<Event>,
+    /// The run record to replace (all but `abort_requested`, which only the API sets).
+    pub run: Option<Run>,
+    /// Activity fields to set on the session.
+    pub session: Option<SessionUpdate>,
+    /// Give the lock back in the same write.
+    pub release_lock: bool,
+}
+
+impl Commit {
+    /// Whether the commit writes nothing at all (it still checks the fence).
+    pub fn is_empty(&self) -> bool {
+        self.transcript.is_empty()
+            && self.events.is_empty()
+            && self.run.is_none()
+            && self.session.is_none()
+            && !self.release_lock
+    }
+
+    /// The run this commit's events belong to, the one rule every adapter follows: `run_id`,
+    /// else the run of `run`, else the run of the first transcript entry. `None` when the commit
+    /// names none of the three (a commit with events is then refused).
+    pub fn events_run_id(&self) -> Option<RunId> {
+        self.run_id
+            .clone()
+            .or_else(|| self.run.as_ref().map(|run| run.run_id.clone()))
+            .or_else(|| self.transcript.first().map(|entry| entry.run_id.clone()))
+    }
+
+    /// The rules every adapter applies before writing, in this order, so that a commit is
+    /// stored the same way on every backend and a refused one writes nothing:
+    /// 1. it must [`fit`](Self::fits) one write (else `TooLarge`: split it with
+    ///    [`split`](Self::split));
+    /// 2. no transcript or event `seq` appears twice (else `Conflict`);
+    /// 3. events need a run to belong to ([`events_run_id`](Self::events_run_id); else
+    ///    `NotFound`);
+    /// 4. the run record belongs to the fence's tenant (else `Conflict`) and is within
+    ///    [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) (else `TooLarge`);
+    /// 5. entries and events go through the [size rule](crate::record_size).
+    pub fn check(self, fence: &Fence) -> StoreResult<CheckedCommit> {
+        if !self.fits() {
+            return Err(StoreError::TooLarge(format!(
+                "a commit of {} entries and events ({} bytes) is over the limit of \
+                 {MAX_COMMIT_WRITES} writes and {MAX_COMMIT_BYTES} bytes; split it with \
+                 Commit::split",
+                self.write_count(),
+                self.payload_bytes(),
+            )));
+        }
+        check_distinct_seqs(&self)?;
+        let events_run = if self.events.is_empty() {
+            None
+        } else {
+            Some(self.events_run_id().ok_or_else(|| {
+                StoreError::NotFound("a commit with events must name the run they belong to".into())
+            })?)
+        };
+        if let Some(run) = &self.run {
+            if run.tenant != fence.tenant {
+                return Err(StoreError::Conflict(format!(
+                    "run {} belongs to another tenant than the fence",
+                    run.run_id
+                )));
+            }
+            record_size::check_run(run)?;
+        }
+        let transcript = self
+            .transcript
+            .into_iter()
+            .map(record_size::fit_entry)
+            .collect::<StoreResult<Vec<_>>>()?;
+        let events = self
+            .events
+            .into_iter()
+            .map(record_size::fit_event)
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(CheckedCommit {
+            events_run,
+            transcript,
+            events,
+            run: self.run,
+            session: self.session,
+            release_lock: self.release_lock,
+        })
+    }
+}
+
+/// A store must never keep two entries (or events) with one seq, and DynamoDB refuses a
+/// transaction naming one item twice.
+fn check_distinct_seqs(commit: &Commit) -> StoreResult<()> {
+    let mut seen = HashSet::new();
+    if let Some(entry) = commit.transcript.iter().find(|e| !seen.insert(e.seq)) {
+        return Err(StoreError::Conflict(format!(
+            "transcript seq {} appears twice in one commit",
+            entry.seq
+        )));
+    }
+    let mut seen = HashSet::new();
+    if let Some(event) = commit.events.iter().find(|e| !seen.insert(e.seq)) {
+        return Err(StoreError::Conflict(format!(
+            "event seq {} appears twice in one commit",
+            event.seq
+        )));
+    }
+    Ok(())
+}
+
+/// A commit that passed [`Commit::check`]: what an adapter writes, field for field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedCommit {
+    events_run: Option<RunId>,
+    transcript: Vec<TranscriptEntry>,
+    events: Vec<Event>,
+    run: Option<Run>,
+    session: Option<SessionUpdate>,
+    release_lock: bool,
+}
+
+impl CheckedCommit {
+    /// The run the events belong to; `Some` whenever there are events.
+    pub fn events_run(&self) -> Option<&RunId> {
+        self.events_run.as_ref()
+    }
+
+    /// The entries, each within [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES).
+    pub fn transcript(&self) -> &[TranscriptEntry] {
+        &self.transcript
+    }
+
+    /// The events, each within [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES).
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The run record to replace (never its `abort_requested`).
+    pub fn run(&self) -> Option<&Run> {
+        self.run.as_ref()
+    }
+
+    /// The session activity to set.
+    pub fn session(&self) -> Option<&SessionUpdate> {
+        self.session.as_ref()
+    }
+
+    /// Whether the lock is released in the same write.
+    pub fn release_lock(&self) -> bool {
+        self.release_lock
+    }
+}
+
+/// Fenced writes from the holder of a session's lock.
+#[async_trait]
+pub trait FencedWriter: Send + Sync + 'static {
+    /// Applies `commit` atomically if `fence` is current; otherwise writes nothing and answers
+    /// `FenceLost`. A taken transcript or event `seq` answers `Conflict` and writes nothing.
+    /// The run record is replaced except for `abort_requested`, which only the API sets.
+    ///
+    /// Sizes, the same on every backend (adapters apply [`Commit::check`] first):
+    /// - a commit must [`fit`](Commit::fits) ([`MAX_COMMIT_WRITES`] entries and events,
+    ///   [`MAX_COMMIT_BYTES`] of their JSON); a larger one is refused with `TooLarge` and writes
+    ///   nothing. Adapters never split: a writer with more to say applies
+    ///   [`Commit::split`]'s parts in order, each atomic, retrying a part whose `Conflict` shows
+    ///   it landed;
+    /// - an entry or event whose JSON is over [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) is
+    ///   stored cut down by the [size rule](crate::record_size) (text cut with a marker; event
+    ///   data replaced by a size note), and read back that way;
+    /// - a run record over that size is refused with `TooLarge`.
+    async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()>;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ids::{FencingToken, SessionKey, TenantId};
+    use crate::run::EventStream;
+    use crate::transcript::Message;
+
+    fn fence() -> Fence {
+        Fence {
+            tenant: TenantId::new("t"),
+            session_key: SessionKey::new("k"),
+            owner: "runner".into(),
+            token: FencingToken(1),
+        }
+    }
+
+    fn entry(seq: u64, run: &str) -> TranscriptEntry {
+        TranscriptEntry {
+            seq,
+            run_id: RunId::new(run),
+            ts: 1,
+            message: Message::user("hi"),
+        }
+    }
+
+    fn event(seq: u64) -> Event {
+        Event {
+            seq,
+            stream: EventStream::Lifecycle,
+            ts: 1,
+            data: serde_json::json!({}),
+        }
+    }
+
+    fn run(tenant: &str, id: &str) -> Run {
+        serde_json::from_value(serde_json::json!({
+            "runId": id, "tenant": tenant, "sessionKey": "k", "sessionId": "s",
+            "status": "running", "livenessState": "working",
+            "request": { "message": "hello" }, "acceptedAt": 1
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn events_belong_to_the_named_run_then_the_runs_then_the_first_entrys() {
+        let mut commit = Commit {
+            transcript: vec![entry(1, "run_entry")],
+            events: vec![event(1)],
+            ..Commit::default()
+        };
+        assert_eq!(commit.events_run_id(), Some(RunId::new("run_entry")));
+        commit.run = Some(run("t", "run_record"));
+        assert_eq!(commit.events_run_id(), Some(RunId::new("run_record")));
+        commit.run_id = Some(RunId::new("run_named"));
+        assert_eq!(commit.events_run_id(), Some(RunId::new("run_named")));
+        assert_eq!(Commit::default().events_run_id(), None);
+    }
+
+    #[test]
+    fn events_without_a_run_are_refused_and_a_commit_without_events_needs_none() {
+        let lone = Commit {
+            events: vec![event(1)],
+            release_lock: true,
+            ..Commit::default()
+        };
+        assert!(matches!(lone.check(&fence()), Err(StoreError::NotFound(_))));
+        let checked = Commit {
+            transcript: vec![entry(1, "run_1")],
+            ..Commit::default()
+        }
+        .check(&fence())
+        .unwrap();
+        assert_eq!(checked.events_run(), None);
+        let checked = Commit {
+            transcript: vec![entry(1, "run_1")],
+            events: vec![event(1)],
+            ..Commit::default()
+        }
+        .check(&fence())
+        .unwrap();
+        assert_eq!(checked.events_run(), Some(&RunId::new("run_1")));
+    }
+
+    #[test]
+    fn a_seq_named_twice_is_a_conflict() {
+        let twice = Commit {
+            transcript: vec![entry(1, "r"), entry(2, "r"), entry(1, "r")],
+            ..Commit::default()
+        };
+        assert!(matches!(
+            twice.check(&fence()),
+            Err(StoreError::Conflict(_))
+        ));
+        let twice = Commit {
+            run_id: Some(RunId::new("r")),
+            events: vec![event(3), event(3)],
+            ..Commit::default()
+        };
+        assert!(matches!(
+            twice.check(&fence()),
+            Err(StoreError::Conflict(_))
+        ));
+        let distinct = Commit {
+            transcript: vec![entry(1, "r")],
+            events: vec![event(1)],
+            ..Commit::default()
+        };
+        assert!(distinct.check(&fence()).is_ok());
+    }
+
+    #[test]
+    fn a_commit_over_the_limits_is_too_large_and_permanent() {
+        let many = Commit {
+            transcript: (0..=MAX_COMMIT_WRITES as u64)
+                .map(|s| entry(s, "r"))
+                .collect(),
+            ..Commit::default()
+        };
+        let err = many.check(&fence()).unwrap_err();
+        assert!(matches!(err, StoreError::TooLarge(_)), "{err:?}");
+        assert!(!err.is_transient());
+        let at_limit = Commit {
+            transcript: (0..MAX_COMMIT_WRITES as u64)
+                .map(|s| entry(s, "r"))
+                .collect(),
+            ..Commit::default()
+        };
+        assert!(at_limit.check(&fence()).is_ok());
+    }
+
+    #[test]
+    fn another_tenants_run_is_a_conflict() {
+        let foreign = Commit {
+            run: Some(run("other", "r")),
+            ..Commit::default()
+        };
+        assert!(matches!(
+            foreign.check(&fence()),
+            Err(StoreError::Conflict(_))
+        ));
+    }
+
+    #[test]
+    fn oversized_entries_and_events_are_cut_by_the_size_rule() {
+        let mut big = entry(1, "r");
+        big.message = Message::user("x".repeat(500_000));
+        let commit = Commit {
+            transcript: vec![big.clone(), entry(2, "r")],
+            events: vec![Event {
+                data: serde_json::json!({ "blob": "y".repeat(500_000) }),
+                ..event(1)
+            }],
+            ..Commit::default()
+        };
+        let checked = commit.check(&fence()).unwrap();
+        assert_eq!(
+            checked.transcript()[0],
+            record_size::fit_entry(big).unwrap()
+        );
+        assert_eq!(checked.transcript()[1], entry(2, "r"));
+        assert_eq!(
+            checked.events()[0].data["truncated"],
+            serde_json::json!(true)
+        );
+    }
+}

@@ -2,7 +2,7 @@
 //! HTTP-level scenarios live in the workspace `tests/` package).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use agentlane_agent::turn::TurnExit;
+use agentlane_agent::TurnExit;
 use agentlane_agent::{ModelRouter, Runner, RunnerConfig};
 use agentlane_core::{
     Clock, Commit, EventStream, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId,
@@ -91,7 +91,8 @@ impl ModelProvider for ScriptedModel {
         request: ModelRequest,
         _cancel: CancellationToken,
     ) -> Result<ModelStream, ProviderError> {
-        agentlane_agent::repair::check_pairing(&request.messages).expect("pairing invariant");
+        agentlane_agent::context::repair::check_pairing(&request.messages)
+            .expect("pairing invariant");
         self.requests.lock().unwrap().push((self.name, request));
         let next = self
             .script
@@ -880,7 +881,7 @@ async fn an_empty_reply_gets_one_directed_retry_that_is_not_persisted() {
     assert_eq!(
         requests[1].messages.last(),
         Some(&Message::user(
-            agentlane_agent::failover::Continuation::EmptyResponse.instruction()
+            agentlane_agent::retry::Continuation::EmptyResponse.instruction()
         ))
     );
     assert_eq!(f.roles().await, vec!["user", "assistant"]);
@@ -903,7 +904,7 @@ async fn reasoning_without_an_answer_is_retried_twice_then_the_run_says_it_could
     assert_eq!(
         requests[2].messages.last(),
         Some(&Message::user(
-            agentlane_agent::failover::Continuation::ReasoningOnly.instruction()
+            agentlane_agent::retry::Continuation::ReasoningOnly.instruction()
         ))
     );
     let run = finished_run(&f, &msg).await;
@@ -947,7 +948,7 @@ async fn a_context_overflow_compacts_the_earlier_history_and_the_run_continues()
     let summarizing = &requests[3];
     assert_eq!(
         summarizing.system,
-        agentlane_agent::compaction::COMPACTION_PROMPT
+        agentlane_agent::context::compaction::COMPACTION_PROMPT
     );
     assert!(summarizing.tools.is_empty());
     assert!(
@@ -960,7 +961,7 @@ async fn a_context_overflow_compacts_the_earlier_history_and_the_run_continues()
     assert_eq!(retried[1], Message::user("third question"));
     assert_eq!(
         retried[2],
-        Message::user(agentlane_agent::failover::Continuation::AfterCompaction.instruction())
+        Message::user(agentlane_agent::retry::Continuation::AfterCompaction.instruction())
     );
     assert_eq!(
         f.roles().await,
@@ -1303,7 +1304,7 @@ mod with_hooks {
         let second = &f.model.requests()[1];
         let last = second.messages.last().unwrap();
         assert!(
-            matches!(last, Message::User { content } if content.ends_with("Cite a source.") && content.starts_with(agentlane_agent::turn::REVISION_PREFIX))
+            matches!(last, Message::User { content } if content.ends_with("Cite a source.") && content.starts_with(agentlane_agent::runner::REVISION_PREFIX))
         );
         assert_eq!(f.roles().await, ["user", "assistant", "assistant"]);
     }

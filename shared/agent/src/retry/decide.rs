@@ -1,259 +1,59 @@
-//! The retry state machine of a run (SPEC §5, OpenClaw's `run.ts`): budgets that never drain
-//! one another, the idle-timeout cost breaker, and the one place that decides, after each
-//! attempt, between retrying the same model, rotating the auth profile, falling back to the next
-//! model, compacting, or ending the run. Everything here is pure: the turn loop feeds it what
-//! happened and carries out the [`Action`].
+//! Every decision of the retry loop, in one file: what happens after a failed attempt (a 429, a
+//! 529, a 401, an overflow, a timeout, a 5xx, ...), at an attempt cap, after an answer, after a
+//! tool round, and when compaction fails. Pure functions over [`RetryState`]: the runner feeds
+//! them what happened and carries out the answer.
 
-use agentlane_core::{LivenessState, RunError};
+use super::{
+    Action, Backoff, CompactionTrigger, Completion, Continuation, ModelExhausted,
+    POST_COMPACTION_GUARD_WINDOW, RetryState, Situation, Stage, fail,
+};
+use super::{
+    MAX_COMPACTION_CONTINUATIONS, MAX_EMPTY_ERROR_RETRIES, MAX_EMPTY_RESPONSE_RETRIES,
+    MAX_FINALIZE_REVISIONS, MAX_OVERFLOW_COMPACTIONS, MAX_OVERLOAD_PROFILE_ROTATIONS,
+    MAX_RATE_LIMIT_PROFILE_ROTATIONS, MAX_REASONING_ONLY_RETRIES,
+    MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES, MAX_SAME_MODEL_RATE_LIMIT_RETRIES,
+    MAX_TIMEOUT_COMPACTIONS, TIMEOUT_COMPACTION_RATIO, empty_error_delay, max_iterations,
+    rate_limit_delay, suggested_delay,
+};
+use agentlane_core::RunError;
 use agentlane_providers::{FailoverReason, ProviderError, RateLimitWindow};
-use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
-/// Same-model retries of a short-window 429 before a profile rotation is spent.
-pub const MAX_SAME_MODEL_RATE_LIMIT_RETRIES: u32 = 3;
-/// Profile rotations for rate limits (then the next model, when there is one).
-pub const MAX_RATE_LIMIT_PROFILE_ROTATIONS: u32 = 1;
-/// Profile rotations for overload (then the next model, when there is one).
-pub const MAX_OVERLOAD_PROFILE_ROTATIONS: u32 = 1;
-/// Retries of a silent server error (no output at all).
-pub const MAX_EMPTY_ERROR_RETRIES: u32 = 3;
-/// Same-model retries of an idle timeout, only when there is no fallback.
-pub const MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES: u32 = 1;
-/// Directed retries of a turn with reasoning but no visible text.
-pub const MAX_REASONING_ONLY_RETRIES: u32 = 2;
-/// Directed retries of an empty turn.
-pub const MAX_EMPTY_RESPONSE_RETRIES: u32 = 1;
-/// Directed retries of an empty turn right after a compaction.
-pub const MAX_COMPACTION_CONTINUATIONS: u32 = 1;
-/// Compactions for context overflow, per run.
-pub const MAX_OVERFLOW_COMPACTIONS: u32 = 3;
-/// Compactions for timeouts under prompt pressure, per run.
-pub const MAX_TIMEOUT_COMPACTIONS: u32 = 2;
-/// Prompt share of the context window above which a timeout triggers a compaction.
-pub const TIMEOUT_COMPACTION_RATIO: f64 = 0.65;
-/// Consecutive idle timeouts without model progress that halt the run.
-pub const MAX_CONSECUTIVE_IDLE_TIMEOUTS: u32 = 5;
-
-/// The loop's hard cap on attempts for one model: grows with the auth-profile candidates.
-pub fn max_iterations(profiles: usize) -> u32 {
-    let n = profiles.max(1) as u32;
-    (24 + 8 * n).clamp(32, 160)
-}
-
-/// Same-model rate-limit backoff: 10 s, 20 s, 30 s (capped at 60 s), and at least the server's
-/// `Retry-After` up to 60 s.
-pub fn rate_limit_delay(retry: u32, retry_after: Option<Duration>) -> Duration {
-    let base = Duration::from_secs(10 * u64::from(retry + 1)).min(Duration::from_secs(60));
-    let suggested = retry_after.unwrap_or_default().min(Duration::from_secs(60));
-    base.max(suggested)
-}
-
-/// Counters of every budget. Persisted with the run so a resumed run keeps them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Budgets {
-    pub same_model_rate_limit_retries: u32,
-    pub rate_limit_rotations: u32,
-    pub overload_rotations: u32,
-    pub empty_error_retries: u32,
-    pub same_model_idle_retries: u32,
-    pub reasoning_only_retries: u32,
-    pub empty_response_retries: u32,
-    pub compaction_continuations: u32,
-    pub overflow_compactions: u32,
-    pub timeout_compactions: u32,
-    pub finalize_revisions: u32,
-}
-
-impl Budgets {
-    /// A new model starts its same-model and rotation budgets afresh; compaction counts and the
-    /// directed-retry counts are per run.
-    fn reset_for_next_model(&mut self) {
-        self.same_model_rate_limit_retries = 0;
-        self.rate_limit_rotations = 0;
-        self.overload_rotations = 0;
-        self.empty_error_retries = 0;
-        self.same_model_idle_retries = 0;
-    }
-}
-
-/// The idle-timeout cost breaker. Created with the run, carried across attempts, profile
-/// rotations, fallbacks and hand-backs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct IdleTimeoutBreaker {
-    pub consecutive: u32,
-}
-
-impl IdleTimeoutBreaker {
-    /// Steps after an attempt: an idle timeout without progress counts, progress resets, anything
-    /// else leaves the count. Output tokens alone are not progress. Returns whether it tripped.
-    pub fn step(&mut self, idle_timed_out: bool, progress: bool) -> bool {
-        if progress {
-            self.consecutive = 0;
-        } else if idle_timed_out {
-            self.consecutive += 1;
-        }
-        self.tripped()
-    }
-
-    pub fn tripped(&self) -> bool {
-        self.consecutive >= MAX_CONSECUTIVE_IDLE_TIMEOUTS
-    }
-}
-
-/// Tool observations watched after a compaction.
-pub const POST_COMPACTION_GUARD_WINDOW: u32 = 3;
-
-/// Post-compaction loop guard: right after a compaction, the same tool call with the same
-/// arguments and the same result three times within three observations aborts the run instead
-/// of letting it loop until the timeout.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct PostCompactionGuard {
-    pub remaining: u32,
-    pub seen: Vec<u64>,
-}
-
-impl PostCompactionGuard {
-    pub fn arm(&mut self) {
-        self.remaining = POST_COMPACTION_GUARD_WINDOW;
-        self.seen.clear();
-    }
-
-    /// Records one tool outcome; true when the guard trips.
-    pub fn observe(&mut self, name: &str, arguments: &str, result: &str) -> bool {
-        use std::hash::{Hash, Hasher};
-        if self.remaining == 0 {
-            return false;
-        }
-        self.remaining -= 1;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (name, arguments, result).hash(&mut h);
-        let key = h.finish();
-        self.seen.push(key);
-        let tripped =
-            self.seen.iter().filter(|k| **k == key).count() as u32 >= POST_COMPACTION_GUARD_WINDOW;
-        if self.remaining == 0 {
-            self.seen.clear();
-        }
-        tripped
-    }
-}
-
-/// An instruction appended to the next attempt (a directed continuation). Not persisted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Continuation {
-    ReasoningOnly,
-    EmptyResponse,
-    AfterCompaction,
-}
-
-impl Continuation {
-    pub fn instruction(self) -> &'static str {
-        match self {
-            Continuation::ReasoningOnly => {
-                "Your previous turn recorded reasoning but no visible answer. Continue from where \
-                 you are and give the visible answer now; do not restate your reasoning or start over."
-            }
-            Continuation::EmptyResponse => {
-                "Your previous attempt produced no visible answer. Continue from the current state \
-                 and reply visibly now; do not restart."
-            }
-            Continuation::AfterCompaction => {
-                "The earlier conversation was compacted into a summary. Continue from the compacted \
-                 transcript and produce the final answer now; do not start over or rerun tools that \
-                 already completed."
-            }
-        }
-    }
-}
-
-/// Why a compaction is run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CompactionTrigger {
-    Overflow,
-    Timeout,
-}
-
-/// Where in the attempt a failure surfaced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// The request was refused before any output (HTTP error status).
-    Prompt,
-    /// The response started, then failed (mid-stream error, idle timeout).
-    Assistant,
-}
-
-/// What the loop knows besides the error.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Situation {
-    /// Another auth profile of the current provider is available.
-    pub next_profile: bool,
-    /// Another model remains in the fallback chain.
-    pub fallback: bool,
-    /// The attempt produced visible text or tool calls before failing.
-    pub progress: bool,
-    /// Estimated prompt tokens ÷ the model's context window.
-    pub prompt_ratio: f64,
-    /// History compaction is available to this run.
-    pub can_compact: bool,
-}
-
-/// What to do next.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    /// Call the same model and profile again after `delay`, with an optional instruction.
-    Retry {
-        delay: Duration,
-        continuation: Option<Continuation>,
-    },
-    /// Use the next auth profile of the same provider; `cooldown` marks the failed one.
-    RotateProfile { cooldown: bool },
-    /// Move to the next model of the chain.
-    Fallback { reason: FailoverReason },
-    /// Compact the history, then retry with the after-compaction instruction.
-    Compact { trigger: CompactionTrigger },
-    /// End the run.
-    Fail {
-        error: RunError,
-        liveness: LivenessState,
-    },
-}
-
-/// The whole retry state of one run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct RetryState {
-    /// Attempts made on the current model (the iteration cap applies to it).
-    pub iterations: u32,
-    /// Position in the model chain (0 = the requested model).
-    pub model_index: usize,
-    /// Position in the current provider's auth profiles.
-    pub profile_index: usize,
-    pub budgets: Budgets,
-    pub breaker: IdleTimeoutBreaker,
-    /// The last failover reason seen, for the retry-limit decision.
-    pub last_reason: Option<String>,
-    /// The instruction for the next attempt.
-    pub continuation: Option<Continuation>,
-    /// The previous attempt ran right after a compaction.
-    pub after_compaction: bool,
-    pub guard: PostCompactionGuard,
-    /// A `before_agent_finalize` revision instruction for the next attempt.
-    pub revision: Option<String>,
-}
-
-fn fail(code: &str, message: impl Into<String>) -> Action {
-    Action::Fail {
-        error: RunError::new(code, message),
-        liveness: LivenessState::Blocked,
-    }
+/// The run's error when the prompt cannot be made to fit the model.
+pub fn overflow_error(why: &str) -> RunError {
+    RunError::new(
+        "context_overflow",
+        format!(
+            "Context overflow: the prompt is too large for the model ({why}). Reset the session \
+             or use a model with a larger context window."
+        ),
+    )
 }
 
 impl RetryState {
+    /// The model of the chain to use now, or the error when every model was tried.
+    pub fn current_model<'c>(&self, chain: &'c [String]) -> Result<&'c str, RunError> {
+        chain
+            .get(self.model_index)
+            .map(String::as_str)
+            .ok_or_else(|| {
+                RunError::new(
+                    "fallbacks_exhausted",
+                    format!("every model of the chain failed: {}", chain.join(", ")),
+                )
+            })
+    }
+
+    /// The current model cannot be used (unknown provider, bad name): move to the next model
+    /// (`None`), or end the run when there is none.
+    pub fn on_unusable_model(&mut self, fallback: bool, message: String) -> Option<RunError> {
+        if fallback {
+            self.advance_model();
+            None
+        } else {
+            Some(RunError::new("model_not_found", message))
+        }
+    }
+
     /// Records that the chain moved to the next model.
     pub fn advance_model(&mut self) {
         self.model_index += 1;
@@ -262,28 +62,41 @@ impl RetryState {
         self.budgets.reset_for_next_model();
     }
 
+    /// Before an attempt on a model with `profiles` auth profiles: `Some` when the model's
+    /// attempt cap is reached (see [`RetryState::on_retry_limit`]).
+    pub fn check_attempt_cap(&self, profiles: usize, fallback: bool) -> Option<ModelExhausted> {
+        let cap = max_iterations(profiles);
+        (self.iterations >= cap).then(|| self.on_retry_limit(fallback, cap))
+    }
+
+    /// Records that an attempt starts with auth profile `profile_index`.
+    pub fn start_attempt(&mut self, profile_index: usize) {
+        self.profile_index = profile_index;
+        self.iterations += 1;
+    }
+
     /// The decision when the attempt cap of the current model is reached (stage
     /// `retry_limit`): the next model unless the last reason was a timeout or a format error.
-    pub fn on_retry_limit(&self, fallback: bool, cap: u32) -> Action {
-        let last = self.last_reason.as_deref();
-        if fallback && !matches!(last, Some("timeout" | "format")) {
-            return Action::Fallback {
-                reason: reason_from_str(last).unwrap_or(FailoverReason::Server),
+    pub fn on_retry_limit(&self, fallback: bool, cap: u32) -> ModelExhausted {
+        let last = self.last_reason;
+        if fallback && !matches!(last, Some(FailoverReason::Timeout | FailoverReason::Format)) {
+            return ModelExhausted::Fallback {
+                reason: last.unwrap_or(FailoverReason::Server),
             };
         }
-        fail(
+        ModelExhausted::Fail(RunError::new(
             "retry_limit",
             format!(
                 "Request failed after repeated internal retries ({} attempts, max={cap}). Please try \
                  again, or reset the session.",
                 self.iterations
             ),
-        )
+        ))
     }
 
     /// The decision after a failed attempt.
     pub fn on_failure(&mut self, error: &ProviderError, stage: Stage, s: Situation) -> Action {
-        self.last_reason = Some(error.reason.as_str().to_owned());
+        self.last_reason = Some(error.reason);
         let idle = error.reason == FailoverReason::Timeout && stage == Stage::Assistant;
         if self
             .breaker
@@ -336,7 +149,7 @@ impl RetryState {
                 if !s.progress && b.same_model_idle_retries < MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES {
                     b.same_model_idle_retries += 1;
                     return Action::Retry {
-                        delay: Duration::ZERO,
+                        delay: Backoff::NONE,
                         continuation: None,
                     };
                 }
@@ -345,12 +158,20 @@ impl RetryState {
                     format!("The model did not respond in time: {}", error.message),
                 )
             }
+            // A 429: a short window (per minute) waits and retries the same model, at least as
+            // long as Retry-After says; a long window (daily quota), or a spent same-model
+            // budget, rotates the auth profile, then falls back to the next model.
             FailoverReason::RateLimit => {
                 if error.rate_limit_window() == RateLimitWindow::Short
                     && b.same_model_rate_limit_retries < MAX_SAME_MODEL_RATE_LIMIT_RETRIES
                 {
-                    let delay =
-                        rate_limit_delay(b.same_model_rate_limit_retries, error.retry_after);
+                    let delay = Backoff {
+                        planned: rate_limit_delay(
+                            b.same_model_rate_limit_retries,
+                            error.retry_after,
+                        ),
+                        at_least: suggested_delay(error.retry_after),
+                    };
                     b.same_model_rate_limit_retries += 1;
                     return Action::Retry {
                         delay,
@@ -395,7 +216,7 @@ impl RetryState {
                 if !s.progress && b.empty_error_retries < MAX_EMPTY_ERROR_RETRIES {
                     b.empty_error_retries += 1;
                     return Action::Retry {
-                        delay: Duration::from_millis(500 << (b.empty_error_retries - 1)),
+                        delay: Backoff::planned(empty_error_delay(b.empty_error_retries)),
                         continuation: None,
                     };
                 }
@@ -425,6 +246,35 @@ impl RetryState {
         }
     }
 
+    /// Spends an overflow compaction for the pre-call token check, if one is left.
+    pub fn take_overflow_compaction(&mut self) -> bool {
+        let left = self.budgets.overflow_compactions < MAX_OVERFLOW_COMPACTIONS;
+        if left {
+            self.budgets.overflow_compactions += 1;
+        }
+        left
+    }
+
+    /// A compaction succeeded: the next attempt runs right after it (so an empty answer gets the
+    /// after-compaction continuation), and the loop guard watches the next tool results.
+    /// `instruct`: the next attempt is told the history was compacted.
+    pub fn on_compacted(&mut self, instruct: bool) {
+        self.after_compaction = true;
+        self.guard.arm();
+        if instruct {
+            self.continuation = Some(Continuation::AfterCompaction);
+        }
+    }
+
+    /// A compaction decided by [`RetryState::on_failure`] did not happen: for an overflow the
+    /// run ends (the prompt still does not fit); after a timeout the loop just goes on.
+    pub fn on_compaction_failed(&self, trigger: CompactionTrigger, why: &str) -> Option<RunError> {
+        match trigger {
+            CompactionTrigger::Overflow => Some(overflow_error(why)),
+            CompactionTrigger::Timeout => None,
+        }
+    }
+
     /// The decision after an attempt that completed without tool calls: accept it, or retry
     /// with a directed continuation when it shows nothing.
     pub fn on_completion(&mut self, visible_text: bool, reasoning: bool) -> Completion {
@@ -451,15 +301,60 @@ impl RetryState {
         }
         Completion::GiveUp
     }
-}
 
-/// The outcome of [`RetryState::on_completion`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
-    Accept,
-    Retry(Continuation),
-    /// Directed retries are spent: the run ends with the "couldn't generate a response" reply.
-    GiveUp,
+    /// Whether a `before_agent_finalize` hook may still ask for a revision of the answer.
+    pub fn may_revise(&self) -> bool {
+        self.budgets.finalize_revisions < MAX_FINALIZE_REVISIONS
+    }
+
+    /// A hook asked for a revision: the next attempt carries `instruction`.
+    pub fn on_revision(&mut self, instruction: String) {
+        self.budgets.finalize_revisions += 1;
+        self.revision = Some(instruction);
+    }
+
+    /// After an attempt that asked for tools, `rounds` being the tool rounds of the run so far
+    /// (this one included): a productive round is progress, not a retry — it resets the breaker
+    /// and does not spend the iteration budget — but more than `max_rounds` rounds end the run,
+    /// as a runaway tool loop costs money.
+    pub fn on_tool_round(&mut self, rounds: u32, max_rounds: u32) -> Result<(), RunError> {
+        self.breaker.step(false, true);
+        self.iterations = self.iterations.saturating_sub(1);
+        if rounds > max_rounds {
+            return Err(RunError::new(
+                "tool_round_limit",
+                format!(
+                    "the turn made {} tool rounds without a final answer",
+                    rounds - 1
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// After a tool round's results `(tool, arguments, result)`, in call order: the run ends
+    /// when the post-compaction guard sees the same call with the same result too often.
+    pub fn on_tool_results<'a>(
+        &mut self,
+        results: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> Option<RunError> {
+        let mut tripped = None;
+        for (tool, arguments, result) in results {
+            if self.guard.observe(tool, arguments, result) {
+                tripped = Some(tool);
+            }
+        }
+        tripped.map(|tool| {
+            RunError::new(
+                "tool_loop",
+                format!(
+                    "CRITICAL: tool {tool} repeated {POST_COMPACTION_GUARD_WINDOW} times with \
+                     identical arguments and identical results right after compaction; the run \
+                     was stopped instead of looping"
+                ),
+            )
+        })
+    }
 }
 
 /// Rotation first; past the rotation budget, the next model; with neither, the error.
@@ -482,27 +377,11 @@ fn escalate(
     fail(code, message)
 }
 
-fn reason_from_str(s: Option<&str>) -> Option<FailoverReason> {
-    use FailoverReason as R;
-    [
-        R::RateLimit,
-        R::Overloaded,
-        R::Auth,
-        R::Billing,
-        R::ContextOverflow,
-        R::Timeout,
-        R::Server,
-        R::Format,
-        R::ModelNotFound,
-        R::Network,
-    ]
-    .into_iter()
-    .find(|r| Some(r.as_str()) == s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentlane_core::LivenessState;
+    use std::time::Duration;
 
     fn err(reason: FailoverReason) -> ProviderError {
         ProviderError::new(reason, "x")
@@ -532,27 +411,13 @@ mod tests {
     };
 
     #[test]
-    fn iteration_cap_grows_with_profiles() {
-        assert_eq!(
-            [0, 1, 2, 3, 17, 100].map(max_iterations),
-            [32, 32, 40, 48, 160, 160]
-        );
-    }
-
-    #[test]
-    fn rate_limit_delays() {
-        let d = |k, ra: Option<u64>| rate_limit_delay(k, ra.map(Duration::from_secs)).as_secs();
-        assert_eq!([d(0, None), d(1, None), d(2, None)], [10, 20, 30]);
-        assert_eq!(d(0, Some(45)), 45);
-        assert_eq!(d(0, Some(600)), 60);
-        assert_eq!(d(9, None), 60);
-    }
-
-    #[test]
     fn failure_decisions() {
         use FailoverReason as R;
-        let retry = |ms| Action::Retry {
-            delay: Duration::from_millis(ms),
+        let retry = |ms, at_least_ms| Action::Retry {
+            delay: Backoff {
+                planned: Duration::from_millis(ms),
+                at_least: Duration::from_millis(at_least_ms),
+            },
             continuation: None,
         };
         let rotate = |cooldown| Action::RotateProfile { cooldown };
@@ -574,7 +439,7 @@ mod tests {
                 short_429.clone(),
                 Stage::Prompt,
                 BOTH,
-                retry(10_000),
+                retry(10_000, 1_000),
             ),
             (
                 "long 429 rotates",
@@ -685,14 +550,14 @@ mod tests {
                 err(R::Timeout),
                 Stage::Assistant,
                 ALONE,
-                retry(0),
+                retry(0, 0),
             ),
             (
                 "server error retries",
                 err(R::Server),
                 Stage::Assistant,
                 BOTH,
-                retry(500),
+                retry(500, 0),
             ),
             (
                 "format error fails",
@@ -739,6 +604,18 @@ mod tests {
     }
 
     #[test]
+    fn a_short_429_waits_at_least_what_retry_after_asks() {
+        let e = http(429, "Rate limit reached for requests per min", Some(15));
+        match RetryState::default().on_failure(&e, Stage::Prompt, ALONE) {
+            Action::Retry { delay, .. } => {
+                assert_eq!(delay.planned, Duration::from_secs(15));
+                assert_eq!(delay.at_least, Duration::from_secs(15));
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn overflow_compactions_are_capped_at_three_per_run() {
         let mut s = RetryState::default();
         let e = err(FailoverReason::ContextOverflow);
@@ -753,6 +630,10 @@ mod tests {
             s.on_failure(&e, Stage::Prompt, BOTH),
             Action::Fail { .. }
         ));
+        assert!(
+            !s.take_overflow_compaction(),
+            "the precheck shares the budget"
+        );
     }
 
     #[test]
@@ -774,49 +655,104 @@ mod tests {
     }
 
     #[test]
-    fn progress_resets_the_breaker_and_output_tokens_alone_do_not() {
-        let mut b = IdleTimeoutBreaker::default();
-        for _ in 0..4 {
-            b.step(true, false);
-        }
-        assert!(!b.step(false, true));
-        assert_eq!(b.consecutive, 0);
-        for _ in 0..4 {
-            assert!(!b.step(true, false));
-        }
-        assert!(b.step(true, false));
-    }
-
-    #[test]
     fn retry_limit_falls_back_unless_the_last_reason_was_a_timeout() {
         let mut s = RetryState {
-            last_reason: Some("rate_limit".into()),
+            last_reason: Some(FailoverReason::RateLimit),
             ..Default::default()
         };
         assert_eq!(
             s.on_retry_limit(true, 32),
-            Action::Fallback {
+            ModelExhausted::Fallback {
                 reason: FailoverReason::RateLimit
             }
         );
-        s.last_reason = Some("timeout".into());
-        assert!(matches!(s.on_retry_limit(true, 32), Action::Fail { .. }));
-        assert!(matches!(s.on_retry_limit(false, 32), Action::Fail { .. }));
+        s.last_reason = Some(FailoverReason::Timeout);
+        assert!(
+            matches!(s.on_retry_limit(true, 32), ModelExhausted::Fail(e) if e.code == "retry_limit")
+        );
+        assert!(matches!(
+            s.on_retry_limit(false, 32),
+            ModelExhausted::Fail(_)
+        ));
     }
 
     #[test]
-    fn the_post_compaction_guard_trips_on_three_identical_observations_only_when_armed() {
-        let mut g = PostCompactionGuard::default();
-        assert!(!g.observe("t", "{}", "r"), "disarmed");
-        g.arm();
-        assert!(!g.observe("t", "{}", "r"));
-        assert!(!g.observe("t", "{}", "r"));
-        assert!(g.observe("t", "{}", "r"));
-        g.arm();
-        assert!(!g.observe("t", "{}", "r"));
-        assert!(!g.observe("t", "{}", "other result"));
-        assert!(!g.observe("t", "{}", "r"));
-        assert!(!g.observe("t", "{}", "r"), "the window is over");
+    fn the_attempt_cap_applies_per_model() {
+        let mut s = RetryState::default();
+        for _ in 0..32 {
+            assert_eq!(s.check_attempt_cap(1, true), None);
+            s.start_attempt(0);
+        }
+        assert_eq!(
+            s.check_attempt_cap(1, true),
+            Some(ModelExhausted::Fallback {
+                reason: FailoverReason::Server
+            })
+        );
+        assert_eq!(
+            s.check_attempt_cap(2, true),
+            None,
+            "more profiles, more attempts"
+        );
+        s.advance_model();
+        assert_eq!(s.check_attempt_cap(1, false), None);
+    }
+
+    #[test]
+    fn the_chain_ends_with_a_clear_error() {
+        let chain = vec!["a/1".to_owned(), "b/2".to_owned()];
+        let mut s = RetryState::default();
+        assert_eq!(s.current_model(&chain), Ok("a/1"));
+        assert_eq!(s.on_unusable_model(true, "gone".into()), None);
+        assert_eq!(s.current_model(&chain), Ok("b/2"));
+        let last = s.on_unusable_model(false, "gone".into());
+        assert_eq!(last.map(|e| e.code), Some("model_not_found".to_owned()));
+        s.advance_model();
+        let exhausted = s.current_model(&chain).map_err(|e| e.code);
+        assert_eq!(exhausted, Err("fallbacks_exhausted".to_owned()));
+    }
+
+    #[test]
+    fn tool_rounds_are_progress_until_the_round_cap() {
+        let mut s = RetryState {
+            iterations: 3,
+            ..Default::default()
+        };
+        s.breaker.consecutive = 4;
+        assert_eq!(s.on_tool_round(2, 2), Ok(()));
+        assert_eq!((s.iterations, s.breaker.consecutive), (2, 0));
+        let over = s.on_tool_round(3, 2).map_err(|e| (e.code, e.message));
+        assert_eq!(
+            over,
+            Err((
+                "tool_round_limit".to_owned(),
+                "the turn made 2 tool rounds without a final answer".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn the_loop_guard_ends_the_run_only_after_a_compaction() {
+        let same = [("t", "{}", "r"); 3];
+        let mut s = RetryState::default();
+        assert_eq!(s.on_tool_results(same), None, "not armed");
+        s.on_compacted(false);
+        let error = s.on_tool_results(same).map(|e| e.code);
+        assert_eq!(error.as_deref(), Some("tool_loop"));
+    }
+
+    #[test]
+    fn a_failed_compaction_ends_an_overflow_but_not_a_timeout() {
+        let s = RetryState::default();
+        let overflow = s.on_compaction_failed(CompactionTrigger::Overflow, "nothing to compact");
+        assert_eq!(
+            overflow.map(|e| e.code).as_deref(),
+            Some("context_overflow")
+        );
+        assert_eq!(
+            s.on_compaction_failed(CompactionTrigger::Timeout, "x"),
+            None
+        );
     }
 
     #[test]
@@ -850,5 +786,16 @@ mod tests {
             s.on_completion(false, false),
             Completion::Retry(Continuation::EmptyResponse)
         );
+    }
+
+    #[test]
+    fn finalize_revisions_are_budgeted() {
+        let mut s = RetryState::default();
+        for _ in 0..MAX_FINALIZE_REVISIONS {
+            assert!(s.may_revise());
+            s.on_revision("again".into());
+        }
+        assert!(!s.may_revise());
+        assert_eq!(s.revision.as_deref(), Some("again"));
     }
 }

@@ -94,10 +94,10 @@ impl RetryState {
         ))
     }
 
-    /// The decision after a failed attempt.
+    /// The decision after a failed attempt, by failover reason. The breaker comes first: five
+    /// idle timeouts in a row without progress end the run whatever budgets are left.
     pub fn on_failure(&mut self, error: &ProviderError, stage: Stage, s: Situation) -> Action {
         self.last_reason = Some(error.reason);
-        let idle = error.reason == FailoverReason::Timeout && stage == Stage::Assistant;
         if self
             .breaker
             .step(error.reason == FailoverReason::Timeout, s.progress)
@@ -111,86 +111,14 @@ impl RetryState {
                 ),
             );
         }
-        let b = &mut self.budgets;
         match error.reason {
-            FailoverReason::ContextOverflow => {
-                if s.can_compact && b.overflow_compactions < MAX_OVERFLOW_COMPACTIONS {
-                    b.overflow_compactions += 1;
-                    Action::Compact {
-                        trigger: CompactionTrigger::Overflow,
-                    }
-                } else {
-                    fail(
-                        "context_overflow",
-                        "Context overflow: the prompt is too large for the model even after \
-                         compaction. Reset the session or use a model with a larger context window.",
-                    )
-                }
-            }
-            FailoverReason::Timeout => {
-                if s.can_compact
-                    && s.prompt_ratio > TIMEOUT_COMPACTION_RATIO
-                    && b.timeout_compactions < MAX_TIMEOUT_COMPACTIONS
-                {
-                    b.timeout_compactions += 1;
-                    return Action::Compact {
-                        trigger: CompactionTrigger::Timeout,
-                    };
-                }
-                // A timeout before any response does not rotate (prompt stage).
-                if idle && s.next_profile {
-                    return Action::RotateProfile { cooldown: false };
-                }
-                if s.fallback {
-                    return Action::Fallback {
-                        reason: FailoverReason::Timeout,
-                    };
-                }
-                if !s.progress && b.same_model_idle_retries < MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES {
-                    b.same_model_idle_retries += 1;
-                    return Action::Retry {
-                        delay: Backoff::NONE,
-                        continuation: None,
-                    };
-                }
-                fail(
-                    "timeout",
-                    format!("The model did not respond in time: {}", error.message),
-                )
-            }
-            // A 429: a short window (per minute) waits and retries the same model, at least as
-            // long as Retry-After says; a long window (daily quota), or a spent same-model
-            // budget, rotates the auth profile, then falls back to the next model.
-            FailoverReason::RateLimit => {
-                if error.rate_limit_window() == RateLimitWindow::Short
-                    && b.same_model_rate_limit_retries < MAX_SAME_MODEL_RATE_LIMIT_RETRIES
-                {
-                    let delay = Backoff {
-                        planned: rate_limit_delay(
-                            b.same_model_rate_limit_retries,
-                            error.retry_after,
-                        ),
-                        at_least: suggested_delay(error.retry_after),
-                    };
-                    b.same_model_rate_limit_retries += 1;
-                    return Action::Retry {
-                        delay,
-                        continuation: None,
-                    };
-                }
-                b.rate_limit_rotations += 1;
-                escalate(
-                    b.rate_limit_rotations > MAX_RATE_LIMIT_PROFILE_ROTATIONS,
-                    FailoverReason::RateLimit,
-                    s,
-                    "rate_limit",
-                    "The model is rate-limited on every available credential.",
-                )
-            }
+            FailoverReason::ContextOverflow => self.on_overflow(s),
+            FailoverReason::Timeout => self.on_timeout(error, stage, s),
+            FailoverReason::RateLimit => self.on_rate_limit(error, s),
             FailoverReason::Overloaded => {
-                b.overload_rotations += 1;
+                self.budgets.overload_rotations += 1;
                 escalate(
-                    b.overload_rotations > MAX_OVERLOAD_PROFILE_ROTATIONS,
+                    self.budgets.overload_rotations > MAX_OVERLOAD_PROFILE_ROTATIONS,
                     FailoverReason::Overloaded,
                     s,
                     "overloaded",
@@ -198,7 +126,6 @@ impl RetryState {
                 )
             }
             FailoverReason::Auth | FailoverReason::Billing => {
-                let code = error.reason.as_str();
                 if s.next_profile {
                     Action::RotateProfile { cooldown: true }
                 } else if s.fallback {
@@ -207,29 +134,12 @@ impl RetryState {
                     }
                 } else {
                     fail(
-                        code,
+                        error.reason.as_str(),
                         format!("The provider refused the credentials: {}", error.message),
                     )
                 }
             }
-            FailoverReason::Server | FailoverReason::Network => {
-                if !s.progress && b.empty_error_retries < MAX_EMPTY_ERROR_RETRIES {
-                    b.empty_error_retries += 1;
-                    return Action::Retry {
-                        delay: Backoff::planned(empty_error_delay(b.empty_error_retries)),
-                        continuation: None,
-                    };
-                }
-                if s.fallback {
-                    return Action::Fallback {
-                        reason: error.reason,
-                    };
-                }
-                fail(
-                    error.reason.as_str(),
-                    format!("LLM request failed: {}", error.message),
-                )
-            }
+            FailoverReason::Server | FailoverReason::Network => self.on_server_error(error, s),
             FailoverReason::ModelNotFound => {
                 if s.fallback {
                     Action::Fallback {
@@ -244,6 +154,109 @@ impl RetryState {
                 fail("format", format!("LLM request rejected: {}", error.message))
             }
         }
+    }
+
+    /// The prompt is larger than the window: compact (three times per run at most), else fail.
+    fn on_overflow(&mut self, s: Situation) -> Action {
+        let b = &mut self.budgets;
+        if s.can_compact && b.overflow_compactions < MAX_OVERFLOW_COMPACTIONS {
+            b.overflow_compactions += 1;
+            Action::Compact {
+                trigger: CompactionTrigger::Overflow,
+            }
+        } else {
+            fail(
+                "context_overflow",
+                "Context overflow: the prompt is too large for the model even after \
+                 compaction. Reset the session or use a model with a larger context window.",
+            )
+        }
+    }
+
+    /// A timeout: under prompt pressure, compact; an idle stream rotates the profile; then the
+    /// next model; a lone model gets one more try when it made no progress.
+    fn on_timeout(&mut self, error: &ProviderError, stage: Stage, s: Situation) -> Action {
+        let b = &mut self.budgets;
+        if s.can_compact
+            && s.prompt_ratio > TIMEOUT_COMPACTION_RATIO
+            && b.timeout_compactions < MAX_TIMEOUT_COMPACTIONS
+        {
+            b.timeout_compactions += 1;
+            return Action::Compact {
+                trigger: CompactionTrigger::Timeout,
+            };
+        }
+        // A timeout before any response does not rotate (prompt stage).
+        if stage == Stage::Assistant && s.next_profile {
+            return Action::RotateProfile { cooldown: false };
+        }
+        if s.fallback {
+            return Action::Fallback {
+                reason: FailoverReason::Timeout,
+            };
+        }
+        if !s.progress && b.same_model_idle_retries < MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES {
+            b.same_model_idle_retries += 1;
+            return Action::Retry {
+                delay: Backoff::NONE,
+                continuation: None,
+            };
+        }
+        fail(
+            "timeout",
+            format!("The model did not respond in time: {}", error.message),
+        )
+    }
+
+    /// A 429. A short window (per minute) waits and retries the same model, three times at
+    /// most, at least as long as `Retry-After` says; a long window (a daily quota), or a spent
+    /// same-model budget, rotates the auth profile once, then falls back to the next model;
+    /// with neither, the run fails with `rate_limit`.
+    fn on_rate_limit(&mut self, error: &ProviderError, s: Situation) -> Action {
+        let b = &mut self.budgets;
+        if error.rate_limit_window() == RateLimitWindow::Short
+            && b.same_model_rate_limit_retries < MAX_SAME_MODEL_RATE_LIMIT_RETRIES
+        {
+            let delay = Backoff {
+                planned: rate_limit_delay(b.same_model_rate_limit_retries, error.retry_after),
+                at_least: suggested_delay(error.retry_after),
+            };
+            b.same_model_rate_limit_retries += 1;
+            return Action::Retry {
+                delay,
+                continuation: None,
+            };
+        }
+        b.rate_limit_rotations += 1;
+        escalate(
+            b.rate_limit_rotations > MAX_RATE_LIMIT_PROFILE_ROTATIONS,
+            FailoverReason::RateLimit,
+            s,
+            "rate_limit",
+            "The model is rate-limited on every available credential.",
+        )
+    }
+
+    /// A 5xx or a broken connection: a silent one (no progress) is retried three times with
+    /// backoff; then the next model, or the run fails.
+    fn on_server_error(&mut self, error: &ProviderError, s: Situation) -> Action {
+        let b = &mut self.budgets;
+        if !s.progress && b.empty_error_retries < MAX_EMPTY_ERROR_RETRIES {
+            b.empty_error_retries += 1;
+            return Action::Retry {
+                delay: Backoff::planned(empty_error_delay(b.empty_error_retries)),
+                continuation: None,
+            };
+        }
+        if s.fallback {
+            return Action::Fallback {
+                reason: error.reason,
+            };
+        }
+        fail(
+            error.reason.as_str(),
+            format!("LLM request failed: {}", error.message),
+        )
     }
 
     /// Spends an overflow compaction for the pre-call token check, if one is left.

@@ -3,7 +3,7 @@
 
 use agentlane_agent::{ModelRouter, Runner, RunnerConfig, TurnExit};
 use agentlane_core::{
-    Clock, Message, NewTurn, RunId, SessionId, SessionKey, Store, SystemClock, TenantId,
+    Clock, Message, NewTurn, RunId, SessionId, SessionKey, Store, SystemClock, TenantId, ToolCall,
     TranscriptEntry, TurnMessage, TurnRequest,
 };
 use agentlane_providers::{
@@ -33,6 +33,26 @@ pub enum Script {
     Silent(Duration),
     /// Only reasoning, no visible text.
     ReasoningOnly,
+    /// Tool calls built at run time (many of them, say).
+    Calls(Vec<ToolCall>),
+}
+
+/// The stream of an answer that asks for `calls`.
+fn tool_call_events(calls: Vec<ToolCall>) -> Vec<Result<StreamEvent, ProviderError>> {
+    let mut v = Vec::new();
+    for (i, call) in calls.into_iter().enumerate() {
+        v.push(Ok(StreamEvent::ToolCallStart {
+            index: i,
+            id: call.id,
+            name: call.name,
+        }));
+        v.push(Ok(StreamEvent::ToolCallArgumentsDelta {
+            index: i,
+            delta: call.arguments,
+        }));
+    }
+    v.push(Ok(StreamEvent::Finished(FinishReason::ToolCalls)));
+    v
 }
 
 pub type Shared<T> = Arc<Mutex<T>>;
@@ -104,22 +124,17 @@ impl ModelProvider for ScriptedModel {
                 Ok(StreamEvent::TextDelta(t[t.len() / 2..].into())),
                 Ok(StreamEvent::Finished(FinishReason::Stop)),
             ],
-            Script::Tools(calls) => {
-                let mut v = Vec::new();
-                for (i, (id, name, args)) in calls.into_iter().enumerate() {
-                    v.push(Ok(StreamEvent::ToolCallStart {
-                        index: i,
+            Script::Tools(calls) => tool_call_events(
+                calls
+                    .into_iter()
+                    .map(|(id, name, args)| ToolCall {
                         id: id.into(),
                         name: name.into(),
-                    }));
-                    v.push(Ok(StreamEvent::ToolCallArgumentsDelta {
-                        index: i,
-                        delta: args.into(),
-                    }));
-                }
-                v.push(Ok(StreamEvent::Finished(FinishReason::ToolCalls)));
-                v
-            }
+                        arguments: args.into(),
+                    })
+                    .collect(),
+            ),
+            Script::Calls(calls) => tool_call_events(calls),
             Script::Fail(reason) => return Err(ProviderError::new(reason, "scripted failure")),
             Script::Error(e) => return Err(e),
             Script::ReasoningOnly => vec![
@@ -220,9 +235,20 @@ pub fn fixture_with(
     config: RunnerConfig,
     route: impl FnOnce(ModelRouter, &Arc<ScriptedModel>) -> ModelRouter,
 ) -> Fixture {
+    fixture_on(script, config, route, |store| store)
+}
+
+/// A fixture whose runner (and the test) use the embedded store as `wrap` returns it (a
+/// wrapper that injects faults, say).
+pub fn fixture_on(
+    script: Vec<Script>,
+    config: RunnerConfig,
+    route: impl FnOnce(ModelRouter, &Arc<ScriptedModel>) -> ModelRouter,
+    wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let backend = SqliteBackend::open(dir.path()).unwrap();
-    let store: Arc<dyn Store> = Arc::new(backend);
+    let store: Arc<dyn Store> = wrap(Arc::new(backend));
     let model = ScriptedModel::new(script);
     let tools = ToolRegistry::new()
         .with(Arc::new(Echo {

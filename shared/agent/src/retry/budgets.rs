@@ -76,16 +76,16 @@ impl Backoff {
         }
     }
 
-    /// The wait to sleep: `planned` times `scale` (1.0 in production, shrunk by tests), spread
-    /// by ±20 % jitter so runners that failed together do not retry together, and never less
-    /// than `at_least` times `scale`.
+    /// The wait to sleep. In production (`scale` 1.0) `planned` is spread by ±20 % jitter, so
+    /// runners that failed together do not retry together, and never drops below `at_least`.
+    /// Any other `scale` is a test's time-lapse (`AGENTLANE_RETRY_DELAY_SCALE`): the scaled
+    /// delay is applied exactly, so tests can assert it.
     pub fn wait(self, scale: f64) -> Duration {
-        let scale = if scale.is_finite() {
-            scale.max(0.0)
-        } else {
-            1.0
-        };
-        jittered(self.planned.mul_f64(scale)).max(self.at_least.mul_f64(scale))
+        if (scale - 1.0).abs() < f64::EPSILON {
+            return jittered(self.planned).max(self.at_least);
+        }
+        let scale = if scale.is_finite() { scale.max(0.0) } else { 1.0 };
+        self.planned.mul_f64(scale).max(self.at_least.mul_f64(scale))
     }
 }
 
@@ -148,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn a_backoff_is_jittered_scaled_and_never_below_the_servers_floor() {
+    fn a_backoff_is_jittered_in_production_never_below_the_servers_floor_and_exact_when_scaled() {
         let b = Backoff {
             planned: Duration::from_secs(15),
             at_least: Duration::from_secs(15),
@@ -163,7 +163,8 @@ mod tests {
         let waits: Vec<u128> = (0..100).map(|_| free.wait(1.0).as_millis()).collect();
         assert!(waits.iter().all(|w| (8_000..=12_000).contains(w)));
         assert!(waits.iter().any(|w| *w != 10_000), "jitter varies the wait");
-        assert!(free.wait(0.01) <= Duration::from_millis(120));
+        assert_eq!(free.wait(0.01), Duration::from_millis(100), "a test's scale is exact");
+        assert_eq!(b.wait(0.01), Duration::from_millis(150));
         assert_eq!(Backoff::NONE.wait(1.0), Duration::ZERO);
     }
 }

@@ -84,8 +84,14 @@ impl Backoff {
         if (scale - 1.0).abs() < f64::EPSILON {
             return jittered(self.planned).max(self.at_least);
         }
-        let scale = if scale.is_finite() { scale.max(0.0) } else { 1.0 };
-        self.planned.mul_f64(scale).max(self.at_least.mul_f64(scale))
+        let scale = if scale.is_finite() {
+            scale.max(0.0)
+        } else {
+            1.0
+        };
+        self.planned
+            .mul_f64(scale)
+            .max(self.at_least.mul_f64(scale))
     }
 }
 
@@ -163,7 +169,11 @@ mod tests {
         let waits: Vec<u128> = (0..100).map(|_| free.wait(1.0).as_millis()).collect();
         assert!(waits.iter().all(|w| (8_000..=12_000).contains(w)));
         assert!(waits.iter().any(|w| *w != 10_000), "jitter varies the wait");
-        assert_eq!(free.wait(0.01), Duration::from_millis(100), "a test's scale is exact");
+        assert_eq!(
+            free.wait(0.01),
+            Duration::from_millis(100),
+            "a test's scale is exact"
+        );
         assert_eq!(b.wait(0.01), Duration::from_millis(150));
         assert_eq!(Backoff::NONE.wait(1.0), Duration::ZERO);
     }

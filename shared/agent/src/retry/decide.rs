@@ -423,19 +423,36 @@ mod tests {
         ..ALONE
     };
 
-    #[test]
-    fn failure_decisions() {
-        use FailoverReason as R;
-        let retry = |ms, at_least_ms| Action::Retry {
+    type Case = (&'static str, ProviderError, Stage, Situation, Action);
+
+    fn retry(ms: u64, at_least_ms: u64) -> Action {
+        Action::Retry {
             delay: Backoff {
                 planned: Duration::from_millis(ms),
                 at_least: Duration::from_millis(at_least_ms),
             },
             continuation: None,
-        };
+        }
+    }
+
+    /// Each case from a fresh state; a failure is compared by its code.
+    fn check(cases: Vec<Case>) {
+        for (name, error, stage, situation, want) in cases {
+            let got = RetryState::default().on_failure(&error, stage, situation);
+            match (&got, &want) {
+                (Action::Fail { error: g, .. }, Action::Fail { error: w, .. }) => {
+                    assert_eq!(g.code, w.code, "{name}")
+                }
+                _ => assert_eq!(got, want, "{name}"),
+            }
+        }
+    }
+
+    #[test]
+    fn failure_decisions_for_rate_limits_overload_and_credentials() {
+        use FailoverReason as R;
         let rotate = |cooldown| Action::RotateProfile { cooldown };
         let fallback = |reason| Action::Fallback { reason };
-        let compact = |trigger| Action::Compact { trigger };
         let short_429 = http(
             429,
             r#"{"error":{"message":"Rate limit reached: requests per min"}}"#,
@@ -446,7 +463,7 @@ mod tests {
             r#"{"error":{"message":"You exceeded your daily quota"}}"#,
             None,
         );
-        let cases: Vec<(&str, ProviderError, Stage, Situation, Action)> = vec![
+        check(vec![
             (
                 "short 429 retries the same model",
                 short_429.clone(),
@@ -506,6 +523,16 @@ mod tests {
                 FALLBACK,
                 fallback(R::Auth),
             ),
+        ]);
+    }
+
+    #[test]
+    fn failure_decisions_for_overflow_timeouts_and_errors() {
+        use FailoverReason as R;
+        let rotate = |cooldown| Action::RotateProfile { cooldown };
+        let fallback = |reason| Action::Fallback { reason };
+        let compact = |trigger| Action::Compact { trigger };
+        check(vec![
             (
                 "overflow compacts",
                 err(R::ContextOverflow),
@@ -586,16 +613,7 @@ mod tests {
                 FALLBACK,
                 fallback(R::ModelNotFound),
             ),
-        ];
-        for (name, error, stage, situation, want) in cases {
-            let got = RetryState::default().on_failure(&error, stage, situation);
-            match (&got, &want) {
-                (Action::Fail { error: g, .. }, Action::Fail { error: w, .. }) => {
-                    assert_eq!(g.code, w.code, "{name}")
-                }
-                _ => assert_eq!(got, want, "{name}"),
-            }
-        }
+        ]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! next is asked of [`RetryState`] (`crate::retry`), the one place that decides.
 
 use super::Runner;
+use super::attempt::Attempted;
 use super::stop::{StopReason, StopSignal};
 use crate::hooks::{HookContext, HookPoint, PromptAdditions, PromptBuildEvent};
 use crate::models::{Profile, ResolvedModel};
@@ -102,13 +103,11 @@ impl Turn<'_> {
             let request = self.build_request(&selected.model);
             let attempt = self.attempt(&selected, request).await?;
             let step = match attempt {
-                super::attempt::Attempted::Answered { turn, record } => {
+                Attempted::Answered { turn, record } => {
                     self.after_answer(&selected, turn, record).await?
                 }
-                super::attempt::Attempted::Failed(failed) => {
-                    self.after_failure(&selected, failed).await?
-                }
-                super::attempt::Attempted::Stopped(reason) => Step::End(LoopEnd::Stopped(reason)),
+                Attempted::Failed(failed) => self.after_failure(&selected, failed).await?,
+                Attempted::Stopped(reason) => Step::End(LoopEnd::Stopped(reason)),
             };
             match step {
                 Step::Continue => {}

@@ -24,7 +24,8 @@ pub struct RunnerConfig {
     pub abort_poll: Duration,
     /// Tool rounds allowed in one turn before it fails (a runaway tool loop costs money).
     pub max_tool_rounds: u32,
-    /// Multiplies every retry backoff (1.0 in production; tests shrink waits with it).
+    /// Multiplies every model-retry backoff. 1.0 in production, where backoffs are jittered
+    /// ±20 %; tests shrink waits with it, and a scaled backoff is exact (no jitter).
     pub retry_delay_scale: f64,
     /// Per-tool timeout.
     pub tool_timeout: Duration,

@@ -2,37 +2,33 @@
 //!
 //! - [`worker`]: takes lane deliveries, keeps them invisible while working, acks or hands back.
 //! - [`lock`]: the session write lock (acquire with retry, lease heartbeat).
-//! - [`writer`]: every fenced write of one run (transcript, events, run record), with event seq
-//!   numbering and assistant-delta coalescing.
-//! - [`turn`]: the turn loop — model attempts, tool rounds, recovery after a crash, abort and
-//!   timeouts; [`failover`] decides retry, rotation, fallback or stop in one place.
-//! - [`attempt`]: one streamed model call with the idle watchdog.
-//! - [`tool_exec`]: runs a batch of tool calls concurrently, results in call order.
-//! - [`repair`]: tool_use/tool_result pairing repair (pure).
-//! - [`reply`]: final payload shaping (pure).
+//! - [`runner`]: a pickup of a run and its loop of attempts — one driver calling named steps
+//!   (request, attempt, retry action, answer, tool round, compaction, finish).
+//! - [`retry`]: every stop/continue decision of the loop, pure and serializable: budgets, the
+//!   idle-timeout breaker, loop guards. "What happens on a 429" is in [`retry::decide`].
+//! - [`writer`]: every fenced write of one run (transcript, events, the run record it owns,
+//!   checkpoints), split into parts that each fit one store transaction.
+//! - [`context`]: what the model sees — history, token precheck, compaction, pairing repair.
+//! - [`answer`]: what the model said — tool-call normalisation, reply shaping.
+//! - [`models`]: model names to providers, auth profiles, fallbacks, cooldowns.
+//! - [`hooks`]: the plugin hooks of SPEC §11.
+//! - [`audit`], [`config`]: event previews and the audit log; the runner's settings.
 //!
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
 
-pub mod attempt;
+pub mod answer;
 pub mod audit;
-pub mod compaction;
 pub mod config;
-pub mod failover;
-pub mod history;
+pub mod context;
 pub mod hooks;
 pub mod lock;
 pub mod models;
-pub mod normalize;
-pub mod precheck;
-pub mod repair;
-pub mod reply;
-pub mod tokens;
-pub mod tool_exec;
-pub mod turn;
+pub mod retry;
+pub mod runner;
 pub mod worker;
 pub mod writer;
 
 pub use config::RunnerConfig;
 pub use models::ModelRouter;
-pub use turn::Runner;
+pub use runner::{Runner, RunnerError, TurnExit};
 pub use worker::{DeliveryOutcome, LaneWorker};

@@ -1,8 +1,8 @@
 //! The session write lock as the runner uses it: acquire with backoff until a deadline, then keep
 //! the lease alive with a heartbeat until the run ends.
 
+use agentlane_core::backoff::jittered;
 use agentlane_core::{Clock, Fence, LockAttempt, SessionKey, Store, StoreError, TenantId};
-use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -18,8 +18,8 @@ pub enum AcquireError {
     Store(#[from] StoreError),
 }
 
-/// Tries to take the lock until `timeout`, sleeping 50 ms growing to 1 s (with jitter) between
-/// tries. Transient store errors are retried within the same deadline.
+/// Tries to take the lock until `timeout`, sleeping 50 ms growing to 1 s (jittered ±20 %)
+/// between tries. Transient store errors are retried within the same deadline.
 pub async fn acquire(
     store: &dyn Store,
     clock: &dyn Clock,
@@ -45,8 +45,7 @@ pub async fn acquire(
         if now >= deadline {
             return Err(last);
         }
-        let jitter = rand::rng().random_range(0..=pause.as_millis() as u64 / 4);
-        let sleep = (pause + Duration::from_millis(jitter)).min(deadline - now);
+        let sleep = jittered(pause).min(deadline - now);
         tokio::time::sleep(sleep).await;
         pause = (pause * 2).min(Duration::from_secs(1));
     }

@@ -1,7 +1,8 @@
 //! Lane workers: receive deliveries, keep them invisible while the turn runs, then ack or hand
 //! them back. The same [`LaneWorker::process`] serves the local server and the runner Lambda.
 
-use crate::turn::{Runner, TurnExit};
+use crate::runner::{Runner, TurnExit};
+use agentlane_core::backoff::jittered;
 use agentlane_core::{Delivery, LaneQueue};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,7 +112,7 @@ impl LaneWorker {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "receive failed; retrying shortly");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(jittered(Duration::from_millis(500))).await;
                 }
             }
         }

@@ -22,3 +22,4 @@ mod text_turn;
 mod tool_round_trip;
 mod validation;
 mod wait;
+mod wide_tool_round;

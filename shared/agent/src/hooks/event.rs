@@ -3,7 +3,7 @@
 //! settings or whole transcripts.
 
 use super::point::HookPoint;
-use crate::failover::CompactionTrigger;
+use crate::retry::CompactionTrigger;
 use agentlane_core::{
     Run, RunError, RunId, RunStatus, SessionId, SessionKey, TenantId, ToolCall, Usage,
 };

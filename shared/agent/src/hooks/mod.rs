@@ -16,7 +16,7 @@
 //! an error, a timeout, a panic or an answer of the wrong shape blocks, with a reason naming the
 //! point and the hook. Every other point fails open: the failure is logged and the hook skipped.
 //!
-//! # Where the runner calls each point (`turn.rs`)
+//! # Where the runner calls each point (`crate::runner`)
 //!
 //! Build the context once per run with [`HookContext::for_run`]; skip everything when
 //! [`HookRegistry::is_empty`].
@@ -24,19 +24,19 @@
 //! | point | where | what the runner does with the result |
 //! |---|---|---|
 //! | `session_start` | when a new session id is minted (first run of a key, after a reset) | observe |
-//! | `message_received` | `drive`, right after the user message is committed (not on resume) | observe |
-//! | `before_agent_reply` | `drive`, before `before_agent_run`, only when not resumed | `Some(claim)`: end the run `ok` with `claim.reply` as the payload (none = silent), no model call |
-//! | `before_agent_run` | `drive`, before the user message is committed (not on resume) | `Block`: end the run `blocked` (error kind `hook_block`, message = `message` or `reason`) without retaining the prompt |
-//! | `before_model_resolve` | `drive`, where `writer.run.model` is first chosen | `Some(model)` replaces the requested model when building the chain |
-//! | `before_prompt_build` | `run_loop`, once per run before the first `ModelRequest` (cache the result across attempts) | `additions.system_prompt(base)` is the system prompt; `additions.prompt(text)` the user prompt sent to the model (the transcript keeps the original) |
-//! | `before_compaction` / `after_compaction` | `apply`, around `compaction::compact` | observe |
-//! | `before_tool_call` | `run_loop`, for each call in order, before `run_batch` | `Block`: do not run the call; its result is `reason` with `is_error: true`. `Allow { params: Some(v) }`: the call runs with `v.to_string()` as arguments |
-//! | `after_tool_call` | `run_loop`, for each `ToolRun` from `run_batch` | observe |
-//! | `tool_result_persist` | `run_loop`, for each result, before its `Message::Tool` is built | the returned text is what is persisted and sent to the model |
-//! | `before_agent_finalize` | `run_loop`, at `LoopEnd::Final` with visible text, when [`HookRegistry::has`] it | `Revise`: keep the answer in history and continue with the instruction as a user turn, at most [`MAX_FINALIZE_REVISIONS`] times per run |
-//! | `message_sending` | `finish`, on each payload before it is stored on the run | `Cancel`: drop the payload; `Send { content }`: store `content` |
-//! | `message_sent` | `finish`, after the terminal commit, per payload | observe |
-//! | `agent_end` | `finish`, after the terminal commit | observe (await it: a Lambda may freeze spawned tasks) |
+//! | `message_received` | `pickup::start`, right after the user message is committed (not on resume) | observe |
+//! | `before_agent_reply` | `pickup::gate`, before `before_agent_run`, only when not resumed | `Some(claim)`: end the run `ok` with `claim.reply` as the payload (none = silent), no model call |
+//! | `before_agent_run` | `pickup::gate`, before the user message is committed (not on resume) | `Block`: end the run `blocked` (error kind `hook_block`, message = `message` or `reason`) without retaining the prompt |
+//! | `before_model_resolve` | `pickup::gate`, before the run's model is first chosen | `Some(model)` replaces the requested model when building the chain |
+//! | `before_prompt_build` | `turn_loop::run_loop`, once per run before the first `ModelRequest` (cache the result across attempts) | `additions.system_prompt(base)` is the system prompt; `additions.prompt(text)` the user prompt sent to the model (the transcript keeps the original) |
+//! | `before_compaction` / `after_compaction` | `runner::compaction::compact` (precheck and after a failure), around the summarizing call | observe |
+//! | `before_tool_call` | `tool_round::run_calls`, for each call in order, before `run_batch` | `Block`: do not run the call; its result is `reason` with `is_error: true`. `Allow { params: Some(v) }`: the call runs with `v.to_string()` as arguments |
+//! | `after_tool_call` | `tool_round::record_result`, for each `ToolRun` from `run_batch` | observe |
+//! | `tool_result_persist` | `tool_round::record_result`, for each result, before its `Message::Tool` is built | the returned text is what is persisted and sent to the model |
+//! | `before_agent_finalize` | `completion::after_answer`, at a final answer with visible text, when [`HookRegistry::has`] it | `Revise`: keep the answer in history and continue with the instruction as a user turn, at most [`MAX_FINALIZE_REVISIONS`] times per run |
+//! | `message_sending` | `finish::finish`, on each payload before it is stored on the run | `Cancel`: drop the payload; `Send { content }`: store `content` |
+//! | `message_sent` | `finish::finish`, after the terminal commit, per payload | observe |
+//! | `agent_end` | `finish::finish`, after the terminal commit | observe (await it: a Lambda may freeze spawned tasks) |
 //! | `session_end` | session reset / delete / idle expiry (API and cron, not the runner) | observe |
 
 pub mod event;

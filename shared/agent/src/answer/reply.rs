@@ -1,4 +1,6 @@
-//! Final payloads from the last assistant message (SPEC §3).
+//! Reply shaping (SPEC §3): the final payloads from the last assistant message, the silent
+//! token, and which starts of an answer are held back from clients while they may still turn
+//! out to be a tool call written as text or the silent token.
 
 use agentlane_core::Payload;
 
@@ -34,9 +36,42 @@ pub fn shape_payloads(final_text: &str, last_tool_error: Option<(&str, &str)>) -
     }
 }
 
+/// Whether the start of an answer may still turn out to be a tool call written as text
+/// (`<tool_call>`, a JSON object, a fenced block) or the silent token `NO_REPLY`.
+pub fn may_be_hidden(text: &str) -> bool {
+    let t = text.trim_start();
+    if t.is_empty() {
+        return true;
+    }
+    let upper = t.trim_end().to_ascii_uppercase();
+    t.starts_with('<')
+        || t.starts_with('{')
+        || t.starts_with("```")
+        || SILENT_TOKEN.starts_with(&upper)
+        || upper.starts_with(SILENT_TOKEN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_that_may_be_hidden() {
+        for (text, hidden) in [
+            ("", true),
+            ("  <tool_", true),
+            ("{\"name\"", true),
+            ("```json", true),
+            ("NO_", true),
+            ("no_reply", true),
+            ("NO_REPLY and more", true),
+            ("Hello", false),
+            ("No problem", false),
+            ("The answer", false),
+        ] {
+            assert_eq!(may_be_hidden(text), hidden, "{text:?}");
+        }
+    }
 
     #[test]
     fn silent_token_table() {

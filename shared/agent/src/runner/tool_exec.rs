@@ -45,7 +45,7 @@ pub async fn run_batch(
         };
         let (content, is_error) = match outcome {
             Ok(out) => (out.content, false),
-            Err(ToolError::Cancelled) => (crate::repair::ABORTED_RESULT.to_owned(), true),
+            Err(ToolError::Cancelled) => (crate::context::repair::ABORTED_RESULT.to_owned(), true),
             Err(e) => (format!("error: {e}"), true),
         };
         ToolRun {

@@ -1,0 +1,14 @@
+//! What the model gets to see, as pure functions over the session's history:
+//!
+//! - [`history`]: the model's view of a transcript (the latest compaction summary replaces what
+//!   it covers) and the last-N-turns limit.
+//! - [`precheck`]: the token budget before every model call and the tool-result size caps.
+//! - [`compaction`]: the summarizing request and the history that replaces the summarized part.
+//! - [`tokens`]: the rough token estimate (about four characters a token).
+//! - [`repair`]: tool_use / tool_result pairing repair.
+
+pub mod compaction;
+pub mod history;
+pub mod precheck;
+pub mod repair;
+pub mod tokens;

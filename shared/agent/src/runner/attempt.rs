@@ -1,0 +1,125 @@
+//! One model attempt: the request streamed to the selected model and profile, and its outcome
+//! recorded in the run's attempt ledger.
+
+use super::stop::StopReason;
+use super::stream::{ModelFailure, StreamError, stream_model};
+use super::turn_loop::{Selected, Turn};
+use crate::context::tokens::estimate_tokens;
+use crate::retry::{AttemptOutcome, Stage};
+use agentlane_core::{AttemptRecord, StoreError};
+use agentlane_providers::{AssistantTurn, FailoverReason, ModelRequest, ProviderError};
+use std::time::{Duration, Instant};
+
+/// How an attempt went.
+pub(super) enum Attempted {
+    /// The model answered; the record's outcome is filled in once the answer is read.
+    Answered {
+        turn: AssistantTurn,
+        record: AttemptRecord,
+    },
+    /// The call failed (already recorded).
+    Failed(FailedAttempt),
+    /// The run was stopped meanwhile (already recorded).
+    Stopped(StopReason),
+}
+
+/// A failed attempt, as the retry decision needs it.
+pub(super) struct FailedAttempt {
+    pub error: ProviderError,
+    pub stage: Stage,
+    pub progress: bool,
+    /// Estimated prompt tokens ÷ the model's context window.
+    pub prompt_ratio: f64,
+    /// The idle timeout the call ran with.
+    pub idle: Duration,
+}
+
+impl ModelFailure {
+    /// The failure as the retry loop classifies it: the error, where it surfaced, and whether
+    /// the model had made progress.
+    fn classify(self, idle: Duration) -> (ProviderError, Stage, bool) {
+        match self {
+            ModelFailure::Refused(error) => (error, Stage::Prompt, false),
+            ModelFailure::OpenTimedOut => (idle_error(idle), Stage::Prompt, false),
+            ModelFailure::Broken { error, progress } => (error, Stage::Assistant, progress),
+            ModelFailure::Idle { progress } => (idle_error(idle), Stage::Assistant, progress),
+            ModelFailure::EndedEarly { progress } => (
+                ProviderError::new(
+                    FailoverReason::Network,
+                    "the model stream ended before the response was complete",
+                ),
+                Stage::Assistant,
+                progress,
+            ),
+        }
+    }
+}
+
+fn idle_error(idle: Duration) -> ProviderError {
+    ProviderError::new(
+        FailoverReason::Timeout,
+        format!("model idle timeout: no data for {} ms", idle.as_millis()),
+    )
+}
+
+impl Turn<'_> {
+    /// Streams `request` to the selected model. Failures and stops are recorded in the ledger
+    /// here; an answer is recorded by the caller once normalised.
+    pub(super) async fn attempt(
+        &mut self,
+        selected: &Selected,
+        request: ModelRequest,
+    ) -> Result<Attempted, StoreError> {
+        let config = &self.runner.config;
+        let prompt_ratio =
+            estimate_tokens(&request) as f64 / selected.model.context_window.max(1) as f64;
+        let idle = if selected.profile.provider.self_hosted() {
+            config.model_idle_timeout_self_hosted
+        } else {
+            config.model_idle_timeout
+        };
+        let started_at = self.writer.now();
+        let started = Instant::now();
+        let outcome = stream_model(
+            selected.profile.provider.as_ref(),
+            request,
+            idle,
+            self.stop.token(),
+            Some(&mut self.writer),
+        )
+        .await;
+        let mut record = AttemptRecord {
+            index: self.writer.next_attempt_index(),
+            model: selected.model.full_name.clone(),
+            profile: Some(selected.profile.name.clone()),
+            outcome: String::new(),
+            usage: Default::default(),
+            started_at,
+            duration_ms: started.elapsed().as_millis() as u64,
+            error: None,
+        };
+        let failure = match outcome {
+            Ok(turn) => return Ok(Attempted::Answered { turn, record }),
+            Err(StreamError::Store(e)) => return Err(e),
+            // A failure while the run is being stopped is the stop, whatever the provider said.
+            Err(StreamError::Failed(failure)) if self.stop.reason().is_none() => failure,
+            Err(StreamError::Failed(_) | StreamError::Stopped) => {
+                let reason = self.stop.reason().unwrap_or(StopReason::Abort);
+                record.outcome = AttemptOutcome::Stopped.as_str().into();
+                self.writer.record_attempt(record);
+                return Ok(Attempted::Stopped(reason));
+            }
+        };
+        let (error, stage, progress) = failure.classify(idle);
+        record.outcome = AttemptOutcome::Failed(error.reason).as_str().into();
+        record.error = Some(error.message.clone());
+        self.writer.record_attempt(record);
+        Ok(Attempted::Failed(FailedAttempt {
+            error,
+            stage,
+            progress,
+            prompt_ratio,
+            idle,
+        }))
+    }
+}

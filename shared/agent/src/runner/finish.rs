@@ -1,0 +1,183 @@
+//! The end of a pickup: the terminal commit (status, payloads, the final answer, the session
+//! idle, the lock released) with the reply hooks around it — or, on shutdown, the hand-back
+//! commit. Also the turn a `before_agent_reply` hook claimed.
+
+use super::stop::StopReason;
+use super::turn_loop::{LoopEnd, Turn};
+use super::{INCOMPLETE_REPLY, TurnExit};
+use crate::answer::reply::shape_payloads;
+use crate::audit;
+use crate::hooks::{AgentEndEvent, HookPoint, MessageEvent, ReplyClaimed, SendDecision};
+use crate::writer::CommitKind;
+use crate::writer::record::Ending;
+use agentlane_core::{
+    EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError,
+};
+use serde_json::json;
+
+impl Turn<'_> {
+    /// Writes the terminal state (or the hand-back state) and releases the lock.
+    pub(super) async fn finish(mut self, end: LoopEnd) -> Result<TurnExit, StoreError> {
+        let mut final_messages = Vec::new();
+        let ending = match end {
+            LoopEnd::Final {
+                text,
+                last_tool_error,
+                pending,
+            } => {
+                final_messages.extend(pending);
+                let tool_error = last_tool_error
+                    .as_ref()
+                    .map(|(n, m)| (n.as_str(), m.as_str()));
+                ending(RunStatus::Ok, LivenessState::Working, None)
+                    .with_payloads(shape_payloads(&text, tool_error))
+            }
+            LoopEnd::Failed(e) => ending(RunStatus::Error, LivenessState::Blocked, Some(e)),
+            LoopEnd::Incomplete => ending(
+                RunStatus::Error,
+                LivenessState::Abandoned,
+                Some(RunError::new("incomplete_turn", INCOMPLETE_REPLY)),
+            )
+            .with_payloads(vec![Payload {
+                text: INCOMPLETE_REPLY.to_owned(),
+                is_error: true,
+            }]),
+            LoopEnd::Stopped(StopReason::Abort) => ending(
+                RunStatus::Aborted,
+                LivenessState::Abandoned,
+                Some(RunError::new("aborted", "the run was aborted on request")),
+            ),
+            LoopEnd::Stopped(StopReason::Timeout) => ending(
+                RunStatus::Timeout,
+                LivenessState::Abandoned,
+                Some(RunError::new("run_timeout", "the run reached its timeout")),
+            ),
+            LoopEnd::Stopped(StopReason::LockLost) => return Ok(TurnExit::Abandoned),
+            LoopEnd::Stopped(StopReason::Shutdown) => return self.hand_back().await,
+        };
+        let status = ending.status;
+        let payloads = self.shape_with_hooks(ending.payloads.clone()).await;
+        self.writer.end(Ending { payloads, ..ending });
+        let run = self.writer.run();
+        let event = json!({
+            "phase": if status == RunStatus::Ok { "end" } else { "error" },
+            "status": status.as_str(),
+            "endedAt": run.ended_at,
+            "error": run.error,
+            "livenessState": run.liveness_state,
+        });
+        self.writer.event(EventStream::Lifecycle, event);
+        self.writer
+            .commit(CommitKind::Finish(final_messages))
+            .await?;
+        audit::run_end(self.writer.run());
+        self.after_reply().await;
+        Ok(TurnExit::Finished(status))
+    }
+
+    /// Shutdown: the run is paused, its lock released, and a later pickup resumes it.
+    async fn hand_back(mut self) -> Result<TurnExit, StoreError> {
+        self.writer.pause();
+        self.writer.event(
+            EventStream::Lifecycle,
+            json!({ "phase": "paused", "reason": "handed back" }),
+        );
+        self.writer.commit(CommitKind::HandBack).await?;
+        Ok(TurnExit::HandBack)
+    }
+
+    /// The payloads after the `message_sending` hooks (which may rewrite or cancel each).
+    async fn shape_with_hooks(&self, payloads: Vec<Payload>) -> Vec<Payload> {
+        let hooks = &self.runner.hooks;
+        if !hooks.has(HookPoint::MessageSending) {
+            return payloads;
+        }
+        let mut shaped = Vec::with_capacity(payloads.len());
+        for mut payload in payloads {
+            let event = MessageEvent {
+                text: payload.text.clone(),
+            };
+            match hooks.message_sending(&self.hook_ctx, event).await {
+                SendDecision::Cancel { .. } => continue,
+                SendDecision::Send { content } => payload.text = content,
+            }
+            shaped.push(payload);
+        }
+        shaped
+    }
+
+    /// The observer hooks after the run ended: `message_sent` for each payload, `agent_end`.
+    async fn after_reply(&self) {
+        let hooks = &self.runner.hooks;
+        if hooks.is_empty() {
+            return;
+        }
+        let run = self.writer.run();
+        for payload in &run.payloads {
+            let event = MessageEvent {
+                text: payload.text.clone(),
+            };
+            hooks.message_sent(&self.hook_ctx, event).await;
+        }
+        let now = self.writer.now();
+        let event = AgentEndEvent {
+            status: run.status,
+            text: run.payloads.first().map(|p| p.text.clone()),
+            error: run.error.clone(),
+            usage: run.usage,
+            duration_ms: run
+                .ended_at
+                .unwrap_or(now)
+                .saturating_sub(run.started_at.unwrap_or(now)),
+        };
+        hooks.agent_end(&self.hook_ctx, event).await;
+    }
+
+    /// A `before_agent_reply` hook claimed the turn: record the prompt and the hook's reply (none
+    /// = silent) and end the run ok, without any model call.
+    pub(super) async fn claimed(mut self, claim: ReplyClaimed) -> Result<TurnExit, StoreError> {
+        let now = self.writer.now();
+        self.writer.begin_claimed(&claim.hook);
+        let run = self.writer.run();
+        let event = json!({
+            "phase": "start",
+            "startedAt": now,
+            "model": run.model,
+            "claimedBy": claim.hook,
+        });
+        let prompt = Message::user(run.request.message.clone());
+        self.writer.event(EventStream::Lifecycle, event);
+        self.writer
+            .commit(CommitKind::Progress(vec![prompt]))
+            .await?;
+        let reply = claim.reply.unwrap_or_default();
+        let pending = (!reply.is_empty()).then(|| Message::Assistant {
+            content: reply.clone(),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            model: self.writer.run().model.clone(),
+        });
+        self.finish(LoopEnd::Final {
+            text: reply,
+            last_tool_error: None,
+            pending,
+        })
+        .await
+    }
+}
+
+/// An ending without payloads.
+fn ending(status: RunStatus, liveness: LivenessState, error: Option<RunError>) -> Ending {
+    Ending {
+        status,
+        liveness,
+        error,
+        payloads: Vec::new(),
+    }
+}
+
+impl Ending {
+    fn with_payloads(self, payloads: Vec<Payload>) -> Self {
+        Self { payloads, ..self }
+    }
+}

@@ -1,0 +1,157 @@
+//! The runner: takes the session lock, brings a run to a terminal status (or hands it back),
+//! and releases the lock. Safe to run again for the same run at any point: the transcript tells
+//! how far an earlier pickup got, so a redelivered message never repeats or loses an entry.
+//!
+//! Follow one lane message top-down:
+//!
+//! - [`Runner::execute`] (`pickup`): the lock, the run read under it, the helpers (lease
+//!   heartbeat, abort poll), then the pickup: read the history, the hooks that may claim or
+//!   block the turn, the start (or resume) commit.
+//! - `turn_loop`: the loop of attempts, one driver calling the named steps below; every
+//!   stop/continue decision is asked of [`crate::retry`].
+//! - `request`: the model request of an attempt (system prompt, history, instructions).
+//! - `attempt` + `stream`: one model call, streamed with the idle watchdog (the same streamer
+//!   serves compaction's summarizing call).
+//! - `action`: carrying out a retry [`crate::retry::Action`] after a failed attempt.
+//! - `completion`: an answer without tool calls (directed retries, finalize revisions).
+//! - `tool_round`: one round of tool calls (hooks, concurrent execution, results).
+//! - `compaction`: the token precheck before a call, and compaction with its hooks.
+//! - `finish`: the terminal (or hand-back) commit, and a turn claimed by a hook.
+//! - `stop`: why a run is stopped from outside its loop (abort, timeout, lock lost, shutdown).
+//! - [`tool_exec`]: one batch of tool calls, run concurrently, results in call order.
+
+mod action;
+mod attempt;
+mod compaction;
+mod completion;
+mod finish;
+mod pickup;
+mod request;
+pub mod stop;
+mod stream;
+pub mod tool_exec;
+mod tool_round;
+mod turn_loop;
+
+pub use stop::{StopReason, StopSignal};
+
+use crate::config::RunnerConfig;
+use crate::hooks::HookRegistry;
+use crate::models::ModelRouter;
+use agentlane_core::{Clock, Run, RunStatus, Store, StoreError};
+use agentlane_tools::ToolRegistry;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a pickup of a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnExit {
+    /// This pickup wrote the terminal status.
+    Finished(RunStatus),
+    /// Nothing to do: the run was already terminal, or does not exist.
+    AlreadyDone,
+    /// The run is not finished and should be picked up again soon (shutdown, or the session's
+    /// lock stayed busy). The lane stays blocked meanwhile.
+    HandBack,
+    /// The lock was lost to another writer: this pickup wrote nothing more. Leave the message
+    /// alone; it comes back after its visibility timeout and finds the run's real state.
+    Abandoned,
+}
+
+/// Failures of a pickup that are not the run's own fault (store unavailable, ...).
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Put before a `before_agent_finalize` revision instruction.
+pub const REVISION_PREFIX: &str = "Apply this revision request to your previous final answer. Do \
+not repeat completed work or rerun tools unless the revision requires it.";
+
+/// The reply when the model keeps answering nothing visible.
+pub const INCOMPLETE_REPLY: &str = "⚠️ Agent couldn't generate a response. Please try again.";
+
+/// Runs turns. Cheap to clone; shared by all lane workers of a process.
+#[derive(Clone)]
+pub struct Runner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    models: ModelRouter,
+    tools: ToolRegistry,
+    config: Arc<RunnerConfig>,
+    hooks: HookRegistry,
+    instance: String,
+}
+
+impl Runner {
+    /// A runner over `store`, with the models, tools and settings it runs turns with.
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        models: ModelRouter,
+        tools: ToolRegistry,
+        config: RunnerConfig,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            models,
+            tools,
+            config: Arc::new(config),
+            hooks: HookRegistry::new(),
+            instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// The runner's settings.
+    pub fn config(&self) -> &RunnerConfig {
+        &self.config
+    }
+
+    /// The plugin hooks called at the points of SPEC §11.
+    pub fn with_hooks(mut self, hooks: HookRegistry) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Adds (or replaces, by name) a model provider.
+    pub fn with_provider(mut self, provider: Arc<dyn agentlane_providers::ModelProvider>) -> Self {
+        self.models = self.models.with_provider(provider);
+        self
+    }
+
+    /// When the run must end (ms since epoch), from its first start.
+    fn deadline(&self, run: &Run) -> Option<u64> {
+        let timeout = match run.request.timeout_seconds {
+            Some(0) => return None,
+            Some(s) => Duration::from_secs(s),
+            None => self.config.default_run_timeout,
+        };
+        run.started_at
+            .map(|s| s.saturating_add(timeout.as_millis() as u64))
+    }
+
+    /// Base prompt, bootstrap context documents, then the request's extra system prompt.
+    fn system_prompt(&self, run: &Run) -> String {
+        let mut prompt = self.config.system_prompt.clone();
+        for (name, text) in &self.config.bootstrap_context {
+            prompt.push_str(&format!("\n\n# Context: {name}\n{text}"));
+        }
+        if let Some(extra) = run
+            .request
+            .extra_system_prompt
+            .as_deref()
+            .filter(|e| !e.trim().is_empty())
+        {
+            prompt.push_str("\n\n");
+            prompt.push_str(extra);
+        }
+        prompt
+    }
+
+    /// The names of the tools offered to the model.
+    fn offered_tools(&self) -> std::collections::BTreeSet<String> {
+        self.tools.specs().into_iter().map(|t| t.name).collect()
+    }
+}

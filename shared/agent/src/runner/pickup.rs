@@ -1,0 +1,336 @@
+//! A pickup of a run: the session lock, the run read under it, the history read back, the hooks
+//! that may claim or block the turn before it starts, and the start (or resume) commit. Then the
+//! loop, under the run's deadline, and the finish.
+
+use super::stop::{self, StopReason, StopSignal, Watch};
+use super::turn_loop::{LoopEnd, RunScope, Turn};
+use super::{Runner, RunnerError, TurnExit};
+use crate::context::history::assemble;
+use crate::context::repair::missing_results;
+use crate::hooks::{
+    AgentReplyEvent, AgentRunEvent, HookContext, HookPoint, MessageEvent, ModelResolveEvent,
+    PromptAdditions, ReplyTrigger, RunGate, SessionStartEvent,
+};
+use crate::lock::{self, AcquireError};
+use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_core::{
+    EventStream, Fence, Message, Run, RunError, RunStatus, StoreError, TranscriptEntry, TurnMessage,
+};
+use serde_json::json;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What the hooks said before the run starts.
+enum Gate {
+    /// Go on with the turn.
+    Open,
+    /// The run ends before it starts.
+    End(LoopEnd),
+    /// A hook answers instead of the model.
+    Claimed(crate::hooks::ReplyClaimed),
+}
+
+impl Runner {
+    /// Brings the run named by `message` as far as it can go. `shutdown` asks the run to hand
+    /// back (its state is kept; a later pickup resumes it).
+    pub async fn execute(
+        &self,
+        message: &TurnMessage,
+        shutdown: &CancellationToken,
+    ) -> Result<TurnExit, RunnerError> {
+        // The session key comes with the message; older messages need a read of the run first.
+        let key = match &message.session_key {
+            Some(key) => key.clone(),
+            None => match self.store.get_run(&message.tenant, &message.run_id).await? {
+                None => {
+                    tracing::warn!(run = %message.run_id, "lane message names an unknown run; dropping it");
+                    return Ok(TurnExit::AlreadyDone);
+                }
+                Some(run) if run.status.is_terminal() => return Ok(TurnExit::AlreadyDone),
+                Some(run) => run.session_key,
+            },
+        };
+        let owner = format!("{}:{}", self.instance, uuid::Uuid::new_v4().simple());
+        let acquired = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(TurnExit::HandBack),
+            a = lock::acquire(
+                self.store.as_ref(),
+                self.clock.as_ref(),
+                &message.tenant,
+                &key,
+                &owner,
+                self.config.lock_lease,
+                self.config.lock_acquire_timeout,
+            ) => a,
+        };
+        let fence = match acquired {
+            Ok(fence) => fence,
+            Err(AcquireError::Busy { owner, until }) => {
+                tracing::info!(run = %message.run_id, %owner, until, "session busy; handing the turn back");
+                return Ok(TurnExit::HandBack);
+            }
+            Err(AcquireError::Store(StoreError::NotFound(_))) => {
+                tracing::warn!(run = %message.run_id, "lane message names an unknown session; dropping it");
+                return Ok(TurnExit::AlreadyDone);
+            }
+            Err(AcquireError::Store(e)) => return Err(e.into()),
+        };
+        // Read the run under the lock: it may have ended while we waited for the lock.
+        let run = match self.store.get_run(&message.tenant, &message.run_id).await {
+            Ok(Some(run)) if !run.status.is_terminal() && run.session_key == key => run,
+            other => {
+                self.store.release_lock(&fence).await.ok();
+                return match other {
+                    Err(e) => Err(e.into()),
+                    Ok(_) => Ok(TurnExit::AlreadyDone),
+                };
+            }
+        };
+
+        let stop = StopSignal::default();
+        let helpers = CancellationToken::new();
+        let _stop_helpers_on_drop = helpers.clone().drop_guard();
+        let lost = CancellationToken::new();
+        lock::spawn_heartbeat(
+            self.store.clone(),
+            self.clock.clone(),
+            fence.clone(),
+            self.config.lock_lease,
+            lost.clone(),
+            helpers.clone(),
+        );
+        let watch = Watch {
+            store: self.store.clone(),
+            tenant: run.tenant.clone(),
+            run_id: run.run_id.clone(),
+            abort_poll: self.config.abort_poll,
+            lost,
+            shutdown: shutdown.clone(),
+            helpers: helpers.clone(),
+        };
+        stop::spawn_watcher(watch, stop.clone());
+
+        match self.pickup(run, fence, stop).await {
+            Ok(exit) => Ok(exit),
+            Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Everything done under the lock.
+    async fn pickup(
+        &self,
+        run: Run,
+        fence: Fence,
+        stop: StopSignal,
+    ) -> Result<TurnExit, StoreError> {
+        let entries = self.read_whole_transcript(&run).await?;
+        let mut turn = self.open(run, fence, &entries, stop).await?;
+        let has_user = turn.has_user_message(&entries);
+        if turn.writer.run().abort_requested && !has_user {
+            // Aborted before it started: the prompt is not retained.
+            return turn.finish(LoopEnd::Stopped(StopReason::Abort)).await;
+        }
+        if !has_user {
+            match turn.gate().await {
+                Gate::Open => {}
+                Gate::End(end) => return turn.finish(end).await,
+                Gate::Claimed(claim) => return turn.claimed(claim).await,
+            }
+        }
+        if entries.is_empty() && !self.hooks.is_empty() {
+            // The first run of this session id.
+            self.hooks
+                .session_start(&turn.hook_ctx, SessionStartEvent { resumed_from: None })
+                .await;
+        }
+        turn.start(has_user).await?;
+        let end = turn.run_before_deadline().await?;
+        turn.finish(end).await
+    }
+
+    /// The writer and the history of the pickup, numbered from where the transcript and the
+    /// run's events stand.
+    async fn open(
+        &self,
+        run: Run,
+        fence: Fence,
+        entries: &[TranscriptEntry],
+        stop: StopSignal,
+    ) -> Result<Turn<'_>, StoreError> {
+        // A run that never started has no events yet: skip the read.
+        let next_event_seq = if run.status == RunStatus::Queued && run.pickups == 0 {
+            0
+        } else {
+            self.store.next_event_seq(&run.tenant, &run.run_id).await?
+        };
+        let positions = Positions {
+            next_seq: entries.last().map_or(0, |e| e.seq + 1),
+            next_event_seq,
+        };
+        let flush = DeltaFlush {
+            bytes: self.config.delta_flush_bytes,
+            every: self.config.delta_flush,
+        };
+        let run_id = run.run_id.clone();
+        let hook_ctx = HookContext::for_run(&run);
+        let writer = RunWriter::new(
+            self.store.clone(),
+            self.clock.clone(),
+            fence,
+            run,
+            positions,
+            flush,
+        );
+        let assembled = assemble(entries);
+        let history: Vec<Message> = assembled.iter().map(|e| e.message.clone()).collect();
+        let is_ours = |e: &TranscriptEntry| {
+            e.run_id == run_id && !matches!(e.message, Message::Compaction { .. })
+        };
+        let scope = RunScope {
+            run_start: assembled
+                .iter()
+                .position(|e| is_ours(e))
+                .unwrap_or(history.len()),
+            // The entries before the run's user message (which is written first).
+            through_seq: entries
+                .iter()
+                .find(|e| is_ours(e))
+                .map_or(positions.next_seq, |e| e.seq)
+                .checked_sub(1),
+        };
+        let retry = writer.retry_state();
+        Ok(Turn {
+            runner: self,
+            writer,
+            history,
+            scope,
+            retry,
+            stop,
+            hook_ctx,
+            additions: PromptAdditions::default(),
+            last_tool_error: None,
+        })
+    }
+
+    async fn read_whole_transcript(&self, run: &Run) -> Result<Vec<TranscriptEntry>, StoreError> {
+        let mut all = Vec::new();
+        loop {
+            let page = self
+                .store
+                .read_transcript(
+                    &run.tenant,
+                    &run.session_id,
+                    all.last().map(|e: &TranscriptEntry| e.seq),
+                    1000,
+                )
+                .await?;
+            let done = page.len() < 1000;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+}
+
+impl Turn<'_> {
+    /// Whether the run's prompt is already in the transcript (an earlier pickup started it).
+    fn has_user_message(&self, entries: &[TranscriptEntry]) -> bool {
+        let run_id = &self.writer.run().run_id;
+        entries
+            .iter()
+            .any(|e| &e.run_id == run_id && matches!(e.message, Message::User { .. }))
+    }
+
+    /// The hooks that run before a new run starts: one may answer instead of the model, one
+    /// may block the run, one may choose its model.
+    async fn gate(&mut self) -> Gate {
+        let hooks = &self.runner.hooks;
+        let request = &self.writer.run().request;
+        if !hooks.is_empty() {
+            let prompt = request.message.clone();
+            let reply = AgentReplyEvent {
+                trigger: ReplyTrigger::User,
+                prompt: prompt.clone(),
+            };
+            if let Some(claim) = hooks.before_agent_reply(&self.hook_ctx, reply).await {
+                return Gate::Claimed(claim);
+            }
+            let event = AgentRunEvent {
+                prompt,
+                model: request.model.clone(),
+            };
+            if let RunGate::Block { reason, message } =
+                hooks.before_agent_run(&self.hook_ctx, event).await
+            {
+                // Blocked before it started: the prompt is not retained.
+                let text = message.unwrap_or(reason);
+                return Gate::End(LoopEnd::Failed(RunError::new("hook_block", text)));
+            }
+        }
+        if hooks.has(HookPoint::BeforeModelResolve) {
+            let event = ModelResolveEvent {
+                prompt: request.message.clone(),
+                requested_model: request.model.clone(),
+            };
+            if let Some(model) = hooks.before_model_resolve(&self.hook_ctx, event).await {
+                self.writer.choose_requested_model(model);
+            }
+        }
+        Gate::Open
+    }
+
+    /// Starts (or resumes) the run: `running`, the prompt (or, on a resume, an "aborted" result
+    /// for every dangling tool call) and the lifecycle start, in one commit.
+    async fn start(&mut self, resumed: bool) -> Result<(), StoreError> {
+        let requested = self.writer.run().request.model.as_deref();
+        let model = self.runner.models.chain(requested).swap_remove(0);
+        self.writer.begin_pickup(model);
+        let start = if resumed {
+            // A previous pickup died mid-run: give every dangling tool call a result.
+            missing_results(&self.history)
+        } else {
+            vec![Message::user(self.writer.run().request.message.clone())]
+        };
+        self.history.extend(start.iter().cloned());
+        let run = self.writer.run();
+        let event = json!({
+            "phase": "start",
+            "startedAt": run.started_at,
+            "model": run.model,
+            "resumed": resumed,
+            "pickup": run.pickups,
+        });
+        self.writer.event(EventStream::Lifecycle, event);
+        self.writer.commit(CommitKind::Progress(start)).await?;
+        if !resumed && !self.runner.hooks.is_empty() {
+            let text = self.writer.run().request.message.clone();
+            self.runner
+                .hooks
+                .message_received(&self.hook_ctx, MessageEvent { text })
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The loop, stopped with [`StopReason::Timeout`] at the run's deadline.
+    async fn run_before_deadline(&mut self) -> Result<LoopEnd, StoreError> {
+        let deadline = self.runner.deadline(self.writer.run());
+        let now = self.writer.now();
+        match deadline {
+            Some(d) if d <= now => Ok(LoopEnd::Stopped(StopReason::Timeout)),
+            _ => {
+                let timer = deadline.map(|d| {
+                    let wait = Duration::from_millis(d.saturating_sub(now));
+                    stop::spawn_deadline(wait, self.stop.clone())
+                });
+                let end = self.run_loop().await;
+                if let Some(t) = timer {
+                    t.abort();
+                }
+                end
+            }
+        }
+    }
+}

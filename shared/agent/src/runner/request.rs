@@ -1,0 +1,45 @@
+//! The model request of one attempt: the system prompt (with the hooks' additions), the history
+//! as the model may see it (last-N-turns limit, pairing repaired), and the instruction of a
+//! directed retry or a finalize revision.
+
+use super::REVISION_PREFIX;
+use super::turn_loop::Turn;
+use crate::context::history::limit_turns;
+use crate::context::repair::repair_pairing;
+use crate::models::ResolvedModel;
+use agentlane_core::Message;
+use agentlane_providers::ModelRequest;
+
+impl Turn<'_> {
+    /// The request of the next attempt on `model`. Takes the pending continuation and revision
+    /// instructions from the retry state: each is sent once.
+    pub(super) fn build_request(&mut self, model: &ResolvedModel) -> ModelRequest {
+        let run = self.writer.run();
+        let mut sent = limit_turns(&self.history, self.runner.config.history_max_turns);
+        if !self.additions.prepend_context.is_empty() {
+            // The run's own prompt gets the hooks' context; the transcript keeps the original.
+            let run_prompt = sent.iter_mut().rev().find(
+                |m| matches!(m, Message::User { content } if *content == run.request.message),
+            );
+            if let Some(Message::User { content }) = run_prompt {
+                *content = self.additions.prompt(content);
+            }
+        }
+        let mut messages = repair_pairing(&sent);
+        if let Some(c) = self.retry.continuation.take() {
+            messages.push(Message::user(c.instruction()));
+        }
+        if let Some(instruction) = self.retry.revision.take() {
+            messages.push(Message::user(format!("{REVISION_PREFIX}\n\n{instruction}")));
+        }
+        ModelRequest {
+            model: model.model.clone(),
+            system: self
+                .additions
+                .system_prompt(&self.runner.system_prompt(run)),
+            messages,
+            tools: self.runner.tools.specs(),
+            max_output_tokens: None,
+        }
+    }
+}

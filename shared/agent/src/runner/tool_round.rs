@@ -1,0 +1,168 @@
+//! One tool round: the assistant's tool calls announced and committed, the calls run
+//! concurrently (unless their arguments could not be repaired or a hook blocks them), their
+//! results — in call order, size-capped, rewritten by persist hooks — committed in one logical
+//! commit, and the retry state asked whether the run loops.
+
+use super::tool_exec::{ToolRun, run_batch};
+use super::turn_loop::{LoopEnd, Selected, Step, Turn};
+use crate::audit;
+use crate::context::precheck;
+use crate::hooks::{
+    HookPoint, PersistEvent, ToolCallDecision, ToolCallEvent, ToolResultEvent, parse_arguments,
+};
+use crate::writer::CommitKind;
+use agentlane_core::{EventStream, Message, StoreError, ToolCall};
+use agentlane_providers::AssistantTurn;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+impl Turn<'_> {
+    /// Runs the tool calls of `turn` (whose assistant message is `assistant`); `invalid` holds
+    /// the calls that must not run, with the error to answer them with.
+    pub(super) async fn tool_round(
+        &mut self,
+        selected: &Selected,
+        assistant: Message,
+        turn: &AssistantTurn,
+        invalid: &BTreeMap<String, String>,
+    ) -> Result<Step, StoreError> {
+        for call in &turn.tool_calls {
+            self.writer.event(
+                EventStream::Tool,
+                json!({
+                    "phase": "start",
+                    "name": call.name,
+                    "toolCallId": call.id,
+                    "args": audit::args_preview(&call.arguments),
+                }),
+            );
+        }
+        self.writer.checkpoint(&self.retry);
+        self.writer
+            .commit(CommitKind::Progress(vec![assistant]))
+            .await?;
+        let results = self.run_calls(&turn.tool_calls, invalid).await;
+        let tool_loop = self.retry.on_tool_results(results.iter().map(|r| {
+            (
+                r.call.name.as_str(),
+                r.call.arguments.as_str(),
+                r.content.as_str(),
+            )
+        }));
+        let cap = precheck::tool_result_cap(selected.model.context_window);
+        let mut messages = Vec::with_capacity(results.len());
+        for r in results {
+            messages.push(self.record_result(r, cap).await);
+        }
+        self.history.extend(messages.iter().cloned());
+        self.writer.checkpoint(&self.retry);
+        self.writer.commit(CommitKind::Progress(messages)).await?;
+        Ok(match tool_loop {
+            Some(error) => Step::End(LoopEnd::Failed(error)),
+            None => Step::Continue,
+        })
+    }
+
+    /// Every call's outcome, in call order. Calls whose arguments could not be repaired, and
+    /// calls a hook blocks, are answered with an error, not run. A hook may also rewrite a
+    /// call's arguments.
+    async fn run_calls(
+        &self,
+        calls: &[ToolCall],
+        invalid: &BTreeMap<String, String>,
+    ) -> Vec<ToolRun> {
+        let hooks = &self.runner.hooks;
+        let mut refused: BTreeMap<String, String> = invalid
+            .iter()
+            .map(|(id, problem)| (id.clone(), format!("error: {problem}")))
+            .collect();
+        let mut runnable: Vec<ToolCall> = Vec::new();
+        for call in calls {
+            if refused.contains_key(&call.id) {
+                continue;
+            }
+            let mut call = call.clone();
+            if hooks.has(HookPoint::BeforeToolCall) {
+                match hooks
+                    .before_tool_call(&self.hook_ctx, ToolCallEvent::from_call(&call))
+                    .await
+                {
+                    ToolCallDecision::Block { reason, .. } => {
+                        refused.insert(call.id.clone(), format!("blocked: {reason}"));
+                        continue;
+                    }
+                    ToolCallDecision::Allow { params: Some(p) } => call.arguments = p.to_string(),
+                    ToolCallDecision::Allow { params: None } => {}
+                }
+            }
+            runnable.push(call);
+        }
+        let config = &self.runner.config;
+        let mut ran = run_batch(
+            &self.runner.tools,
+            &runnable,
+            config.tool_timeout,
+            self.stop.token(),
+            self.writer.run().run_id.as_str(),
+        )
+        .await
+        .into_iter();
+        calls
+            .iter()
+            .filter_map(|call| match refused.get(&call.id) {
+                Some(content) => Some(ToolRun {
+                    call: call.clone(),
+                    content: content.clone(),
+                    is_error: true,
+                    duration_ms: 0,
+                }),
+                None => ran.next(),
+            })
+            .collect()
+    }
+
+    /// One result: its `tool` end event and audit line, the observer and persist hooks, and the
+    /// transcript message (cut to `cap` characters).
+    async fn record_result(&mut self, r: ToolRun, cap: usize) -> Message {
+        self.writer.event(
+            EventStream::Tool,
+            json!({
+                "phase": "end",
+                "name": r.call.name,
+                "toolCallId": r.call.id,
+                "isError": r.is_error,
+                "durationMs": r.duration_ms,
+            }),
+        );
+        audit::tool_call(self.writer.run(), &r.call.name, r.is_error, r.duration_ms);
+        if r.is_error {
+            self.last_tool_error = Some((r.call.name.clone(), r.content.clone()));
+        }
+        let mut content = r.content;
+        let hooks = &self.runner.hooks;
+        if !hooks.is_empty() {
+            let observed = ToolResultEvent {
+                tool_name: r.call.name.clone(),
+                tool_call_id: r.call.id.clone(),
+                arguments: parse_arguments(&r.call.arguments),
+                result: content.clone(),
+                is_error: r.is_error,
+                duration_ms: r.duration_ms,
+            };
+            hooks.after_tool_call(&self.hook_ctx, observed).await;
+            let persist = PersistEvent {
+                tool_name: r.call.name.clone(),
+                tool_call_id: r.call.id.clone(),
+                result: content,
+                is_error: r.is_error,
+            };
+            content = hooks.tool_result_persist(&self.hook_ctx, persist).await;
+        }
+        Message::Tool {
+            tool_call_id: r.call.id,
+            name: r.call.name,
+            content: precheck::truncate(&content, cap).unwrap_or(content),
+            is_error: r.is_error,
+        }
+    }
+}

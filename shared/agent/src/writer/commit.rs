@@ -1,0 +1,128 @@
+//! Commits: what a commit carries is named by its [`CommitKind`]; a commit too large for one
+//! store transaction is split ([`Commit::split`]) and its parts land in order, each atomically,
+//! with the run record, the session update and the lock release in the last part — so a run is
+//! never marked finished (nor the lock released) before all its entries are stored.
+
+use super::RunWriter;
+use agentlane_core::backoff::jittered;
+use agentlane_core::{
+    Commit, Message, SessionStatus, SessionUpdate, StoreError, StoreResult, TranscriptEntry,
+};
+use std::time::Duration;
+
+/// Transient failures of one commit part are retried this many times.
+const MAX_COMMIT_RETRIES: u32 = 4;
+
+/// What one commit of the writer carries. Every kind carries the pending events too.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommitKind {
+    /// Pending events only (streaming progress).
+    Events,
+    /// Transcript entries, without the run record (a compaction summary).
+    Entries(Vec<Message>),
+    /// The run record alone (a new checkpoint after a retry decision); the session is untouched.
+    RunRecord,
+    /// Transcript entries and the run record; the session stays `processing` on this run.
+    Progress(Vec<Message>),
+    /// The run is handed back unfinished: the run record, the session still `processing`, and
+    /// the lock released.
+    HandBack,
+    /// The run ended: its last entries, the terminal run record, the session `idle` (one more
+    /// finished run), and the lock released.
+    Finish(Vec<Message>),
+}
+
+/// The shape of a commit kind: (entries, with the run record, session status, release).
+struct Shape {
+    messages: Vec<Message>,
+    with_run: bool,
+    session: Option<SessionStatus>,
+    release: bool,
+}
+
+impl CommitKind {
+    fn shape(self) -> Shape {
+        let shape = |messages, with_run, session, release| Shape {
+            messages,
+            with_run,
+            session,
+            release,
+        };
+        match self {
+            CommitKind::Events => shape(Vec::new(), false, None, false),
+            CommitKind::Entries(m) => shape(m, false, None, false),
+            CommitKind::RunRecord => shape(Vec::new(), true, None, false),
+            CommitKind::Progress(m) => shape(m, true, Some(SessionStatus::Processing), false),
+            CommitKind::HandBack => shape(Vec::new(), true, Some(SessionStatus::Processing), true),
+            CommitKind::Finish(m) => shape(m, true, Some(SessionStatus::Idle), true),
+        }
+    }
+}
+
+impl RunWriter {
+    /// One logical commit under the fence: `kind`'s entries appended to the transcript, the
+    /// pending events, and what `kind` says about the run, the session and the lock. Split
+    /// into parts when it does not fit one store transaction; see the module docs.
+    pub async fn commit(&mut self, kind: CommitKind) -> StoreResult<()> {
+        let now = self.now();
+        self.events.take_delta(now);
+        let commit = self.build(kind.shape(), now);
+        let added = commit.transcript.len() as u64;
+        for part in commit.split() {
+            self.commit_part(part).await?;
+        }
+        self.next_seq += added;
+        self.events.committed();
+        Ok(())
+    }
+
+    fn build(&self, shape: Shape, now: u64) -> Commit {
+        let transcript: Vec<TranscriptEntry> = shape
+            .messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, message)| TranscriptEntry {
+                seq: self.next_seq + i as u64,
+                run_id: self.run.run_id.clone(),
+                ts: now,
+                message,
+            })
+            .collect();
+        let finished = shape.session == Some(SessionStatus::Idle) && self.run.status.is_terminal();
+        Commit {
+            run_id: Some(self.run.run_id.clone()),
+            transcript,
+            events: self.events.pending().to_vec(),
+            run: shape.with_run.then(|| self.run.clone()),
+            session: shape.session.map(|status| SessionUpdate {
+                status,
+                active_run_id: match status {
+                    SessionStatus::Processing => Some(self.run.run_id.clone()),
+                    SessionStatus::Idle => None,
+                },
+                last_progress_at: now,
+                finished_delta: u64::from(finished),
+            }),
+            release_lock: shape.release,
+        }
+    }
+
+    /// One part, retrying transient failures with jittered backoff. A `Conflict` on a retry
+    /// means the earlier try of this part landed: while we hold the fence nobody else can write
+    /// its seqs.
+    async fn commit_part(&self, part: Commit) -> StoreResult<()> {
+        let mut tries = 0u32;
+        loop {
+            match self.store.commit(&self.fence, part.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(StoreError::Conflict(_)) if tries > 0 => return Ok(()),
+                Err(e) if e.is_transient() && tries < MAX_COMMIT_RETRIES => {
+                    tries += 1;
+                    tracing::warn!(error = %e, tries, "commit failed; retrying");
+                    tokio::time::sleep(jittered(Duration::from_millis(100 << tries))).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Every fenced write of one run goes through [`RunWriter`]: it owns the run record (changed
+//! only through intent-named methods), numbers transcript entries and events, coalesces
+//! assistant deltas into a few events, checkpoints the retry state, and commits under the run's
+//! fence — splitting a commit too large for one store transaction into parts that each land
+//! atomically, the run record, session update and lock release in the last.
+//!
+//! - [`record`]: the run record's accessors and mutators.
+//! - [`commit`]: [`CommitKind`], splitting, and the retry-after-conflict rule.
+//! - `events`: the event buffer and assistant-text coalescing.
+
+pub mod commit;
+mod events;
+pub mod record;
+
+pub use commit::CommitKind;
+
+use agentlane_core::{Clock, EventStream, Fence, Run, Store, StoreResult};
+use events::EventBuffer;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The writer of one run, valid while its fence is.
+pub struct RunWriter {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    fence: Fence,
+    /// The run record as this writer last wrote it (or will write on the next commit that
+    /// carries it).
+    run: Run,
+    /// The seq the next transcript entry gets.
+    next_seq: u64,
+    events: EventBuffer,
+}
+
+/// Where the run's transcript and events stand when a writer takes over.
+#[derive(Debug, Clone, Copy)]
+pub struct Positions {
+    /// The seq the next transcript entry gets.
+    pub next_seq: u64,
+    /// The seq the next event gets.
+    pub next_event_seq: u64,
+}
+
+/// How assistant text is coalesced into events.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaFlush {
+    /// Commit buffered assistant text once this many bytes gathered...
+    pub bytes: usize,
+    /// ...or this long after the last commit.
+    pub every: Duration,
+}
+
+impl RunWriter {
+    /// A writer for `run` under `fence`, numbering from `positions`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        fence: Fence,
+        run: Run,
+        positions: Positions,
+        flush: DeltaFlush,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            fence,
+            run,
+            next_seq: positions.next_seq,
+            events: EventBuffer::new(positions.next_event_seq, flush.bytes, flush.every),
+        }
+    }
+
+    /// Now, by the runner's clock (ms since epoch).
+    pub fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The fence every commit is conditioned on.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// Queues an event (after any buffered assistant text, to keep order). It is written with
+    /// the next commit.
+    pub fn event(&mut self, stream: EventStream, data: Value) {
+        let ts = self.now();
+        self.events.push(stream, data, ts);
+    }
+
+    /// Starts a new model attempt's text (assistant events carry the text accumulated so far).
+    pub fn begin_attempt_text(&mut self) {
+        let ts = self.now();
+        self.events.begin_attempt(ts);
+    }
+
+    /// Buffers assistant text; commits the buffered events when enough text or time gathered.
+    /// While nothing of the attempt was shown yet and the text so far could be a tool call written
+    /// as text or the silent token, it is held back (see [`RunWriter::release_held`]).
+    pub async fn assistant_delta(&mut self, delta: &str) -> StoreResult<()> {
+        if self.events.push_delta(delta) {
+            self.flush_events().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits pending events only (no-op when there are none).
+    pub async fn flush_events(&mut self) -> StoreResult<()> {
+        let ts = self.now();
+        self.events.take_delta(ts);
+        if !self.events.has_pending() {
+            return Ok(());
+        }
+        self.commit(CommitKind::Events).await
+    }
+
+    /// Drops buffered (uncommitted) assistant text, e.g. of an attempt that failed.
+    pub fn discard_delta(&mut self) {
+        self.events.discard_delta();
+    }
+
+    /// Shows held-back text after all: the answer was ordinary text.
+    pub fn release_held(&mut self) {
+        self.events.release_held();
+    }
+
+    /// Drops held-back text: it was a tool call written as text, or the silent token.
+    pub fn discard_held(&mut self) {
+        self.events.discard_held();
+    }
+}

@@ -1,0 +1,109 @@
+//! The run record as the writer owns it: read with [`RunWriter::run`], changed only through
+//! the methods below (each says what happened), written by the next commit that carries it.
+
+use super::RunWriter;
+use crate::retry::{AttemptOutcome, RetryState};
+use agentlane_core::{AttemptRecord, LivenessState, Payload, Run, RunError, RunStatus};
+use serde_json::json;
+
+/// How a run ends, as recorded on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    pub status: RunStatus,
+    pub liveness: LivenessState,
+    pub error: Option<RunError>,
+    pub payloads: Vec<Payload>,
+}
+
+impl RunWriter {
+    /// The run record (as it will be written by the next commit that carries it).
+    pub fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// This pickup starts (or resumes) the run: `running`, working, one more pickup; the start
+    /// time and the model are set once (`model` only when the run has none yet).
+    pub fn begin_pickup(&mut self, model: String) {
+        let now = self.now();
+        let run = &mut self.run;
+        run.status = RunStatus::Running;
+        run.liveness_state = LivenessState::Working;
+        run.started_at.get_or_insert(now);
+        run.pickups += 1;
+        if run.model.is_none() {
+            run.model = Some(model);
+        }
+    }
+
+    /// A hook claimed the turn: the run starts, its "model" is the hook.
+    pub fn begin_claimed(&mut self, hook: &str) {
+        let now = self.now();
+        let run = &mut self.run;
+        run.status = RunStatus::Running;
+        run.started_at.get_or_insert(now);
+        run.pickups += 1;
+        run.model = Some(format!("hook/{hook}"));
+    }
+
+    /// A hook chose the run's model: recorded in the request, so a later pickup keeps it.
+    pub fn choose_requested_model(&mut self, model: String) {
+        self.run.request.model = Some(model);
+    }
+
+    /// The model the next attempt uses (`provider/model`).
+    pub fn use_model(&mut self, full_name: &str) {
+        self.run.model = Some(full_name.to_owned());
+    }
+
+    /// Appends an attempt to the run's ledger, adding its usage to the run's.
+    pub fn record_attempt(&mut self, record: AttemptRecord) {
+        self.run.usage.add(record.usage);
+        self.run.attempts.push(record);
+    }
+
+    /// The index the next attempt record gets.
+    pub fn next_attempt_index(&self) -> u32 {
+        self.run.attempts.len() as u32
+    }
+
+    /// Tool rounds of the run so far (attempts that asked for tools).
+    pub fn tool_rounds(&self) -> u32 {
+        self.run
+            .attempts
+            .iter()
+            .filter(|a| AttemptOutcome::parse(&a.outcome) == Some(AttemptOutcome::ToolCalls))
+            .count() as u32
+    }
+
+    /// Records the retry state in the run record (written by the next commit that carries the
+    /// run), so a later pickup resumes with the same budgets.
+    pub fn checkpoint(&mut self, state: &RetryState) {
+        self.run.checkpoint = Some(json!({ "retry": state }));
+    }
+
+    /// The retry state of the last checkpoint (fresh when there is none, or it does not read).
+    pub fn retry_state(&self) -> RetryState {
+        self.run
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.get("retry"))
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
+            .unwrap_or_default()
+    }
+
+    /// The run is handed back unfinished: paused until a later pickup.
+    pub fn pause(&mut self) {
+        self.run.liveness_state = LivenessState::Paused;
+    }
+
+    /// The run ends now.
+    pub fn end(&mut self, ending: Ending) {
+        let now = self.now();
+        let run = &mut self.run;
+        run.status = ending.status;
+        run.liveness_state = ending.liveness;
+        run.ended_at = Some(now);
+        run.error = ending.error;
+        run.payloads = ending.payloads;
+    }
+}

@@ -1,0 +1,16 @@
+//! The agent crate's integration tests, one binary: the runner against the real embedded store
+//! driven by a scripted model (unit-level: the HTTP-level scenarios live in the workspace
+//! `tests/` package), and the hooks of SPEC §11.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod commit_parts;
+mod context;
+mod hook_failures;
+mod hook_merges;
+mod hook_support;
+mod retry_loop;
+mod runner_hooks;
+mod support;
+mod tool_calls;
+mod turns;
+mod webhooks;

@@ -1,0 +1,249 @@
+//! A turn from start to end: its reply, events and transcript; redelivery, crash recovery, abort,
+//! timeout and hand-back.
+
+use crate::support::*;
+use agentlane_agent::{RunnerConfig, TurnExit};
+use agentlane_core::{
+    Clock, Commit, EventStream, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId,
+    SystemClock, ToolCall, TranscriptEntry, TurnMessage, TurnRequest,
+};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
+    let f = fixture(vec![Script::Text("Hello there, human.")], config());
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Ok);
+    assert_eq!(run.payloads.len(), 1);
+    assert_eq!(run.payloads[0].text, "Hello there, human.");
+    assert_eq!(run.model.as_deref(), Some("scripted/m1"));
+    assert_eq!(run.attempts.len(), 1);
+    assert_eq!(f.roles().await, vec!["user", "assistant"]);
+    let events = f
+        .store
+        .read_events(&f.tenant, &msg.run_id, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(events.first().unwrap().data["phase"], "start");
+    assert_eq!(events.last().unwrap().data["phase"], "end");
+    assert!(events.iter().any(|e| e.stream == EventStream::Assistant));
+    assert!(
+        events.windows(2).all(|w| w[1].seq == w[0].seq + 1),
+        "dense event seqs"
+    );
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.lock_owner, None, "lock released");
+    assert_eq!(session.runs_finished, 1);
+}
+
+#[tokio::test]
+async fn a_redelivered_finished_turn_does_nothing() {
+    let f = fixture(vec![Script::Text("once")], config());
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    assert_eq!(f.execute(&msg).await, TurnExit::AlreadyDone);
+    assert_eq!(f.model.requests().len(), 1);
+    assert_eq!(f.roles().await, vec!["user", "assistant"]);
+}
+
+#[tokio::test]
+async fn a_crashed_pickup_is_resumed_without_duplicating_entries() {
+    let f = fixture(vec![Script::Text("recovered answer")], config());
+    let msg = f.accept("look something up").await;
+    // GIVEN a pickup that wrote the user message and a tool call, then died holding the lock.
+    let clock = SystemClock;
+    let LockAttempt::Acquired(dead) = f
+        .store
+        .acquire_lock(&f.tenant, &f.key, "dead-runner", 300, clock.now_ms())
+        .await
+        .unwrap()
+    else {
+        panic!("lock should be free")
+    };
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    let entry = |seq, message| TranscriptEntry {
+        seq,
+        run_id: msg.run_id.clone(),
+        ts: 1,
+        message,
+    };
+    f.store
+        .commit(
+            &dead,
+            Commit {
+                transcript: vec![
+                    entry(0, Message::user("look something up")),
+                    entry(
+                        1,
+                        Message::Assistant {
+                            content: String::new(),
+                            reasoning: None,
+                            tool_calls: vec![ToolCall {
+                                id: "c1".into(),
+                                name: "slow".into(),
+                                arguments: "{}".into(),
+                            }],
+                            model: None,
+                        },
+                    ),
+                ],
+                ..Commit::default()
+            },
+        )
+        .await
+        .unwrap();
+    let _ = session;
+    // WHEN the message is redelivered after the lease expired
+    let started = Instant::now();
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // THEN the dangling call got an aborted result, the model continued, nothing was repeated
+    assert_eq!(
+        f.roles().await,
+        vec!["user", "assistant", "tool", "assistant"]
+    );
+    let t = f.transcript().await;
+    assert!(t.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    assert!(
+        matches!(&t[2].message, Message::Tool { is_error: true, tool_call_id, .. } if tool_call_id == "c1")
+    );
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.pickups, 1);
+    assert_eq!(run.payloads[0].text, "recovered answer");
+    // and the dead pickup's fence can write nothing any more
+    let late = f
+        .store
+        .commit(
+            &dead,
+            Commit {
+                transcript: vec![entry(9, Message::user("late"))],
+                ..Commit::default()
+            },
+        )
+        .await;
+    assert_eq!(late, Err(agentlane_core::StoreError::FenceLost));
+}
+
+#[tokio::test]
+async fn abort_stops_a_streaming_run_within_a_second() {
+    let f = fixture(
+        vec![Script::Stall(Duration::from_secs(30))],
+        RunnerConfig {
+            model_idle_timeout: Duration::from_secs(60),
+            ..config()
+        },
+    );
+    let msg = f.accept("talk slowly").await;
+    let store = f.store.clone();
+    let (tenant, run_id) = (f.tenant.clone(), msg.run_id.clone());
+    let aborter = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store.request_abort(&tenant, &run_id).await.unwrap();
+        Instant::now()
+    });
+    let exit = f.execute(&msg).await;
+    let ended = Instant::now();
+    let asked = aborter.await.unwrap();
+    assert_eq!(exit, TurnExit::Finished(RunStatus::Aborted));
+    assert!(
+        ended - asked < Duration::from_secs(1),
+        "took {:?}",
+        ended - asked
+    );
+    assert_eq!(f.roles().await, vec!["user"], "no partial assistant entry");
+}
+
+#[tokio::test]
+async fn a_run_past_its_timeout_ends_with_status_timeout() {
+    let f = fixture(vec![Script::Tools(vec![("c1", "slow", "{}")])], config());
+    let out = f
+        .store
+        .accept_turn(NewTurn {
+            tenant: f.tenant.clone(),
+            session_key: f.key.clone(),
+            run_id: RunId::generate(),
+            new_session_id: SessionId::generate(),
+            request: TurnRequest {
+                message: "slow".into(),
+                queue_mode: Default::default(),
+                model: None,
+                thinking: None,
+                timeout_seconds: Some(1),
+                extra_system_prompt: None,
+            },
+            idempotency_key: None,
+            now: SystemClock.now_ms(),
+            idempotency_ttl_ms: 1000,
+        })
+        .await
+        .unwrap();
+    let msg = TurnMessage {
+        session_key: None,
+        tenant: f.tenant.clone(),
+        run_id: out.run.run_id,
+    };
+    assert_eq!(
+        f.execute(&msg).await,
+        TurnExit::Finished(RunStatus::Timeout)
+    );
+    // the interrupted tool call still has its result: the transcript stays paired
+    assert_eq!(f.roles().await, vec!["user", "assistant", "tool"]);
+}
+
+#[tokio::test]
+async fn a_shutdown_hands_the_run_back_and_a_later_pickup_finishes_it() {
+    let f = fixture(
+        vec![
+            Script::Tools(vec![("c1", "slow", "{}")]),
+            Script::Text("finished later"),
+        ],
+        config(),
+    );
+    let msg = f.accept("long job").await;
+    let shutdown = CancellationToken::new();
+    let s = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.cancel();
+    });
+    assert_eq!(
+        f.runner.execute(&msg, &shutdown).await.unwrap(),
+        TurnExit::HandBack
+    );
+    let run = f
+        .store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    assert_eq!(
+        f.roles().await,
+        vec!["user", "assistant", "tool", "assistant"]
+    );
+}

@@ -4,9 +4,10 @@
 use crate::support::*;
 use agentlane_agent::TurnExit;
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, EventStream, Fence, LockAttempt, MAX_COMMIT_WRITES, Message,
-    NewTurn, Run, RunId, RunStatus, Session, SessionId, SessionKey, SessionStatus, Store,
-    StoreError, StoreResult, TenantId, ToolCall, TranscriptEntry,
+    AcceptOutcome, Commit, Event, EventStream, Fence, FencedWriter, HistoryReader, LockAttempt,
+    MAX_COMMIT_WRITES, Message, NewTurn, Run, RunId, RunStatus, Session, SessionId, SessionKey,
+    SessionLock, SessionStatus, Store, StoreError, StoreResult, TenantId, ToolCall,
+    TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 use std::collections::BTreeSet;
@@ -51,25 +52,12 @@ impl FlakySecondPart {
 }
 
 #[async_trait]
-impl Store for FlakySecondPart {
+impl TurnIntake for FlakySecondPart {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
         self.inner.accept_turn(turn).await
     }
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.inner.get_run(tenant, run_id).await
-    }
-    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
-        self.inner.abort_requested(tenant, run_id).await
-    }
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.inner.request_abort(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        self.inner.get_session(tenant, key).await
     }
     async fn reset_session(
         &self,
@@ -81,6 +69,23 @@ impl Store for FlakySecondPart {
         self.inner
             .reset_session(tenant, key, new_session_id, now)
             .await
+    }
+}
+
+#[async_trait]
+impl HistoryReader for FlakySecondPart {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.inner.get_run(tenant, run_id).await
+    }
+    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
+        self.inner.abort_requested(tenant, run_id).await
+    }
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        self.inner.get_session(tenant, key).await
     }
     async fn read_transcript(
         &self,
@@ -105,6 +110,10 @@ impl Store for FlakySecondPart {
     async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
         self.inner.next_event_seq(tenant, run_id).await
     }
+}
+
+#[async_trait]
+impl SessionLock for FlakySecondPart {
     async fn acquire_lock(
         &self,
         tenant: &TenantId,
@@ -123,6 +132,10 @@ impl Store for FlakySecondPart {
     async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
         self.inner.release_lock(fence).await
     }
+}
+
+#[async_trait]
+impl FencedWriter for FlakySecondPart {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let full_part = commit.run.is_none() && commit.write_count() == MAX_COMMIT_WRITES;
         let second_part = std::mem::replace(&mut *self.after_full_part.lock().unwrap(), full_part);

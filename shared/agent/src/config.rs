@@ -38,6 +38,9 @@ pub struct RunnerConfig {
     /// Assistant deltas are coalesced into one event until this many bytes or `delta_flush`.
     pub delta_flush_bytes: usize,
     pub delta_flush: Duration,
+    /// How long a pickup that found an earlier run of its session unfinished waits before
+    /// handing its message back (so a misbehaving queue does not spin on it). Jittered ±20 %.
+    pub out_of_order_pause: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -62,6 +65,7 @@ impl Default for RunnerConfig {
             history_max_turns: None,
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
+            out_of_order_pause: Duration::from_millis(250),
         }
     }
 }

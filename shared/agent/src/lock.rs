@@ -2,7 +2,7 @@
 //! the lease alive with a heartbeat until the run ends.
 
 use agentlane_core::backoff::jittered;
-use agentlane_core::{Clock, Fence, LockAttempt, SessionKey, Store, StoreError, TenantId};
+use agentlane_core::{Clock, Fence, LockAttempt, Session, SessionKey, Store, StoreError, TenantId};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -19,7 +19,8 @@ pub enum AcquireError {
 }
 
 /// Tries to take the lock until `timeout`, sleeping 50 ms growing to 1 s (jittered ±20 %)
-/// between tries. Transient store errors are retried within the same deadline.
+/// between tries. Transient store errors are retried within the same deadline. Returns the
+/// fence and the session as the acquire left it.
 pub async fn acquire(
     store: &dyn Store,
     clock: &dyn Clock,
@@ -28,7 +29,7 @@ pub async fn acquire(
     owner: &str,
     lease: Duration,
     timeout: Duration,
-) -> Result<Fence, AcquireError> {
+) -> Result<(Fence, Box<Session>), AcquireError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pause = Duration::from_millis(50);
     loop {
@@ -36,7 +37,7 @@ pub async fn acquire(
             .acquire_lock(tenant, key, owner, lease.as_millis() as u64, clock.now_ms())
             .await
         {
-            Ok(LockAttempt::Acquired(fence)) => return Ok(fence),
+            Ok(LockAttempt::Acquired(fence, session)) => return Ok((fence, session)),
             Ok(LockAttempt::Held { owner, until }) => AcquireError::Busy { owner, until },
             Err(e) if e.is_transient() => AcquireError::Store(e),
             Err(e) => return Err(e.into()),

@@ -90,7 +90,7 @@ pub async fn lock(
         .await
         .expect("acquire_lock")
     {
-        LockAttempt::Acquired(fence) => fence,
+        LockAttempt::Acquired(fence, _) => fence,
         LockAttempt::Held {
             owner: holder,
             until,

@@ -88,6 +88,20 @@ pub struct TurnRequest {
     pub extra_system_prompt: Option<String>,
 }
 
+impl TurnRequest {
+    /// A digest of the session key and everything the client asked for (SHA-256, hex): two
+    /// accepts with the same idempotency key must agree on it.
+    pub fn fingerprint(&self, key: &SessionKey) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(key.as_str().as_bytes());
+        hash.update([0u8]);
+        // Serializing a plain struct of strings and numbers cannot fail.
+        hash.update(serde_json::to_vec(self).unwrap_or_default());
+        hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// Token counts reported by the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -186,6 +200,27 @@ pub struct Run {
     /// Opaque loop state the runner resumes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<serde_json::Value>,
+    /// The run's place in its session key's order, from 0 (all session ids of the key count):
+    /// the session's `runs_accepted` before this run was accepted. A runner starts the run only
+    /// once every earlier run is terminal (`Session::runs_finished` has reached this number).
+    #[serde(default)]
+    pub session_seq: u64,
+    /// What the client sent, as [`TurnRequest::fingerprint`] of the accepted request: a retry
+    /// with the same idempotency key must match it. `None` on runs accepted before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_fingerprint: Option<String>,
+}
+
+impl Run {
+    /// Whether `key` and `request` are what this run was accepted with (an idempotent retry),
+    /// as opposed to a different turn reusing its idempotency key. A run without a
+    /// fingerprint compares its session key and message.
+    pub fn was_accepted_as(&self, key: &SessionKey, request: &TurnRequest) -> bool {
+        match &self.request_fingerprint {
+            Some(f) => *f == request.fingerprint(key),
+            None => self.session_key == *key && self.request.message == request.message,
+        }
+    }
 }
 
 /// Event streams of SPEC §3.

@@ -82,6 +82,13 @@ impl Session {
         }
     }
 
+    /// Whether a run `session_seq`-th of this key may start (or resume): every earlier run of
+    /// the key is terminal. Runs finish in order (this rule), each counted once in
+    /// `runs_finished`, so that count is the seq of the only run allowed to go.
+    pub fn is_turn_of(&self, session_seq: u64) -> bool {
+        session_seq <= self.runs_finished
+    }
+
     /// Whether `fence` is the current lock: the session names its owner and token (whatever the
     /// lease says: a fenced write is refused only once another writer took the lock or it was
     /// released).
@@ -102,12 +109,11 @@ pub struct Fence {
 /// The answer to one acquire try.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockAttempt {
-    Acquired(Fence),
+    /// The lock is ours; the session as the acquire left it (its id, `runs_finished` for the
+    /// order check, ...), read in the same write.
+    Acquired(Fence, Box<Session>),
     /// Someone else holds an unexpired lease.
-    Held {
-        owner: String,
-        until: u64,
-    },
+    Held { owner: String, until: u64 },
 }
 
 /// Activity fields a runner sets on its session while it holds the lock.

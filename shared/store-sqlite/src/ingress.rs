@@ -14,21 +14,19 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
     if let Some(key) = &turn.idempotency_key
         && let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)?
     {
-        return Ok(AcceptOutcome {
-            run,
-            created: false,
-        });
+        return Ok(turn.replay(run)?);
     }
 
-    let session = match load_session(&tx, &turn.tenant, &turn.session_key)? {
+    let (session, session_seq) = match load_session(&tx, &turn.tenant, &turn.session_key)? {
         Some(mut session) => {
+            let seq = session.runs_accepted;
             session.runs_accepted += 1;
             session.updated_at = session.updated_at.max(turn.now);
-            session
+            (session, seq)
         }
-        None => turn.first_session(),
+        None => (turn.first_session(), 0),
     };
-    let run = turn.queued_run(session.session_id.clone());
+    let run = turn.queued_run(session.session_id.clone(), session_seq);
     record_size::check_run(&run)?;
     save_session(&tx, &session)?;
     if !insert_run(&tx, &run)? {

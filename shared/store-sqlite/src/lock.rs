@@ -29,12 +29,13 @@ pub(crate) fn acquire(
     session.lock_until = now.saturating_add(lease_ms);
     save_session(&tx, &session)?;
     tx.commit()?;
-    Ok(LockAttempt::Acquired(Fence {
+    let fence = Fence {
         tenant: tenant.clone(),
         session_key: key.clone(),
         owner: owner.to_owned(),
         token: FencingToken(session.fence),
-    }))
+    };
+    Ok(LockAttempt::Acquired(fence, Box::new(session)))
 }
 
 pub(crate) fn renew(conn: &mut Connection, fence: &Fence, lease_ms: u64, now: u64) -> Result<()> {

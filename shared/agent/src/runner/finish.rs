@@ -47,6 +47,14 @@ impl Turn<'_> {
                 LivenessState::Abandoned,
                 Some(RunError::new("aborted", "the run was aborted on request")),
             ),
+            LoopEnd::Stopped(StopReason::SessionReset) => ending(
+                RunStatus::Aborted,
+                LivenessState::Abandoned,
+                Some(RunError::new(
+                    "session_reset",
+                    "the session was reset after this run was accepted",
+                )),
+            ),
             LoopEnd::Stopped(StopReason::Timeout) => ending(
                 RunStatus::Timeout,
                 LivenessState::Abandoned,

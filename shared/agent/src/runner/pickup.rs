@@ -13,6 +13,7 @@ use crate::hooks::{
 };
 use crate::lock::{self, AcquireError};
 use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_core::backoff::jittered;
 use agentlane_core::{
     EventStream, Fence, Message, Run, RunError, RunStatus, StoreError, TranscriptEntry, TurnMessage,
 };
@@ -63,8 +64,8 @@ impl Runner {
                 self.config.lock_acquire_timeout,
             ) => a,
         };
-        let fence = match acquired {
-            Ok(fence) => fence,
+        let (fence, session) = match acquired {
+            Ok(acquired) => acquired,
             Err(AcquireError::Busy { owner, until }) => {
                 tracing::info!(run = %message.run_id, %owner, until, "session busy; handing the turn back");
                 return Ok(TurnExit::HandBack);
@@ -86,6 +87,23 @@ impl Runner {
                 };
             }
         };
+        if !session.is_turn_of(run.session_seq) {
+            // The queue delivered this message ahead of an earlier, unfinished run of the
+            // session (a redelivery, a misbehaving queue): run nothing, hand it back.
+            self.store.release_lock(&fence).await.ok();
+            tracing::info!(
+                run = %run.run_id,
+                seq = run.session_seq,
+                finished = session.runs_finished,
+                "an earlier run of the session is not finished; handing the turn back"
+            );
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(jittered(self.config.out_of_order_pause)) => {}
+            }
+            return Ok(TurnExit::HandBack);
+        }
+        let reset = run.session_id != session.session_id;
 
         let stop = StopSignal::default();
         let helpers = CancellationToken::new();
@@ -110,11 +128,30 @@ impl Runner {
         };
         stop::spawn_watcher(watch, stop.clone());
 
-        match self.pickup(run, fence, stop).await {
+        let pickup = if reset {
+            self.end_reset(run, fence, stop).await
+        } else {
+            self.pickup(run, fence, stop).await
+        };
+        match pickup {
             Ok(exit) => Ok(exit),
             Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// A run accepted before its session was reset: it ends `aborted` (`session_reset`), and
+    /// neither reads nor writes the transcript of the new session.
+    async fn end_reset(
+        &self,
+        run: Run,
+        fence: Fence,
+        stop: StopSignal,
+    ) -> Result<TurnExit, StoreError> {
+        tracing::info!(run = %run.run_id, "the session was reset after this run was accepted; aborting it");
+        let turn = self.open(run, fence, &[], stop).await?;
+        turn.finish(LoopEnd::Stopped(StopReason::SessionReset))
+            .await
     }
 
     /// Everything done under the lock.

@@ -11,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     Abort,
+    /// The session was reset after the run was accepted: it ends `aborted` (`session_reset`)
+    /// without reading or writing the new session.
+    SessionReset,
     Timeout,
     LockLost,
     Shutdown,

@@ -66,7 +66,7 @@ async fn a_crashed_pickup_is_resumed_without_duplicating_entries() {
     let msg = f.accept("look something up").await;
     // GIVEN a pickup that wrote the user message and a tool call, then died holding the lock.
     let clock = SystemClock;
-    let LockAttempt::Acquired(dead) = f
+    let LockAttempt::Acquired(dead, _) = f
         .store
         .acquire_lock(&f.tenant, &f.key, "dead-runner", 300, clock.now_ms())
         .await

@@ -202,7 +202,7 @@ impl Harness {
             .await
             .unwrap()
         {
-            LockAttempt::Acquired(fence) => fence,
+            LockAttempt::Acquired(fence, _) => fence,
             LockAttempt::Held { owner, until } => panic!("lock held by {owner} until {until}"),
         }
     }

@@ -7,7 +7,7 @@ use super::item::{
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
-use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, SessionId, StoreError, StoreResult};
+use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, Session, StoreError, StoreResult};
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -48,17 +48,19 @@ impl DynamoStore {
             if let Some(record) = record.filter(|r| is_live(r, turn.now)) {
                 return self.replay(&turn, &record).await;
             }
-            let (session_write, session_id) = match &existing {
+            let (session_write, session_id, session_seq) = match &existing {
                 None => (
                     self.create_session(&turn, session_pk.clone())?,
                     turn.new_session_id.clone(),
+                    0,
                 ),
                 Some(item) => {
-                    let id = session_from_item(item)?.session_id;
-                    (self.count_accepted(&turn, session_pk.clone(), &id)?, id)
+                    let session = session_from_item(item)?;
+                    let write = self.count_accepted(&turn, session_pk.clone(), &session)?;
+                    (write, session.session_id, session.runs_accepted)
                 }
             };
-            let run = turn.queued_run(session_id);
+            let run = turn.queued_run(session_id, session_seq);
             let mut writes = Vec::with_capacity(3);
             let idempotency = match &turn.idempotency_key {
                 Some(key) => {
@@ -97,7 +99,7 @@ impl DynamoStore {
                 continue;
             }
             if failed(layout.session) {
-                // Created or reset concurrently: read it again.
+                // Created, reset or counted concurrently: read it again.
                 continue;
             }
             if failed(layout.run) {
@@ -168,10 +170,7 @@ impl DynamoStore {
     async fn replay(&self, turn: &NewTurn, record: &Item) -> StoreResult<AcceptOutcome> {
         let run_id = RunId::new(get_str(record, RUN_ID)?);
         match self.load_run(&turn.tenant, &run_id).await? {
-            Some(run) => Ok(AcceptOutcome {
-                run,
-                created: false,
-            }),
+            Some(run) => turn.replay(run),
             None => Err(StoreError::Corrupt(format!(
                 "an idempotency key names run {run_id}, which does not exist"
             ))),
@@ -189,11 +188,13 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
+    /// Counts the turn on the session, conditional on the session id and count read: the
+    /// count read is the run's `session_seq`, so two concurrent accepts never share one.
     fn count_accepted(
         &self,
         turn: &NewTurn,
         pk: String,
-        session_id: &SessionId,
+        session: &Session,
     ) -> StoreResult<TransactWriteItem> {
         let update = Update::builder()
             .table_name(&self.table)
@@ -202,10 +203,11 @@ impl DynamoStore {
             .update_expression(format!(
                 "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now"
             ))
-            .condition_expression(format!("{SESSION_ID} = :sid"))
+            .condition_expression(format!("{SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :seen"))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", n(turn.now))
-            .expression_attribute_values(":sid", s(session_id.as_str()))
+            .expression_attribute_values(":sid", s(session.session_id.as_str()))
+            .expression_attribute_values(":seen", n(session.runs_accepted))
             .build()
             .map_err(build_error)?;
         Ok(TransactWriteItem::builder().update(update).build())

@@ -67,8 +67,8 @@ impl DynamoStore {
                         owner: owner.to_owned(),
                         token: FencingToken(session.fence),
                     };
-                    self.remember_fence(&fence, session.session_id);
-                    return Ok(LockAttempt::Acquired(fence));
+                    self.remember_fence(&fence, session.session_id.clone());
+                    return Ok(LockAttempt::Acquired(fence, Box::new(session)));
                 }
                 Err(err) => match DdbError::from(err) {
                     DdbError::ConditionFailed(Some(old)) => old,

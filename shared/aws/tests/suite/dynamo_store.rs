@@ -81,7 +81,7 @@ impl Fixture {
             .await
             .expect("acquire_lock")
         {
-            LockAttempt::Acquired(fence) => fence,
+            LockAttempt::Acquired(fence, _) => fence,
             held => panic!("expected the lock, got {held:?}"),
         }
     }

@@ -46,6 +46,8 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         abort_requested: false,
         pickups: 0,
         checkpoint: None,
+        session_seq: 0,
+        request_fingerprint: Some(turn.request.fingerprint(&key)),
     };
     assert_eq!(outcome.run, expected);
     let stored = store.get_run(&tenant, &turn.run_id).await.expect("get_run");
@@ -118,10 +120,9 @@ pub async fn case_idempotency_key_answers_the_same_run(store: Arc<dyn Store>) {
     assert!(first.created);
     assert_eq!(first.run.idempotency_key.as_deref(), Some(idem.as_str()));
 
-    // WHEN the client retries (new run id, other text) a minute later
+    // WHEN the client retries (same request, new run id) a minute later
     let mut retry = fixtures::turn(&tenant, &key, now + 60_000);
     retry.idempotency_key = Some(idem.clone());
-    retry.request = fixtures::request("a different message");
     let again = store.accept_turn(retry.clone()).await.expect("accept_turn");
 
     // THEN it gets the first run back and nothing new exists

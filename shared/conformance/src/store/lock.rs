@@ -33,7 +33,7 @@ pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn St
     for joined in results {
         let (owner, attempt) = joined.expect("racer task");
         match attempt.expect("acquire_lock") {
-            LockAttempt::Acquired(fence) => {
+            LockAttempt::Acquired(fence, _) => {
                 assert_eq!(fence.owner, owner);
                 winners.push(fence);
             }

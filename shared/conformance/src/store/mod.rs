@@ -4,6 +4,7 @@
 mod accept;
 mod commit;
 mod events;
+mod lanes;
 mod lock;
 mod parts;
 mod reset;
@@ -24,6 +25,12 @@ pub use commit::{
 pub use events::{
     case_commit_cannot_write_another_tenants_run, case_events_go_to_the_named_run,
     case_next_event_seq_follows_the_newest_event,
+};
+pub use lanes::{
+    case_acquire_answers_the_session_for_the_order_check,
+    case_concurrent_accepts_get_distinct_session_seqs,
+    case_idempotency_key_with_a_different_request_conflicts,
+    case_runs_are_numbered_in_session_order_across_resets,
 };
 pub use lock::{
     case_lock_held_while_lease_valid_and_not_reentrant,

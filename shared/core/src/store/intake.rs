@@ -29,8 +29,9 @@ pub struct NewTurn {
 }
 
 impl NewTurn {
-    /// The run this turn creates on `session_id`: `queued`, nothing done yet.
-    pub fn queued_run(&self, session_id: SessionId) -> Run {
+    /// The run this turn creates on `session_id`: `queued`, nothing done yet, `session_seq`-th
+    /// of its key (the session's `runs_accepted` before this turn).
+    pub fn queued_run(&self, session_id: SessionId, session_seq: u64) -> Run {
         Run {
             run_id: self.run_id.clone(),
             tenant: self.tenant.clone(),
@@ -51,6 +52,8 @@ impl NewTurn {
             abort_requested: false,
             pickups: 0,
             checkpoint: None,
+            session_seq,
+            request_fingerprint: Some(self.request.fingerprint(&self.session_key)),
         }
     }
 
@@ -69,6 +72,25 @@ impl NewTurn {
     }
 }
 
+impl NewTurn {
+    /// The answer to a live idempotency record naming `run`: the run (`created: false`) when
+    /// this turn is a retry of it, `Conflict` when the key was used for a different turn.
+    pub fn replay(&self, run: Run) -> super::StoreResult<AcceptOutcome> {
+        if run.was_accepted_as(&self.session_key, &self.request) {
+            Ok(AcceptOutcome {
+                run,
+                created: false,
+            })
+        } else {
+            Err(super::StoreError::Conflict(format!(
+                "idempotency key {:?} was used for a different request (run {})",
+                self.idempotency_key.as_deref().unwrap_or_default(),
+                run.run_id
+            )))
+        }
+    }
+}
+
 /// What `accept_turn` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcceptOutcome {
@@ -83,16 +105,22 @@ pub struct AcceptOutcome {
 #[async_trait]
 pub trait TurnIntake: Send + Sync + 'static {
     /// Atomically: look up the idempotency key (a live record answers its run, `created:
-    /// false`); create the session on first use of the key ([`NewTurn::first_session`]); write
-    /// the run as `queued` on the session's current id; record the idempotency key. A run record
-    /// over [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) is refused (`TooLarge`).
+    /// false`, when the run [was accepted as](Run::was_accepted_as) this turn; `Conflict` when
+    /// the key was used for a different turn); create the session on first use of the key
+    /// ([`NewTurn::first_session`]); write the run as `queued` on the session's current id with
+    /// `session_seq` = the session's `runs_accepted` before this turn (which it increments, in
+    /// the same transaction); record the idempotency key. A run record over
+    /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) is refused (`TooLarge`).
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome>;
 
     /// Sets `abort_requested` on a run. Returns the run after the change, `None` if unknown.
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
 
     /// Gives the key a new session id, unless a live lock is held (`Busy`, see
-    /// [`Session::lock_is_live`]). `NotFound` when the key has no session.
+    /// [`Session::lock_is_live`]); in the same write the lock is cleared, so no fence taken
+    /// before the reset is current after it. Runs accepted before the reset keep the old
+    /// session id: a runner ends them `aborted` (`session_reset`) without reading or writing
+    /// the new session. `NotFound` when the key has no session.
     async fn reset_session(
         &self,
         tenant: &TenantId,

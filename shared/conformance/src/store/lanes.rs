@@ -1,0 +1,181 @@
+//! Per-session order kept by the store: each run's `session_seq` at accept, the session (with
+//! `runs_finished`) answered by the lock acquire, and idempotency keys that cannot be reused
+//! for a different turn.
+
+use crate::fixtures;
+use agentlane_core::{Commit, LockAttempt, RunStatus, SessionId, SessionUpdate, Store, StoreError};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Runs are numbered 0, 1, 2… per session key, in acceptance order; a reset does not restart
+/// the count (runs queued before it still come first).
+pub async fn case_runs_are_numbered_in_session_order_across_resets(store: Arc<dyn Store>) {
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    let first = fixtures::accept(&store, &tenant, &key, now).await;
+    let second = fixtures::accept(&store, &tenant, &key, now + 1).await;
+    assert_eq!((first.session_seq, second.session_seq), (0, 1));
+
+    store
+        .reset_session(&tenant, &key, SessionId::generate(), now + 2)
+        .await
+        .expect("reset_session");
+    let third = fixtures::accept(&store, &tenant, &key, now + 3).await;
+    assert_eq!(third.session_seq, 2);
+    assert_ne!(third.session_id, first.session_id);
+    let stored = store
+        .get_run(&tenant, &third.run_id)
+        .await
+        .expect("get_run")
+        .expect("run");
+    assert_eq!(stored.session_seq, 2);
+}
+
+/// Turns accepted at the same time on one key never share a `session_seq`: the numbers are
+/// exactly 0..n.
+pub async fn case_concurrent_accepts_get_distinct_session_seqs(store: Arc<dyn Store>) {
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    fixtures::accept(&store, &tenant, &key, now).await;
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, tenant, key) = (store.clone(), tenant.clone(), key.clone());
+            tokio::spawn(async move {
+                store
+                    .accept_turn(fixtures::turn(&tenant, &key, now + 1 + i))
+                    .await
+            })
+        })
+        .collect();
+    let mut seqs = BTreeSet::from([0]);
+    for racer in racers {
+        let outcome = racer.await.expect("racer task").expect("accept_turn");
+        assert!(
+            seqs.insert(outcome.run.session_seq),
+            "a seq was given twice"
+        );
+    }
+    assert_eq!(seqs, (0..9).collect::<BTreeSet<u64>>());
+    let session = store
+        .get_session(&tenant, &key)
+        .await
+        .expect("get_session")
+        .expect("session");
+    assert_eq!(session.runs_accepted, 9);
+}
+
+/// The acquire answers the session as it left it: its id and how many runs finished, which is
+/// the order check (only the run numbered `runs_finished` may go).
+pub async fn case_acquire_answers_the_session_for_the_order_check(store: Arc<dyn Store>) {
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    let first = fixtures::accept(&store, &tenant, &key, now).await;
+    let second = fixtures::accept(&store, &tenant, &key, now + 1).await;
+
+    let attempt = store
+        .acquire_lock(&tenant, &key, "runner-a", 30_000, now + 2)
+        .await
+        .expect("acquire_lock");
+    let LockAttempt::Acquired(fence, session) = attempt else {
+        panic!("the lock was free: {attempt:?}");
+    };
+    assert_eq!(session.session_id, first.session_id);
+    assert_eq!(session.lock_owner.as_deref(), Some("runner-a"));
+    assert_eq!(session.fence, fence.token.0);
+    assert!(session.is_turn_of(first.session_seq));
+    assert!(!session.is_turn_of(second.session_seq));
+
+    // WHEN the first run finishes (the commit counts it) and the lock is taken again
+    let mut done = fixtures::running(&first, now + 3);
+    done.status = RunStatus::Ok;
+    let commit = Commit {
+        run: Some(done),
+        session: Some(SessionUpdate {
+            status: agentlane_core::SessionStatus::Idle,
+            active_run_id: None,
+            last_progress_at: now + 3,
+            finished_delta: 1,
+        }),
+        release_lock: true,
+        ..Commit::default()
+    };
+    store.commit(&fence, commit).await.expect("commit");
+    let attempt = store
+        .acquire_lock(&tenant, &key, "runner-b", 30_000, now + 4)
+        .await
+        .expect("acquire_lock");
+    let LockAttempt::Acquired(_, session) = attempt else {
+        panic!("the lock was released: {attempt:?}");
+    };
+
+    // THEN the second run's turn has come
+    assert_eq!(session.runs_finished, 1);
+    assert!(session.is_turn_of(second.session_seq));
+}
+
+/// The same idempotency key with a different message, or on another session key, is a
+/// `Conflict` and writes nothing; the same request again answers the first run.
+pub async fn case_idempotency_key_with_a_different_request_conflicts(store: Arc<dyn Store>) {
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    let idem = fixtures::unique("idem");
+    let mut turn = fixtures::turn(&tenant, &key, now);
+    turn.idempotency_key = Some(idem.clone());
+    let first = store.accept_turn(turn).await.expect("accept_turn");
+
+    let mut other_text = fixtures::turn(&tenant, &key, now + 1);
+    other_text.idempotency_key = Some(idem.clone());
+    other_text.request = fixtures::request("a different message");
+    let refused = store.accept_turn(other_text.clone()).await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+
+    let other_key = fixtures::session_key();
+    let mut elsewhere = fixtures::turn(&tenant, &other_key, now + 2);
+    elsewhere.idempotency_key = Some(idem.clone());
+    let refused = store.accept_turn(elsewhere).await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store
+            .get_session(&tenant, &other_key)
+            .await
+            .expect("get_session"),
+        None
+    );
+    assert_eq!(
+        store
+            .get_run(&tenant, &other_text.run_id)
+            .await
+            .expect("get_run"),
+        None
+    );
+
+    let mut same = fixtures::turn(&tenant, &key, now + 3);
+    same.idempotency_key = Some(idem);
+    let again = store.accept_turn(same).await.expect("accept_turn");
+    assert!(!again.created);
+    assert_eq!(again.run.run_id, first.run.run_id);
+    let session = store
+        .get_session(&tenant, &key)
+        .await
+        .expect("get_session")
+        .expect("session");
+    assert_eq!(session.runs_accepted, 1);
+}

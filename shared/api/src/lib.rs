@@ -71,6 +71,10 @@ pub struct ApiConfig {
     pub sse_poll_ms: u64,
     /// Interval of SSE keep-alive comments. Default 15 s.
     pub sse_keep_alive_ms: u64,
+    /// How long a reset waits for a running turn to release the session lock before it
+    /// answers `session_busy` (capped by `max_wait_ms`). Default 60 s, the runner's lock
+    /// acquire timeout.
+    pub reset_wait_ms: u64,
 }
 
 /// Default largest message: 256 KiB.
@@ -88,6 +92,7 @@ impl Default for ApiConfig {
             demo_mode: false,
             sse_poll_ms: 100,
             sse_keep_alive_ms: 15_000,
+            reset_wait_ms: 60_000,
         }
     }
 }

@@ -134,6 +134,41 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
 }
 
 #[tokio::test]
+async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
+    let h = Harness::new().await;
+    let first = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-2"}),
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.text);
+    for other in [
+        json!({"sessionKey": "main", "message": "something else", "idempotencyKey": "k-2"}),
+        json!({"sessionKey": "other", "message": "hi", "idempotencyKey": "k-2"}),
+        json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-2", "timeoutSeconds": 5}),
+    ] {
+        h.post("/v1/agent", ACME_KEY, other)
+            .await
+            .assert_error(409, "conflict");
+    }
+    // Nothing was accepted or enqueued for the refused requests.
+    let deliveries = h
+        .queue
+        .receive(10, VISIBILITY, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].message.dedup_id, first.json["runId"]);
+    let session = h.get("/v1/sessions/main", ACME_KEY).await;
+    assert_eq!(session.json["runsAccepted"], 1);
+    h.get("/v1/sessions/other", ACME_KEY)
+        .await
+        .assert_error(404, "not_found");
+}
+
+#[tokio::test]
 async fn an_idempotency_key_expires_after_its_ttl() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-ttl"});

@@ -6,8 +6,9 @@ mod common;
 
 use agentlane_api::ApiConfig;
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, Session, SessionId,
-    SessionKey, Store, StoreError, StoreResult, TenantId, TranscriptEntry,
+    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
+    RunId, Session, SessionId, SessionKey, SessionLock, Store, StoreError, StoreResult, TenantId,
+    TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 use common::*;
@@ -33,26 +34,14 @@ impl Faulty {
 }
 
 #[async_trait]
-impl Store for Faulty {
+impl TurnIntake for Faulty {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
         self.check()?;
         self.inner.accept_turn(turn).await
     }
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.check()?;
-        self.inner.get_run(tenant, run_id).await
-    }
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.check()?;
         self.inner.request_abort(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        self.check()?;
-        self.inner.get_session(tenant, key).await
     }
     async fn reset_session(
         &self,
@@ -65,6 +54,22 @@ impl Store for Faulty {
         self.inner
             .reset_session(tenant, key, new_session_id, now)
             .await
+    }
+}
+
+#[async_trait]
+impl HistoryReader for Faulty {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.check()?;
+        self.inner.get_run(tenant, run_id).await
+    }
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        self.check()?;
+        self.inner.get_session(tenant, key).await
     }
     async fn read_transcript(
         &self,
@@ -88,6 +93,10 @@ impl Store for Faulty {
         self.check()?;
         self.inner.read_events(tenant, run_id, after, limit).await
     }
+}
+
+#[async_trait]
+impl SessionLock for Faulty {
     async fn acquire_lock(
         &self,
         tenant: &TenantId,
@@ -109,6 +118,10 @@ impl Store for Faulty {
         self.check()?;
         self.inner.release_lock(fence).await
     }
+}
+
+#[async_trait]
+impl FencedWriter for Faulty {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.check()?;
         self.inner.commit(fence, commit).await
@@ -118,7 +131,12 @@ impl Store for Faulty {
 async fn harness() -> (Harness, Switch) {
     let failure: Switch = Arc::default();
     let switch = failure.clone();
-    let h = Harness::build(ApiConfig::default(), move |inner| {
+    // A reset retries a busy session for this long before answering `session_busy`.
+    let config = ApiConfig {
+        reset_wait_ms: 200,
+        ..ApiConfig::default()
+    };
+    let h = Harness::build(config, move |inner| {
         Arc::new(Faulty {
             inner,
             failure: switch,

@@ -3,10 +3,12 @@
 
 mod common;
 
+use agentlane_api::ApiConfig;
 use agentlane_core::{Message, RunStatus};
 use axum::http::StatusCode;
 use common::*;
 use serde_json::json;
+use std::time::Duration;
 
 #[tokio::test]
 async fn a_session_shows_its_id_lane_counters_and_lock() {
@@ -106,12 +108,16 @@ async fn the_transcript_lists_entries_in_order_and_pages() {
 
 #[tokio::test]
 async fn reset_mints_a_new_session_id_unless_a_turn_holds_the_lock() {
-    let h = Harness::new().await;
+    let h = Harness::with_config(ApiConfig {
+        reset_wait_ms: 300,
+        ..ApiConfig::default()
+    })
+    .await;
     let accepted = h.submit(ACME_KEY, "main", "hi").await;
     let old_id = accepted["sessionId"].as_str().unwrap().to_owned();
     let run_id = accepted["runId"].as_str().unwrap().to_owned();
 
-    // While a runner holds the lock, reset is refused.
+    // While a runner holds the lock past the reset's wait, reset is refused.
     let fence = h.lock(&acme(), "main").await;
     h.post("/v1/sessions/main/reset", ACME_KEY, json!({}))
         .await
@@ -184,4 +190,54 @@ async fn another_tenants_sessions_answer_404() {
     let own = h.get("/v1/sessions/main", ACME_KEY).await;
     assert_eq!(own.json["sessionId"], accepted["sessionId"]);
     assert_eq!(own.json["generation"], 0);
+}
+
+#[tokio::test]
+async fn a_reset_waits_for_the_running_turn_to_release_the_lock() {
+    let h = Harness::new().await;
+    let accepted = h.submit(ACME_KEY, "main", "hi").await;
+    let old_id = accepted["sessionId"].as_str().unwrap().to_owned();
+    let run_id = accepted["runId"].as_str().unwrap().to_owned();
+    let fence = h.lock(&acme(), "main").await;
+
+    // WHEN a reset comes while a turn runs, and the turn ends 300 ms later
+    let reset = {
+        let app = h.app.clone();
+        tokio::spawn(async move {
+            Harness::send_to(
+                app,
+                Harness::request(
+                    axum::http::Method::POST,
+                    "/v1/sessions/main/reset",
+                    Some(ACME_KEY),
+                    axum::body::Body::empty(),
+                ),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!reset.is_finished(), "the reset did not wait for the lock");
+    let mut run = h.run(&acme(), &run_id).await;
+    run.status = RunStatus::Ok;
+    h.commit(
+        &fence,
+        run,
+        vec![],
+        vec![entry(0, &run_id, Message::user("hi"))],
+        true,
+    )
+    .await;
+
+    // THEN the reset goes through after the turn, which kept the old session whole
+    let reply = reset.await.unwrap();
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_ne!(reply.json["sessionId"], old_id);
+    let old = h
+        .get(
+            &format!("/v1/sessions/main/transcript?sessionId={old_id}"),
+            ACME_KEY,
+        )
+        .await;
+    assert_eq!(old.json["entries"].as_array().unwrap().len(), 1);
 }

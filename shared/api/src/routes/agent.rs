@@ -7,7 +7,9 @@ use crate::extract::{EmptyBody, read_json};
 use crate::validate::{AgentBody, validate_agent_body};
 use crate::views::{AcceptedView, WaitView};
 use crate::wait::wait_for_run;
-use agentlane_core::{Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, TurnMessage};
+use agentlane_core::{
+    Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError, TurnMessage,
+};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -43,7 +45,12 @@ pub async fn submit(
             now: state.clock.now_ms(),
             idempotency_ttl_ms: state.config.idempotency_ttl_ms,
         })
-        .await?;
+        .await
+        .map_err(|error| match error {
+            // The idempotency key already names a different turn.
+            StoreError::Conflict(detail) => ApiError::Conflict(detail),
+            other => ApiError::from(other),
+        })?;
     let run = outcome.run;
     // A replay that finds the run still queued enqueues again: the dedup id makes that a no-op
     // when the first enqueue happened, and heals a crash between accept and enqueue otherwise.

@@ -6,6 +6,7 @@ use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, EmptyBody, read_json};
 use crate::views::{SessionView, TranscriptView};
+use agentlane_core::backoff::jittered;
 use agentlane_core::validate::validate_session_key;
 use agentlane_core::{Session, SessionId, SessionKey, StoreError, TenantId};
 use axum::Json;
@@ -14,6 +15,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Longest `sessionId` query value worth a lookup.
 const MAX_SESSION_ID_LEN: usize = 128;
@@ -90,8 +92,10 @@ pub async fn transcript(
 #[serde(deny_unknown_fields)]
 pub struct ResetBody {}
 
-/// Gives the key a new session id (OpenClaw's `/new`); 409 `session_busy` while a turn holds
-/// the lock.
+/// Gives the key a new session id (OpenClaw's `/new`). A writer like the runner: it waits for
+/// a running turn to release the session lock (up to `reset_wait_ms`, then 409
+/// `session_busy`), and takes it for the one write that swaps the id. Runs accepted before
+/// the reset keep the old id and end `aborted` (`session_reset`) when their message comes.
 pub async fn reset(
     State(state): State<Arc<ApiState>>,
     Tenant(tenant): Tenant,
@@ -107,15 +111,28 @@ pub async fn reset(
         EmptyBody::AsEmptyObject,
     )
     .await?;
+    let wait = Duration::from_millis(state.config.reset_wait_ms.min(state.config.max_wait_ms));
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(50);
+    let session = loop {
+        let now = state.clock.now_ms();
+        match state
+            .intake()
+            .reset_session(&tenant, &key, SessionId::generate(), now)
+            .await
+        {
+            Ok(session) => break session,
+            Err(StoreError::NotFound(_)) => {
+                return Err(ApiError::not_found(format!("session {key}")));
+            }
+            Err(StoreError::Busy) if tokio::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(jittered(pause)).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(other) => return Err(ApiError::from(other)),
+        }
+    };
     let now = state.clock.now_ms();
-    let session = state
-        .intake()
-        .reset_session(&tenant, &key, SessionId::generate(), now)
-        .await
-        .map_err(|error| match error {
-            StoreError::NotFound(_) => ApiError::not_found(format!("session {key}")),
-            other => ApiError::from(other),
-        })?;
     tracing::info!(session_key = %key, generation = session.generation, "session reset");
     Ok(Json(SessionView::of(&session, now)))
 }

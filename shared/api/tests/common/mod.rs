@@ -115,7 +115,12 @@ impl Harness {
     }
 
     pub async fn send(&self, request: Request<Body>) -> Reply {
-        let response = self.app.clone().oneshot(request).await.unwrap();
+        Self::send_to(self.app.clone(), request).await
+    }
+
+    /// Sends `request` to `app` (a clone of the harness's, for a request sent from a task).
+    pub async fn send_to(app: Router, request: Request<Body>) -> Reply {
+        let response = app.oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)

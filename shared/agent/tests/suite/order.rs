@@ -1,0 +1,322 @@
+//! Per-session order kept by the store, not by the queue: a queue that delivers a session's
+//! messages out of order and twice still gets every turn run once, in acceptance order; a run
+//! accepted before a reset never touches the new session.
+
+use crate::support::*;
+use agentlane_agent::{LaneWorker, RunnerConfig, TurnExit};
+use agentlane_core::{
+    Delivery, Lane, LaneMessage, LaneQueue, Message, QueueError, QueueResult, Receipt, RunStatus,
+    SessionId, TurnMessage,
+};
+use async_trait::async_trait;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A lane queue that misbehaves the way queues do under failure: it hands out a lane's
+/// messages newest first, round robin backwards (a later turn before an earlier one, even
+/// while the earlier one is in flight), and delivers every message once more after it was
+/// acked.
+#[derive(Default)]
+struct MisbehavingQueue {
+    state: Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    messages: Vec<Queued>,
+    next_receipt: u64,
+    /// Where the backwards round robin goes on from.
+    cursor: usize,
+    hand_backs: u32,
+    deliveries: Vec<String>,
+}
+
+struct Queued {
+    message: LaneMessage,
+    receipt: Option<Receipt>,
+    receive_count: u32,
+    acks: u32,
+}
+
+impl MisbehavingQueue {
+    fn hand_backs(&self) -> u32 {
+        self.state.lock().unwrap().hand_backs
+    }
+
+    /// Run ids in the order they were delivered.
+    fn deliveries(&self) -> Vec<String> {
+        self.state.lock().unwrap().deliveries.clone()
+    }
+}
+
+#[async_trait]
+impl LaneQueue for MisbehavingQueue {
+    async fn enqueue(&self, message: &LaneMessage) -> QueueResult<()> {
+        let mut state = self.state.lock().unwrap();
+        state.messages.push(Queued {
+            message: message.clone(),
+            receipt: None,
+            receive_count: 0,
+            acks: 0,
+        });
+        state.cursor = state.messages.len() - 1;
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        _visibility: Duration,
+        _wait: Duration,
+    ) -> QueueResult<Vec<Delivery>> {
+        let mut state = self.state.lock().unwrap();
+        let mut out = Vec::new();
+        let mut next_receipt = state.next_receipt;
+        let len = state.messages.len();
+        // Newest first, then backwards round robin; a message is delivered until acked, then
+        // once more (a duplicate).
+        for step in 0..len {
+            if out.len() == max {
+                break;
+            }
+            let index = (state.cursor + len - step) % len;
+            let queued = &mut state.messages[index];
+            if queued.receipt.is_some() || queued.acks >= 2 {
+                continue;
+            }
+            state.cursor = (index + len - 1) % len;
+            let queued = &mut state.messages[index];
+            next_receipt += 1;
+            let receipt = Receipt(format!("r{next_receipt}"));
+            queued.receipt = Some(receipt.clone());
+            queued.receive_count += 1;
+            out.push(Delivery {
+                message: queued.message.clone(),
+                receipt,
+                receive_count: queued.receive_count,
+            });
+        }
+        state.next_receipt = next_receipt;
+        let delivered: Vec<String> = out
+            .iter()
+            .map(|d| d.message.body.run_id.to_string())
+            .collect();
+        state.deliveries.extend(delivered);
+        Ok(out)
+    }
+
+    async fn ack(&self, receipt: &Receipt) -> QueueResult<()> {
+        let mut state = self.state.lock().unwrap();
+        let queued = state
+            .messages
+            .iter_mut()
+            .find(|q| q.receipt.as_ref() == Some(receipt))
+            .ok_or(QueueError::StaleReceipt)?;
+        queued.receipt = None;
+        queued.acks += 1;
+        Ok(())
+    }
+
+    async fn set_visibility(&self, receipt: &Receipt, visibility: Duration) -> QueueResult<()> {
+        let mut state = self.state.lock().unwrap();
+        let queued = state
+            .messages
+            .iter_mut()
+            .find(|q| q.receipt.as_ref() == Some(receipt))
+            .ok_or(QueueError::StaleReceipt)?;
+        if visibility.is_zero() {
+            queued.receipt = None;
+            state.hand_backs += 1;
+        }
+        Ok(())
+    }
+}
+
+fn quick() -> RunnerConfig {
+    RunnerConfig {
+        out_of_order_pause: Duration::from_millis(5),
+        ..config()
+    }
+}
+
+fn lane_message(f: &Fixture, msg: &TurnMessage) -> LaneMessage {
+    LaneMessage {
+        lane: Lane::for_session(&f.tenant, &f.key),
+        dedup_id: msg.run_id.to_string(),
+        body: msg.clone(),
+    }
+}
+
+#[tokio::test]
+async fn a_queue_delivering_out_of_order_and_twice_still_runs_each_turn_once_in_order() {
+    // GIVEN three turns accepted in order, on a queue that hands out the newest first and
+    // every message twice
+    let f = fixture(
+        vec![
+            Script::Text("answer one"),
+            Script::Text("answer two"),
+            Script::Text("answer three"),
+        ],
+        quick(),
+    );
+    let queue = std::sync::Arc::new(MisbehavingQueue::default());
+    let mut runs = Vec::new();
+    for text in ["one", "two", "three"] {
+        let msg = f.accept(text).await;
+        queue.enqueue(&lane_message(&f, &msg)).await.unwrap();
+        runs.push(msg.run_id);
+    }
+    let worker = LaneWorker::new(queue.clone(), f.runner.clone());
+
+    // WHEN a worker drains it
+    let shutdown = CancellationToken::new();
+    for _ in 0..200 {
+        let deliveries = queue
+            .receive(1, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap();
+        let Some(delivery) = deliveries.into_iter().next() else {
+            break;
+        };
+        let outcome = worker.process(&delivery, &shutdown).await;
+        worker.settle(&delivery, &outcome).await;
+    }
+
+    // THEN the queue did misbehave: the last turn came first, and some were handed back
+    assert_eq!(queue.deliveries().first(), Some(&runs[2].to_string()));
+    assert!(queue.hand_backs() > 0);
+    // AND every turn ran once, in acceptance order, each answer after its own prompt
+    assert_eq!(f.model.requests().len(), 3);
+    let texts: Vec<(String, String)> = f
+        .transcript()
+        .await
+        .into_iter()
+        .map(|e| match e.message {
+            Message::User { content, .. } => ("user".to_owned(), content),
+            Message::Assistant { content, .. } => ("assistant".to_owned(), content),
+            other => panic!("unexpected entry {other:?}"),
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("user", "one"),
+        ("assistant", "answer one"),
+        ("user", "two"),
+        ("assistant", "answer two"),
+        ("user", "three"),
+        ("assistant", "answer three"),
+    ]
+    .into_iter()
+    .map(|(r, t)| (r.to_owned(), t.to_owned()))
+    .collect();
+    assert_eq!(texts, expected);
+    for run_id in &runs {
+        let run = f.store.get_run(&f.tenant, run_id).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Ok);
+        assert_eq!(run.pickups, 1, "a hand-back for order is not a pickup");
+    }
+}
+
+#[tokio::test]
+async fn a_turn_delivered_before_an_unfinished_earlier_one_writes_nothing() {
+    let f = fixture(
+        vec![Script::Text("first answer"), Script::Text("second answer")],
+        quick(),
+    );
+    let first = f.accept("first").await;
+    let second = f.accept("second").await;
+
+    // WHEN the second turn's message comes first
+    assert_eq!(f.execute(&second).await, TurnExit::HandBack);
+
+    // THEN nothing ran or was written, and the lock is free again
+    assert!(f.model.requests().is_empty());
+    assert!(f.transcript().await.is_empty());
+    let run = f
+        .store
+        .get_run(&f.tenant, &second.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.lock_owner, None);
+
+    // AND once the first ran, the second goes
+    assert_eq!(f.execute(&first).await, TurnExit::Finished(RunStatus::Ok));
+    assert_eq!(f.execute(&second).await, TurnExit::Finished(RunStatus::Ok));
+    assert_eq!(
+        f.roles().await,
+        vec!["user", "assistant", "user", "assistant"]
+    );
+}
+
+#[tokio::test]
+async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_session() {
+    let f = fixture(vec![Script::Text("fresh answer")], quick());
+    let old_first = f.accept("old one").await;
+    let old_second = f.accept("old two").await;
+    let before = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    let new_id = SessionId::generate();
+    f.store
+        .reset_session(&f.tenant, &f.key, new_id.clone(), before.updated_at + 1)
+        .await
+        .unwrap();
+    let fresh = f.accept("new one").await;
+
+    // The new turn waits for the old ones to end
+    assert_eq!(f.execute(&fresh).await, TurnExit::HandBack);
+    for old in [&old_first, &old_second] {
+        assert_eq!(f.execute(old).await, TurnExit::Finished(RunStatus::Aborted));
+        let run = f
+            .store
+            .get_run(&f.tenant, &old.run_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(run.error.unwrap().code, "session_reset");
+        assert_eq!(run.session_id, before.session_id);
+    }
+    assert!(
+        f.model.requests().is_empty(),
+        "an aborted old run called the model"
+    );
+    assert!(
+        f.transcript().await.is_empty(),
+        "an old run wrote into the new session"
+    );
+    let old_transcript = f
+        .store
+        .read_transcript(&f.tenant, &before.session_id, None, 100)
+        .await
+        .unwrap();
+    assert!(old_transcript.is_empty());
+
+    // THEN the new turn runs on the new session from seq 0, seeing none of the old prompts
+    assert_eq!(f.execute(&fresh).await, TurnExit::Finished(RunStatus::Ok));
+    let entries = f.transcript().await;
+    assert_eq!(
+        entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    let request = &f.model.requests()[0];
+    let prompt = format!("{:?}", request.messages);
+    assert!(!prompt.contains("old one") && !prompt.contains("old two"));
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((session.session_id, session.runs_finished), (new_id, 3));
+}

@@ -205,12 +205,10 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
         .env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        // moto's long poll decides which FIFO groups are busy once, when the poll starts, so a
-        // poll that waits can hand out a group's next message while the previous one is still
-        // in flight (moto/sqs/models.py `receive_message`). Real SQS never does. Short polls
-        // give moto a fresh view on every receive.
-        .env("AGENTLANE_RECEIVE_WAIT_MS", "0");
+        .env("AWS_SECRET_ACCESS_KEY", "test");
+    // The default long poll: moto's can hand out a FIFO group's next message while the previous
+    // one is in flight (moto/sqs/models.py `receive_message`); the store's per-session order
+    // check makes that harmless (the later turn is handed back until the earlier one ends).
     let logs = LogFiles::in_dir(root, "setup-aws");
     let mut command = Command::new(&options.binary);
     command.arg("setup-aws").envs(&options.env);

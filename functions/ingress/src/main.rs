@@ -14,7 +14,7 @@ async fn main() -> Result<(), lambda_http::Error> {
         anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
     })?;
     let app = agentlane_api::app(ApiState {
-        store: backends.store,
+        store: runtime::api_store(&backends, &settings)?,
         queue: backends.queue,
         clock: backends.clock,
         keys,

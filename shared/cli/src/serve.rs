@@ -75,7 +75,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(model = %models.default_model, "default model");
     }
     let api = ApiState {
-        store: backends.store.clone(),
+        store: runtime::api_store(&backends, &settings)?,
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),
         keys,

@@ -198,8 +198,8 @@ pub fn tool_registry(tools: &ToolSettings) -> ToolRegistry {
         })))
 }
 
-/// The runner over `backends` with `settings`.
-pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {
+/// The hooks `settings` configure (webhooks).
+pub fn hook_registry(settings: &Settings) -> anyhow::Result<HookRegistry> {
     let mut hooks = HookRegistry::new();
     for webhook in &settings.hooks {
         let name = webhook.name.clone();
@@ -208,6 +208,21 @@ pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<R
                 .with_context(|| format!("hooks: webhook {name:?}"))?,
         ));
     }
+    Ok(hooks)
+}
+
+/// The store the API serves from: `backends.store`, raising `session_end` (reason `reset`)
+/// through the configured hooks when a session is reset.
+pub fn api_store(backends: &Backends, settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(agentlane_agent::hooks::session_end_on_reset(
+        backends.store.clone(),
+        hook_registry(settings)?,
+    ))
+}
+
+/// The runner over `backends` with `settings`.
+pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {
+    let hooks = hook_registry(settings)?;
     Ok(Runner::new(
         backends.store.clone(),
         backends.clock.clone(),

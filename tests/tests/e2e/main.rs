@@ -16,6 +16,7 @@ mod events_sse;
 mod harness;
 mod idempotency;
 mod lanes;
+mod order;
 mod retry_loop;
 mod support;
 mod text_turn;

@@ -43,6 +43,7 @@ pub mod event;
 pub mod outcome;
 pub mod point;
 pub mod registry;
+mod reset;
 pub mod webhook;
 mod wire;
 
@@ -59,6 +60,7 @@ pub use outcome::{
 };
 pub use point::{Dispatch, HookPoint, UnknownHookPoint};
 pub use registry::{HookRegistry, HookTimeouts};
+pub use reset::session_end_on_reset;
 pub use webhook::{WebhookConfig, WebhookError, WebhookHook};
 
 use async_trait::async_trait;

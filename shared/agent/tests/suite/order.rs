@@ -3,6 +3,10 @@
 //! accepted before a reset never touches the new session.
 
 use crate::support::*;
+use agentlane_agent::hooks::{
+    Hook, HookContext, HookError, HookEvent, HookOutcome, HookPoint, HookRegistry,
+    SessionEndReason, session_end_on_reset,
+};
 use agentlane_agent::{LaneWorker, RunnerConfig, TurnExit};
 use agentlane_core::{
     Delivery, Lane, LaneMessage, LaneQueue, Message, QueueError, QueueResult, Receipt, RunStatus,
@@ -319,4 +323,72 @@ async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_sessio
         .unwrap()
         .unwrap();
     assert_eq!((session.session_id, session.runs_finished), (new_id, 3));
+}
+
+/// A `session_end` hook that records the session id and reason of each call.
+struct EndSeen {
+    seen: Mutex<Vec<(SessionId, SessionEndReason)>>,
+}
+
+#[async_trait]
+impl Hook for EndSeen {
+    fn name(&self) -> &str {
+        "end-seen"
+    }
+    fn priority(&self) -> i32 {
+        0
+    }
+    fn points(&self) -> &[HookPoint] {
+        &[HookPoint::SessionEnd]
+    }
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+    async fn call(&self, ctx: &HookContext, event: &HookEvent) -> Result<HookOutcome, HookError> {
+        if let HookEvent::SessionEnd(end) = event {
+            self.seen
+                .lock()
+                .unwrap()
+                .push((ctx.session_id.clone(), end.reason));
+        }
+        Ok(HookOutcome::Continue)
+    }
+}
+
+#[tokio::test]
+async fn a_reset_raises_session_end_for_the_session_that_ended() {
+    let f = fixture(vec![], quick());
+    let hook = std::sync::Arc::new(EndSeen {
+        seen: Mutex::new(Vec::new()),
+    });
+    let mut hooks = HookRegistry::new();
+    hooks.register(hook.clone());
+    let store = session_end_on_reset(f.store.clone(), hooks);
+    f.accept("hi").await;
+    let before = store.get_session(&f.tenant, &f.key).await.unwrap().unwrap();
+
+    let after = store
+        .reset_session(
+            &f.tenant,
+            &f.key,
+            SessionId::generate(),
+            before.updated_at + 1,
+        )
+        .await
+        .unwrap();
+
+    assert_ne!(after.session_id, before.session_id);
+    assert_eq!(
+        *hook.seen.lock().unwrap(),
+        vec![(before.session_id, SessionEndReason::Reset)]
+    );
+    // A refused reset (unknown key) raises nothing.
+    let unknown = agentlane_core::SessionKey::new("never-used");
+    assert!(
+        store
+            .reset_session(&f.tenant, &unknown, SessionId::generate(), 1)
+            .await
+            .is_err()
+    );
+    assert_eq!(hook.seen.lock().unwrap().len(), 1);
 }

@@ -113,6 +113,7 @@ macro_rules! __store_cases {
             case_concurrent_accepts_get_distinct_session_seqs,
             case_acquire_answers_the_session_for_the_order_check,
             case_idempotency_key_with_a_different_request_conflicts,
+            case_a_reset_that_waits_bars_the_runs_accepted_before_it,
         }
     };
 }

@@ -1,6 +1,7 @@
 //! Sessions and the session write lock (owner + lease + fencing token).
 
 use crate::ids::{FencingToken, RunId, SessionId, SessionKey, TenantId};
+use crate::run::{Run, RunStatus};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -40,6 +41,11 @@ pub struct Session {
     pub lock_until: u64,
     /// The last fencing token handed out; only grows.
     pub fence: u64,
+    /// Set by a reset that had to wait for the lock: runs of this key numbered below it that
+    /// have not started end `aborted` (`session_reset`) instead of running on the session
+    /// about to be reset. Only grows.
+    #[serde(default)]
+    pub reset_barrier: u64,
 }
 
 impl Session {
@@ -61,6 +67,7 @@ impl Session {
             lock_owner: None,
             lock_until: 0,
             fence: 0,
+            reset_barrier: 0,
         }
     }
 
@@ -87,6 +94,14 @@ impl Session {
     /// `runs_finished`, so that count is the seq of the only run allowed to go.
     pub fn is_turn_of(&self, session_seq: u64) -> bool {
         session_seq <= self.runs_finished
+    }
+
+    /// Whether `run` belongs to a reset: accepted on another session id than the current one,
+    /// or not started and numbered below a pending reset's barrier. Such a run ends `aborted`
+    /// (`session_reset`) without reading or writing the session.
+    pub fn was_reset_under(&self, run: &Run) -> bool {
+        let unstarted = run.status == RunStatus::Queued && run.pickups == 0;
+        run.session_id != self.session_id || (unstarted && run.session_seq < self.reset_barrier)
     }
 
     /// Whether `fence` is the current lock: the session names its owner and token (whatever the

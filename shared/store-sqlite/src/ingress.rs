@@ -104,6 +104,10 @@ pub(crate) fn reset_session(
         return Err(StoreError::NotFound(format!("session {key}")).into());
     };
     if session.lock_is_live(now) {
+        // The runs accepted so far will not start: the reset comes once the lock is free.
+        session.reset_barrier = session.reset_barrier.max(session.runs_accepted);
+        save_session(&tx, &session)?;
+        tx.commit()?;
         return Err(StoreError::Busy.into());
     }
     session.session_id = new_session_id;

@@ -103,7 +103,7 @@ impl Runner {
             }
             return Ok(TurnExit::HandBack);
         }
-        let reset = run.session_id != session.session_id;
+        let reset = session.was_reset_under(&run);
 
         let stop = StopSignal::default();
         let helpers = CancellationToken::new();

@@ -13,6 +13,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWr
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// Tries of one accept: each lost race on the session's count means another accept of the
+/// same session won, so a burst of n concurrent turns needs at most n rounds.
+const ACCEPT_RETRIES: u32 = 4 * CONFLICT_RETRIES;
+
 /// Where each write sits in the transaction, to read its cancellation reason.
 struct Layout {
     idempotency: Option<usize>,
@@ -40,7 +44,7 @@ impl DynamoStore {
             .idempotency_key
             .as_ref()
             .map(|key| keys::idempotency_pk(&turn.tenant, key));
-        for attempt in 0..CONFLICT_RETRIES {
+        for attempt in 0..ACCEPT_RETRIES {
             let (existing, record) = self
                 .read_for_accept(&session_pk, idempotency_pk.as_deref())
                 .await?;
@@ -99,7 +103,9 @@ impl DynamoStore {
                 continue;
             }
             if failed(layout.session) {
-                // Created, reset or counted concurrently: read it again.
+                // Created, reset or counted concurrently: read it again, after a jittered
+                // pause (concurrent accepts on one session take their seqs one by one).
+                conflict_backoff(attempt).await;
                 continue;
             }
             if failed(layout.run) {

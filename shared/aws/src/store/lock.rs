@@ -3,8 +3,8 @@
 
 use super::error::DdbError;
 use super::item::{
-    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, SESSION_ID, STATUS,
-    UPDATED_AT, n, s, session_from_item, status_str,
+    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, RESET_BARRIER,
+    RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, n, s, session_from_item, status_str,
 };
 use super::keys::{self, PK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
@@ -197,6 +197,7 @@ impl DynamoStore {
                             .is_some(),
                     };
                     if exists {
+                        self.raise_reset_barrier(tenant, key).await?;
                         Err(StoreError::Busy)
                     } else {
                         Err(StoreError::NotFound(format!(
@@ -204,6 +205,28 @@ impl DynamoStore {
                         )))
                     }
                 }
+                other => Err(other.into_store_error("reset_session")),
+            },
+        }
+    }
+
+    /// A reset waits for the lock: the runs accepted so far will not start
+    /// (`resetBarrier` = `runsAccepted`, never lowered).
+    async fn raise_reset_barrier(&self, tenant: &TenantId, key: &SessionKey) -> StoreResult<()> {
+        let result = self
+            .session_update(tenant, key)
+            .update_expression(format!("SET {RESET_BARRIER} = {RUNS_ACCEPTED}"))
+            .condition_expression(format!(
+                "attribute_exists({PK}) AND (attribute_not_exists({RESET_BARRIER}) \
+                 OR {RESET_BARRIER} < {RUNS_ACCEPTED})"
+            ))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match DdbError::from(err) {
+                // Already raised as far (or the session is gone): nothing to do.
+                DdbError::ConditionFailed(_) => Ok(()),
                 other => Err(other.into_store_error("reset_session")),
             },
         }

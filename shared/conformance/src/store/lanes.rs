@@ -179,3 +179,46 @@ pub async fn case_idempotency_key_with_a_different_request_conflicts(store: Arc<
         .expect("session");
     assert_eq!(session.runs_accepted, 1);
 }
+
+/// A reset refused because a turn holds the lock bars the runs accepted before it: they are
+/// reset runs from then on ([`Session::was_reset_under`](agentlane_core::Session::was_reset_under)),
+/// a run accepted after it is not, and the barrier never goes down.
+pub async fn case_a_reset_that_waits_bars_the_runs_accepted_before_it(store: Arc<dyn Store>) {
+    let (tenant, key, now) = (
+        fixtures::tenant(),
+        fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    let running = fixtures::accept(&store, &tenant, &key, now).await;
+    let queued = fixtures::accept(&store, &tenant, &key, now + 1).await;
+    let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 30_000, now + 2).await;
+
+    // WHEN a reset finds the lock held
+    let busy = store
+        .reset_session(&tenant, &key, SessionId::generate(), now + 3)
+        .await;
+    assert_eq!(busy, Err(StoreError::Busy));
+    let later = fixtures::accept(&store, &tenant, &key, now + 4).await;
+
+    // THEN the session still has its id, and bars the two runs accepted before the reset
+    let session = store
+        .get_session(&tenant, &key)
+        .await
+        .expect("get_session")
+        .expect("session");
+    assert_eq!(session.session_id, running.session_id);
+    assert_eq!(session.reset_barrier, 2);
+    assert!(session.was_reset_under(&queued));
+    assert!(!session.was_reset_under(&later));
+    // a run already started is not barred: it ends as it would have
+    assert!(!session.was_reset_under(&fixtures::running(&running, now + 2)));
+
+    // AND once the lock is free the reset goes through, the barrier kept
+    store.release_lock(&fence).await.expect("release_lock");
+    let reset = store
+        .reset_session(&tenant, &key, SessionId::generate(), now + 5)
+        .await
+        .expect("reset_session");
+    assert_eq!(reset.reset_barrier, 2);
+    assert!(reset.was_reset_under(&later), "accepted on the old id");
+}

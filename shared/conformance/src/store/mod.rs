@@ -27,6 +27,7 @@ pub use events::{
     case_next_event_seq_follows_the_newest_event,
 };
 pub use lanes::{
+    case_a_reset_that_waits_bars_the_runs_accepted_before_it,
     case_acquire_answers_the_session_for_the_order_check,
     case_concurrent_accepts_get_distinct_session_seqs,
     case_idempotency_key_with_a_different_request_conflicts,

@@ -116,8 +116,9 @@ pub trait TurnIntake: Send + Sync + 'static {
     /// Sets `abort_requested` on a run. Returns the run after the change, `None` if unknown.
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
 
-    /// Gives the key a new session id, unless a live lock is held (`Busy`, see
-    /// [`Session::lock_is_live`]); in the same write the lock is cleared, so no fence taken
+    /// Gives the key a new session id, unless a live lock is held: then it raises the
+    /// session's `reset_barrier` to `runs_accepted` (the runs accepted so far will not start)
+    /// and answers `Busy` (see [`Session::lock_is_live`]). In the same write as the new id the lock is cleared, so no fence taken
     /// before the reset is current after it. Runs accepted before the reset keep the old
     /// session id: a runner ends them `aborted` (`session_reset`) without reading or writing
     /// the new session. `NotFound` when the key has no session.

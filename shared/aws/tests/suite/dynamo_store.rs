@@ -402,7 +402,8 @@ async fn concurrent_accepts_with_one_idempotency_key_create_one_run() {
                 run_id: RunId::generate(),
                 new_session_id: SessionId::generate(),
                 request: TurnRequest {
-                    message: format!("try {i}"),
+                    // The same request each time (a retried submit): a different one is a conflict.
+                    message: "try".to_owned(),
                     queue_mode: QueueMode::Followup,
                     model: None,
                     thinking: None,

@@ -491,15 +491,21 @@ impl Runner {
         self.finish(&mut writer, end).await
     }
 
-    /// When the run must end (ms since epoch), from its first start.
+    /// When the run must end (ms since epoch): its timeout from its first start, or the
+    /// absolute deadline its request carries (a cron fire's), whichever comes first.
     fn deadline(&self, run: &Run) -> Option<u64> {
         let timeout = match run.request.timeout_seconds {
-            Some(0) => return None,
+            Some(0) => return run.request.deadline_at,
             Some(s) => Duration::from_secs(s),
             None => self.config.default_run_timeout,
         };
-        run.started_at
-            .map(|s| s.saturating_add(timeout.as_millis() as u64))
+        let own = run
+            .started_at
+            .map(|s| s.saturating_add(timeout.as_millis() as u64));
+        match (own, run.request.deadline_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     async fn read_whole_transcript(&self, run: &Run) -> Result<Vec<TranscriptEntry>, StoreError> {
@@ -647,7 +653,14 @@ impl Runner {
             let idle = if profile.provider.self_hosted() {
                 self.config.model_idle_timeout_self_hosted
             } else {
-                self.config.model_idle_timeout
+                let cap = writer
+                    .run
+                    .request
+                    .model_idle_timeout_ms
+                    .map(Duration::from_millis);
+                cap.map_or(self.config.model_idle_timeout, |c| {
+                    c.min(self.config.model_idle_timeout)
+                })
             };
             let started_at = writer.now();
             let started = Instant::now();

@@ -16,6 +16,7 @@
 //! one the fence guards); events go to the run named by `Commit::run_id` (or its fallbacks).
 
 mod backend;
+mod cron;
 mod error;
 mod ingress;
 mod lane_table;

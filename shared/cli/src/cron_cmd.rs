@@ -19,7 +19,7 @@ pub struct CronArgs {
 #[derive(Subcommand, Debug)]
 pub enum CronCommand {
     /// Create a job (exactly one of --cron, --every, --at).
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List the jobs.
     List,
     /// Show one job with its recent runs.

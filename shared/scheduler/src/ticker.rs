@@ -335,10 +335,10 @@ impl Ticker {
                 self.spawn_delivery(job, &delivery.webhook, entry);
             }
         }
-        if actions.delete {
-            if let Err(e) = self.cron.delete_job(&job.tenant, &job.job_id).await {
-                tracing::warn!(job_id = %job.job_id, error = %e, "cron: one-shot not deleted");
-            }
+        if actions.delete
+            && let Err(e) = self.cron.delete_job(&job.tenant, &job.job_id).await
+        {
+            tracing::warn!(job_id = %job.job_id, error = %e, "cron: one-shot not deleted");
         }
     }
 

@@ -192,6 +192,8 @@ impl Ticker {
             let mut report = std::mem::take(&mut actions.report);
             report.conflicts += conflicts;
             let Some(mut next) = next else {
+                // Nothing to write; resubmitting a lost fire is idempotent, so it needs no claim.
+                self.act(&job, actions, now).await;
                 return Ok(report);
             };
             next.version = job.version + 1;

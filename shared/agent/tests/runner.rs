@@ -1391,3 +1391,91 @@ mod with_hooks {
         assert_eq!(f.model.providers_called(), ["backup"]);
     }
 }
+
+impl Fixture {
+    /// Accepts `message` with a scheduler's limits: an absolute deadline and an idle cap.
+    async fn accept_fired(
+        &self,
+        message: &str,
+        deadline_at: u64,
+        model_idle_timeout_ms: Option<u64>,
+    ) -> TurnMessage {
+        let out = self
+            .store
+            .accept_turn(NewTurn {
+                tenant: self.tenant.clone(),
+                session_key: self.key.clone(),
+                run_id: RunId::generate(),
+                new_session_id: SessionId::generate(),
+                request: TurnRequest {
+                    message: message.into(),
+                    queue_mode: Default::default(),
+                    model: None,
+                    thinking: None,
+                    timeout_seconds: Some(0),
+                    extra_system_prompt: None,
+                    deadline_at: Some(deadline_at),
+                    model_idle_timeout_ms,
+                },
+                idempotency_key: None,
+                now: SystemClock.now_ms(),
+                idempotency_ttl_ms: 1000,
+            })
+            .await
+            .unwrap();
+        TurnMessage {
+            session_key: Some(self.key.clone()),
+            tenant: self.tenant.clone(),
+            run_id: out.run.run_id,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_absolute_deadline_ends_the_run_timeout_even_with_no_timeout_of_its_own() {
+    // a deadline 1 s away, no run timeout (0): the slow tool round is cut at the deadline
+    let f = fixture(vec![Script::Tools(vec![("c1", "slow", "{}")])], config());
+    let msg = f
+        .accept_fired("slow", SystemClock.now_ms() + 1_000, None)
+        .await;
+    assert_eq!(
+        f.execute(&msg).await,
+        TurnExit::Finished(RunStatus::Timeout)
+    );
+    // a deadline already past when the run is picked up: no model call at all
+    let late = fixture(vec![Script::Text("never")], config());
+    let msg = late
+        .accept_fired("hi", SystemClock.now_ms() - 1, None)
+        .await;
+    assert_eq!(
+        late.execute(&msg).await,
+        TurnExit::Finished(RunStatus::Timeout)
+    );
+    assert_eq!(late.model.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn a_fired_runs_idle_cap_cuts_a_stalled_stream_sooner() {
+    // the deployment's idle timeout is 30 s; the run's cap is 200 ms
+    let f = fixture(
+        vec![Script::Stall(Duration::from_secs(20))],
+        RunnerConfig {
+            model_idle_timeout: Duration::from_secs(30),
+            ..config()
+        },
+    );
+    let msg = f
+        .accept_fired("hi", SystemClock.now_ms() + 60_000, Some(200))
+        .await;
+    let started = std::time::Instant::now();
+    f.execute(&msg).await;
+    // cut after ~200 ms of silence, not after the 20 s stall or the 30 s default
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let run = finished_run(&f, &msg).await;
+    assert_eq!(run.attempts[0].outcome, "timeout", "{:?}", run.attempts);
+    assert!(run.attempts[0].duration_ms < 5_000, "{:?}", run.attempts);
+}

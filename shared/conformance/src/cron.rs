@@ -248,3 +248,33 @@ pub async fn case_due_jobs_follow_the_due_time(store: Arc<dyn CronStore>) {
     assert!(store.delete_job(&t, &future.job_id).await.unwrap());
     assert!(mine(store.due_jobs(now + 60_000, 10_000).await.unwrap()).is_empty());
 }
+
+/// A finished cron fire: a session with two transcript entries and an ended run, released.
+/// Returns the session key and its session id.
+pub async fn finished_fire(
+    store: &Arc<dyn agentlane_core::Store>,
+    tenant: &TenantId,
+) -> (agentlane_core::SessionKey, agentlane_core::SessionId) {
+    use crate::fixtures::{accept, entry, lock};
+    let key =
+        agentlane_core::SessionKey::new(format!("cron:job_x:{}", crate::fixtures::unique("run")));
+    let now = wall_ms();
+    let run = accept(store, tenant, &key, now).await;
+    let fence = lock(store, tenant, &key, "runner", 30_000, now).await;
+    let mut ended = run.clone();
+    ended.status = agentlane_core::RunStatus::Ok;
+    ended.ended_at = Some(now);
+    store
+        .commit(
+            &fence,
+            agentlane_core::Commit {
+                transcript: vec![entry(1, &run.run_id, now), entry(2, &run.run_id, now)],
+                run: Some(ended),
+                release_lock: true,
+                ..agentlane_core::Commit::default()
+            },
+        )
+        .await
+        .unwrap();
+    (key, run.session_id)
+}

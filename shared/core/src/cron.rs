@@ -277,7 +277,26 @@ pub trait CronStore: Send + Sync + 'static {
     /// Jobs of every tenant whose [`CronJob::due_at`] is at or before `until`, earliest first,
     /// at most `limit`.
     async fn due_jobs(&self, until: u64, limit: usize) -> StoreResult<Vec<CronJob>>;
+
+    /// A finished fire's session (its record and transcript) may go after `keep_until` (ms
+    /// since epoch); the run record stays, so `lastRuns` ids still resolve. DynamoDB: TTL on the
+    /// items; SQLite: remembered and deleted by [`CronStore::prune_fires`].
+    async fn retire_fire(
+        &self,
+        tenant: &TenantId,
+        session_key: &SessionKey,
+        keep_until: u64,
+    ) -> StoreResult<()>;
+
+    /// Deletes the sessions of retired fires whose time has come; how many. Backends whose
+    /// storage expires items by itself (DynamoDB TTL) do nothing.
+    async fn prune_fires(&self, _now: u64) -> StoreResult<u64> {
+        Ok(0)
+    }
 }
+
+/// How long a finished fire's session is kept (24 h).
+pub const FIRE_SESSION_RETENTION_MS: u64 = 24 * 3600 * 1000;
 
 #[cfg(test)]
 mod tests {

@@ -10,10 +10,11 @@ use crate::delivery::WebhookSender;
 use crate::fire;
 use crate::plan::{self, Overdue, RunProgress, SlotOutcome};
 use crate::schedule::CompiledSchedule;
-use agentlane_core::cron::{CronJob, CronStore, JobRun, JobRunStatus};
-use agentlane_core::{Clock, LaneQueue, RunId, Store, StoreError};
+use agentlane_core::cron::{CronJob, CronStore, FIRE_SESSION_RETENTION_MS, JobRun, JobRunStatus};
+use agentlane_core::{Clock, LaneQueue, RunId, SessionKey, Store, StoreError};
 use serde::Serialize;
 use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -24,6 +25,8 @@ use tokio_util::sync::CancellationToken;
 const RESUBMIT_AFTER_MS: u64 = 5_000;
 /// Writes retried when another writer changed the job in between.
 const CONFLICT_RETRIES: u32 = 4;
+/// How often retired fire sessions are pruned (backends without TTL).
+const PRUNE_EVERY_MS: u64 = 60_000;
 
 /// Knobs of the ticker.
 #[derive(Debug, Clone)]
@@ -84,6 +87,7 @@ pub struct Ticker {
     config: TickerConfig,
     webhooks: WebhookSender,
     deliveries: Arc<Mutex<JoinSet<()>>>,
+    last_prune: Arc<AtomicU64>,
 }
 
 /// What one job's pass decided, acted on once the job write succeeded.
@@ -92,8 +96,22 @@ struct Actions {
     submit: Vec<JobRun>,
     abort: Vec<RunId>,
     deliver: Vec<JobRun>,
+    /// Sessions of ended fires, and until when they are kept.
+    retire: Vec<(SessionKey, u64)>,
     delete: bool,
     report: TickReport,
+}
+
+impl Actions {
+    /// A fire reached its end: deliver it, and let its session expire.
+    fn ended(&mut self, entry: &JobRun) {
+        if let Some(key) = &entry.session_key {
+            let end = entry.ended_at.unwrap_or(entry.fired_at);
+            self.retire
+                .push((key.clone(), end.saturating_add(FIRE_SESSION_RETENTION_MS)));
+        }
+        self.deliver.push(entry.clone());
+    }
 }
 
 impl Ticker {
@@ -114,6 +132,7 @@ impl Ticker {
             config,
             webhooks,
             deliveries: Arc::new(Mutex::new(JoinSet::new())),
+            last_prune: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -145,6 +164,7 @@ impl Ticker {
             ..TickReport::default()
         };
         self.reap_deliveries();
+        self.prune(now).await;
         let jobs = match self.cron.due_jobs(now, self.config.batch).await {
             Ok(jobs) => jobs,
             Err(e) => {
@@ -175,6 +195,20 @@ impl Ticker {
         };
         let _ =
             tokio::time::timeout(limit, async { while set.join_next().await.is_some() {} }).await;
+    }
+
+    /// Deletes expired fire sessions, once a minute at most.
+    async fn prune(&self, now: u64) {
+        let last = self.last_prune.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < PRUNE_EVERY_MS {
+            return;
+        }
+        self.last_prune.store(now, Ordering::Relaxed);
+        match self.cron.prune_fires(now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "cron: expired fire sessions pruned"),
+            Err(e) => tracing::warn!(error = %e, "cron: pruning fire sessions failed"),
+        }
     }
 
     fn reap_deliveries(&self) {
@@ -240,7 +274,7 @@ impl Ticker {
                         actions.report.ended += 1;
                         actions.delete |= effects.delete_job;
                         if let Some(e) = next.last_runs.iter().find(|r| r.run_id == entry.run_id) {
-                            actions.deliver.push(e.clone());
+                            actions.ended(e);
                         }
                         continue;
                     }
@@ -281,7 +315,7 @@ impl Ticker {
                         actions.report.timed_out += 1;
                         actions.abort.push(run_id);
                         if let Some(e) = next.last_runs.iter().find(|r| r.run_id == entry.run_id) {
-                            actions.deliver.push(e.clone());
+                            actions.ended(e);
                         }
                     }
                 }
@@ -330,6 +364,11 @@ impl Ticker {
         for run_id in &actions.abort {
             if let Err(e) = self.store.request_abort(&job.tenant, run_id).await {
                 tracing::warn!(job_id = %job.job_id, %run_id, error = %e, "cron: abort request failed");
+            }
+        }
+        for (key, keep_until) in &actions.retire {
+            if let Err(e) = self.cron.retire_fire(&job.tenant, key, *keep_until).await {
+                tracing::warn!(job_id = %job.job_id, error = %e, "cron: fire session not retired");
             }
         }
         if let Some(delivery) = &job.delivery {

@@ -191,6 +191,31 @@ async fn a_due_job_fires_and_its_end_is_recorded_on_the_next_tick() {
     assert_eq!(stored.last_runs[0].ended_at, Some(T0 + 10_200));
     // AND with nothing in flight and nothing due, the job is not even read
     assert_eq!(w.backend.due_jobs(T0 + 11_000, 10).await.unwrap(), vec![]);
+
+    // AND a day after its end the fire's session is gone; its run record stays
+    assert!(
+        w.backend
+            .get_session(&w.tenant, &run.session_key)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    w.clock.set(T0 + 10_200 + 24 * 3_600_000 + 1);
+    w.ticker.tick().await;
+    assert!(
+        w.backend
+            .get_session(&w.tenant, &run.session_key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        w.backend
+            .get_run(&w.tenant, &run_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[tokio::test]

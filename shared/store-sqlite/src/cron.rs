@@ -5,7 +5,7 @@
 use crate::backend::SqliteBackend;
 use crate::error::Result;
 use agentlane_core::cron::{CronJob, CronStore, JobId};
-use agentlane_core::{StoreError, StoreResult, TenantId};
+use agentlane_core::{SessionKey, StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -20,6 +20,13 @@ CREATE TABLE cron_jobs (
     PRIMARY KEY (tenant, job_id)
 ) WITHOUT ROWID;
 CREATE INDEX cron_jobs_due ON cron_jobs (due_at) WHERE due_at IS NOT NULL;
+CREATE TABLE cron_retired (
+    tenant      TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    keep_until  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, session_key)
+) WITHOUT ROWID;
+CREATE INDEX cron_retired_by_time ON cron_retired (keep_until);
 ";
 
 fn due(job: &CronJob) -> Option<i64> {
@@ -95,6 +102,44 @@ fn replace(conn: &mut Connection, job: &CronJob, expected: u64) -> Result<()> {
     Ok(())
 }
 
+/// Deletes the sessions (record and transcript) of retired fires due at `now`, a batch at a time.
+fn prune(conn: &mut Connection, now: i64) -> Result<u64> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let due: Vec<(String, String)> = tx
+        .prepare_cached(
+            "SELECT tenant, session_key FROM cron_retired WHERE keep_until <= ?1 LIMIT 500",
+        )?
+        .query_map(params![now], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (tenant, key) in &due {
+        let session_id: Option<String> = tx
+            .query_row(
+                "SELECT json_extract(body, '$.sessionId') FROM sessions
+                 WHERE tenant = ?1 AND session_key = ?2",
+                params![tenant, key],
+                |row| row.get(0),
+            )
+            .optional()?
+            .flatten();
+        if let Some(id) = session_id {
+            tx.execute(
+                "DELETE FROM transcript WHERE tenant = ?1 AND session_id = ?2",
+                params![tenant, id],
+            )?;
+        }
+        tx.execute(
+            "DELETE FROM sessions WHERE tenant = ?1 AND session_key = ?2",
+            params![tenant, key],
+        )?;
+        tx.execute(
+            "DELETE FROM cron_retired WHERE tenant = ?1 AND session_key = ?2",
+            params![tenant, key],
+        )?;
+    }
+    tx.commit()?;
+    Ok(due.len() as u64)
+}
+
 #[async_trait]
 impl CronStore for SqliteBackend {
     async fn create_job(&self, job: &CronJob, max_jobs: u32) -> StoreResult<()> {
@@ -142,6 +187,30 @@ impl CronStore for SqliteBackend {
             )? > 0)
         })
         .await
+    }
+
+    async fn retire_fire(
+        &self,
+        tenant: &TenantId,
+        session_key: &SessionKey,
+        keep_until: u64,
+    ) -> StoreResult<()> {
+        let (tenant, key) = (tenant.clone(), session_key.clone());
+        let keep_until = keep_until.min(i64::MAX as u64) as i64;
+        self.with_conn(move |c| {
+            c.execute(
+                "INSERT INTO cron_retired (tenant, session_key, keep_until) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tenant, session_key) DO UPDATE SET keep_until = excluded.keep_until",
+                params![tenant.as_str(), key.as_str(), keep_until],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn prune_fires(&self, now: u64) -> StoreResult<u64> {
+        let now = now.min(i64::MAX as u64) as i64;
+        self.with_conn(move |c| prune(c, now)).await
     }
 
     async fn due_jobs(&self, until: u64, limit: usize) -> StoreResult<Vec<CronJob>> {

@@ -9,16 +9,18 @@
 //! - Create: one transaction (count `ADD 1` if below the cap; job put if absent). Delete: one
 //!   transaction (job delete if present; count `ADD -1`).
 //! - Replace (a claim, a reconcile, a PATCH): `PutItem` conditional on `version = :expected`.
+//! - A finished fire's session item and transcript entries get `expiresAt` (TTL) 24 h after
+//!   its end ([`CronStore::retire_fire`]): DynamoDB deletes them; the run record stays.
 //! - Due jobs: a `Query` on the sparse GSI `cronDue` (`dueBucket = DUE AND dueAt <= :until`),
 //!   earliest first — never a scan. GSI reads are eventually consistent; a stale copy only makes
 //!   the conditional replace fail, and the ticker re-reads the job.
 
 use super::error::{DdbError, REASON_CONDITION, classify, reason_code};
-use super::item::{Item, get_str, n, s};
-use super::keys::{PK, SK};
+use super::item::{EXPIRES_AT, Item, get_str, n, s};
+use super::keys::{self, PK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, CRON_DUE_INDEX, DynamoStore, conflict_backoff};
 use agentlane_core::cron::{CronJob, CronStore, JobId};
-use agentlane_core::{StoreError, StoreResult, TenantId};
+use agentlane_core::{SessionKey, StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 
@@ -257,6 +259,66 @@ impl CronStore for DynamoStore {
         Err(StoreError::Throttled(
             "delete_job: transaction conflicts".into(),
         ))
+    }
+
+    async fn retire_fire(
+        &self,
+        tenant: &TenantId,
+        session_key: &SessionKey,
+        keep_until: u64,
+    ) -> StoreResult<()> {
+        let Some(session) = self.load_session(tenant, session_key).await? else {
+            return Ok(());
+        };
+        let ttl = n(keep_until / 1000);
+        let mut targets = vec![(keys::session_pk(tenant, session_key), SESSION_SK.to_owned())];
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .key_condition_expression(format!("{PK} = :pk"))
+                .expression_attribute_values(
+                    ":pk",
+                    s(keys::transcript_pk(tenant, &session.session_id)),
+                )
+                .projection_expression(format!("{PK}, {SK}"))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in out.items.unwrap_or_default() {
+                targets.push((
+                    get_str(&item, PK)?.to_owned(),
+                    get_str(&item, SK)?.to_owned(),
+                ));
+            }
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        for (pk, sk) in targets {
+            let result = self
+                .client
+                .update_item()
+                .table_name(self.table())
+                .key(PK, s(pk))
+                .key(SK, s(sk))
+                .update_expression("SET #ttl = :ttl")
+                .condition_expression("attribute_exists(PK)")
+                .expression_attribute_names("#ttl", EXPIRES_AT)
+                .expression_attribute_values(":ttl", ttl.clone())
+                .send()
+                .await;
+            match result.map_err(DdbError::from) {
+                // Gone already: nothing to expire.
+                Ok(_) | Err(DdbError::ConditionFailed(_)) => {}
+                Err(other) => return Err(other.into_store_error("retire_fire")),
+            }
+        }
+        Ok(())
     }
 
     async fn due_jobs(&self, until: u64, limit: usize) -> StoreResult<Vec<CronJob>> {

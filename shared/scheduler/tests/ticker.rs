@@ -20,6 +20,9 @@ use std::time::Duration;
 
 const T0: u64 = 1_800_000_000_000;
 
+/// What the webhook received: the Authorization header and the body.
+type Received = (Option<String>, Value);
+
 #[derive(Debug)]
 struct ManualClock(AtomicU64);
 
@@ -304,7 +307,7 @@ async fn a_fire_whose_submit_was_lost_is_submitted_again() {
 #[tokio::test]
 async fn a_finished_fire_is_delivered_to_the_webhook_with_its_token() {
     // GIVEN a webhook that fails once, then records what it gets
-    let seen: Arc<Mutex<Vec<(Option<String>, Value)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Received>>> = Arc::default();
     let calls = Arc::new(AtomicU64::new(0));
     let app = {
         let (seen, calls) = (seen.clone(), calls.clone());

@@ -341,3 +341,34 @@ async fn run_now_fires_one_run_in_a_fresh_cron_session_listed_at_once() {
     assert_eq!(job["lastRuns"][0]["firedAt"], T0);
     assert_eq!(job["enabled"], false);
 }
+
+#[tokio::test]
+async fn a_passed_one_shot_cannot_be_reenabled_without_a_new_time() {
+    // GIVEN a one-shot in a minute, disabled, and the minute passes
+    let h = Harness::new().await;
+    let created = h
+        .post(
+            "/v1/cron/jobs",
+            ACME_KEY,
+            json!({"name": "once", "schedule": {"at": "2025-06-15T15:07:40Z"}, "message": "m",
+                   "enabled": false}),
+        )
+        .await;
+    assert_eq!(created.status.as_u16(), 201, "{}", created.text);
+    let path = format!("/v1/cron/jobs/{}", created.json["jobId"].as_str().unwrap());
+    h.clock.advance(120_000);
+
+    // WHEN it is re-enabled THEN 400 says why; with a new time it works
+    let reply = patch(&h, &path, ACME_KEY, json!({"enabled": true})).await;
+    reply.assert_error(400, "invalid_request");
+    assert!(reply.text.contains("no time left"), "{}", reply.text);
+    let ok = patch(
+        &h,
+        &path,
+        ACME_KEY,
+        json!({"enabled": true, "schedule": {"at": "2025-06-15T16:00:00Z"}}),
+    )
+    .await;
+    assert_eq!(ok.status.as_u16(), 200, "{}", ok.text);
+    assert_eq!(ok.json["nextRunAt"], 1_750_003_200_000u64);
+}

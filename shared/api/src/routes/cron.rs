@@ -511,6 +511,10 @@ fn apply_patch(
     }
     if !next.enabled {
         next.next_run_at = None;
+    } else if enabling && next.next_run_at.is_none() {
+        return Err(invalid(
+            "the job has no time left to fire (a one-shot whose `at` passed): give it a new schedule",
+        ));
     }
     next.updated_at = now;
     next.version = job.version + 1;

@@ -17,6 +17,7 @@ mod wait;
 pub use auth::{ApiKeys, Tenant};
 pub use error::ApiError;
 
+use agentlane_core::cron::CronStore;
 use agentlane_core::{Clock, HistoryReader, LaneQueue, Store, TurnIntake};
 use axum::Router;
 use axum::routing::{get, post};
@@ -33,6 +34,8 @@ pub struct ApiState {
     pub queue: Arc<dyn LaneQueue>,
     /// Timestamps (`acceptedAt`, lock-lease checks, idempotency expiry).
     pub clock: Arc<dyn Clock>,
+    /// Cron jobs (`/v1/cron/jobs`).
+    pub cron: Arc<dyn CronStore>,
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     pub config: ApiConfig,
@@ -71,6 +74,8 @@ pub struct ApiConfig {
     pub sse_poll_ms: u64,
     /// Interval of SSE keep-alive comments. Default 15 s.
     pub sse_keep_alive_ms: u64,
+    /// Cron jobs one tenant may have. Default 1,000.
+    pub max_cron_jobs: u32,
 }
 
 /// Default largest message: 256 KiB.
@@ -88,6 +93,7 @@ impl Default for ApiConfig {
             demo_mode: false,
             sse_poll_ms: 100,
             sse_keep_alive_ms: 15_000,
+            max_cron_jobs: agentlane_core::cron::DEFAULT_MAX_JOBS_PER_TENANT,
         }
     }
 }
@@ -115,6 +121,17 @@ pub fn app(state: ApiState) -> Router {
             "/v1/sessions/{session_key}/reset",
             post(routes::sessions::reset),
         )
+        .route(
+            "/v1/cron/jobs",
+            get(routes::cron::list).post(routes::cron::create),
+        )
+        .route(
+            "/v1/cron/jobs/{job_id}",
+            get(routes::cron::get)
+                .patch(routes::cron::patch)
+                .delete(routes::cron::delete),
+        )
+        .route("/v1/cron/jobs/{job_id}/run", post(routes::cron::run_now))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::middleware::from_fn(request_context::request_context))

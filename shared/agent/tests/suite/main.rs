@@ -10,6 +10,7 @@ mod hook_merges;
 mod hook_support;
 mod retry_loop;
 mod runner_hooks;
+mod scheduled;
 mod support;
 mod tool_calls;
 mod turns;

@@ -17,6 +17,7 @@ mod wait;
 pub use auth::{ApiKeys, Tenant};
 pub use error::ApiError;
 
+use agentlane_core::cron::CronStore;
 use agentlane_core::{Clock, HistoryReader, LaneQueue, Store, TurnIntake};
 use axum::Router;
 use axum::routing::{get, post};
@@ -33,6 +34,8 @@ pub struct ApiState {
     pub queue: Arc<dyn LaneQueue>,
     /// Timestamps (`acceptedAt`, lock-lease checks, idempotency expiry).
     pub clock: Arc<dyn Clock>,
+    /// Cron jobs (`/v1/cron/jobs`).
+    pub cron: Arc<dyn CronStore>,
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     pub config: ApiConfig,
@@ -75,6 +78,8 @@ pub struct ApiConfig {
     /// answers `session_busy` (capped by `max_wait_ms`). Default 60 s, the runner's lock
     /// acquire timeout.
     pub reset_wait_ms: u64,
+    /// Cron jobs one tenant may have. Default 1,000.
+    pub max_cron_jobs: u32,
 }
 
 /// Default largest message: 256 KiB.
@@ -93,6 +98,7 @@ impl Default for ApiConfig {
             sse_poll_ms: 100,
             sse_keep_alive_ms: 15_000,
             reset_wait_ms: 60_000,
+            max_cron_jobs: agentlane_core::cron::DEFAULT_MAX_JOBS_PER_TENANT,
         }
     }
 }
@@ -120,6 +126,17 @@ pub fn app(state: ApiState) -> Router {
             "/v1/sessions/{session_key}/reset",
             post(routes::sessions::reset),
         )
+        .route(
+            "/v1/cron/jobs",
+            get(routes::cron::list).post(routes::cron::create),
+        )
+        .route(
+            "/v1/cron/jobs/{job_id}",
+            get(routes::cron::get)
+                .patch(routes::cron::patch)
+                .delete(routes::cron::delete),
+        )
+        .route("/v1/cron/jobs/{job_id}/run", post(routes::cron::run_now))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::middleware::from_fn(request_context::request_context))

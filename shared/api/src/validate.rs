@@ -88,6 +88,8 @@ pub fn validate_agent_body(body: AgentBody, config: &ApiConfig) -> Result<ValidT
             thinking: body.thinking,
             timeout_seconds: body.timeout_seconds,
             extra_system_prompt: body.extra_system_prompt,
+            deadline_at: None,
+            model_idle_timeout_ms: None,
         },
         idempotency_key: body.idempotency_key,
     })
@@ -225,6 +227,8 @@ mod tests {
                     thinking: None,
                     timeout_seconds: None,
                     extra_system_prompt: None,
+                    deadline_at: None,
+                    model_idle_timeout_ms: None,
                 },
                 idempotency_key: None,
             }

@@ -99,6 +99,8 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
                 thinking: None,
                 timeout_seconds: None,
                 extra_system_prompt: None,
+                deadline_at: None,
+                model_idle_timeout_ms: None,
             },
             idempotency_key: Some("k-crash".into()),
             now: T0,

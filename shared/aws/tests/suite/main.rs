@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod cron_retention;
 mod dynamo_store;
 mod setup;
 mod sqs_queue;

@@ -7,6 +7,8 @@
 
 pub mod admission;
 pub mod auth;
+#[cfg(test)]
+mod edge_tests;
 pub mod error;
 pub mod extract;
 pub mod limits;
@@ -16,6 +18,8 @@ mod request_context;
 mod routes;
 pub mod server;
 mod sse;
+#[cfg(test)]
+mod testkit;
 pub mod validate;
 pub mod views;
 pub mod wait;

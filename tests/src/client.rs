@@ -225,8 +225,11 @@ impl Client {
                 .wait(run_id, u64::try_from(chunk).unwrap_or(20_000))
                 .await?;
             match reply.status {
-                WaitStatus::Timeout => continue,
-                WaitStatus::Ok | WaitStatus::Error => return self.run(run_id).await,
+                WaitStatus::Pending => continue,
+                WaitStatus::Timeout if !reply.run_status.is_terminal() => continue,
+                WaitStatus::Ok | WaitStatus::Error | WaitStatus::Timeout => {
+                    return self.run(run_id).await;
+                }
             }
         }
     }

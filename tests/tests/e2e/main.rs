@@ -12,6 +12,7 @@ mod attempt;
 mod auth_and_tenants;
 mod compaction;
 mod crash_recovery;
+mod early_end;
 mod events_sse;
 mod harness;
 mod idempotency;

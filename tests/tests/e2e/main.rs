@@ -13,6 +13,7 @@ mod auth_and_tenants;
 mod compaction;
 mod crash_recovery;
 mod early_end;
+mod edge_limits;
 mod events_sse;
 mod harness;
 mod idempotency;

@@ -16,6 +16,7 @@ use agentlane_core::{
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
@@ -32,6 +33,8 @@ struct RunSignal {
 #[derive(Clone, Default)]
 pub struct Notifier {
     runs: Arc<Mutex<HashMap<RunKey, RunSignal>>>,
+    /// A [`NotifyingStore`] signals this notifier: this process's runner commits through it.
+    connected: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -76,6 +79,12 @@ impl Notifier {
             key,
             changes: Some(changes),
         }
+    }
+
+    /// Whether a [`NotifyingStore`] signals this notifier. Then a queued run's pickup by this
+    /// process's runner is signalled too, and polls can be rare.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
     }
 
     /// Whether a runner of this process holds the run: its next change will be signalled.
@@ -161,6 +170,7 @@ impl NotifyingStore {
     /// Wraps `inner`; give the result to the runner and the API alike, and `notifier` to
     /// [`crate::app_with`].
     pub fn new(inner: Arc<dyn Store>, notifier: Notifier) -> Self {
+        notifier.connected.store(true, Ordering::Relaxed);
         Self { inner, notifier }
     }
 }

@@ -19,6 +19,9 @@ pub const MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// A run live in this process is re-read this often even without a signal: a safety net for a
 /// runner that stopped without a final commit (its lease then passes to another process).
 pub const LIVE_RECHECK: Duration = Duration::from_secs(5);
+/// Longest poll pause when this process's runner commits through the notifier: a queued run's
+/// pickup here is signalled, so polls only catch runners of other processes.
+pub const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Sleeps until one run may have changed.
 pub struct RunWatch {

@@ -22,6 +22,21 @@ const QUEUE_CAP: usize = 64;
 /// No answer is larger than this.
 const MAX_PAGE: usize = 4 * 1024 * 1024;
 
+/// A turn that holds its lane for the whole test: the model sends its first chunk, then
+/// stays silent (long past any test, short of the 120 s idle timeout).
+const HOLD: &str = "hold the lane";
+
+/// aimock with the shared fixtures plus [`HOLD`], and a default server.
+fn holding_scenario() -> anyhow::Result<Scenario> {
+    let scn = scenario()?;
+    scn.mock.add_fixtures(vec![json!({
+        "match": {"userMessage": HOLD},
+        "response": {"content": "first words, then a very long silence"},
+        "streamingProfile": {"ttft": 100, "tps": 0.01}
+    })])?;
+    Ok(scn)
+}
+
 /// Submits a "hello" turn for tenant B and waits for it; returns how long it took.
 async fn b_turn(scn: &Scenario, session: &str) -> anyhow::Result<Duration> {
     let b = scn.b();
@@ -42,11 +57,12 @@ fn assert_rate_limited(status: StatusCode, retry_after: Option<&str>, body: &Val
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_limits_a_tenant_at_its_stream_cap_gets_429_and_the_other_tenant_is_unaffected()
 -> anyhow::Result<()> {
-    // GIVEN a long turn of tenant A, and tenant B's turn latency with nothing else going on
-    let scn = scenario()?;
+    // GIVEN a turn of tenant A that runs for the whole test, and tenant B's turn latency with
+    // nothing else going on
+    let scn = holding_scenario()?;
     let a = scn.a();
     let idle = b_turn(&scn, "b-idle").await?;
-    let long = a.agent("a-long", "a glacial answer please").await?;
+    let long = a.agent("a-long", HOLD).await?;
 
     // WHEN A opens its cap of SSE streams on that run, and then one more
     let mut held = Vec::new();
@@ -102,10 +118,11 @@ async fn edge_limits_a_tenant_at_its_stream_cap_gets_429_and_the_other_tenant_is
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_limits_a_session_at_its_queue_cap_refuses_a_turn_and_others_are_accepted()
 -> anyhow::Result<()> {
-    // GIVEN a session of tenant A with its cap of runs queued or running behind a slow turn
-    let scn = scenario()?;
+    // GIVEN a session of tenant A with its cap of runs queued or running behind a turn that
+    // holds the lane
+    let scn = holding_scenario()?;
     let a = scn.a();
-    a.agent("crowded", "a glacial answer please").await?;
+    a.agent("crowded", HOLD).await?;
     for i in 1..QUEUE_CAP {
         a.agent("crowded", &format!("hello {i}")).await?;
     }
@@ -138,17 +155,17 @@ async fn edge_limits_a_session_at_its_queue_cap_refuses_a_turn_and_others_are_ac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_limits_a_transcript_over_4_mib_comes_in_pages_under_4_mib() -> anyhow::Result<()> {
-    // GIVEN a session whose transcript holds 18 messages of 250 KB (4.5 MB) and their answers
+    // GIVEN a session whose transcript holds 29 messages of 150 KB (4.35 MB) and their answers
     // (only the last turn is sent to the model, and the window is large: no compaction)
     let scn = scenario_with(|o| {
         o.env("AGENTLANE_HISTORY_MAX_TURNS", "1")
             .env("AGENTLANE_CONTEXT_WINDOWS", "openai/gpt-4o-mini=100000000")
     })?;
     let a = scn.a();
-    for i in 0..18 {
-        let message = format!("hello {i} {}", "x".repeat(250_000));
+    for i in 0..29 {
+        let message = format!("hello {i} {}", "x".repeat(150_000));
         let accepted = a.agent("huge", &message).await?;
-        let run = a.wait_done(&accepted.run_id, LONG).await?;
+        let run = a.wait_done(&accepted.run_id, LONG).await.unwrap();
         assert_eq!(run.status, RunStatus::Ok, "{run:?}");
     }
 
@@ -186,7 +203,7 @@ async fn edge_limits_a_transcript_over_4_mib_comes_in_pages_under_4_mib() -> any
 
     // AND together they hold the whole transcript, in order
     assert!(pages >= 2, "{pages} pages");
-    assert_eq!(seqs, (0..36).collect::<Vec<u64>>());
+    assert_eq!(seqs, (0..58).collect::<Vec<u64>>());
     Ok(())
 }
 

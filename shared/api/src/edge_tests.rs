@@ -496,10 +496,11 @@ async fn an_events_page_is_cut_at_the_configured_budget() {
     assert_eq!(rest["events"][0]["seq"], json!(got));
 }
 
-/// Counts `get_run` calls (the reads a wait makes).
+/// Counts `get_run` calls (the reads a wait makes) and can make them slow.
 struct CountingStore {
     inner: Arc<dyn Store>,
     reads: Arc<AtomicUsize>,
+    delay: Duration,
 }
 
 #[async_trait::async_trait]
@@ -516,6 +517,7 @@ impl Store for CountingStore {
         run_id: &RunId,
     ) -> StoreResult<Option<agentlane_core::Run>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
         self.inner.get_run(tenant, run_id).await
     }
     async fn request_abort(
@@ -596,6 +598,7 @@ async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhi
         Arc::new(CountingStore {
             inner,
             reads: counter,
+            delay: Duration::ZERO,
         })
     })
     .await;
@@ -760,4 +763,110 @@ async fn shutdown_lets_a_request_in_flight_finish_and_then_stops_accepting() {
         .unwrap()
         .unwrap();
     assert!(refused.is_err(), "a connection was accepted after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_request_timeout_answers_408_but_an_sse_stream_lives_on() {
+    // GIVEN a 300 ms request timeout and a store whose run reads take 1 s
+    let limits = Limits {
+        request_timeout_ms: 300,
+        ..Limits::default()
+    };
+    let slow = LiveServer::start_over(config(limits.clone()), |inner| {
+        Arc::new(CountingStore {
+            inner,
+            reads: Arc::default(),
+            delay: Duration::from_secs(1),
+        })
+    })
+    .await;
+
+    // WHEN a client reads a run, THEN it gets 408 in the error shape after about 300 ms
+    let started = Instant::now();
+    slow.get("/v1/runs/run_x", ACME_KEY)
+        .await
+        .assert_error(408, "timeout");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // GIVEN the same timeout on a normal store, and an SSE stream on a running run
+    let server = LiveServer::start(config(limits)).await;
+    let run_id = server.submit(ACME_KEY, "long", "hi").await;
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let mut stream = open_stream(&server, ACME_KEY, &run_id).await.unwrap();
+
+    // WHEN the run ends after a second, THEN the stream, past the timeout, still gets the end
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let run = server.run(&acme(), &run_id).await;
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("event: end") {
+        let n = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
+        )
+        .await
+        .expect("the end arrives")
+        .unwrap();
+        assert!(n > 0, "stream closed early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_asking_for_a_model_off_its_list_or_too_long_a_run_gets_400() {
+    // GIVEN the configured models (default and fallback), and a tenant with a list of its own
+    let mut limits = Limits {
+        max_run_timeout_seconds: 3600,
+        ..Limits::default()
+    };
+    limits.tenants.insert(
+        "beta".into(),
+        TenantOverride {
+            allowed_models: Some(vec!["openai/gpt-4o".into()]),
+            ..TenantOverride::default()
+        },
+    );
+    let server = LiveServer::start(ApiConfig {
+        configured_models: vec!["openai/gpt-4o-mini".into(), "openai/gpt-4o".into()],
+        ..config(limits)
+    })
+    .await;
+    let ask = |key: &'static str, model: &'static str, timeout: u64| {
+        let server = &server;
+        async move {
+            server
+                .post(
+                    "/v1/agent",
+                    key,
+                    json!({"sessionKey": "m", "message": "hi", "model": model, "timeoutSeconds": timeout}),
+                )
+                .await
+        }
+    };
+
+    // THEN acme may use either configured model, not another
+    assert_eq!(ask(ACME_KEY, "openai/gpt-4o-mini", 60).await.status, 202);
+    assert_eq!(ask(ACME_KEY, "openai/gpt-4o", 60).await.status, 202);
+    let off_list = ask(ACME_KEY, "openai/o3", 60).await;
+    off_list.assert_error(400, "invalid_request");
+    assert!(off_list.body.contains("not allowed"), "{off_list:?}");
+    // AND beta only its own
+    ask(BETA_KEY, "openai/gpt-4o-mini", 60)
+        .await
+        .assert_error(400, "invalid_request");
+    assert_eq!(ask(BETA_KEY, "openai/gpt-4o", 60).await.status, 202);
+    // AND a run may last at most the configured hour
+    let too_long = ask(ACME_KEY, "openai/gpt-4o", 3601).await;
+    too_long.assert_error(400, "invalid_request");
+    assert!(
+        too_long.body.contains("at most 3600 (1 hour)"),
+        "{too_long:?}"
+    );
 }

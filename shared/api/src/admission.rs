@@ -37,10 +37,12 @@ impl TenantGate {
     }
 }
 
-/// A held slot (an SSE stream or a wait); the slot frees when this drops. `None` inside when
-/// the cap is off.
+/// A held slot (an SSE stream or a wait); the slot frees when this drops.
 #[derive(Debug)]
-pub struct Slot(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+pub struct Slot {
+    /// `None` when the cap is off.
+    _permit: Option<OwnedSemaphorePermit>,
+}
 
 /// The admission state of every tenant seen so far. Cheap to clone.
 #[derive(Clone)]
@@ -109,12 +111,14 @@ impl Admission {
 
 fn take(semaphore: &Arc<Semaphore>, cap: u32, what: &str) -> Result<Slot, ApiError> {
     if cap == 0 {
-        return Ok(Slot(None));
+        return Ok(Slot { _permit: None });
     }
     semaphore
         .clone()
         .try_acquire_owned()
-        .map(|permit| Slot(Some(permit)))
+        .map(|permit| Slot {
+            _permit: Some(permit),
+        })
         .map_err(|_| {
             ApiError::rate_limited(
                 format!("too many {what}: at most {cap} for this tenant; close one and retry"),

@@ -13,7 +13,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod notify;
-pub mod page;
+mod page;
 mod request_context;
 mod routes;
 pub mod server;
@@ -22,7 +22,7 @@ mod sse;
 mod testkit;
 pub mod validate;
 pub mod views;
-pub mod wait;
+mod wait;
 
 pub use admission::Admission;
 pub use auth::{ApiKeys, Tenant};

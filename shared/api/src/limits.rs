@@ -118,10 +118,15 @@ impl Default for TenantLimits {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantOverride {
+    /// Replaces [`TenantLimits::requests_per_second`].
     pub requests_per_second: Option<u32>,
+    /// Replaces [`TenantLimits::burst`].
     pub burst: Option<u32>,
+    /// Replaces [`TenantLimits::max_event_streams`].
     pub max_event_streams: Option<u32>,
+    /// Replaces [`TenantLimits::max_waits`].
     pub max_waits: Option<u32>,
+    /// Replaces [`TenantLimits::max_queued_runs_per_session`].
     pub max_queued_runs_per_session: Option<u64>,
     /// The models this tenant may ask for, instead of the global list.
     pub allowed_models: Option<Vec<String>>,

@@ -34,13 +34,19 @@ pub struct RunWatch {
 }
 
 impl RunWatch {
-    /// Subscribes to `run_id`; read the run only after this.
+    /// Subscribes to `run_id`; read the run only after this. `max_backoff` caps the poll
+    /// pause (raised to [`CONNECTED_MAX_BACKOFF`] when the notifier is connected).
     pub fn new(
         notifier: &Notifier,
         tenant: &TenantId,
         run_id: &RunId,
         max_backoff: Duration,
     ) -> Self {
+        let max_backoff = if notifier.is_connected() {
+            max_backoff.max(CONNECTED_MAX_BACKOFF)
+        } else {
+            max_backoff
+        };
         Self {
             notifier: notifier.clone(),
             subscription: notifier.subscribe(tenant, run_id),

@@ -47,8 +47,17 @@ fn scenario(
     Ok(Scenario { server, mock })
 }
 
+/// The Anthropic model these scenarios ask for.
+const CLAUDE: &str = "anthropic/claude-test";
+
+/// Lets tenants ask for [`CLAUDE`] besides the default model: only the configured default
+/// and fallbacks are allowed otherwise (issue 12 §3).
+fn allow_claude(options: ServerOptions) -> ServerOptions {
+    options.env("AGENTLANE_ALLOWED_MODELS", format!("{MODEL},{CLAUDE}"))
+}
+
 fn with_anthropic(options: ServerOptions, mock: &Aimock) -> ServerOptions {
-    options
+    allow_claude(options)
         .env("ANTHROPIC_BASE_URL", mock.url())
         .env("ANTHROPIC_API_KEY", "x")
 }
@@ -227,7 +236,7 @@ async fn early_end_anthropic_cut_before_message_stop_is_retried_and_the_retry_an
         &scn,
         "claude-early",
         "claude-cut-early please",
-        Some("anthropic/claude-test"),
+        Some(CLAUDE),
     )
     .await;
 
@@ -236,8 +245,8 @@ async fn early_end_anthropic_cut_before_message_stop_is_retried_and_the_retry_an
     assert_eq!(
         ledger(&run),
         [
-            ("anthropic/claude-test".into(), "network".into()),
-            ("anthropic/claude-test".into(), "ok".into())
+            (CLAUDE.into(), "network".into()),
+            (CLAUDE.into(), "ok".into())
         ]
     );
     assert_eq!(run.reply_text(), FULL);
@@ -263,7 +272,7 @@ async fn early_end_anthropic_cut_after_some_text_is_never_the_answer() -> anyhow
         &scn,
         "claude-doomed",
         "claude-cut-always please",
-        Some("anthropic/claude-test"),
+        Some(CLAUDE),
     )
     .await;
 
@@ -404,16 +413,10 @@ async fn early_end_anthropic_stream_closed_cleanly_without_message_stop_is_not_a
     // GIVEN a Messages server that never sends `message_stop` (the body ends cleanly after
     // `message_delta`), and no fallback
     let (url, calls) = scripted_server(|_, _| anthropic_answer(CUT, false)).await?;
-    let scn = scripted_scenario(&url, |o| o)?;
+    let scn = scripted_scenario(&url, allow_claude)?;
 
     // WHEN a turn asks for an Anthropic model
-    let run = turn(
-        &scn,
-        "no-stop",
-        "hello there",
-        Some("anthropic/claude-test"),
-    )
-    .await;
+    let run = turn(&scn, "no-stop", "hello there", Some(CLAUDE)).await;
 
     // THEN the run ends `error` (the answer broke off), and the text is not kept
     assert_eq!(run.status, RunStatus::Error, "{run:?}");
@@ -429,8 +432,8 @@ async fn early_end_anthropic_stream_closed_cleanly_without_message_stop_is_not_a
 
     // AND the same server's complete answer (with message_stop) is accepted
     let (url, _) = scripted_server(|_, _| anthropic_answer(FULL, true)).await?;
-    let whole = scripted_scenario(&url, |o| o)?;
-    let run = turn(&whole, "stop", "hello there", Some("anthropic/claude-test")).await;
+    let whole = scripted_scenario(&url, allow_claude)?;
+    let run = turn(&whole, "stop", "hello there", Some(CLAUDE)).await;
     assert_eq!(run.status, RunStatus::Ok, "{run:?}");
     assert_eq!(run.reply_text(), FULL);
     Ok(())

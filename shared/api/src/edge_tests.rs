@@ -870,3 +870,46 @@ async fn a_tenant_asking_for_a_model_off_its_list_or_too_long_a_run_gets_400() {
         "{too_long:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_writer_lost_the_lock_is_polled_again() {
+    // GIVEN a run this process holds
+    let server = LiveServer::start(config(Limits::default())).await;
+    let run_id = server.submit(ACME_KEY, "stolen", "hi").await;
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let id = RunId::new(&run_id);
+    assert!(server.notifier.is_live_here(&acme(), &id));
+
+    // WHEN another writer takes the session after the lease ran out, and this one's next
+    // commit is refused
+    let later = agentlane_core::Clock::now_ms(&agentlane_core::SystemClock) + 120_000;
+    let taken = server
+        .store
+        .acquire_lock(
+            &acme(),
+            &agentlane_core::SessionKey::new("stolen"),
+            "other-process",
+            60_000,
+            later,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(taken, agentlane_core::LockAttempt::Acquired(_)));
+    let run = server.run(&acme(), &run_id).await;
+    let refused = server
+        .store
+        .commit(
+            &fence,
+            Commit {
+                run: Some(run),
+                ..Commit::default()
+            },
+        )
+        .await;
+
+    // THEN the run is no longer live here: its waiters poll the store again
+    assert_eq!(refused, Err(agentlane_core::StoreError::FenceLost));
+    assert!(!server.notifier.is_live_here(&acme(), &id));
+}

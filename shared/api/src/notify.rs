@@ -12,7 +12,7 @@
 
 use agentlane_core::{
     AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, RunStatus, Session,
-    SessionId, SessionKey, Store, StoreResult, TenantId, TranscriptEntry,
+    SessionId, SessionKey, Store, StoreError, StoreResult, TenantId, TranscriptEntry,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -119,6 +119,20 @@ impl Notifier {
         signal.changes.send_modify(|version| *version += 1);
         if !signal.live_here && signal.changes.receiver_count() == 0 {
             runs.remove(&key);
+        }
+    }
+
+    /// The run is no longer held by this process (its writer lost the session lock): waiters
+    /// poll it again.
+    pub fn not_live_here(&self, tenant: &TenantId, run_id: &RunId) {
+        let key = (tenant.clone(), run_id.clone());
+        let mut runs = self.lock();
+        if let Some(signal) = runs.get_mut(&key) {
+            signal.live_here = false;
+            signal.changes.send_modify(|version| *version += 1);
+            if signal.changes.receiver_count() == 0 {
+                runs.remove(&key);
+            }
         }
     }
 
@@ -276,11 +290,17 @@ impl Store for NotifyingStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let run = commit_run(&commit).cloned();
         let status = commit.run.as_ref().map(|run| run.status);
-        self.inner.commit(fence, commit).await?;
+        let outcome = self.inner.commit(fence, commit).await;
         if let Some(run_id) = run {
-            self.notifier.signal(&fence.tenant, &run_id, status);
+            match &outcome {
+                Ok(()) => self.notifier.signal(&fence.tenant, &run_id, status),
+                // Another writer took the session: the run's next change will not come
+                // through this process, so its waiters go back to polling.
+                Err(StoreError::FenceLost) => self.notifier.not_live_here(&fence.tenant, &run_id),
+                Err(_) => {}
+            }
         }
-        Ok(())
+        outcome
     }
 }
 
@@ -332,6 +352,11 @@ mod tests {
         assert_eq!(notifier.tracked_runs(), 1, "kept while subscribed");
         drop(sub);
         assert_eq!(notifier.tracked_runs(), 0, "forgotten once nobody listens");
+        // A run whose writer lost the lock is no longer live here.
+        notifier.signal(&tenant, &run, Some(RunStatus::Running));
+        notifier.not_live_here(&tenant, &run);
+        assert!(!notifier.is_live_here(&tenant, &run));
+        assert_eq!(notifier.tracked_runs(), 0);
         // Signals of runs nobody follows leave nothing behind.
         notifier.signal(&tenant, &run, None);
         notifier.signal(&tenant, &run, Some(RunStatus::Error));

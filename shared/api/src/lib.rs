@@ -4,6 +4,20 @@
 //! under [`serve`] (hyper with the edge's [`Limits`]), the ingress Lambda under `lambda_http`,
 //! and tests drive it with `tower::ServiceExt::oneshot`. [`app_with`] also takes the process's
 //! [`Notifier`], so that commits made through a [`NotifyingStore`] wake waiters at once.
+//!
+//! Wiring a local server (the runner and the API share the wrapped store):
+//!
+//! ```ignore
+//! let notifier = agentlane_api::Notifier::new();
+//! backends.store = Arc::new(agentlane_api::NotifyingStore::new(backends.store, notifier.clone()));
+//! let runner = runtime::runner_with(&backends, &settings)?; // built on the wrapped store
+//! let mut config = settings.api_config(max_wait);
+//! config.limits = file_limits;                   // TOML `[limits]` (serde: `Limits`)
+//! config.configured_models = default_and_fallbacks; // the default allow-list
+//! let limits = config.limits.clone();
+//! let app = agentlane_api::app_with(ApiState { store: backends.store.clone(), config, .. }, notifier);
+//! agentlane_api::serve(listener, app, &limits, shutdown.cancelled()).await?;
+//! ```
 
 pub mod admission;
 pub mod auth;

@@ -432,7 +432,7 @@ async fn wait_on_a_queued_run_times_out_quickly_and_the_run_goes_on() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(
         reply.json,
-        json!({"runId": run_id, "status": "timeout", "runStatus": "queued"})
+        json!({"runId": run_id, "status": "pending", "runStatus": "queued", "timeoutPhase": "queue"})
     );
     assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
     assert!(elapsed < Duration::from_millis(1000), "{elapsed:?}");
@@ -458,7 +458,7 @@ async fn wait_timeouts_are_capped() {
             json!({"runId": run_id, "timeoutMs": 600_000}),
         )
         .await;
-    assert_eq!(reply.json["status"], "timeout");
+    assert_eq!(reply.json["status"], "pending");
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",

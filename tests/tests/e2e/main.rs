@@ -13,6 +13,8 @@ mod auth_and_tenants;
 mod compaction;
 mod crash_recovery;
 mod cron;
+mod early_end;
+mod edge_limits;
 mod events_sse;
 mod harness;
 mod idempotency;

@@ -5,7 +5,7 @@ use crate::ApiState;
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{EmptyBody, read_json};
-use crate::validate::validate_model;
+use crate::validate::{check_model_allowed, validate_model};
 use agentlane_core::cron::{CronJob, JobDelivery, JobId, JobRun, Schedule};
 use agentlane_core::{RunId, SessionKey, StoreError};
 use agentlane_scheduler::{CompiledSchedule, validate_new};
@@ -309,7 +309,7 @@ fn store_error(e: StoreError) -> ApiError {
 
 /// `POST /v1/cron/jobs` → 201 the job.
 pub async fn create(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
     body: Body,
@@ -326,6 +326,7 @@ pub async fn create(
     check_message(&body.message, &state)?;
     if let Some(model) = &body.model {
         validate_model(model, &state.config)?;
+        check_model_allowed(model, &state.config, &tenant)?;
     }
     check_timeout(body.timeout_seconds)?;
     check_delivery(body.delivery.as_ref())?;
@@ -371,7 +372,7 @@ pub async fn create(
 
 /// `GET /v1/cron/jobs`.
 pub async fn list(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<JobList>, ApiError> {
     let jobs = state.cron.list_jobs(&tenant).await?;
@@ -382,7 +383,7 @@ pub async fn list(
 
 /// `GET /v1/cron/jobs/{jobId}`.
 pub async fn get(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
@@ -397,7 +398,7 @@ pub async fn get(
 
 /// `DELETE /v1/cron/jobs/{jobId}` → 204. Fires in flight run to their end; no new ones.
 pub async fn delete(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
 ) -> Result<StatusCode, ApiError> {
@@ -413,7 +414,7 @@ pub async fn delete(
 /// `PATCH /v1/cron/jobs/{jobId}`: any field. A new schedule counts from now; re-enabling does
 /// not replay the slots missed while disabled.
 pub async fn patch(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
     headers: HeaderMap,
@@ -435,6 +436,7 @@ pub async fn patch(
     }
     if let Some(model) = &body.model {
         validate_model(model, &state.config)?;
+        check_model_allowed(model, &state.config, &tenant)?;
     }
     check_timeout(body.timeout_seconds)?;
     check_delivery(body.delivery.as_ref())?;
@@ -523,7 +525,7 @@ fn apply_patch(
 
 /// `POST /v1/cron/jobs/{jobId}/run` → 202 `{runId}`: one fire now, listed in `lastRuns` at once.
 pub async fn run_now(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
 ) -> Result<(StatusCode, Json<FiredView>), ApiError> {

@@ -1,10 +1,12 @@
 //! `GET /v1/sessions/{key}`, its transcript, and reset.
 
 use super::runs::page_limit;
-use crate::ApiState;
+use crate::Shared;
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, EmptyBody, read_json};
+use crate::page;
+use crate::request_context::fingerprint;
 use crate::views::{SessionView, TranscriptView};
 use agentlane_core::backoff::jittered;
 use agentlane_core::validate::validate_session_key;
@@ -26,7 +28,7 @@ fn session_key(raw: String) -> Result<SessionKey, ApiError> {
 }
 
 async fn load_session(
-    state: &ApiState,
+    state: &Shared,
     tenant: &TenantId,
     key: &SessionKey,
 ) -> Result<Session, ApiError> {
@@ -39,7 +41,7 @@ async fn load_session(
 
 /// Session metadata: current id, status, lane, counters, lock state.
 pub async fn get_session(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
@@ -57,9 +59,10 @@ pub struct TranscriptQuery {
     pub limit: Option<usize>,
 }
 
-/// Transcript entries of the current session id (or of `sessionId`), in order.
+/// Transcript entries of the current session id (or of `sessionId`), in order: at most
+/// `limit`, and at most `max_page_bytes` of JSON; `next` continues (pass it as `after`).
 pub async fn transcript(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(query): ApiQuery<TranscriptQuery>,
@@ -80,10 +83,13 @@ pub async fn transcript(
         .history()
         .read_transcript(&tenant, &session_id, query.after, limit)
         .await?;
+    let entries = page::fit(entries, state.config.limits.max_page_bytes);
+    let next = entries.last().map(|e| e.seq).or(query.after);
     Ok(Json(TranscriptView {
         session_key: key,
         session_id,
         entries,
+        next,
     }))
 }
 
@@ -97,7 +103,7 @@ pub struct ResetBody {}
 /// `session_busy`), and takes it for the one write that swaps the id. Runs accepted before
 /// the reset keep the old id and end `aborted` (`session_reset`) when their message comes.
 pub async fn reset(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
     headers: HeaderMap,
@@ -133,6 +139,10 @@ pub async fn reset(
         }
     };
     let now = state.clock.now_ms();
-    tracing::info!(session_key = %key, generation = session.generation, "session reset");
+    tracing::info!(
+        session = %fingerprint(key.as_str()),
+        generation = session.generation,
+        "session reset"
+    );
     Ok(Json(SessionView::of(&session, now)))
 }

@@ -78,6 +78,11 @@ where
                         failed = true;
                         failures.push(failure(record));
                     }
+                    DeliveryOutcome::Retry(delay) => {
+                        retry_later(queue, receipt, delay).await;
+                        failed = true;
+                        failures.push(failure(record));
+                    }
                     DeliveryOutcome::Leave => {
                         failed = true;
                         failures.push(failure(record));
@@ -90,6 +95,14 @@ where
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = join_all(per_group).await.into_iter().flatten().collect();
     response
+}
+
+/// The message comes back after `delay` (its run waits for an earlier run of its session).
+async fn retry_later(queue: &dyn LaneQueue, receipt: &str, delay: Duration) {
+    let receipt = agentlane_core::Receipt(receipt.to_owned());
+    if let Err(e) = queue.set_visibility(&receipt, delay).await {
+        tracing::warn!(error = %e, "could not delay a message");
+    }
 }
 
 async fn hand_back(queue: &dyn LaneQueue, receipt: &str) {

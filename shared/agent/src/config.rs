@@ -38,8 +38,9 @@ pub struct RunnerConfig {
     /// Assistant deltas are coalesced into one event until this many bytes or `delta_flush`.
     pub delta_flush_bytes: usize,
     pub delta_flush: Duration,
-    /// How long a pickup that found an earlier run of its session unfinished waits before
-    /// handing its message back (so a misbehaving queue does not spin on it). Jittered ±20 %.
+    /// How long the message of a run that found an earlier run of its session unfinished stays
+    /// invisible before it comes back (so a misbehaving queue neither spins on it nor keeps a
+    /// worker waiting for the lane's lock). Jittered ±20 %.
     pub out_of_order_pause: Duration,
 }
 
@@ -65,7 +66,7 @@ impl Default for RunnerConfig {
             history_max_turns: None,
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
-            out_of_order_pause: Duration::from_millis(250),
+            out_of_order_pause: Duration::from_secs(1),
         }
     }
 }

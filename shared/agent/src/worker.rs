@@ -17,6 +17,8 @@ pub enum DeliveryOutcome {
     HandBack,
     /// Leave the message as it is; it returns when its visibility ends.
     Leave,
+    /// Make the message visible again after this delay (its run must wait for an earlier one).
+    Retry(Duration),
 }
 
 /// Pulls lane messages and runs their turns.
@@ -68,6 +70,9 @@ impl LaneWorker {
             Ok(TurnExit::AlreadyDone) => DeliveryOutcome::Done,
             Ok(TurnExit::HandBack) => DeliveryOutcome::HandBack,
             Ok(TurnExit::Abandoned) => DeliveryOutcome::Leave,
+            Ok(TurnExit::OutOfOrder) => {
+                DeliveryOutcome::Retry(jittered(self.runner.config().out_of_order_pause))
+            }
             Err(e) => {
                 tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message will be redelivered");
                 DeliveryOutcome::Leave
@@ -83,6 +88,9 @@ impl LaneWorker {
                 self.queue
                     .set_visibility(&delivery.receipt, Duration::ZERO)
                     .await
+            }
+            DeliveryOutcome::Retry(delay) => {
+                self.queue.set_visibility(&delivery.receipt, *delay).await
             }
             DeliveryOutcome::Leave => Ok(()),
         };

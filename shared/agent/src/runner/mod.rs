@@ -56,6 +56,10 @@ pub enum TurnExit {
     /// The lock was lost to another writer: this pickup wrote nothing more. Leave the message
     /// alone; it comes back after its visibility timeout and finds the run's real state.
     Abandoned,
+    /// An earlier run of the session is not finished (the queue delivered this message ahead
+    /// of it: a redelivery, a queue that misbehaves). Nothing ran or was written; the message
+    /// should come back after a short delay.
+    OutOfOrder,
 }
 
 /// Failures of a pickup that are not the run's own fault (store unavailable, ...).

@@ -13,7 +13,6 @@ use crate::hooks::{
 };
 use crate::lock::{self, AcquireError};
 use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
-use agentlane_core::backoff::jittered;
 use agentlane_core::{
     EventStream, Fence, Message, Run, RunError, RunStatus, StoreError, TranscriptEntry, TurnMessage,
 };
@@ -52,17 +51,30 @@ impl Runner {
             },
         };
         let owner = format!("{}:{}", self.instance, uuid::Uuid::new_v4().simple());
-        let acquired = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(TurnExit::HandBack),
-            a = lock::acquire(
+        let acquire = |timeout| {
+            lock::acquire(
                 self.store.as_ref(),
                 self.clock.as_ref(),
                 &message.tenant,
                 &key,
                 &owner,
                 self.config.lock_lease,
-                self.config.lock_acquire_timeout,
-            ) => a,
+                timeout,
+            )
+        };
+        // One try first: a busy lane is usually busy with an earlier run of the session (only
+        // a queue that delivers a lane's next message early shows us one), and a message that
+        // must wait for it should not hold a worker for the whole acquire timeout.
+        let acquired = match acquire(Duration::ZERO).await {
+            Err(AcquireError::Busy { .. }) if self.behind_an_earlier_run(message).await? => {
+                tracing::info!(run = %message.run_id, "an earlier run of the session holds the lane; the turn comes back later");
+                return Ok(TurnExit::OutOfOrder);
+            }
+            Err(AcquireError::Busy { .. }) => tokio::select! {
+                _ = shutdown.cancelled() => return Ok(TurnExit::HandBack),
+                a = acquire(self.config.lock_acquire_timeout) => a,
+            },
+            other => other,
         };
         let (fence, session) = match acquired {
             Ok(acquired) => acquired,
@@ -97,11 +109,7 @@ impl Runner {
                 finished = session.runs_finished,
                 "an earlier run of the session is not finished; handing the turn back"
             );
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(jittered(self.config.out_of_order_pause)) => {}
-            }
-            return Ok(TurnExit::HandBack);
+            return Ok(TurnExit::OutOfOrder);
         }
         let reset = session.was_reset_under(&run);
 
@@ -152,6 +160,19 @@ impl Runner {
         let turn = self.open(run, fence, &[], stop).await?;
         turn.finish(LoopEnd::Stopped(StopReason::SessionReset))
             .await
+    }
+
+    /// Whether the run of `message` is numbered after a run of its session that is not
+    /// finished (two reads, only when the lane's lock was found busy).
+    async fn behind_an_earlier_run(&self, message: &TurnMessage) -> Result<bool, StoreError> {
+        let Some(run) = self.store.get_run(&message.tenant, &message.run_id).await? else {
+            return Ok(false);
+        };
+        let session = self
+            .store
+            .get_session(&message.tenant, &run.session_key)
+            .await?;
+        Ok(session.is_some_and(|s| !s.is_turn_of(run.session_seq)))
     }
 
     /// Everything done under the lock.

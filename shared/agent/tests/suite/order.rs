@@ -9,12 +9,12 @@ use agentlane_agent::hooks::{
 };
 use agentlane_agent::{LaneWorker, RunnerConfig, TurnExit};
 use agentlane_core::{
-    Delivery, Lane, LaneMessage, LaneQueue, Message, QueueError, QueueResult, Receipt, RunStatus,
-    SessionId, TurnMessage,
+    Clock, Delivery, Lane, LaneMessage, LaneQueue, Message, QueueError, QueueResult, Receipt,
+    RunStatus, SessionId, TurnMessage,
 };
 use async_trait::async_trait;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// A lane queue that misbehaves the way queues do under failure: it hands out a lane's
@@ -38,7 +38,10 @@ struct QueueState {
 
 struct Queued {
     message: LaneMessage,
+    /// The receipt of the current delivery, if one was made.
     receipt: Option<Receipt>,
+    /// While in flight, when it becomes visible again.
+    visible_at: Option<Instant>,
     receive_count: u32,
     acks: u32,
 }
@@ -46,6 +49,16 @@ struct Queued {
 impl MisbehavingQueue {
     fn hand_backs(&self) -> u32 {
         self.state.lock().unwrap().hand_backs
+    }
+
+    /// Whether every message was delivered twice and acked twice.
+    fn drained(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap()
+            .messages
+            .iter()
+            .all(|q| q.acks >= 2)
     }
 
     /// Run ids in the order they were delivered.
@@ -61,6 +74,7 @@ impl LaneQueue for MisbehavingQueue {
         state.messages.push(Queued {
             message: message.clone(),
             receipt: None,
+            visible_at: None,
             receive_count: 0,
             acks: 0,
         });
@@ -71,7 +85,7 @@ impl LaneQueue for MisbehavingQueue {
     async fn receive(
         &self,
         max: usize,
-        _visibility: Duration,
+        visibility: Duration,
         _wait: Duration,
     ) -> QueueResult<Vec<Delivery>> {
         let mut state = self.state.lock().unwrap();
@@ -86,7 +100,8 @@ impl LaneQueue for MisbehavingQueue {
             }
             let index = (state.cursor + len - step) % len;
             let queued = &mut state.messages[index];
-            if queued.receipt.is_some() || queued.acks >= 2 {
+            let in_flight = queued.visible_at.is_some_and(|at| at > Instant::now());
+            if in_flight || queued.acks >= 2 {
                 continue;
             }
             state.cursor = (index + len - 1) % len;
@@ -94,6 +109,7 @@ impl LaneQueue for MisbehavingQueue {
             next_receipt += 1;
             let receipt = Receipt(format!("r{next_receipt}"));
             queued.receipt = Some(receipt.clone());
+            queued.visible_at = Some(Instant::now() + visibility);
             queued.receive_count += 1;
             out.push(Delivery {
                 message: queued.message.clone(),
@@ -118,6 +134,7 @@ impl LaneQueue for MisbehavingQueue {
             .find(|q| q.receipt.as_ref() == Some(receipt))
             .ok_or(QueueError::StaleReceipt)?;
         queued.receipt = None;
+        queued.visible_at = None;
         queued.acks += 1;
         Ok(())
     }
@@ -129,8 +146,8 @@ impl LaneQueue for MisbehavingQueue {
             .iter_mut()
             .find(|q| q.receipt.as_ref() == Some(receipt))
             .ok_or(QueueError::StaleReceipt)?;
-        if visibility.is_zero() {
-            queued.receipt = None;
+        queued.visible_at = Some(Instant::now() + visibility);
+        if visibility < Duration::from_secs(1) {
             state.hand_backs += 1;
         }
         Ok(())
@@ -175,13 +192,17 @@ async fn a_queue_delivering_out_of_order_and_twice_still_runs_each_turn_once_in_
 
     // WHEN a worker drains it
     let shutdown = CancellationToken::new();
-    for _ in 0..200 {
+    for _ in 0..2000 {
         let deliveries = queue
             .receive(1, Duration::from_secs(30), Duration::ZERO)
             .await
             .unwrap();
         let Some(delivery) = deliveries.into_iter().next() else {
-            break;
+            if queue.drained() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
         };
         let outcome = worker.process(&delivery, &shutdown).await;
         worker.settle(&delivery, &outcome).await;
@@ -217,7 +238,7 @@ async fn a_queue_delivering_out_of_order_and_twice_still_runs_each_turn_once_in_
     for run_id in &runs {
         let run = f.store.get_run(&f.tenant, run_id).await.unwrap().unwrap();
         assert_eq!(run.status, RunStatus::Ok);
-        assert_eq!(run.pickups, 1, "a hand-back for order is not a pickup");
+        assert_eq!(run.pickups, 1, "a turn sent back for order is not a pickup");
     }
 }
 
@@ -231,7 +252,7 @@ async fn a_turn_delivered_before_an_unfinished_earlier_one_writes_nothing() {
     let second = f.accept("second").await;
 
     // WHEN the second turn's message comes first
-    assert_eq!(f.execute(&second).await, TurnExit::HandBack);
+    assert_eq!(f.execute(&second).await, TurnExit::OutOfOrder);
 
     // THEN nothing ran or was written, and the lock is free again
     assert!(f.model.requests().is_empty());
@@ -279,7 +300,7 @@ async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_sessio
     let fresh = f.accept("new one").await;
 
     // The new turn waits for the old ones to end
-    assert_eq!(f.execute(&fresh).await, TurnExit::HandBack);
+    assert_eq!(f.execute(&fresh).await, TurnExit::OutOfOrder);
     for old in [&old_first, &old_second] {
         assert_eq!(f.execute(old).await, TurnExit::Finished(RunStatus::Aborted));
         let run = f
@@ -391,4 +412,39 @@ async fn a_reset_raises_session_end_for_the_session_that_ended() {
             .is_err()
     );
     assert_eq!(hook.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_turn_behind_the_run_holding_the_lane_comes_back_later_without_waiting_for_the_lock() {
+    let f = fixture(vec![Script::Text("first answer")], quick());
+    let _first = f.accept("first").await;
+    let second = f.accept("second").await;
+    // the first run's runner holds the lane
+    let now = agentlane_core::SystemClock.now_ms();
+    let taken = f
+        .store
+        .acquire_lock(&f.tenant, &f.key, "first-runner", 30_000, now)
+        .await
+        .unwrap();
+    assert!(matches!(taken, agentlane_core::LockAttempt::Acquired(..)));
+
+    // WHEN the second turn's message comes meanwhile
+    let started = Instant::now();
+    let exit = f.execute(&second).await;
+
+    // THEN it goes back at once (the acquire timeout is 5 s), having run nothing
+    assert_eq!(exit, TurnExit::OutOfOrder);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(f.model.requests().is_empty());
+    let run = f
+        .store
+        .get_run(&f.tenant, &second.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
 }

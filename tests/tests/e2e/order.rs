@@ -1,7 +1,7 @@
 //! Order and identity the store keeps: a reset with turns queued behind a running one, and an
 //! idempotency key reused for a different request.
 
-use crate::support::{GREETING, LONG, SLOW_REPLY, scenario};
+use crate::support::{GLACIAL_REPLY, GREETING, LONG, scenario};
 use agentlane_core::RunStatus;
 use agentlane_tests::Accepted;
 use reqwest::{Method, StatusCode};
@@ -10,10 +10,10 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_waits_for_the_running_turn_and_aborts_the_turns_queued_before_it()
 -> anyhow::Result<()> {
-    // GIVEN a slow turn running on a session and two turns queued behind it
+    // GIVEN a glacial turn (about 8 s) running on a session and two turns queued behind it
     let scn = scenario()?;
     let a = scn.a();
-    let slow = a.agent("reset-me", "slow please").await?;
+    let slow = a.agent("reset-me", "a glacial answer please").await?;
     a.poll_run(&slow.run_id, LONG, "running", |r| {
         r.status == RunStatus::Running
     })
@@ -32,7 +32,7 @@ async fn a_reset_waits_for_the_running_turn_and_aborts_the_turns_queued_before_i
     assert_eq!(status, StatusCode::OK, "{reset}");
     let slow_run = a.run(&slow.run_id).await?;
     assert_eq!(slow_run.status, RunStatus::Ok, "{slow_run:?}");
-    assert_eq!(slow_run.reply_text(), SLOW_REPLY);
+    assert_eq!(slow_run.reply_text(), GLACIAL_REPLY);
     let new_id = reset["sessionId"].as_str().unwrap_or_default().to_owned();
     assert_ne!(new_id, slow.session_id);
 

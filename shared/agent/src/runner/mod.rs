@@ -56,9 +56,10 @@ pub enum TurnExit {
     /// The lock was lost to another writer: this pickup wrote nothing more. Leave the message
     /// alone; it comes back after its visibility timeout and finds the run's real state.
     Abandoned,
-    /// An earlier run of the session is not finished (the queue delivered this message ahead
+    /// An earlier run of the session holds the lane (the queue delivered this message ahead
     /// of it: a redelivery, a queue that misbehaves). Nothing ran or was written; the message
-    /// should come back after a short delay.
+    /// should come back after a delay. (When the lane is free but an earlier run is not
+    /// finished, the pickup answers `HandBack`: the earlier message is due now.)
     OutOfOrder,
 }
 

@@ -13,6 +13,7 @@ use crate::hooks::{
 };
 use crate::lock::{self, AcquireError};
 use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_core::backoff::jittered;
 use agentlane_core::{
     EventStream, Fence, Message, Run, RunError, RunStatus, StoreError, TranscriptEntry, TurnMessage,
 };
@@ -109,7 +110,15 @@ impl Runner {
                 finished = session.runs_finished,
                 "an earlier run of the session is not finished; handing the turn back"
             );
-            return Ok(TurnExit::OutOfOrder);
+            // No one holds the lane: the earlier run's message is due (its runner died, or it
+            // is still in the queue). Hand this one back at once so the queue can deliver the
+            // earlier one (an in-flight message holds its whole FIFO group back), after a
+            // short pause so a queue that misbehaves does not spin on it.
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(jittered(self.config.out_of_order_pause / 4)) => {}
+            }
+            return Ok(TurnExit::HandBack);
         }
         let reset = session.was_reset_under(&run);
 

@@ -251,8 +251,8 @@ async fn a_turn_delivered_before_an_unfinished_earlier_one_writes_nothing() {
     let first = f.accept("first").await;
     let second = f.accept("second").await;
 
-    // WHEN the second turn's message comes first
-    assert_eq!(f.execute(&second).await, TurnExit::OutOfOrder);
+    // WHEN the second turn's message comes first (the lane is free)
+    assert_eq!(f.execute(&second).await, TurnExit::HandBack);
 
     // THEN nothing ran or was written, and the lock is free again
     assert!(f.model.requests().is_empty());
@@ -300,7 +300,7 @@ async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_sessio
     let fresh = f.accept("new one").await;
 
     // The new turn waits for the old ones to end
-    assert_eq!(f.execute(&fresh).await, TurnExit::OutOfOrder);
+    assert_eq!(f.execute(&fresh).await, TurnExit::HandBack);
     for old in [&old_first, &old_second] {
         assert_eq!(f.execute(old).await, TurnExit::Finished(RunStatus::Aborted));
         let run = f

@@ -3,7 +3,7 @@
 //! are handed back (their state is kept; the next invocation resumes them).
 
 use agentlane_agent::LaneWorker;
-use agentlane_runtime as runtime;
+use agentlane_host as host;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    runtime::init_tracing(true);
-    let backends = runtime::open_aws().await?;
-    let runner = runtime::runner_with(&backends, &runtime::load()?)?;
+    host::init_tracing(true);
+    let backends = host::open_aws().await?;
+    let runner = host::runner_with(&backends, &host::load()?)?;
     let worker = LaneWorker::new(backends.queue.clone(), runner);
-    let margin = runtime::env_ms("AGENTLANE_HANDBACK_MARGIN_MS", Duration::from_secs(30))?;
+    let margin = host::env_ms("AGENTLANE_HANDBACK_MARGIN_MS", Duration::from_secs(30))?;
     let queue = backends.queue;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let (worker, queue) = (worker.clone(), queue.clone());

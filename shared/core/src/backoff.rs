@@ -24,9 +24,17 @@ mod tests {
     fn jitter_stays_within_twenty_percent_and_varies() {
         let base = Duration::from_millis(10_000);
         let samples: Vec<Duration> = (0..200).map(|_| jittered(base)).collect();
-        assert!(samples.iter().all(|d| (8_000..=12_000).contains(&d.as_millis())));
+        assert!(
+            samples
+                .iter()
+                .all(|d| (8_000..=12_000).contains(&d.as_millis()))
+        );
         let distinct: std::collections::HashSet<_> = samples.iter().collect();
-        assert!(distinct.len() > 20, "jitter should vary: {}", distinct.len());
+        assert!(
+            distinct.len() > 20,
+            "jitter should vary: {}",
+            distinct.len()
+        );
     }
 
     #[test]

@@ -1,5 +1,4 @@
 //! The runner Lambda's batch handling, on a real SQS FIFO event (JSON as Lambda delivers it).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_agent::DeliveryOutcome;
 use agentlane_core::{Delivery, LaneQueue, QueueResult, Receipt};
@@ -36,7 +35,7 @@ impl LaneQueue for RecordingQueue {
 }
 
 fn event() -> SqsEvent {
-    serde_json::from_str(include_str!("fixtures/sqs-fifo-batch.json")).unwrap()
+    serde_json::from_str(include_str!("../fixtures/sqs-fifo-batch.json")).unwrap()
 }
 
 /// Runs the handler with outcomes per run id (default Done); returns the failed message ids,

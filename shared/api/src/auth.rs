@@ -159,7 +159,6 @@ impl FromRequestParts<Arc<ApiState>> for Tenant {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

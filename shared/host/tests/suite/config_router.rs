@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The config file's auth profiles reach the model router under their configured names, in
 //! order, so the runner's attempts record them.
 

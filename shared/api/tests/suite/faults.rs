@@ -1,16 +1,13 @@
 //! Backend failures seen from the client: throttling is a 429, other failures a 500 that
 //! reveals nothing of the cause.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{
     AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, Session, SessionId,
     SessionKey, Store, StoreError, StoreResult, TenantId, TranscriptEntry,
 };
 use async_trait::async_trait;
-use common::*;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 

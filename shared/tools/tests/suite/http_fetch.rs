@@ -1,5 +1,4 @@
 //! `http_fetch` against a loopback axum server: the SSRF guard, redirects, limits.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_tools::http_fetch::{HttpFetch, HttpFetchConfig, Resolve};
 use agentlane_tools::ssrf::SsrfPolicy;

@@ -1,6 +1,5 @@
 //! Test harness: the real router over the SQLite backend (store + queue in a temp dir), a manual clock, two tenants, and
 //! helpers that play the runner through the `Store` API.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use agentlane_api::{ApiConfig, ApiKeys, ApiState, app};
 use agentlane_core::{

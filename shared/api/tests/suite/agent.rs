@@ -1,15 +1,12 @@
 //! `POST /v1/agent`, `agent.wait`, auth, request validation and the error shape.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{
     Lane, NewTurn, QueueMode, RunId, RunStatus, SessionId, SessionKey, TurnMessage, TurnRequest,
 };
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

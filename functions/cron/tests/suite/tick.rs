@@ -1,5 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
+//! A scheduled event ticks; any other event is refused with its reason.
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 
 fn event(json: &str) -> EventBridgeEvent<serde_json::Value> {
@@ -8,7 +7,7 @@ fn event(json: &str) -> EventBridgeEvent<serde_json::Value> {
 
 #[tokio::test]
 async fn a_scheduled_event_ticks_and_fires_nothing_yet() {
-    let report = agentlane_cron::tick(event(include_str!("fixtures/scheduled-event.json")))
+    let report = agentlane_cron::tick(event(include_str!("../fixtures/scheduled-event.json")))
         .await
         .unwrap();
     assert_eq!(report.scheduled_for, "2026-11-30T04:00:00+00:00");
@@ -17,8 +16,8 @@ async fn a_scheduled_event_ticks_and_fires_nothing_yet() {
 
 #[tokio::test]
 async fn another_event_is_refused() {
-    let json =
-        include_str!("fixtures/scheduled-event.json").replace("Scheduled Event", "Object Created");
+    let json = include_str!("../fixtures/scheduled-event.json")
+        .replace("Scheduled Event", "Object Created");
     let err = agentlane_cron::tick(event(&json)).await.unwrap_err();
     assert_eq!(
         err,

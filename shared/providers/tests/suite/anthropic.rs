@@ -3,6 +3,7 @@
 //! trip against the real aimock.
 
 use crate::mock::*;
+use crate::transport::{self, Protocol};
 use agentlane_core::{Message, ToolCall, Usage};
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::{
@@ -12,8 +13,7 @@ use agentlane_providers::{
 use axum::http::header;
 use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// One SSE event as the API frames it: `event: <type>` then the JSON payload.
@@ -487,26 +487,6 @@ async fn stream_closed_before_message_stop_is_a_network_error() {
     );
 }
 
-#[tokio::test]
-async fn connection_reset_mid_stream_is_a_network_error() {
-    let server = serve(ANTHROPIC, || {
-        let first = frames(vec![message_start(1), text_start(0), text_delta(0, "cut")]);
-        // After a pause, so the headers and the first events are flushed before the reset.
-        let reset = stream::once(async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "gone",
-            ))
-        });
-        sse(first.chain(reset).boxed())
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
-    assert_eq!(events, vec![StreamEvent::TextDelta("cut".into())]);
-    assert_eq!(error.unwrap().reason, FailoverReason::Network);
-}
-
 fn done_reply() -> Reply {
     sse(frames(vec![
         message_start(1),
@@ -600,66 +580,31 @@ async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() 
     );
 }
 
+/// This protocol's frames for the shared transport checks.
+fn protocol() -> Protocol<AnthropicProvider> {
+    Protocol {
+        api: ANTHROPIC,
+        sse,
+        text: |text| frames(vec![message_start(1), text_start(0), text_delta(0, text)]),
+        idle: || ev(ping()),
+        done: done_reply,
+        provider,
+        request: weather_request,
+    }
+}
+#[tokio::test]
+async fn connection_reset_mid_stream_is_a_network_error() {
+    transport::connection_reset_mid_stream_is_a_network_error(protocol()).await;
+}
+
 #[tokio::test]
 async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let tx = Arc::new(Mutex::new(Some(tx)));
-    let server = serve(ANTHROPIC, move || {
-        let signal = DropSignal(tx.lock().unwrap().take());
-        let first = frames(vec![
-            message_start(1),
-            text_start(0),
-            text_delta(0, "first"),
-        ]);
-        // Then only pings, forever: the response never completes by itself.
-        let stall = stream::unfold(signal, |signal| async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Some((Ok(ev(ping())), signal))
-        });
-        sse(first.chain(stall).boxed())
-    })
-    .await;
-
-    let cancel = CancellationToken::new();
-    let mut stream = provider(&server)
-        .stream(weather_request(), cancel.clone())
-        .await
-        .unwrap();
-    assert_eq!(
-        stream.next().await.unwrap().unwrap(),
-        StreamEvent::TextDelta("first".into())
-    );
-
-    let waiting = tokio::spawn(async move { stream.next().await.is_none() });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    cancel.cancel();
-    let ended = tokio::time::timeout(Duration::from_secs(1), waiting)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(ended, "the stream must end when cancelled");
-    tokio::time::timeout(Duration::from_secs(2), rx)
-        .await
-        .expect("the server must see the connection dropped")
-        .unwrap();
+    transport::cancelling_mid_stream_ends_it_and_drops_the_connection(protocol()).await;
 }
 
 #[tokio::test]
 async fn cancelling_before_the_answer_starts_returns_promptly() {
-    let server = serve_with(ANTHROPIC, Duration::from_secs(30), done_reply).await;
-    let cancel = CancellationToken::new();
-    let canceller = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        canceller.cancel();
-    });
-    let started = Instant::now();
-    let stream = provider(&server)
-        .stream(weather_request(), cancel)
-        .await
-        .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(stream.collect::<Vec<_>>().await.len(), 0);
+    transport::cancelling_before_the_answer_starts_returns_promptly(protocol()).await;
 }
 
 mod aimock {

@@ -10,3 +10,5 @@ mod anthropic;
 mod mock;
 #[cfg(test)]
 mod openai;
+#[cfg(test)]
+mod transport;

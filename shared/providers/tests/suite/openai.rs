@@ -2,6 +2,7 @@
 //! chunks shaped like OpenAI's (and aimock's).
 
 use crate::mock::*;
+use crate::transport::{self, Protocol};
 use agentlane_core::{Message, ToolCall, Usage};
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
 use agentlane_providers::{
@@ -11,8 +12,7 @@ use agentlane_providers::{
 use axum::http::header;
 use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 fn sse_frames(payloads: &[String]) -> Frames {
@@ -365,26 +365,6 @@ async fn stream_closed_before_done_is_a_network_error() {
 }
 
 #[tokio::test]
-async fn connection_reset_mid_stream_is_a_network_error() {
-    let server = serve(OPENAI, || {
-        let frames = sse_frames(&[chunk(json!({"content": "cut"}), None)]);
-        // After a pause, so the headers and the first chunk are flushed before the reset.
-        let reset = stream::once(async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "gone",
-            ))
-        });
-        sse(frames.chain(reset).boxed())
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
-    assert_eq!(events, vec![StreamEvent::TextDelta("cut".into())]);
-    assert_eq!(error.unwrap().reason, FailoverReason::Network);
-}
-
-#[tokio::test]
 async fn error_inside_the_stream_is_classified() {
     let server = serve(OPENAI, || {
         sse(sse_frames(&[
@@ -437,71 +417,6 @@ async fn non_streamed_json_answer_is_decoded() {
 }
 
 #[tokio::test]
-async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let tx = Arc::new(Mutex::new(Some(tx)));
-    let server = serve(OPENAI, move || {
-        let signal = DropSignal(tx.lock().unwrap().take());
-        let first = sse_frames(&[chunk(json!({"content": "first"}), None)]);
-        // Then only keep-alive comments, forever: the response never completes by itself.
-        let stall = stream::unfold(signal, |signal| async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Some((Ok(": keep-alive\n\n".to_owned()), signal))
-        });
-        sse(first.chain(stall).boxed())
-    })
-    .await;
-
-    let cancel = CancellationToken::new();
-    let mut stream = provider(&server)
-        .stream(weather_request(), cancel.clone())
-        .await
-        .unwrap();
-    assert_eq!(
-        stream.next().await.unwrap().unwrap(),
-        StreamEvent::TextDelta("first".into())
-    );
-
-    let waiting = tokio::spawn(async move {
-        let started = Instant::now();
-        let next = stream.next().await;
-        (next.is_none(), started.elapsed())
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    cancel.cancel();
-    let (ended, _) = tokio::time::timeout(Duration::from_secs(1), waiting)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(ended, "the stream must end when cancelled");
-    tokio::time::timeout(Duration::from_secs(2), rx)
-        .await
-        .expect("the server must see the connection dropped")
-        .unwrap();
-}
-
-#[tokio::test]
-async fn cancelling_before_the_answer_starts_returns_promptly() {
-    let server = serve_with(OPENAI, Duration::from_secs(30), || {
-        sse(sse_frames(&["[DONE]".into()]))
-    })
-    .await;
-    let cancel = CancellationToken::new();
-    let canceller = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        canceller.cancel();
-    });
-    let started = Instant::now();
-    let stream = provider(&server)
-        .stream(weather_request(), cancel)
-        .await
-        .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(stream.collect::<Vec<_>>().await.len(), 0);
-}
-
-#[tokio::test]
 async fn request_timeout_is_a_timeout_error() {
     let server = serve(OPENAI, || {
         let first = sse_frames(&[chunk(json!({"content": "slow"}), None)]);
@@ -537,4 +452,32 @@ async fn connection_refused_is_a_network_error() {
         .unwrap();
     assert_eq!(err.reason, FailoverReason::Network);
     assert!(!err.message.contains("sk-never-shown"));
+}
+
+/// This protocol's frames for the shared transport checks.
+fn protocol() -> Protocol<OpenAiProvider> {
+    Protocol {
+        api: OPENAI,
+        sse,
+        text: |text| sse_frames(&[chunk(json!({"content": text}), None)]),
+        idle: || ": keep-alive\n\n".to_owned(),
+        done: || sse(sse_frames(&["[DONE]".into()])),
+        provider,
+        request: weather_request,
+    }
+}
+
+#[tokio::test]
+async fn connection_reset_mid_stream_is_a_network_error() {
+    transport::connection_reset_mid_stream_is_a_network_error(protocol()).await;
+}
+
+#[tokio::test]
+async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
+    transport::cancelling_mid_stream_ends_it_and_drops_the_connection(protocol()).await;
+}
+
+#[tokio::test]
+async fn cancelling_before_the_answer_starts_returns_promptly() {
+    transport::cancelling_before_the_answer_starts_returns_promptly(protocol()).await;
 }

@@ -3,7 +3,7 @@
 //! trip against the real aimock.
 
 use crate::mock::*;
-use crate::transport::{self, Protocol};
+use crate::transport::Protocol;
 use agentlane_core::{Message, ToolCall, Usage};
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::{
@@ -14,7 +14,6 @@ use axum::http::header;
 use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// One SSE event as the API frames it: `event: <type>` then the JSON payload.
 fn ev(data: Value) -> String {
@@ -405,11 +404,7 @@ async fn rate_limit_429_carries_retry_after_and_a_short_window() {
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         err,
         ProviderError {
@@ -432,11 +427,7 @@ async fn overloaded_529_is_classified() {
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         (err.reason, err.status, err.retry_after),
         (FailoverReason::Overloaded, Some(529), None)
@@ -453,11 +444,7 @@ async fn authentication_error_is_auth_and_never_shows_the_key() {
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(err.reason, FailoverReason::Auth);
     assert!(!err.to_string().contains("sk-ant-test-key"), "{err}");
 }
@@ -592,20 +579,7 @@ fn protocol() -> Protocol<AnthropicProvider> {
         request: weather_request,
     }
 }
-#[tokio::test]
-async fn connection_reset_mid_stream_is_a_network_error() {
-    transport::connection_reset_mid_stream_is_a_network_error(protocol()).await;
-}
-
-#[tokio::test]
-async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
-    transport::cancelling_mid_stream_ends_it_and_drops_the_connection(protocol()).await;
-}
-
-#[tokio::test]
-async fn cancelling_before_the_answer_starts_returns_promptly() {
-    transport::cancelling_before_the_answer_starts_returns_promptly(protocol()).await;
-}
+crate::transport_checks!(protocol());
 
 mod aimock {
     //! One round trip against the real aimock (`tools/aimock`, installed by `scripts/test`).

@@ -150,6 +150,14 @@ pub async fn collect(
     (events, None)
 }
 
+/// The error `request` is refused with before any stream starts.
+pub async fn refused(provider: &dyn ModelProvider, request: ModelRequest) -> ProviderError {
+    match provider.stream(request, CancellationToken::new()).await {
+        Ok(_) => panic!("the request was accepted"),
+        Err(e) => e,
+    }
+}
+
 /// The assistant turn the events make.
 pub fn accumulate(events: &[StreamEvent]) -> AssistantTurn {
     let mut acc = StreamAccumulator::new();

@@ -2,7 +2,7 @@
 //! chunks shaped like OpenAI's (and aimock's).
 
 use crate::mock::*;
-use crate::transport::{self, Protocol};
+use crate::transport::Protocol;
 use agentlane_core::{Message, ToolCall, Usage};
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
 use agentlane_providers::{
@@ -305,11 +305,7 @@ async fn rate_limit_429_carries_retry_after() {
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         err,
         ProviderError {
@@ -331,11 +327,7 @@ async fn overloaded_529_is_classified() {
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         (err.reason, err.status, err.retry_after),
         (FailoverReason::Overloaded, Some(529), None)
@@ -467,17 +459,4 @@ fn protocol() -> Protocol<OpenAiProvider> {
     }
 }
 
-#[tokio::test]
-async fn connection_reset_mid_stream_is_a_network_error() {
-    transport::connection_reset_mid_stream_is_a_network_error(protocol()).await;
-}
-
-#[tokio::test]
-async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
-    transport::cancelling_mid_stream_ends_it_and_drops_the_connection(protocol()).await;
-}
-
-#[tokio::test]
-async fn cancelling_before_the_answer_starts_returns_promptly() {
-    transport::cancelling_before_the_answer_starts_returns_promptly(protocol()).await;
-}
+crate::transport_checks!(protocol());

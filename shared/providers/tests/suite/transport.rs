@@ -9,6 +9,29 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// The checks below as tests of the calling module, for `$protocol` (a [`Protocol`]).
+#[macro_export]
+macro_rules! transport_checks {
+    ($protocol:expr) => {
+        #[tokio::test]
+        async fn connection_reset_mid_stream_is_a_network_error() {
+            $crate::transport::connection_reset_mid_stream_is_a_network_error($protocol).await;
+        }
+
+        #[tokio::test]
+        async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
+            $crate::transport::cancelling_mid_stream_ends_it_and_drops_the_connection($protocol)
+                .await;
+        }
+
+        #[tokio::test]
+        async fn cancelling_before_the_answer_starts_returns_promptly() {
+            $crate::transport::cancelling_before_the_answer_starts_returns_promptly($protocol)
+                .await;
+        }
+    };
+}
+
 /// How one protocol frames what the checks need.
 pub struct Protocol<P> {
     pub api: Api,

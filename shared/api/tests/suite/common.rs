@@ -3,8 +3,8 @@
 
 use agentlane_api::{ApiConfig, ApiKeys, ApiState, app};
 use agentlane_core::{
-    Clock, Commit, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run, RunId,
-    RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
+    Clock, Commit, Delivery, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run,
+    RunId, RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use axum::Router;
@@ -74,6 +74,14 @@ impl Reply {
 }
 
 impl Harness {
+    /// What the queue delivers now (up to 10 messages, then hidden for 30 s).
+    pub async fn queued(&self) -> Vec<Delivery> {
+        self.queue
+            .receive(10, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap()
+    }
+
     pub async fn new() -> Self {
         Self::with_config(ApiConfig {
             sse_poll_ms: 20,

@@ -97,3 +97,6 @@ async fn hand_back(queue: &dyn LaneQueue, receipt: &str) {
         tracing::warn!(error = %e, "could not hand a message back");
     }
 }
+
+#[cfg(test)]
+mod tests;

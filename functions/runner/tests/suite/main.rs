@@ -1,11 +1,9 @@
-//! The runner Lambda's handler: batches of real SQS FIFO event JSON, on fixtures and on
-//! messages received from the AWS emulator.
+//! The runner Lambda's handler on the AWS emulator: messages received from a real FIFO queue,
+//! framed as the SQS event Lambda delivers, through the real lane worker.
 //!
 //! The modules are `cfg(test)` (always true here) so that clippy treats their helpers as test
 //! code too: `clippy.toml` allows `unwrap`/`expect` in tests.
 
-#[cfg(test)]
-mod batch;
 #[cfg(test)]
 mod emulator;
 #[cfg(test)]

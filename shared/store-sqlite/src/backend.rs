@@ -50,7 +50,9 @@ impl SqliteBackend {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
         })?;
-        Self::build(dir.join(DB_FILE_NAME), clock, None)
+        let path = dir.join(DB_FILE_NAME);
+        make_private(dir, &path)?;
+        Self::build(path, clock, None)
     }
 
     /// A backend on a fresh database in a new temporary directory, removed when the last clone
@@ -117,4 +119,29 @@ impl fmt::Debug for SqliteBackend {
             .field("path", &self.inner.path)
             .finish_non_exhaustive()
     }
+}
+
+/// The data directory (0700) and the database file (0600) are the user's alone: transcripts are
+/// private. SQLite gives its `-wal` and `-shm` files the database file's permissions.
+fn make_private(dir: &Path, db: &Path) -> std::result::Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let fail = |what: &Path, e: std::io::Error| {
+            StoreError::Unavailable(format!("cannot make {} private: {e}", what.display()))
+        };
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| fail(dir, e))?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(db)
+            .map_err(|e| fail(db, e))?;
+        std::fs::set_permissions(db, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| fail(db, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = (dir, db);
+    Ok(())
 }

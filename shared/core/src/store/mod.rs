@@ -24,12 +24,14 @@
 
 mod error;
 mod intake;
+mod layer;
 mod lock;
 mod reader;
 mod writer;
 
 pub use error::{StoreError, StoreResult};
 pub use intake::{AcceptOutcome, NewTurn, TurnIntake};
+pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
 pub use reader::HistoryReader;
 pub use writer::{CheckedCommit, Commit, FencedWriter};

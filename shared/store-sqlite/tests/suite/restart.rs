@@ -69,3 +69,41 @@ async fn accepted_turns_and_messages_survive_a_restart() {
     assert_eq!(again[0].receive_count, 2);
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_data_directory_and_database_files_are_private_to_the_user() {
+    use agentlane_core::TurnIntake;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    // GIVEN a backend opened on a new data directory, which then writes (WAL files appear)
+    let backend = SqliteBackend::open(&data).unwrap();
+    backend
+        .accept_turn(fixtures::turn(
+            &fixtures::tenant(),
+            &fixtures::session_key(),
+            fixtures::wall_ms(),
+        ))
+        .await
+        .unwrap();
+
+    // THEN nobody but the user can read the transcripts
+    assert_eq!(mode(&data), 0o700);
+    let files: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(files.len() >= 2, "database and WAL files: {files:?}");
+    for file in files {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+
+    // AND a directory left open by an older version is closed on the next start
+    drop(backend);
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _reopened = SqliteBackend::open(&data).unwrap();
+    assert_eq!(mode(&data), 0o700);
+}

@@ -1,0 +1,302 @@
+//! Test harness: the real router over the SQLite backend (store + queue in a temp dir), a manual clock, two tenants, and
+//! helpers that play the runner through the `Store` API.
+
+use agentlane_api::{ApiConfig, ApiKeys, ApiState, app};
+use agentlane_core::{
+    Clock, Commit, Delivery, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run,
+    RunId, RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
+};
+use agentlane_store_sqlite::SqliteBackend;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tower::ServiceExt;
+
+pub const ACME_KEY: &str = "acme-key-0123456789";
+pub const BETA_KEY: &str = "beta-key-0123456789";
+pub const T0: u64 = 1_750_000_000_000;
+
+/// A clock tests move by hand.
+#[derive(Debug)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+pub fn acme() -> TenantId {
+    TenantId::new("acme")
+}
+
+pub struct Harness {
+    pub app: Router,
+    pub store: Arc<dyn Store>,
+    pub queue: Arc<dyn LaneQueue>,
+    pub clock: Arc<ManualClock>,
+    _dir: tempfile::TempDir,
+}
+
+/// What the API answered.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Reply {
+    /// Asserts the error shape `{"error": {"code", "message"}}` with this status and code.
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text);
+        assert_eq!(self.json["error"]["code"], code, "{}", self.text);
+        let message = self.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty(), "error without message: {}", self.text);
+        assert_eq!(
+            self.json.as_object().map(|o| o.len()),
+            Some(1),
+            "{}",
+            self.text
+        );
+    }
+}
+
+impl Harness {
+    /// What the queue delivers now (up to 10 messages, then hidden for 30 s).
+    pub async fn queued(&self) -> Vec<Delivery> {
+        self.queue
+            .receive(10, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap()
+    }
+
+    pub async fn new() -> Self {
+        Self::with_config(ApiConfig {
+            sse_poll_ms: 20,
+            ..ApiConfig::default()
+        })
+        .await
+    }
+
+    pub async fn with_config(config: ApiConfig) -> Self {
+        Self::build(config, |store| store).await
+    }
+
+    /// The API over `wrap(store)`: the harness's own helpers keep the unwrapped store.
+    pub async fn build(
+        config: ApiConfig,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock(AtomicU64::new(T0)));
+        let backend = Arc::new(SqliteBackend::open_with_clock(dir.path(), clock.clone()).unwrap());
+        let store: Arc<dyn Store> = backend.clone();
+        let cron: Arc<dyn agentlane_core::cron::CronStore> = backend.clone();
+        let queue: Arc<dyn LaneQueue> = backend;
+        let keys = ApiKeys::parse(&format!("acme:{ACME_KEY},beta:{BETA_KEY}")).unwrap();
+        let state = ApiState {
+            store: wrap(store.clone()),
+            queue: queue.clone(),
+            clock: clock.clone(),
+            cron,
+            keys,
+            config,
+        };
+        Self {
+            app: app(state),
+            store,
+            queue,
+            clock,
+            _dir: dir,
+        }
+    }
+
+    pub async fn send(&self, request: Request<Body>) -> Reply {
+        Self::send_to(self.app.clone(), request).await
+    }
+
+    /// Sends `request` to `app` (a clone of the harness's, for a request sent from a task).
+    pub async fn send_to(app: Router, request: Request<Body>) -> Reply {
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+
+    pub fn request(method: Method, path: &str, key: Option<&str>, body: Body) -> Request<Body> {
+        let mut builder = Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            builder = builder.header("authorization", format!("Bearer {key}"));
+        }
+        builder
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap()
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Reply {
+        self.send(Self::request(Method::GET, path, Some(key), Body::empty()))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
+        self.send(Self::request(
+            Method::POST,
+            path,
+            Some(key),
+            Body::from(body.to_string()),
+        ))
+        .await
+    }
+
+    pub async fn post_raw(&self, path: &str, key: &str, body: &str) -> Reply {
+        self.send(Self::request(
+            Method::POST,
+            path,
+            Some(key),
+            Body::from(body.to_owned()),
+        ))
+        .await
+    }
+
+    /// `POST /v1/agent` that must answer 202; returns the body.
+    pub async fn submit(&self, key: &str, session_key: &str, message: &str) -> Value {
+        let reply = self
+            .post(
+                "/v1/agent",
+                key,
+                serde_json::json!({"sessionKey": session_key, "message": message}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text);
+        reply.json
+    }
+
+    pub async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
+        self.store
+            .get_run(tenant, &RunId::new(run_id))
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Takes the session's write lock as a runner would.
+    pub async fn lock(&self, tenant: &TenantId, session_key: &str) -> Fence {
+        match self
+            .store
+            .acquire_lock(
+                tenant,
+                &SessionKey::new(session_key),
+                "test-runner",
+                60_000,
+                self.clock.now_ms(),
+            )
+            .await
+            .unwrap()
+        {
+            LockAttempt::Acquired(fence, _) => fence,
+            LockAttempt::Held { owner, until } => panic!("lock held by {owner} until {until}"),
+        }
+    }
+
+    /// Writes `run` (with `events` and `transcript`) under `fence`, as the runner's commit.
+    pub async fn commit(
+        &self,
+        fence: &Fence,
+        run: Run,
+        events: Vec<Event>,
+        transcript: Vec<TranscriptEntry>,
+        release: bool,
+    ) {
+        let terminal = run.status.is_terminal();
+        let session = SessionUpdate {
+            status: if terminal {
+                SessionStatus::Idle
+            } else {
+                SessionStatus::Processing
+            },
+            active_run_id: (!terminal).then(|| run.run_id.clone()),
+            last_progress_at: self.clock.now_ms(),
+            finished_delta: u64::from(terminal),
+        };
+        self.store
+            .commit(
+                fence,
+                Commit {
+                    run_id: None,
+                    transcript,
+                    events,
+                    run: Some(run),
+                    session: Some(session),
+                    release_lock: release,
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Plays a whole runner turn: lock, write the run terminal with `events`, release.
+    pub async fn finish(
+        &self,
+        tenant: &TenantId,
+        run_id: &str,
+        status: RunStatus,
+        events: Vec<Event>,
+    ) {
+        let mut run = self.run(tenant, run_id).await;
+        let fence = self.lock(tenant, run.session_key.as_str()).await;
+        run.status = status;
+        run.started_at = Some(self.clock.now_ms());
+        run.ended_at = Some(self.clock.now_ms() + 5);
+        self.commit(&fence, run, events, vec![], true).await;
+    }
+}
+
+/// An assistant event with `seq`.
+pub fn event(seq: u64, text: &str) -> Event {
+    Event {
+        seq,
+        stream: EventStream::Assistant,
+        ts: T0 + seq,
+        data: serde_json::json!({"delta": text}),
+    }
+}
+
+/// A transcript entry with `seq`.
+pub fn entry(seq: u64, run_id: &str, message: Message) -> TranscriptEntry {
+    TranscriptEntry {
+        seq,
+        run_id: RunId::new(run_id),
+        ts: T0 + seq,
+        message,
+    }
+}
+
+/// Runs `future` with a deadline so a hung stream fails the test instead of the suite.
+pub async fn within<F: std::future::Future>(seconds: u64, future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(seconds), future)
+        .await
+        .expect("timed out")
+}

@@ -1,0 +1,95 @@
+//! Backend failures seen from the client: throttling is a 429, other failures a 500 that
+//! reveals nothing of the cause.
+
+use crate::common::*;
+use agentlane_api::ApiConfig;
+use agentlane_core::{Layered, Store, StoreCall, StoreError, StoreLayer, StoreResult};
+use async_trait::async_trait;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+
+/// Delegates to the real store, except that every call fails with `failure` while it is set.
+struct Faulty {
+    inner: Arc<dyn Store>,
+    failure: Switch,
+}
+
+/// The failure every store call answers while set.
+type Switch = Arc<Mutex<Option<StoreError>>>;
+
+#[async_trait]
+impl StoreLayer for Faulty {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    async fn before(&self, _call: StoreCall) -> StoreResult<()> {
+        match self.failure.lock().unwrap().clone() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn harness() -> (Harness, Switch) {
+    let failure: Switch = Arc::default();
+    let switch = failure.clone();
+    let h = Harness::build(ApiConfig::default(), move |inner| {
+        Arc::new(Layered(Faulty {
+            inner,
+            failure: switch,
+        }))
+    })
+    .await;
+    (h, failure)
+}
+
+#[tokio::test]
+async fn a_throttled_store_answers_429_with_retry_after() {
+    let (h, failure) = harness().await;
+    *failure.lock().unwrap() = Some(StoreError::Throttled("slow down".into()));
+    let reply = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "main", "message": "hi"}),
+        )
+        .await;
+    reply.assert_error(429, "rate_limited");
+    assert_eq!(reply.headers["retry-after"], "1");
+}
+
+#[tokio::test]
+async fn a_failing_store_answers_500_without_internals() {
+    let (h, failure) = harness().await;
+    let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"].clone();
+    *failure.lock().unwrap() = Some(StoreError::Unavailable(
+        "disk /srv/agentlane/db is full".into(),
+    ));
+    for reply in [
+        h.get(&format!("/v1/runs/{}", run_id.as_str().unwrap()), ACME_KEY)
+            .await,
+        h.get("/v1/sessions/main", ACME_KEY).await,
+        h.post("/v1/agent.wait", ACME_KEY, json!({"runId": run_id}))
+            .await,
+    ] {
+        reply.assert_error(500, "internal");
+        assert!(!reply.text.contains("/srv"), "{}", reply.text);
+    }
+    // Recovered, the same run reads back.
+    *failure.lock().unwrap() = None;
+    let reply = h
+        .get(&format!("/v1/runs/{}", run_id.as_str().unwrap()), ACME_KEY)
+        .await;
+    assert_eq!(reply.json["runId"], run_id);
+}
+
+#[tokio::test]
+async fn a_store_busy_error_is_session_busy() {
+    let (h, failure) = harness().await;
+    h.submit(ACME_KEY, "main", "hi").await;
+    *failure.lock().unwrap() = Some(StoreError::Busy);
+    h.post("/v1/sessions/main/reset", ACME_KEY, json!({}))
+        .await
+        .assert_error(409, "session_busy");
+}

@@ -1,0 +1,283 @@
+//! `GET /v1/runs/{id}`, events (JSON pages and SSE), and abort.
+
+use crate::common::*;
+use agentlane_core::{RunStatus, TenantId};
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use futures::StreamExt;
+use serde_json::json;
+use std::sync::Arc;
+use tower::ServiceExt;
+
+async fn submitted(h: &Harness) -> String {
+    h.submit(ACME_KEY, "main", "hi").await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_run_reads_back_without_its_tenant() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    let reply = h.get(&format!("/v1/runs/{run_id}"), ACME_KEY).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.json["runId"], run_id);
+    assert_eq!(reply.json["status"], "queued");
+    assert_eq!(reply.json["livenessState"], "working");
+    assert_eq!(reply.json["sessionKey"], "main");
+    assert_eq!(reply.json["request"]["message"], "hi");
+    assert_eq!(reply.json["abortRequested"], false);
+    assert_eq!(reply.json.get("tenant"), None);
+    h.get("/v1/runs/run_unknown", ACME_KEY)
+        .await
+        .assert_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn events_page_by_seq() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    let events = (1..=5)
+        .map(|seq| event(seq, &format!("part {seq}")))
+        .collect();
+    h.finish(&acme(), &run_id, RunStatus::Ok, events).await;
+    let page = |query: &str| {
+        let path = format!("/v1/runs/{run_id}/events{query}");
+        let h = &h;
+        async move {
+            let reply = h.get(&path, ACME_KEY).await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+            let seqs: Vec<u64> = reply.json["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["seq"].as_u64().unwrap())
+                .collect();
+            (seqs, reply.json["next"].clone(), reply.json)
+        }
+    };
+    let (seqs, next, body) = page("?limit=2").await;
+    assert_eq!((seqs, next), (vec![1, 2], json!(2)));
+    assert_eq!(
+        body["events"][0],
+        json!({"seq": 1, "stream": "assistant", "ts": T0 + 1, "data": {"delta": "part 1"}})
+    );
+    assert_eq!(page("?after=2&limit=2").await.0, vec![3, 4]);
+    let (seqs, next, _) = page("?after=4").await;
+    assert_eq!((seqs, next), (vec![5], json!(5)));
+    let (seqs, next, _) = page("?after=5").await;
+    assert_eq!((seqs, next), (vec![], json!(5)));
+    let (seqs, _, _) = page("").await;
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+
+    h.get(&format!("/v1/runs/{run_id}/events?limit=0"), ACME_KEY)
+        .await
+        .assert_error(400, "invalid_request");
+    h.get(&format!("/v1/runs/{run_id}/events?after=abc"), ACME_KEY)
+        .await
+        .assert_error(400, "invalid_request");
+}
+
+#[tokio::test]
+async fn events_of_a_run_without_any_have_a_null_next() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    let reply = h.get(&format!("/v1/runs/{run_id}/events"), ACME_KEY).await;
+    assert_eq!(reply.json, json!({"events": [], "next": null}));
+}
+
+fn sse_request(run_id: &str, last_event_id: Option<&str>) -> Request<Body> {
+    let mut builder = Request::get(format!("/v1/runs/{run_id}/events"))
+        .header("authorization", format!("Bearer {ACME_KEY}"))
+        .header("accept", "text/event-stream");
+    if let Some(id) = last_event_id {
+        builder = builder.header("last-event-id", id);
+    }
+    builder.body(Body::empty()).unwrap()
+}
+
+/// The `(event, id, data)` frames of an SSE body, comments skipped.
+fn frames(text: &str) -> Vec<(String, Option<String>, serde_json::Value)> {
+    text.split("\n\n")
+        .filter(|block| block.lines().any(|l| l.starts_with("data:")))
+        .map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_owned())
+            };
+            (
+                field("event:").unwrap(),
+                field("id:"),
+                serde_json::from_str(&field("data:").unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_event_stream_of_a_finished_run_sends_everything_then_ends() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    h.finish(
+        &acme(),
+        &run_id,
+        RunStatus::Ok,
+        vec![event(1, "a"), event(2, "b")],
+    )
+    .await;
+    let reply = within(10, h.send(sse_request(&run_id, None))).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(
+        reply.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let frames = frames(&reply.text);
+    assert_eq!(
+        frames,
+        vec![
+            (
+                "assistant".into(),
+                Some("1".into()),
+                json!({"seq": 1, "stream": "assistant", "ts": T0 + 1, "data": {"delta": "a"}})
+            ),
+            (
+                "assistant".into(),
+                Some("2".into()),
+                json!({"seq": 2, "stream": "assistant", "ts": T0 + 2, "data": {"delta": "b"}})
+            ),
+            ("end".into(), None, json!({"runId": run_id, "status": "ok"})),
+        ]
+    );
+    // A reconnect with Last-Event-ID gets only what it missed.
+    let resumed = within(10, h.send(sse_request(&run_id, Some("1")))).await;
+    let seqs: Vec<_> = frames_ids(&resumed.text);
+    assert_eq!(seqs, vec![Some("2".to_owned()), None]);
+}
+
+fn frames_ids(text: &str) -> Vec<Option<String>> {
+    frames(text).into_iter().map(|(_, id, _)| id).collect()
+}
+
+#[tokio::test]
+async fn the_event_stream_follows_a_live_run_until_it_ends() {
+    let h = Arc::new(Harness::new().await);
+    let run_id = submitted(&h).await;
+    // The runner starts: the run is running with one event, the lock stays held.
+    let fence = h.lock(&acme(), "main").await;
+    let mut run = h.run(&acme(), &run_id).await;
+    run.status = RunStatus::Running;
+    run.started_at = Some(T0);
+    h.commit(&fence, run.clone(), vec![event(1, "a")], vec![], false)
+        .await;
+
+    let response = h
+        .app
+        .clone()
+        .oneshot(sse_request(&run_id, None))
+        .await
+        .unwrap();
+    let mut body = response.into_body().into_data_stream();
+    let first = within(10, body.next()).await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("id: 1"),
+        "{first:?}"
+    );
+    // Later the runner writes another event and finishes.
+    run.status = RunStatus::Ok;
+    run.ended_at = Some(T0 + 10);
+    h.commit(&fence, run, vec![event(2, "b")], vec![], true)
+        .await;
+    let mut rest = String::new();
+    within(10, async {
+        while let Some(chunk) = body.next().await {
+            rest.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+    })
+    .await;
+    let frames = frames(&rest);
+    assert_eq!(frames.len(), 2, "{rest}");
+    assert_eq!(frames[0].1.as_deref(), Some("2"));
+    assert_eq!(frames[1].0, "end");
+    assert_eq!(frames[1].2["status"], "ok");
+}
+
+#[tokio::test]
+async fn the_event_stream_of_an_unknown_run_is_a_json_404() {
+    let h = Harness::new().await;
+    let reply = h.send(sse_request("run_unknown", None)).await;
+    reply.assert_error(404, "not_found");
+    let run_id = submitted(&h).await;
+    h.send(sse_request(&run_id, Some("x")))
+        .await
+        .assert_error(400, "invalid_request");
+}
+
+#[tokio::test]
+async fn abort_flags_a_live_run_and_conflicts_on_a_finished_one() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    let reply = h
+        .post(&format!("/v1/runs/{run_id}/abort"), ACME_KEY, json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text);
+    assert_eq!(
+        reply.json,
+        json!({"runId": run_id, "status": "queued", "abortRequested": true})
+    );
+    assert!(h.run(&acme(), &run_id).await.abort_requested);
+    let read = h.get(&format!("/v1/runs/{run_id}"), ACME_KEY).await;
+    assert_eq!(read.json["abortRequested"], true);
+
+    h.finish(&acme(), &run_id, RunStatus::Aborted, vec![]).await;
+    h.post(&format!("/v1/runs/{run_id}/abort"), ACME_KEY, json!({}))
+        .await
+        .assert_error(409, "conflict");
+    h.post("/v1/runs/run_unknown/abort", ACME_KEY, json!({}))
+        .await
+        .assert_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn another_tenants_runs_answer_404_like_unknown_ones() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    h.finish(&acme(), &run_id, RunStatus::Ok, vec![event(1, "secret")])
+        .await;
+    let beta = |reply: Reply| reply.assert_error(404, "not_found");
+    beta(h.get(&format!("/v1/runs/{run_id}"), BETA_KEY).await);
+    beta(h.get(&format!("/v1/runs/{run_id}/events"), BETA_KEY).await);
+    let mut sse = sse_request(&run_id, None);
+    sse.headers_mut().insert(
+        "authorization",
+        format!("Bearer {BETA_KEY}").parse().unwrap(),
+    );
+    beta(h.send(sse).await);
+    beta(
+        h.post(&format!("/v1/runs/{run_id}/abort"), BETA_KEY, json!({}))
+            .await,
+    );
+    beta(
+        h.post(
+            "/v1/agent.wait",
+            BETA_KEY,
+            json!({"runId": run_id, "timeoutMs": 0}),
+        )
+        .await,
+    );
+    // Nothing changed for acme.
+    assert!(!h.run(&acme(), &run_id).await.abort_requested);
+    let own = h.get(&format!("/v1/runs/{run_id}"), ACME_KEY).await;
+    assert_eq!(own.status, StatusCode::OK);
+    assert!(
+        h.store
+            .get_run(&TenantId::new("beta"), &agentlane_core::RunId::new(run_id))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -1,0 +1,265 @@
+//! The settings a host runs with, merged from the config file and the environment (SPEC §13;
+//! the merge lives in `resolve`). Every knob has a default so the first run needs no
+//! configuration at all.
+
+use crate::secret::Secret;
+use agentlane_agent::RunnerConfig;
+use agentlane_api::ApiConfig;
+use anyhow::Context;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The demo model's full name, as recorded on runs.
+pub const DEMO_MODEL: &str = "demo/agentlane-demo";
+
+/// Everything configurable, file and environment merged (the environment wins).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file `AGENTLANE_CONFIG` named, if any.
+    pub config_path: Option<PathBuf>,
+    pub models: ModelSettings,
+    pub runner: RunnerSettings,
+    pub api: ApiSettings,
+    pub tools: ToolSettings,
+    /// Webhook hooks from the config file.
+    pub hooks: Vec<agentlane_agent::hooks::WebhookConfig>,
+}
+
+/// The model providers a host was configured with.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    /// Configured providers (OpenAI-compatible and/or Anthropic), from the file and the env.
+    pub providers: Vec<ProviderSettings>,
+    /// `provider/model`, e.g. `openai/gpt-4o-mini`; the demo model when no provider is
+    /// configured.
+    pub default_model: String,
+    /// Tried in order when the model fails for good.
+    pub fallback_models: Vec<String>,
+    /// `provider/model` → tokens.
+    pub context_windows: Vec<(String, u64)>,
+    /// True when no provider is configured anywhere: the offline demo model answers.
+    pub demo: bool,
+    /// Pause between the demo model's chunks (`AGENTLANE_DEMO_DELAY_MS`).
+    pub demo_chunk_delay: Duration,
+}
+
+/// The wire protocol of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ProviderKind {
+    /// OpenAI Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, ...).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    #[serde(rename = "anthropic")]
+    Anthropic,
+}
+
+/// One provider: where it is and its credentials.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    /// The name before `/` in `provider/model`.
+    pub name: String,
+    pub base_url: Option<String>,
+    /// Auth profiles, tried in order; empty for a server that needs no key.
+    pub profiles: Vec<AuthProfile>,
+    /// Runs on the user's own hardware (longer idle timeout).
+    pub self_hosted: bool,
+    /// Whole-request HTTP timeout (`None`: no limit besides the runner's idle watchdog).
+    pub timeout: Option<Duration>,
+}
+
+/// One credential of a provider; its name is recorded on every attempt that used it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthProfile {
+    pub name: String,
+    pub api_key: Secret,
+}
+
+/// Runner knobs; `None` keeps [`RunnerConfig`]'s default (SPEC §12).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunnerSettings {
+    pub lock_lease: Option<Duration>,
+    pub lock_acquire_timeout: Option<Duration>,
+    pub visibility_timeout: Option<Duration>,
+    pub receive_wait: Option<Duration>,
+    /// Applies to cloud and self-hosted providers alike when set.
+    pub model_idle_timeout: Option<Duration>,
+    pub retry_delay_scale: Option<f64>,
+    pub max_tool_rounds: Option<u32>,
+    pub system_prompt: Option<String>,
+    /// Bootstrap context files: `(path as configured, text)`.
+    pub bootstrap_context: Vec<(String, String)>,
+    pub history_max_turns: Option<u32>,
+}
+
+/// HTTP edge knobs; `None` keeps the host's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiSettings {
+    pub max_message_bytes: Option<usize>,
+    /// Cap on `agent.wait`.
+    pub max_wait: Option<Duration>,
+    /// Limits of the HTTP edge (`[limits]`; `AGENTLANE_ALLOWED_MODELS` replaces
+    /// `allowed_models`).
+    pub limits: agentlane_api::Limits,
+}
+
+/// Tool knobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// Hosts, IPs or CIDRs `http_fetch` may reach although private or loopback.
+    pub http_fetch_allow: Vec<String>,
+}
+
+impl Settings {
+    /// The runner settings; the idle timeout default follows the default model's provider.
+    pub fn runner_config(&self) -> RunnerConfig {
+        self.runner.config(self.models.self_hosted_default())
+    }
+
+    /// The API settings; `default_max_wait` caps `agent.wait` unless configured (behind API
+    /// Gateway, requests end at 30 s).
+    pub fn api_config(&self, default_max_wait: Duration) -> ApiConfig {
+        let mut config = self.api.config(self.models.demo, default_max_wait);
+        // Without an explicit allow-list a tenant may ask for the default model and its
+        // fallbacks only.
+        config.configured_models = std::iter::once(self.models.default_model.clone())
+            .chain(self.models.fallback_models.iter().cloned())
+            .collect();
+        config
+    }
+}
+
+impl ModelSettings {
+    /// Whether the default model's provider runs on the user's own hardware.
+    pub fn self_hosted_default(&self) -> bool {
+        let provider = self.default_model.split('/').next().unwrap_or_default();
+        self.providers
+            .iter()
+            .any(|p| p.name == provider && p.self_hosted)
+    }
+}
+
+impl RunnerSettings {
+    /// [`RunnerConfig`] with these settings applied; `self_hosted` picks the idle-timeout
+    /// default for cloud providers.
+    pub fn config(&self, self_hosted: bool) -> RunnerConfig {
+        let d = RunnerConfig::default();
+        let idle_default = if self_hosted {
+            d.model_idle_timeout_self_hosted
+        } else {
+            d.model_idle_timeout
+        };
+        RunnerConfig {
+            lock_lease: self.lock_lease.unwrap_or(d.lock_lease),
+            lock_acquire_timeout: self.lock_acquire_timeout.unwrap_or(d.lock_acquire_timeout),
+            visibility_timeout: self.visibility_timeout.unwrap_or(d.visibility_timeout),
+            receive_wait: self.receive_wait.unwrap_or(d.receive_wait),
+            model_idle_timeout: self.model_idle_timeout.unwrap_or(idle_default),
+            model_idle_timeout_self_hosted: self
+                .model_idle_timeout
+                .unwrap_or(d.model_idle_timeout_self_hosted),
+            retry_delay_scale: self.retry_delay_scale.unwrap_or(d.retry_delay_scale),
+            max_tool_rounds: self.max_tool_rounds.unwrap_or(d.max_tool_rounds),
+            bootstrap_context: self.bootstrap_context.clone(),
+            history_max_turns: self.history_max_turns,
+            system_prompt: self
+                .system_prompt
+                .clone()
+                .unwrap_or(d.system_prompt.clone()),
+            ..d
+        }
+    }
+}
+
+impl ApiSettings {
+    /// [`ApiConfig`] with these settings applied. The body limit keeps its 64 KiB headroom
+    /// over the message limit.
+    pub fn config(&self, demo_mode: bool, default_max_wait: Duration) -> ApiConfig {
+        let d = ApiConfig::default();
+        let max_wait_ms = self.max_wait.unwrap_or(default_max_wait).as_millis() as u64;
+        let max_message_bytes = self.max_message_bytes.unwrap_or(d.max_message_bytes);
+        ApiConfig {
+            demo_mode,
+            max_wait_ms,
+            default_wait_ms: d.default_wait_ms.min(max_wait_ms),
+            max_message_bytes,
+            max_body_bytes: max_message_bytes
+                .saturating_add(d.max_body_bytes - d.max_message_bytes),
+            limits: self.limits.clone(),
+            ..d
+        }
+    }
+}
+
+/// A value read from the environment (`None` when unset or empty).
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// A duration in milliseconds from the environment.
+pub fn env_ms(name: &str, default: Duration) -> anyhow::Result<Duration> {
+    match env(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .with_context(|| format!("{name} must be a number of milliseconds, got {v:?}")),
+    }
+}
+
+/// Loopback or private base URLs are self-hosted servers (vLLM, Ollama, llama.cpp).
+pub(crate) fn is_self_hosted(base_url: &str) -> bool {
+    let host = base_url
+        .split("://")
+        .nth(1)
+        .unwrap_or(base_url)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("");
+    host == "localhost"
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| match ip {
+            std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_private(),
+            std::net::IpAddr::V6(v6) => v6.is_loopback(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_hosted_detection() {
+        assert!(is_self_hosted("http://127.0.0.1:11434/v1"));
+        assert!(is_self_hosted("http://localhost:8000/v1"));
+        assert!(is_self_hosted("http://192.168.1.5/v1"));
+        assert!(!is_self_hosted("https://api.openai.com/v1"));
+    }
+
+    #[test]
+    fn unset_runner_settings_keep_the_spec_defaults() {
+        let d = RunnerConfig::default();
+        let cloud = RunnerSettings::default().config(false);
+        assert_eq!(cloud.model_idle_timeout, d.model_idle_timeout);
+        assert_eq!(cloud.lock_lease, d.lock_lease);
+        let local = RunnerSettings::default().config(true);
+        assert_eq!(local.model_idle_timeout, d.model_idle_timeout_self_hosted);
+    }
+
+    #[test]
+    fn api_body_limit_follows_the_message_limit() {
+        let api = ApiSettings {
+            max_message_bytes: Some(1000),
+            max_wait: Some(Duration::from_secs(10)),
+            limits: agentlane_api::Limits::default(),
+        }
+        .config(true, Duration::from_secs(25));
+        assert_eq!(api.max_message_bytes, 1000);
+        assert_eq!(api.max_body_bytes, 1000 + 64 * 1024);
+        assert_eq!(api.max_wait_ms, 10_000);
+        assert_eq!(api.default_wait_ms, 10_000);
+        assert!(api.demo_mode);
+    }
+}

@@ -106,8 +106,8 @@ pub struct ApiConfig {
     /// Interval of SSE keep-alive comments. Default 15 s.
     pub sse_keep_alive_ms: u64,
     /// How long a reset waits for a running turn to release the session lock before it
-    /// answers `session_busy` (capped by `max_wait_ms`). Default 60 s, the runner's lock
-    /// acquire timeout.
+    /// answers `session_busy` (capped by `max_wait_ms` and by the request timeout, less a
+    /// second). Default 60 s, the runner's lock acquire timeout.
     pub reset_wait_ms: u64,
     /// Cron jobs one tenant may have. Default 1,000.
     pub max_cron_jobs: u32,

@@ -66,6 +66,9 @@ impl Runner {
         // One try first: a busy lane is usually busy with an earlier run of the session (only
         // a queue that delivers a lane's next message early shows us one), and a message that
         // must wait for it should not hold a worker for the whole acquire timeout.
+        if shutdown.is_cancelled() {
+            return Ok(TurnExit::HandBack);
+        }
         let acquired = match acquire(Duration::ZERO).await {
             Err(AcquireError::Busy { .. }) if self.behind_an_earlier_run(message).await? => {
                 tracing::info!(run = %message.run_id, "an earlier run of the session holds the lane; the turn comes back later");

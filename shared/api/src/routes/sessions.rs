@@ -117,7 +117,14 @@ pub async fn reset(
         EmptyBody::AsEmptyObject,
     )
     .await?;
-    let wait = Duration::from_millis(state.config.reset_wait_ms.min(state.config.max_wait_ms));
+    // Within the request's own timeout, with a second to answer.
+    let wait = Duration::from_millis(state.config.reset_wait_ms.min(state.config.max_wait_ms)).min(
+        state
+            .config
+            .limits
+            .request_timeout()
+            .saturating_sub(Duration::from_secs(1)),
+    );
     let deadline = tokio::time::Instant::now() + wait;
     let mut pause = Duration::from_millis(50);
     let session = loop {

@@ -34,7 +34,12 @@ impl StoreLayer for Faulty {
 async fn harness() -> (Harness, Switch) {
     let failure: Switch = Arc::default();
     let switch = failure.clone();
-    let h = Harness::build(ApiConfig::default(), move |inner| {
+    // A reset retries a busy session for this long before answering `session_busy`.
+    let config = ApiConfig {
+        reset_wait_ms: 200,
+        ..ApiConfig::default()
+    };
+    let h = Harness::build(config, move |inner| {
         Arc::new(Layered(Faulty {
             inner,
             failure: switch,

@@ -70,6 +70,13 @@ pub fn open_embedded(data_dir: &Path) -> anyhow::Result<Backends> {
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let backend = SqliteBackend::open(data_dir)
         .with_context(|| format!("cannot open the embedded store in {}", data_dir.display()))?;
+    // The queue dead-letters a message one failed delivery after the runner's poison cap, so
+    // the pickup that ends a poisoned run `poisoned` still comes.
+    if let Some(cap) =
+        env("AGENTLANE_MAX_FAILED_PICKUPS").and_then(|v| v.trim().parse::<u32>().ok())
+    {
+        backend.set_max_failed_deliveries(cap.saturating_add(1));
+    }
     Ok(Backends {
         store: Arc::new(backend.clone()),
         queue: Arc::new(backend),

@@ -28,5 +28,5 @@ mod schema;
 mod store;
 
 pub use backend::{DB_FILE_NAME, SqliteBackend};
-pub use lane_table::{DEDUP_RETENTION_MS, QueueStats};
+pub use lane_table::{DEDUP_RETENTION_MS, DeadLetter, MAX_FAILED_DELIVERIES, QueueStats};
 pub use queue::RECHECK;

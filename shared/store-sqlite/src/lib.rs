@@ -22,6 +22,7 @@ mod error;
 mod ingress;
 mod lane_table;
 mod lock;
+mod processing;
 mod queue;
 mod records;
 mod schema;

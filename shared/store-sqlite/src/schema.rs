@@ -108,6 +108,8 @@ CREATE TABLE lane_dead (
     reason        TEXT NOT NULL,
     dead_at       INTEGER NOT NULL
 );
+CREATE INDEX sessions_processing ON sessions (json_extract(body, '$.status'))
+    WHERE json_extract(body, '$.status') = 'processing';
 ";
 
 /// The schema version this build writes.

@@ -25,12 +25,14 @@
 mod error;
 mod intake;
 mod lock;
+mod processing;
 mod reader;
 mod writer;
 
 pub use error::{StoreError, StoreResult};
 pub use intake::{AcceptOutcome, NewTurn, TurnIntake};
 pub use lock::SessionLock;
+pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;
 pub use writer::{CheckedCommit, Commit, FencedWriter};
 

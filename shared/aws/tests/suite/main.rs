@@ -6,5 +6,6 @@
 mod common;
 mod conformance;
 mod dynamo_store;
+mod processing_index;
 mod setup;
 mod sqs_queue;

@@ -225,8 +225,11 @@ impl Client {
                 .wait(run_id, u64::try_from(chunk).unwrap_or(20_000))
                 .await?;
             match reply.status {
-                WaitStatus::Timeout => continue,
-                WaitStatus::Ok | WaitStatus::Error => return self.run(run_id).await,
+                WaitStatus::Pending => continue,
+                WaitStatus::Timeout if !reply.run_status.is_terminal() => continue,
+                WaitStatus::Ok | WaitStatus::Error | WaitStatus::Timeout => {
+                    return self.run(run_id).await;
+                }
             }
         }
     }
@@ -396,6 +399,46 @@ impl Client {
             StatusCode::OK,
         )
         .await
+    }
+
+    /// A page of the session's transcript after `after` (`GET .../transcript?after=N`).
+    pub async fn transcript_after(
+        &self,
+        session_key: &str,
+        after: Option<u64>,
+    ) -> HarnessResult<TranscriptView> {
+        let query = after.map(|a| format!("?after={a}")).unwrap_or_default();
+        self.expect(
+            Method::GET,
+            &format!("/v1/sessions/{session_key}/transcript{query}"),
+            None,
+            StatusCode::OK,
+        )
+        .await
+    }
+
+    /// Opens the run's SSE stream and hands it back unread: it stays open while held. A
+    /// refusal comes back as `Err` with the answer unread (status, `Retry-After`, body).
+    pub async fn open_event_stream(
+        &self,
+        run_id: &str,
+    ) -> HarnessResult<Result<reqwest::Response, reqwest::Response>> {
+        let path = format!("/v1/runs/{run_id}/events");
+        let response = self
+            .request(Method::GET, &path)
+            .header(ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|source| HarnessError::Http {
+                method: "GET".to_owned(),
+                url: format!("{}{path}", self.base),
+                source,
+            })?;
+        Ok(if response.status() == StatusCode::OK {
+            Ok(response)
+        } else {
+            Err(response)
+        })
     }
 
     /// `POST /v1/runs/{id}/abort`; returns the status.

@@ -47,6 +47,8 @@ pub struct ServerOptions {
     binary: PathBuf,
     env: BTreeMap<String, String>,
     workers: Option<u32>,
+    /// Another server's data directory (a sibling on the embedded backend).
+    shared_data_dir: Option<PathBuf>,
 }
 
 impl ServerOptions {
@@ -67,6 +69,7 @@ impl ServerOptions {
             binary: binary.into(),
             env,
             workers: None,
+            shared_data_dir: None,
         }
     }
 
@@ -165,6 +168,29 @@ impl Server {
     pub fn stderr_tail(&self, max: usize) -> String {
         self.logs.stderr_tail(max)
     }
+
+    /// A second server process on the same backend (the same data directory on the embedded
+    /// backend, the same table and queue on AWS): two tickers, two sets of lane workers. It
+    /// has its own URL; kill it or drop it independently.
+    pub fn start_sibling(&self) -> HarnessResult<Server> {
+        let dir = tempfile::Builder::new()
+            .prefix("agentlane-e2e-sibling-")
+            .tempdir()
+            .map_err(|e| HarnessError::io("create server temp dir", e))?;
+        let mut options = self.options.clone();
+        if !backend_is_aws() {
+            options.shared_data_dir = Some(self.data_dir());
+        }
+        let (child, url, logs) = spawn(&options, dir.path(), 0)?;
+        Ok(Server {
+            options,
+            child: Some(child),
+            url,
+            logs,
+            incarnation: 0,
+            dir,
+        })
+    }
 }
 
 impl Drop for Server {
@@ -242,9 +268,13 @@ fn spawn(
 ) -> HarnessResult<(Child, String, LogFiles)> {
     let logs = LogFiles::in_dir(root, &format!("server-{incarnation}"));
     let mut command = Command::new(&options.binary);
+    let data = match &options.shared_data_dir {
+        Some(shared) => shared.clone(),
+        None => data_dir(root),
+    };
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir(root));
+        .arg(data);
     if let Some(workers) = options.workers {
         command.args(["--workers", &workers.to_string()]);
     }

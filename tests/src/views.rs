@@ -3,6 +3,7 @@
 
 use agentlane_core::{
     Event, EventStream, LivenessState, Message, Payload, RunError, RunStatus, TranscriptEntry,
+    Usage,
 };
 use serde::Deserialize;
 
@@ -28,8 +29,10 @@ pub enum WaitStatus {
     Ok,
     /// The run ended otherwise.
     Error,
-    /// Only the wait ended; the run goes on.
+    /// Only the wait ended while the run was running (or the run itself timed out).
     Timeout,
+    /// Only the wait ended, and the run is still queued (`timeoutPhase: "queue"`).
+    Pending,
 }
 
 /// Answer of `POST /v1/agent.wait`.
@@ -51,6 +54,18 @@ pub struct WaitReply {
     /// Why it did not end ok.
     #[serde(default)]
     pub error: Option<RunError>,
+    /// The replies shown to the user, once the run ended.
+    #[serde(default)]
+    pub payloads: Option<Vec<Payload>>,
+    /// Tokens used, once the run ended.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// The model that answered, once the run ended.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Where the run still was when only the wait ended (`queue` or `run`).
+    #[serde(default)]
+    pub timeout_phase: Option<String>,
 }
 
 /// One entry of a run's attempt ledger.
@@ -147,6 +162,9 @@ pub struct TranscriptView {
     pub session_id: String,
     /// Ordered entries.
     pub entries: Vec<TranscriptEntry>,
+    /// The `after` cursor of the next page.
+    #[serde(default)]
+    pub next: Option<u64>,
 }
 
 impl TranscriptView {

@@ -1,46 +1,76 @@
-//! The cron Lambda's handler. EventBridge calls it every minute with a scheduled event.
+//! The cron Lambda's handler. EventBridge invokes it every minute with a scheduled event.
 //!
-//! Cron jobs and the stuck-session sweep are not built yet: the tick validates its event and
-//! reports that it fired nothing, so the schedule can be deployed safely now.
+//! # Firing on time from a once-a-minute schedule
+//!
+//! An invocation does not fire what is due and return: it stays for the minute its event
+//! stands for and ticks every `AGENTLANE_CRON_TICK_MS` (1 s) until the next invocation is due
+//! (the event's `time` + 60 s, or the Lambda deadline minus a margin, whichever comes first).
+//! Each tick reads the jobs due now from the `cronDue` index and claims each slot with a
+//! conditional write on the job's version, so a job due at 12:00:37 fires at 12:00:37–38, not
+//! at the next minute — including jobs created after the invocation started. Consecutive
+//! invocations may overlap by a moment (a late start, a retry): the conditional claim lets only
+//! one of them fire a slot. The function's timeout (`CronTimeout`, default 120 s) leaves room for
+//! the minute plus the last deliveries.
 
+use agentlane_core::Clock;
+use agentlane_scheduler::{TickReport, Ticker};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
-/// What one tick did.
+/// How long an invocation ticks at most: the schedule's period.
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// Stop ticking this long before the Lambda deadline.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+/// Waiting for webhook deliveries before returning, at most.
+pub const DELIVERY_GRACE: Duration = Duration::from_secs(3);
+
+/// What one invocation did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TickReport {
+pub struct InvocationReport {
     /// The schedule time of the event (its `time` field).
     pub scheduled_for: String,
+    /// Ticks made.
+    pub ticks: u32,
+    /// Runs fired, one per claimed slot.
     pub jobs_fired: u32,
-    pub stuck_sessions_recovered: u32,
+    /// Their run ids.
+    pub fired_run_ids: Vec<String>,
+    /// Slots skipped because the job's previous fire still ran.
+    pub slots_skipped: u32,
+    /// Fires whose end was recorded on their job.
+    pub runs_ended: u32,
+    /// Fires recorded `timeout` by the scheduler.
+    pub runs_timed_out: u32,
+    /// Claims another ticker won.
+    pub claims_lost: u32,
 }
 
-/// Why a tick refused its input.
+impl InvocationReport {
+    fn new(scheduled_for: String, report: TickReport) -> Self {
+        Self {
+            scheduled_for,
+            ticks: report.ticks,
+            jobs_fired: report.fired.len() as u32,
+            fired_run_ids: report.fired.iter().map(|r| r.to_string()).collect(),
+            slots_skipped: report.skipped,
+            runs_ended: report.ended,
+            runs_timed_out: report.timed_out,
+            claims_lost: report.conflicts,
+        }
+    }
+}
+
+/// Why an invocation refused its input.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TickError {
     #[error("not a scheduled event (detail-type {0:?})")]
     NotScheduled(String),
     #[error("the scheduled event has no time")]
     MissingTime,
-}
-
-/// One tick of the schedule.
-pub async fn tick(event: EventBridgeEvent<serde_json::Value>) -> Result<TickReport, TickError> {
-    let detail_type = event.detail_type;
-    if detail_type != "Scheduled Event" {
-        return Err(TickError::NotScheduled(detail_type));
-    }
-    let scheduled_for = event
-        .time
-        .map(|t| t.to_rfc3339())
-        .ok_or(TickError::MissingTime)?;
-    tracing::info!(%scheduled_for, "cron tick: no jobs or sweeps are configured yet");
-    Ok(TickReport {
-        scheduled_for,
-        jobs_fired: 0,
-        stuck_sessions_recovered: 0,
-    })
 }
 
 impl From<TickError> for lambda_runtime::Diagnostic {
@@ -53,5 +83,56 @@ impl From<TickError> for lambda_runtime::Diagnostic {
             error_type: error_type.to_owned(),
             error_message: error.to_string(),
         }
+    }
+}
+
+/// The handler: a ticker over the AWS backends and the clock it reads. Built once per cold
+/// start; each invocation borrows it.
+#[derive(Clone)]
+pub struct CronFunction {
+    ticker: Ticker,
+    clock: Arc<dyn Clock>,
+}
+
+impl CronFunction {
+    /// A handler over `ticker`.
+    pub fn new(ticker: Ticker, clock: Arc<dyn Clock>) -> Self {
+        Self { ticker, clock }
+    }
+
+    /// One invocation: ticks from now until `event.time + WINDOW` or `deadline_ms -
+    /// DEADLINE_MARGIN` (the Lambda deadline, ms since epoch), whichever is first — at least one
+    /// tick even for a late event — then waits briefly for webhook deliveries.
+    pub async fn handle(
+        &self,
+        event: EventBridgeEvent<serde_json::Value>,
+        deadline_ms: Option<u64>,
+    ) -> Result<InvocationReport, TickError> {
+        if event.detail_type != "Scheduled Event" {
+            return Err(TickError::NotScheduled(event.detail_type));
+        }
+        let time = event.time.ok_or(TickError::MissingTime)?;
+        let scheduled_ms = u64::try_from(time.timestamp_millis()).unwrap_or(0);
+        let mut until = scheduled_ms.saturating_add(WINDOW.as_millis() as u64);
+        if let Some(deadline) = deadline_ms {
+            until = until.min(deadline.saturating_sub(DEADLINE_MARGIN.as_millis() as u64));
+        }
+        let now = self.clock.now_ms();
+        tracing::info!(
+            scheduled_for = %time.to_rfc3339(),
+            window_ms = until.saturating_sub(now),
+            "cron invocation"
+        );
+        let report = self.ticker.run(CancellationToken::new(), Some(until)).await;
+        self.ticker.drain_deliveries(DELIVERY_GRACE).await;
+        let report = InvocationReport::new(time.to_rfc3339(), report);
+        tracing::info!(
+            fired = report.jobs_fired,
+            skipped = report.slots_skipped,
+            ended = report.runs_ended,
+            lost = report.claims_lost,
+            "cron invocation done"
+        );
+        Ok(report)
     }
 }

@@ -13,13 +13,16 @@ async fn main() -> Result<(), lambda_http::Error> {
     let keys = runtime::api_keys_from_env()?.ok_or_else(|| {
         anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
     })?;
+    // API Gateway ends requests at 30 s: waits are capped below that.
+    let mut config = settings.api_config(Duration::from_secs(25));
+    config.max_cron_jobs = runtime::cron::CronSettings::from_env()?.max_jobs;
     let app = agentlane_api::app(ApiState {
         store: backends.store,
         queue: backends.queue,
         clock: backends.clock,
+        cron: backends.cron,
         keys,
-        // API Gateway ends requests at 30 s: waits are capped below that.
-        config: settings.api_config(Duration::from_secs(25)),
+        config,
     });
     lambda_http::run(app).await
 }

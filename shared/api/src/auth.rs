@@ -1,7 +1,7 @@
 //! Bearer API keys → tenant. Only SHA-256 digests of the keys are kept, and a presented key is
 //! compared against every digest in constant time.
 
-use crate::ApiState;
+use crate::Shared;
 use crate::error::ApiError;
 use agentlane_core::TenantId;
 use agentlane_core::validate::validate_tenant;
@@ -137,23 +137,22 @@ fn bearer_token(parts: &Parts) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The authenticated tenant of a request. Extract it first in every handler.
+/// The authenticated tenant of a request, admitted under its request rate (`429
+/// rate_limited` with `Retry-After` beyond it). Extract it first in every handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub TenantId);
 
-impl FromRequestParts<Arc<ApiState>> for Tenant {
+impl FromRequestParts<Arc<Shared>> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        state: &Arc<ApiState>,
+        state: &Arc<Shared>,
     ) -> Result<Self, Self::Rejection> {
         let token = bearer_token(parts).ok_or(ApiError::Unauthorized)?;
-        state
-            .keys
-            .tenant_for(token)
-            .map(Tenant)
-            .ok_or(ApiError::Unauthorized)
+        let tenant = state.keys.tenant_for(token).ok_or(ApiError::Unauthorized)?;
+        state.admission.admit_request(&tenant)?;
+        Ok(Tenant(tenant))
     }
 }
 

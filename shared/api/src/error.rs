@@ -34,6 +34,19 @@ pub enum ApiError {
     /// 429: the backend asked us to slow down.
     #[error("{0}")]
     RateLimited(String),
+    /// 429: a limit of this tenant (request rate, open streams or waits, queued runs) is
+    /// reached; `Retry-After` says when to try again.
+    #[error("{message}")]
+    LimitReached {
+        message: String,
+        retry_after: std::time::Duration,
+    },
+    /// 408: the request (or its body) did not complete in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// 414: the path and query are longer than the server accepts.
+    #[error("{0}")]
+    UriTooLong(String),
     /// 500: the detail is logged; the client gets a constant message.
     #[error("internal error: {0}")]
     Internal(String),
@@ -50,7 +63,9 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::SessionBusy(_) => "session_busy",
-            ApiError::RateLimited(_) => "rate_limited",
+            ApiError::RateLimited(_) | ApiError::LimitReached { .. } => "rate_limited",
+            ApiError::Timeout(_) => "timeout",
+            ApiError::UriTooLong(_) => "uri_too_long",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -64,7 +79,11 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::SessionBusy(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited(_) | ApiError::LimitReached { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -74,6 +93,23 @@ impl ApiError {
         match self {
             ApiError::Internal(_) => "internal error; see the server logs".to_owned(),
             other => other.to_string(),
+        }
+    }
+
+    /// A 429 for a tenant limit, to retry after `wait`.
+    pub fn rate_limited(message: impl Into<String>, wait: std::time::Duration) -> Self {
+        ApiError::LimitReached {
+            message: message.into(),
+            retry_after: wait,
+        }
+    }
+
+    /// How long the client should wait before retrying (429 answers only).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            ApiError::RateLimited(_) => Some(std::time::Duration::from_secs(1)),
+            ApiError::LimitReached { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 
@@ -106,18 +142,17 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status(), Json(body)).into_response();
-        match self {
-            ApiError::Unauthorized => {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            ApiError::RateLimited(_) => {
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            _ => {}
+        if let ApiError::Unauthorized = self {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(wait) = self.retry_after() {
+            // Whole seconds, rounded up, at least 1: `Retry-After: 0` invites a hot loop.
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
         }
         response
     }

@@ -112,7 +112,13 @@ async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<V
     let mut buffer = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
-            tracing::debug!(error = %e, "request body could not be read");
+            let inner = e.into_inner();
+            if is_body_timeout(inner.as_ref()) {
+                return ApiError::Timeout(
+                    "the request body did not arrive in time; send it at once".into(),
+                );
+            }
+            tracing::debug!(error = %inner, "request body could not be read");
             ApiError::InvalidRequest("the request body could not be read".into())
         })?;
         if buffer.len() + chunk.len() > limit {
@@ -121,6 +127,18 @@ async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<V
         buffer.extend_from_slice(&chunk);
     }
     Ok(buffer)
+}
+
+/// Whether a body error (or one of its sources) is the request-body timeout firing.
+fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// `Path<T>` whose rejection is a 400 in the API's shape.

@@ -1,26 +1,57 @@
 //! The HTTP contract of agentlane (SPEC §2) as one axum [`Router`].
 //!
 //! [`app`] builds the router over an [`ApiState`]. It opens no socket: the local server runs it
-//! under `axum::serve`, the ingress Lambda under `lambda_http`, and tests drive it with
-//! `tower::ServiceExt::oneshot`.
+//! under [`serve`] (hyper with the edge's [`Limits`]), the ingress Lambda under `lambda_http`,
+//! and tests drive it with `tower::ServiceExt::oneshot`. [`app_with`] also takes the process's
+//! [`Notifier`], so that commits made through a [`NotifyingStore`] wake waiters at once.
+//!
+//! Wiring a local server (the runner and the API share the wrapped store):
+//!
+//! ```ignore
+//! let notifier = agentlane_api::Notifier::new();
+//! backends.store = Arc::new(agentlane_api::NotifyingStore::new(backends.store, notifier.clone()));
+//! let runner = runtime::runner_with(&backends, &settings)?; // built on the wrapped store
+//! let mut config = settings.api_config(max_wait);
+//! config.limits = file_limits;                   // TOML `[limits]` (serde: `Limits`)
+//! config.configured_models = default_and_fallbacks; // the default allow-list
+//! let limits = config.limits.clone();
+//! let app = agentlane_api::app_with(ApiState { store: backends.store.clone(), config, .. }, notifier);
+//! agentlane_api::serve(listener, app, &limits, shutdown.cancelled()).await?;
+//! ```
 
+pub mod admission;
 pub mod auth;
+#[cfg(test)]
+mod edge_tests;
 pub mod error;
 pub mod extract;
+pub mod limits;
+pub mod notify;
+mod page;
 mod request_context;
 mod routes;
+pub mod server;
 mod sse;
+#[cfg(test)]
+mod testkit;
 pub mod validate;
 pub mod views;
 mod wait;
 
+pub use admission::Admission;
 pub use auth::{ApiKeys, Tenant};
 pub use error::ApiError;
+pub use limits::{Limits, TenantLimits, TenantOverride};
+pub use notify::{Notifier, NotifyingStore};
+pub use server::serve;
 
+use agentlane_core::cron::CronStore;
 use agentlane_core::{Clock, HistoryReader, LaneQueue, Store, TurnIntake};
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::routing::{get, post};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Everything the handlers need. Cheap to clone (shared parts sit behind `Arc`s).
 #[derive(Clone)]
@@ -33,6 +64,8 @@ pub struct ApiState {
     pub queue: Arc<dyn LaneQueue>,
     /// Timestamps (`acceptedAt`, lock-lease checks, idempotency expiry).
     pub clock: Arc<dyn Clock>,
+    /// Cron jobs (`/v1/cron/jobs`).
+    pub cron: Arc<dyn CronStore>,
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     pub config: ApiConfig,
@@ -67,10 +100,18 @@ pub struct ApiConfig {
     pub known_providers: Vec<String>,
     /// The offline demo model is active: `demo/...` models are accepted.
     pub demo_mode: bool,
-    /// How often an SSE event stream polls the store. Default 100 ms.
+    /// Longest pause of an SSE event stream polling a run that is not live in this process
+    /// (polls start at 2 ms and back off). Default 100 ms.
     pub sse_poll_ms: u64,
     /// Interval of SSE keep-alive comments. Default 15 s.
     pub sse_keep_alive_ms: u64,
+    /// Cron jobs one tenant may have. Default 1,000.
+    pub max_cron_jobs: u32,
+    /// Limits of the edge (TOML `[limits]`).
+    pub limits: Limits,
+    /// The configured default model and its fallbacks (`provider/model`): what a tenant may
+    /// ask for when `limits` names no allow-list. Empty: any model of a known provider.
+    pub configured_models: Vec<String>,
 }
 
 /// Default largest message: 256 KiB.
@@ -88,19 +129,57 @@ impl Default for ApiConfig {
             demo_mode: false,
             sse_poll_ms: 100,
             sse_keep_alive_ms: 15_000,
+            max_cron_jobs: agentlane_core::cron::DEFAULT_MAX_JOBS_PER_TENANT,
+            limits: Limits::default(),
+            configured_models: Vec::new(),
         }
     }
 }
 
-/// The whole API: `/v1/...` routes behind bearer auth, `GET /healthz` without, JSON 404 and 405
-/// fallbacks, and a request-id + tracing span around every request.
+/// The router's state: the caller's [`ApiState`] plus the process-wide edge state.
+pub struct Shared {
+    api: ApiState,
+    /// Wake-ups from commits of this process.
+    pub notifier: Notifier,
+    /// Per-tenant rate and concurrency buckets.
+    pub admission: Admission,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = ApiState;
+
+    fn deref(&self) -> &ApiState {
+        &self.api
+    }
+}
+
+/// The whole API without in-process wake-ups: waits and event streams poll the store (from
+/// 2 ms, backing off). Use [`app_with`] when the runner commits in this process.
 pub fn app(state: ApiState) -> Router {
-    let state = Arc::new(state);
-    Router::new()
+    app_with(state, Notifier::new())
+}
+
+/// The whole API: `/v1/...` routes behind bearer auth and per-tenant admission, `GET /healthz`
+/// without, JSON 404/405/408/414 answers, request and body timeouts, and a request-id +
+/// tracing span around every request. `notifier` must be the one the store given in `state`
+/// signals (see [`NotifyingStore`]).
+pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
+    let limits = state.config.limits.clone();
+    let wait_budget = Duration::from_millis(state.config.max_wait_ms) + limits.request_timeout();
+    let shared = Arc::new(Shared {
+        admission: Admission::new(limits.clone()),
+        notifier,
+        api: state,
+    });
+    let waits = with_timeout(
+        Router::new().route("/v1/agent.wait", post(routes::agent::wait)),
+        wait_budget,
+    );
+    let routes = Router::new()
         .route("/healthz", get(routes::health))
         .route("/v1/agent", post(routes::agent::submit))
-        .route("/v1/agent.wait", post(routes::agent::wait))
         .route("/v1/runs/{run_id}", get(routes::runs::get_run))
+        // The timeout ends at the response head: an SSE body streams on past it.
         .route("/v1/runs/{run_id}/events", get(routes::runs::events))
         .route("/v1/runs/{run_id}/abort", post(routes::runs::abort))
         .route(
@@ -115,8 +194,52 @@ pub fn app(state: ApiState) -> Router {
             "/v1/sessions/{session_key}/reset",
             post(routes::sessions::reset),
         )
+        .route(
+            "/v1/cron/jobs",
+            get(routes::cron::list).post(routes::cron::create),
+        )
+        .route(
+            "/v1/cron/jobs/{job_id}",
+            get(routes::cron::get)
+                .patch(routes::cron::patch)
+                .delete(routes::cron::delete),
+        )
+        .route("/v1/cron/jobs/{job_id}/run", post(routes::cron::run_now))
         .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed)
+        .method_not_allowed_fallback(routes::method_not_allowed);
+    with_timeout(routes, limits.request_timeout())
+        .merge(waits)
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+                    limits.request_body_timeout(),
+                ))
+                .layer(tower_http::map_request_body::MapRequestBodyLayer::new(
+                    axum::body::Body::new,
+                )),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            limits.max_uri_bytes,
+            request_context::limit_uri,
+        ))
         .layer(axum::middleware::from_fn(request_context::request_context))
-        .with_state(state)
+        .with_state(shared)
+}
+
+/// `router` answering `408 timeout` (JSON) when a request takes longer than `limit`.
+fn with_timeout(router: Router<Arc<Shared>>, limit: Duration) -> Router<Arc<Shared>> {
+    let millis = limit.as_millis();
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(
+                move |error: axum::BoxError| async move {
+                    if error.is::<tower::timeout::error::Elapsed>() {
+                        ApiError::Timeout(format!("the request took longer than {millis} ms"))
+                    } else {
+                        ApiError::Internal(format!("middleware: {error}"))
+                    }
+                },
+            ))
+            .layer(tower::timeout::TimeoutLayer::new(limit)),
+    )
 }

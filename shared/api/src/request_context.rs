@@ -1,10 +1,14 @@
 //! A request id (echoed from `x-request-id` when sane, generated otherwise) and a tracing span
-//! per request. Bodies, queries and keys are never logged.
+//! per request. Bodies, queries and keys are never logged, and neither are raw paths (they
+//! carry session keys): the span names the matched route (`/v1/sessions/{session_key}`).
 
-use axum::extract::Request;
+use crate::error::ApiError;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
+use axum::response::IntoResponse;
 use axum::response::Response;
+use sha2::{Digest, Sha256};
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -24,11 +28,16 @@ fn incoming_id(request: &Request) -> Option<String> {
 
 pub async fn request_context(request: Request, next: Next) -> Response {
     let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("(no route)", MatchedPath::as_str)
+        .to_owned();
     let span = tracing::info_span!(
         "http",
         request_id = %request_id,
         method = %request.method(),
-        path = %request.uri().path(),
+        route = %route,
     );
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
@@ -43,4 +52,39 @@ pub async fn request_context(request: Request, next: Next) -> Response {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
     response
+}
+
+/// Refuses a path plus query longer than `max` bytes with `414 uri_too_long` in the JSON
+/// error shape (before any extractor looks at it).
+pub async fn limit_uri(State(max): State<usize>, request: Request, next: Next) -> Response {
+    let uri = request.uri();
+    let length = uri.path_and_query().map_or(0, |pq| pq.as_str().len());
+    if length > max {
+        return ApiError::UriTooLong(format!(
+            "the request path and query are {length} bytes; at most {max} are accepted"
+        ))
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// A stable, non-reversible stand-in for a session key in logs: the first 12 hex digits of
+/// its SHA-256, so one session's lines can be followed without writing the key in clear.
+pub fn fingerprint(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_stable_short_and_hide_the_key() {
+        let a = fingerprint("user:alice@example.com");
+        assert_eq!(a, fingerprint("user:alice@example.com"));
+        assert_ne!(a, fingerprint("user:bob@example.com"));
+        assert_eq!(a.len(), 12);
+        assert!(!a.contains("alice"));
+    }
 }

@@ -1,8 +1,11 @@
-//! `GET /v1/runs/{id}/events` as Server-Sent Events: poll the store, send each event once
-//! (`id: seq`, `event: stream`, `data: event JSON`), and end with `event: end` once the run is
-//! terminal and every one of its events was sent.
+//! `GET /v1/runs/{id}/events` as Server-Sent Events: read the store whenever the run changes
+//! (a commit in this process wakes the stream at once; otherwise a short-backoff poll), send
+//! each event once (`id: seq`, `event: stream`, `data: event JSON`), and end with `event: end`
+//! once the run is terminal and every one of its events was sent.
 
-use crate::ApiState;
+use crate::Shared;
+use crate::admission::Slot;
+use crate::wait::RunWatch;
 use agentlane_core::{Event, RunId, RunStatus, StoreError, TenantId};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
@@ -15,12 +18,16 @@ use std::time::Duration;
 /// Events read per store call.
 const PAGE: usize = 500;
 
-/// The SSE response for one run, starting after `after`.
+/// The SSE response for one run, starting after `after`. `slot` (the tenant's stream slot) is
+/// held until the stream ends or the client goes away. `watch` must have subscribed before the
+/// caller's first read of the run.
 pub fn event_stream(
-    state: Arc<ApiState>,
+    state: Arc<Shared>,
     tenant: TenantId,
     run_id: RunId,
     after: Option<u64>,
+    watch: RunWatch,
+    slot: Slot,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let keep_alive = KeepAlive::new()
         .interval(Duration::from_millis(state.config.sse_keep_alive_ms.max(1)))
@@ -33,19 +40,23 @@ pub fn event_stream(
         pending: VecDeque::new(),
         finished: false,
         idle: false,
+        watch,
+        _slot: slot,
     };
     Sse::new(futures::stream::unfold(cursor, Cursor::next)).keep_alive(keep_alive)
 }
 
 struct Cursor {
-    state: Arc<ApiState>,
+    state: Arc<Shared>,
     tenant: TenantId,
     run_id: RunId,
     after: Option<u64>,
     pending: VecDeque<Event>,
     finished: bool,
-    /// The last poll found nothing new: pause before the next one.
+    /// The last read found nothing new: wait for a change before the next one.
     idle: bool,
+    watch: RunWatch,
+    _slot: Slot,
 }
 
 /// What one look at the store found.
@@ -67,13 +78,13 @@ impl Cursor {
                 return None;
             }
             if self.idle {
-                tokio::time::sleep(Duration::from_millis(self.state.config.sse_poll_ms.max(1)))
-                    .await;
+                self.watch.next_change(None).await;
             }
             match self.poll().await {
                 Poll::Events(events) => {
                     self.pending.extend(events);
                     self.idle = false;
+                    self.watch.saw_change();
                 }
                 Poll::Nothing => self.idle = true,
                 Poll::Ended(status) => {

@@ -4,13 +4,11 @@
 use crate::ApiConfig;
 use crate::error::ApiError;
 use agentlane_core::validate::validate_session_key;
-use agentlane_core::{QueueMode, SessionKey, TurnRequest};
+use agentlane_core::{QueueMode, SessionKey, TenantId, TurnRequest};
 use serde::Deserialize;
 
 /// Longest accepted `idempotencyKey`, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 256;
-/// Longest accepted `timeoutSeconds`: 7 days.
-pub const MAX_TIMEOUT_SECONDS: u64 = 7 * 24 * 3600;
 /// Longest accepted `model` (`provider/name`).
 pub const MAX_MODEL_LEN: usize = 256;
 /// Longest accepted `thinking` level.
@@ -48,8 +46,12 @@ fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::InvalidRequest(message.into())
 }
 
-/// Checks every field of an agent body.
-pub fn validate_agent_body(body: AgentBody, config: &ApiConfig) -> Result<ValidTurn, ApiError> {
+/// Checks every field of an agent body sent by `tenant` (its model allow-list applies).
+pub fn validate_agent_body(
+    body: AgentBody,
+    config: &ApiConfig,
+    tenant: &TenantId,
+) -> Result<ValidTurn, ApiError> {
     validate_session_key(&body.session_key).map_err(invalid)?;
     check_text_size("message", &body.message, config.max_message_bytes)?;
     if let Some(prompt) = &body.extra_system_prompt
@@ -67,17 +69,13 @@ pub fn validate_agent_body(body: AgentBody, config: &ApiConfig) -> Result<ValidT
     let queue_mode = parse_queue_mode(body.queue_mode.as_deref())?;
     if let Some(model) = &body.model {
         validate_model(model, config)?;
+        check_model_allowed(model, config, tenant)?;
     }
     if let Some(thinking) = &body.thinking {
         validate_thinking(thinking)?;
     }
-    if let Some(seconds) = body.timeout_seconds
-        && seconds > MAX_TIMEOUT_SECONDS
-    {
-        return Err(invalid(format!(
-            "timeoutSeconds is {seconds}; at most {MAX_TIMEOUT_SECONDS} (7 days) is allowed, \
-                 or 0 for no limit"
-        )));
+    if let Some(seconds) = body.timeout_seconds {
+        check_run_timeout(seconds, config)?;
     }
     Ok(ValidTurn {
         session_key: SessionKey::new(body.session_key),
@@ -88,6 +86,8 @@ pub fn validate_agent_body(body: AgentBody, config: &ApiConfig) -> Result<ValidT
             thinking: body.thinking,
             timeout_seconds: body.timeout_seconds,
             extra_system_prompt: body.extra_system_prompt,
+            deadline_at: None,
+            model_idle_timeout_ms: None,
         },
         idempotency_key: body.idempotency_key,
     })
@@ -173,6 +173,57 @@ pub fn validate_model(model: &str, config: &ApiConfig) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A tenant may ask only for the models of its allow-list (see
+/// [`crate::Limits::models_for`]); an empty list allows any model of a known provider.
+pub fn check_model_allowed(
+    model: &str,
+    config: &ApiConfig,
+    tenant: &TenantId,
+) -> Result<(), ApiError> {
+    let allowed = config.limits.models_for(tenant, &config.configured_models);
+    if allowed.is_empty() || allowed.iter().any(|m| m == model) {
+        return Ok(());
+    }
+    Err(invalid(format!(
+        "model {model:?} is not allowed for this tenant; allowed: {}",
+        allowed.join(", ")
+    )))
+}
+
+/// `timeoutSeconds` at most `max_run_timeout_seconds`; `0` (no limit) only when unlimited
+/// runs are allowed.
+fn check_run_timeout(seconds: u64, config: &ApiConfig) -> Result<(), ApiError> {
+    let max = config.limits.max_run_timeout_seconds;
+    if seconds == 0 && !config.limits.allow_unlimited_runs {
+        return Err(invalid(format!(
+            "timeoutSeconds 0 (no limit) is not allowed here; give 1-{max} seconds"
+        )));
+    }
+    if seconds > max {
+        let zero = if config.limits.allow_unlimited_runs {
+            ", or 0 for no limit"
+        } else {
+            ""
+        };
+        return Err(invalid(format!(
+            "timeoutSeconds is {seconds}; at most {max}{} is allowed{zero}",
+            in_words(max)
+        )));
+    }
+    Ok(())
+}
+
+/// ` (7 days)`, ` (2 hours)`, or nothing for a number of seconds that is neither.
+fn in_words(seconds: u64) -> String {
+    let unit = |n: u64, name: &str| format!(" ({n} {name}{})", if n == 1 { "" } else { "s" });
+    match seconds {
+        0 => String::new(),
+        s if s % 86_400 == 0 => unit(s / 86_400, "day"),
+        s if s % 3600 == 0 => unit(s / 3600, "hour"),
+        _ => String::new(),
+    }
+}
+
 fn validate_thinking(level: &str) -> Result<(), ApiError> {
     let ok = !level.is_empty()
         && level.len() <= MAX_THINKING_LEN
@@ -207,13 +258,18 @@ mod tests {
         }
     }
 
+    fn tenant() -> TenantId {
+        TenantId::new("acme")
+    }
+
     fn code(result: Result<ValidTurn, ApiError>) -> &'static str {
         result.map(|_| "ok").unwrap_or_else(|e| e.code())
     }
 
     #[test]
     fn a_minimal_body_becomes_a_followup_turn() {
-        let turn = validate_agent_body(body("main", "hi"), &ApiConfig::default()).unwrap();
+        let turn =
+            validate_agent_body(body("main", "hi"), &ApiConfig::default(), &tenant()).unwrap();
         assert_eq!(
             turn,
             ValidTurn {
@@ -225,6 +281,8 @@ mod tests {
                     thinking: None,
                     timeout_seconds: None,
                     extra_system_prompt: None,
+                    deadline_at: None,
+                    model_idle_timeout_ms: None,
                 },
                 idempotency_key: None,
             }
@@ -240,7 +298,7 @@ mod tests {
         let with = |f: fn(&mut AgentBody)| {
             let mut b = body("main", "hello");
             f(&mut b);
-            code(validate_agent_body(b, &config))
+            code(validate_agent_body(b, &config, &tenant()))
         };
         let cases: Vec<(&str, &str)> = vec![
             (with(|_| {}), "ok"),
@@ -292,18 +350,82 @@ mod tests {
                 "invalid_request",
             ),
             (with(|b| b.timeout_seconds = Some(0)), "ok"),
+            (with(|b| b.timeout_seconds = Some(7 * 24 * 3600)), "ok"),
             (
-                with(|b| b.timeout_seconds = Some(MAX_TIMEOUT_SECONDS)),
-                "ok",
-            ),
-            (
-                with(|b| b.timeout_seconds = Some(MAX_TIMEOUT_SECONDS + 1)),
+                with(|b| b.timeout_seconds = Some(7 * 24 * 3600 + 1)),
                 "invalid_request",
             ),
         ];
         for (index, (got, expected)) in cases.into_iter().enumerate() {
             assert_eq!(got, expected, "case #{index}");
         }
+    }
+
+    #[test]
+    fn run_timeouts_are_capped_by_configuration() {
+        let config = ApiConfig {
+            limits: crate::Limits {
+                max_run_timeout_seconds: 600,
+                allow_unlimited_runs: false,
+                ..crate::Limits::default()
+            },
+            ..ApiConfig::default()
+        };
+        let with = |seconds| {
+            let mut b = body("main", "hi");
+            b.timeout_seconds = Some(seconds);
+            validate_agent_body(b, &config, &tenant())
+        };
+        assert!(with(600).is_ok());
+        let over = with(601).unwrap_err();
+        assert_eq!(
+            over.public_message(),
+            "timeoutSeconds is 601; at most 600 is allowed"
+        );
+        let unlimited = with(0).unwrap_err();
+        assert!(
+            unlimited.public_message().contains("not allowed"),
+            "{unlimited}"
+        );
+    }
+
+    #[test]
+    fn models_outside_the_allow_list_are_refused_per_tenant() {
+        let mut limits = crate::Limits::default();
+        limits.tenants.insert(
+            "vip".into(),
+            crate::TenantOverride {
+                allowed_models: Some(vec!["openai/gpt-4o".into()]),
+                ..crate::TenantOverride::default()
+            },
+        );
+        let config = ApiConfig {
+            limits,
+            configured_models: vec!["openai/gpt-4o-mini".into(), "openai/gpt-4.1".into()],
+            ..ApiConfig::default()
+        };
+        let ask = |tenant: &str, model: &str| {
+            let mut b = body("main", "hi");
+            b.model = Some(model.into());
+            validate_agent_body(b, &config, &TenantId::new(tenant)).map(|_| ())
+        };
+        assert!(ask("acme", "openai/gpt-4o-mini").is_ok());
+        assert!(ask("acme", "openai/gpt-4.1").is_ok());
+        let refused = ask("acme", "openai/gpt-4o").unwrap_err();
+        assert_eq!(refused.code(), "invalid_request");
+        assert!(
+            refused
+                .public_message()
+                .contains("allowed: openai/gpt-4o-mini, openai/gpt-4.1"),
+            "{refused}"
+        );
+        assert!(ask("vip", "openai/gpt-4o").is_ok());
+        assert!(ask("vip", "openai/gpt-4o-mini").is_err());
+        // Without any list, any well-formed model passes.
+        let open = ApiConfig::default();
+        let mut b = body("main", "hi");
+        b.model = Some("openai/anything".into());
+        assert!(validate_agent_body(b, &open, &tenant()).is_ok());
     }
 
     #[test]

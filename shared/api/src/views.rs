@@ -1,8 +1,8 @@
 //! Response bodies: what clients see of runs, sessions and transcripts.
 
 use agentlane_core::{
-    Event, Lane, Run, RunError, RunId, RunStatus, Session, SessionId, SessionKey, SessionStatus,
-    TranscriptEntry,
+    Event, Lane, Payload, Run, RunError, RunId, RunStatus, Session, SessionId, SessionKey,
+    SessionStatus, TranscriptEntry, Usage,
 };
 use serde::Serialize;
 
@@ -27,11 +27,24 @@ pub struct AcceptedView {
 pub enum WaitStatus {
     Ok,
     Error,
-    /// The run timed out, or only the wait ended (then `runStatus` is queued/running).
+    /// The run timed out, or only the wait ended while it ran (`runStatus: running`).
     Timeout,
+    /// Only the wait ended, and the run is still queued (`timeoutPhase: "queue"`).
+    Pending,
 }
 
-/// `200` answer of `POST /v1/agent.wait`.
+/// Where a run was when a wait ended before it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutPhase {
+    /// Still queued: no runner has picked it up.
+    Queue,
+    /// Running: the model or a tool is at work.
+    Run,
+}
+
+/// `200` answer of `POST /v1/agent.wait`: with the run's final payloads and usage once it
+/// ended, so one wait answers a turn.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
@@ -44,6 +57,18 @@ pub struct WaitView {
     pub ended_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// The replies shown to the user (terminal runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payloads: Option<Vec<Payload>>,
+    /// Tokens used by every attempt (terminal runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// The model that answered (terminal runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Set when only the wait ended: where the run still is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_phase: Option<TimeoutPhase>,
 }
 
 impl WaitView {
@@ -63,7 +88,14 @@ impl WaitView {
                 WaitStatus::Timeout,
                 Some(run_error(run, "timeout", "the run timed out")),
             ),
-            RunStatus::Queued | RunStatus::Running => (WaitStatus::Timeout, None),
+            RunStatus::Running => (WaitStatus::Timeout, None),
+            RunStatus::Queued => (WaitStatus::Pending, None),
+        };
+        let ended = run.status.is_terminal();
+        let timeout_phase = match run.status {
+            RunStatus::Queued => Some(TimeoutPhase::Queue),
+            RunStatus::Running => Some(TimeoutPhase::Run),
+            RunStatus::Ok | RunStatus::Error | RunStatus::Aborted | RunStatus::Timeout => None,
         };
         Self {
             run_id: run.run_id.clone(),
@@ -72,6 +104,10 @@ impl WaitView {
             started_at: run.started_at,
             ended_at: run.ended_at,
             error,
+            payloads: ended.then(|| run.payloads.clone()),
+            usage: ended.then_some(run.usage),
+            model: if ended { run.model.clone() } else { None },
+            timeout_phase,
         }
     }
 }
@@ -156,4 +192,6 @@ pub struct TranscriptView {
     pub session_key: SessionKey,
     pub session_id: SessionId,
     pub entries: Vec<TranscriptEntry>,
+    /// The last `seq` returned, else the `after` given, else null: pass it back as `after`.
+    pub next: Option<u64>,
 }

@@ -1,42 +1,115 @@
-//! `agent.wait`: poll the run record with a growing backoff until it is terminal or the wait's
-//! deadline passes. Waiting never changes the run.
+//! Waiting for a run to change: `agent.wait` and the SSE event stream.
+//!
+//! A [`RunWatch`] subscribes to the run on the process's [`Notifier`] before the first read.
+//! While the run is live in this process it sleeps until the next commit signals it — no
+//! polling. Otherwise (queued, or running in another process) it re-reads on a backoff that
+//! starts at [`FIRST_BACKOFF`] and doubles up to a cap, and still wakes early on a signal.
+//! Waiting never changes the run.
 
 use crate::error::ApiError;
+use crate::notify::{Notifier, Subscription};
 use agentlane_core::{HistoryReader, Run, RunId, StoreError, TenantId};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// First pause between two reads of the run.
-pub const FIRST_BACKOFF: Duration = Duration::from_millis(25);
-/// Longest pause between two reads of the run.
+/// First pause between two reads of a run that is not live in this process.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(2);
+/// Longest pause between two reads of a run `agent.wait` polls.
 pub const MAX_BACKOFF: Duration = Duration::from_millis(250);
+/// A run live in this process is re-read this often even without a signal: a safety net for a
+/// runner that stopped without a final commit (its lease then passes to another process).
+pub const LIVE_RECHECK: Duration = Duration::from_secs(5);
+/// Longest poll pause when this process's runner commits through the notifier: a queued run's
+/// pickup here is signalled, so polls only catch runners of other processes.
+pub const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Sleeps until one run may have changed.
+pub struct RunWatch {
+    notifier: Notifier,
+    subscription: Subscription,
+    tenant: TenantId,
+    run_id: RunId,
+    backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl RunWatch {
+    /// Subscribes to `run_id`; read the run only after this. `max_backoff` caps the poll
+    /// pause (raised to [`CONNECTED_MAX_BACKOFF`] when the notifier is connected).
+    pub fn new(
+        notifier: &Notifier,
+        tenant: &TenantId,
+        run_id: &RunId,
+        max_backoff: Duration,
+    ) -> Self {
+        let max_backoff = if notifier.is_connected() {
+            max_backoff.max(CONNECTED_MAX_BACKOFF)
+        } else {
+            max_backoff
+        };
+        Self {
+            notifier: notifier.clone(),
+            subscription: notifier.subscribe(tenant, run_id),
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            backoff: FIRST_BACKOFF,
+            max_backoff: max_backoff.max(FIRST_BACKOFF),
+        }
+    }
+
+    /// Something changed: the next poll pause starts short again.
+    pub fn saw_change(&mut self) {
+        self.backoff = FIRST_BACKOFF;
+    }
+
+    /// Returns when the run was signalled, at the next poll tick (runs not live here), or at
+    /// `until`, whichever comes first.
+    pub async fn next_change(&mut self, until: Option<Instant>) {
+        let pause = if self.notifier.is_live_here(&self.tenant, &self.run_id) {
+            LIVE_RECHECK
+        } else {
+            let pause = self.backoff;
+            self.backoff = (self.backoff * 2).min(self.max_backoff);
+            pause
+        };
+        let mut wake = Instant::now() + pause;
+        if let Some(until) = until {
+            wake = wake.min(until);
+        }
+        tokio::select! {
+            () = self.subscription.changed() => {}
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
 
 /// The run once terminal, or as last read when `timeout` ends first. `NotFound` when the tenant
 /// has no such run.
 pub async fn wait_for_run(
     store: &dyn HistoryReader,
+    notifier: &Notifier,
     tenant: &TenantId,
     run_id: &RunId,
     timeout: Duration,
 ) -> Result<Run, ApiError> {
     let deadline = Instant::now() + timeout;
+    let mut watch = RunWatch::new(notifier, tenant, run_id, MAX_BACKOFF);
     let mut run = store
         .get_run(tenant, run_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
-    let mut backoff = FIRST_BACKOFF;
     loop {
-        if run.status.is_terminal() {
+        if run.status.is_terminal() || Instant::now() >= deadline {
             return Ok(run);
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(run);
-        }
-        tokio::time::sleep(backoff.min(deadline - now)).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        watch.next_change(Some(deadline)).await;
         match store.get_run(tenant, run_id).await {
-            Ok(Some(latest)) => run = latest,
+            Ok(Some(latest)) => {
+                if latest.status != run.status {
+                    watch.saw_change();
+                }
+                run = latest;
+            }
             Ok(None) => return Err(ApiError::not_found(format!("run {run_id}"))),
             // A throttled read is retried at the next tick; the deadline still holds.
             Err(StoreError::Throttled(reason)) => {

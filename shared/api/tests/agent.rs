@@ -99,6 +99,8 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
                 thinking: None,
                 timeout_seconds: None,
                 extra_system_prompt: None,
+                deadline_at: None,
+                model_idle_timeout_ms: None,
             },
             idempotency_key: Some("k-crash".into()),
             now: T0,
@@ -395,7 +397,7 @@ async fn wait_on_a_queued_run_times_out_quickly_and_the_run_goes_on() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(
         reply.json,
-        json!({"runId": run_id, "status": "timeout", "runStatus": "queued"})
+        json!({"runId": run_id, "status": "pending", "runStatus": "queued", "timeoutPhase": "queue"})
     );
     assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
     assert!(elapsed < Duration::from_millis(1000), "{elapsed:?}");
@@ -421,7 +423,7 @@ async fn wait_timeouts_are_capped() {
             json!({"runId": run_id, "timeoutMs": 600_000}),
         )
         .await;
-    assert_eq!(reply.json["status"], "timeout");
+    assert_eq!(reply.json["status"], "pending");
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",

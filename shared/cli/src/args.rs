@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use crate::{bench, client, serve};
+use crate::{bench, client, cron_cmd, serve};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +33,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Create the DynamoDB table and the SQS FIFO queues when absent (idempotent).
     SetupAws,
+    /// Manage cron jobs: add, list, show, rm, run, enable, disable.
+    Cron(cron_cmd::CronArgs),
 }
 
 #[derive(Args, Debug)]
@@ -120,5 +122,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Transcript(a) => client::transcript(a).await,
         Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
         Command::SetupAws => serve::setup_aws().await.map(|()| ExitCode::SUCCESS),
+        Command::Cron(a) => cron_cmd::run(a).await,
     }
 }

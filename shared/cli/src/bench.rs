@@ -125,6 +125,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         store,
         queue,
         clock,
+        cron,
     } = backends;
     let runner = runner.with_provider(Arc::new(TimedProvider {
         inner: Arc::new(agentlane_providers::demo::DemoModel::with_chunk_delay(
@@ -138,6 +139,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         store,
         queue: queue.clone(),
         clock,
+        cron,
         keys: ApiKeys::from_pairs([("bench", key)]).map_err(anyhow::Error::msg)?,
         config: ApiConfig {
             demo_mode: true,

@@ -6,14 +6,14 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 
-struct Api {
+pub(crate) struct Api {
     http: reqwest::Client,
     url: String,
     key: String,
 }
 
 impl Api {
-    fn new(args: &ClientArgs) -> anyhow::Result<Self> {
+    pub(crate) fn new(args: &ClientArgs) -> anyhow::Result<Self> {
         let key = match &args.api_key {
             Some(k) => k.clone(),
             None => {
@@ -37,7 +37,7 @@ impl Api {
         })
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    pub(crate) async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         let resp = req
             .bearer_auth(&self.key)
             .send()
@@ -59,18 +59,28 @@ impl Api {
         Ok(body)
     }
 
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
         self.send(self.http.post(format!("{}{path}", self.url)).json(&body))
             .await
     }
 
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<Value> {
         self.send(self.http.get(format!("{}{path}", self.url)))
+            .await
+    }
+
+    pub(crate) async fn patch(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.send(self.http.patch(format!("{}{path}", self.url)).json(&body))
+            .await
+    }
+
+    pub(crate) async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(self.http.delete(format!("{}{path}", self.url)))
             .await
     }
 }
 
-fn print(value: &Value) {
+pub(crate) fn print(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()

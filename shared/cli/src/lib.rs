@@ -4,6 +4,7 @@
 mod args;
 pub mod bench;
 mod client;
+mod cron_cmd;
 pub mod serve;
 
 use clap::Parser;

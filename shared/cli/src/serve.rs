@@ -74,12 +74,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         tracing::info!(model = %models.default_model, "default model");
     }
+    let cron = runtime::cron::CronSettings::from_env()?;
+    let mut config = settings.api_config(Duration::from_secs(15 * 60));
+    config.max_cron_jobs = cron.max_jobs;
     let api = ApiState {
         store: backends.store.clone(),
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),
+        cron: backends.cron.clone(),
         keys,
-        config: settings.api_config(Duration::from_secs(15 * 60)),
+        config,
     };
 
     let shutdown = CancellationToken::new();
@@ -88,6 +92,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let worker = LaneWorker::new(backends.queue.clone(), runner.clone());
         workers.push(tokio::spawn(worker.run(shutdown.clone())));
     }
+
+    let ticker = cron.enabled.then(|| {
+        let ticker = runtime::cron::ticker(&backends, &settings, &cron);
+        let stop = shutdown.clone();
+        tokio::spawn(async move { ticker.run(stop, None).await })
+    });
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -111,6 +121,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     server.await.context("HTTP server failed")?;
     for w in workers {
         let _ = w.await;
+    }
+    if let Some(t) = ticker {
+        let _ = t.await;
     }
     Ok(())
 }

@@ -49,6 +49,8 @@ pub fn request(message: &str) -> TurnRequest {
         thinking: None,
         timeout_seconds: None,
         extra_system_prompt: None,
+        deadline_at: None,
+        model_idle_timeout_ms: None,
     }
 }
 

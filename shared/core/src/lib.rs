@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod commit_parts;
+pub mod cron;
 pub mod ids;
 pub mod queue;
 pub mod record_size;
@@ -19,6 +20,7 @@ pub mod validate;
 
 pub use clock::{Clock, SystemClock};
 pub use commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
+pub use cron::{CronJob, CronStore, JobId, JobRun, JobRunStatus, Schedule};
 pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
 pub use record_size::MAX_RECORD_BYTES;

@@ -86,6 +86,14 @@ pub struct TurnRequest {
     pub timeout_seconds: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_system_prompt: Option<String>,
+    /// An absolute deadline (ms since epoch) set by whoever fired the run (cron: fire time +
+    /// the job's timeout). The run ends `timeout` then, even if it started later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<u64>,
+    /// A cap on the cloud model idle timeout for this run (cron jobs with an explicit timeout:
+    /// 60 s, so fallbacks still run before the deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_idle_timeout_ms: Option<u64>,
 }
 
 /// Token counts reported by the model.

@@ -3,6 +3,7 @@
 //! (embedded SQLite or DynamoDB + SQS), the model router, the tools and the runner. Hosts stay
 //! thin.
 
+pub mod cron;
 mod error;
 mod file;
 mod resolve;
@@ -42,6 +43,8 @@ pub struct Backends {
     pub store: Arc<dyn Store>,
     pub queue: Arc<dyn LaneQueue>,
     pub clock: Arc<dyn Clock>,
+    /// Cron jobs (the same database or table as `store`).
+    pub cron: Arc<dyn agentlane_core::cron::CronStore>,
 }
 
 /// Which backend `AGENTLANE_BACKEND` names.
@@ -79,6 +82,7 @@ pub fn open_embedded(data_dir: &Path) -> anyhow::Result<Backends> {
     }
     Ok(Backends {
         store: Arc::new(backend.clone()),
+        cron: Arc::new(backend.clone()),
         queue: Arc::new(backend),
         clock: Arc::new(SystemClock),
     })
@@ -90,11 +94,13 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     let sdk = agentlane_aws::sdk_config().await;
     let config = AwsConfig::from_env()?;
     let queue_url = agentlane_aws::resolve_queue_url(&sdk, &config).await?;
+    let store = DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    );
     Ok(Backends {
-        store: Arc::new(DynamoStore::new(
-            agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
-            config.table,
-        )),
+        store: Arc::new(store.clone()),
+        cron: Arc::new(store),
         queue: Arc::new(SqsLaneQueue::new(
             agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
             queue_url,

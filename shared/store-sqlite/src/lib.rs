@@ -18,6 +18,7 @@
 //! events to [`Commit::events_run_id`](agentlane_core::Commit::events_run_id).
 
 mod backend;
+mod cron;
 mod error;
 mod ingress;
 mod lane_table;

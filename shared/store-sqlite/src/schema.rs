@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, crate::cron::SCHEMA, V4];
 
 const V1: &str = "
 CREATE TABLE sessions (
@@ -96,7 +96,7 @@ CREATE INDEX lane_done_by_time ON lane_done (done_at);
 
 /// Failed deliveries per pending message, and the dead-letter table (SPEC §10): a message whose
 /// deliveries kept failing leaves its lane for `lane_dead`, where the sweep reconciles its run.
-const V3: &str = "
+const V4: &str = "
 ALTER TABLE lane_pending ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE lane_dead (
     id            INTEGER PRIMARY KEY,

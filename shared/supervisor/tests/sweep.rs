@@ -54,6 +54,8 @@ impl World {
                     thinking: None,
                     timeout_seconds: None,
                     extra_system_prompt: None,
+                    deadline_at: None,
+                    model_idle_timeout_ms: None,
                 },
                 idempotency_key: None,
                 now: SystemClock.now_ms(),

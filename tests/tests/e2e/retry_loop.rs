@@ -571,6 +571,11 @@ async fn retry_loop_anthropic_provider_answers_a_text_turn() -> anyhow::Result<(
     let scn = retry_scenario(|o, mock| {
         o.env("ANTHROPIC_BASE_URL", mock.url())
             .env("ANTHROPIC_API_KEY", "x")
+            // Only the default and fallback models may be asked for unless listed.
+            .env(
+                "AGENTLANE_ALLOWED_MODELS",
+                "openai/gpt-4o-mini,anthropic/claude-test",
+            )
     })?;
     let a = scn.a();
 

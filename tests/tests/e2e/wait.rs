@@ -16,13 +16,21 @@ async fn a_short_wait_times_out_and_a_longer_one_sees_the_run_end() -> anyhow::R
     let asked = Instant::now();
     let early = a.wait(&accepted.run_id, 200).await?;
 
-    // THEN the wait ends with `timeout`, promptly, while the run is still queued or running
+    // THEN the wait ends promptly while the run goes on: `pending` (phase `queue`) while it is
+    // queued, `timeout` (phase `run`) once it runs
     assert_eq!(early.run_id, accepted.run_id);
-    assert_eq!(early.status, WaitStatus::Timeout, "{early:?}");
-    assert!(
-        matches!(early.run_status, RunStatus::Queued | RunStatus::Running),
-        "{early:?}"
-    );
+    match early.run_status {
+        RunStatus::Queued => {
+            assert_eq!(early.status, WaitStatus::Pending, "{early:?}");
+            assert_eq!(early.timeout_phase.as_deref(), Some("queue"), "{early:?}");
+        }
+        RunStatus::Running => {
+            assert_eq!(early.status, WaitStatus::Timeout, "{early:?}");
+            assert_eq!(early.timeout_phase.as_deref(), Some("run"), "{early:?}");
+        }
+        other => panic!("the run ended within 200 ms: {other:?} {early:?}"),
+    }
+    assert_eq!(early.payloads, None);
     assert_eq!(early.ended_at, None);
     assert!(
         asked.elapsed() < Duration::from_secs(5),

@@ -76,7 +76,17 @@ impl Turn<'_> {
         let idle = if selected.profile.provider.self_hosted() {
             config.model_idle_timeout_self_hosted
         } else {
-            config.model_idle_timeout
+            // A scheduler's cap (a cron fire with an explicit timeout) cuts a stalled cloud
+            // stream sooner, so fallbacks still run before the fire's deadline.
+            let cap = self
+                .writer
+                .run()
+                .request
+                .model_idle_timeout_ms
+                .map(Duration::from_millis);
+            cap.map_or(config.model_idle_timeout, |c| {
+                c.min(config.model_idle_timeout)
+            })
         };
         let started_at = self.writer.now();
         let started = Instant::now();

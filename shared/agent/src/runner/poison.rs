@@ -76,6 +76,8 @@ mod tests {
                 thinking: None,
                 timeout_seconds: None,
                 extra_system_prompt: None,
+                deadline_at: None,
+                model_idle_timeout_ms: None,
             },
             idempotency_key: None,
             accepted_at: 0,

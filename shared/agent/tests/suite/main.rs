@@ -11,6 +11,7 @@ mod hook_support;
 mod poison;
 mod retry_loop;
 mod runner_hooks;
+mod scheduled;
 mod support;
 mod tool_calls;
 mod turns;

@@ -292,6 +292,8 @@ impl Fixture {
                     thinking: None,
                     timeout_seconds: None,
                     extra_system_prompt: None,
+                    deadline_at: None,
+                    model_idle_timeout_ms: None,
                 },
                 idempotency_key: None,
                 now: SystemClock.now_ms(),

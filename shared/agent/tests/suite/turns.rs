@@ -194,6 +194,8 @@ async fn a_run_past_its_timeout_ends_with_status_timeout() {
                 thinking: None,
                 timeout_seconds: Some(1),
                 extra_system_prompt: None,
+                deadline_at: None,
+                model_idle_timeout_ms: None,
             },
             idempotency_key: None,
             now: SystemClock.now_ms(),

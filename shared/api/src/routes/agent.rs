@@ -1,13 +1,16 @@
 //! `POST /v1/agent` (accept a turn) and `POST /v1/agent.wait`.
 
-use crate::ApiState;
+use crate::Shared;
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{EmptyBody, read_json};
+use crate::request_context::fingerprint;
 use crate::validate::{AgentBody, validate_agent_body};
 use crate::views::{AcceptedView, WaitView};
 use crate::wait::wait_for_run;
-use agentlane_core::{Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, TurnMessage};
+use agentlane_core::{
+    Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, SessionKey, TenantId, TurnMessage,
+};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -16,9 +19,10 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Accepts a turn: validate, write the run `queued`, enqueue it on its lane, answer 202.
+/// Accepts a turn: validate, check the session's queue, write the run `queued`, enqueue it on
+/// its lane, answer 202.
 pub async fn submit(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
     body: Body,
@@ -30,7 +34,8 @@ pub async fn submit(
         EmptyBody::Reject,
     )
     .await?;
-    let turn = validate_agent_body(body, &state.config)?;
+    let turn = validate_agent_body(body, &state.config, &tenant)?;
+    check_session_queue(&state, &tenant, &turn.session_key).await?;
     let outcome = state
         .intake()
         .accept_turn(NewTurn {
@@ -61,7 +66,7 @@ pub async fn submit(
     }
     tracing::info!(
         run_id = %run.run_id,
-        session_key = %run.session_key,
+        session = %fingerprint(run.session_key.as_str()),
         deduplicated = !outcome.created,
         "turn accepted"
     );
@@ -78,6 +83,37 @@ pub async fn submit(
     ))
 }
 
+/// `429 rate_limited` when the session already has its cap of runs queued or running (turns
+/// accepted and not yet finished). The count is read before the write: concurrent submits may
+/// pass it together, so the cap holds to within the tenant's concurrency.
+async fn check_session_queue(
+    state: &Shared,
+    tenant: &TenantId,
+    key: &SessionKey,
+) -> Result<(), ApiError> {
+    let cap = state
+        .admission
+        .limits_of(tenant)
+        .max_queued_runs_per_session;
+    if cap == 0 {
+        return Ok(());
+    }
+    let Some(session) = state.store.get_session(tenant, key).await? else {
+        return Ok(());
+    };
+    let open = session.runs_accepted.saturating_sub(session.runs_finished);
+    if open >= cap {
+        return Err(ApiError::rate_limited(
+            format!(
+                "this session already has {open} runs queued or running (at most {cap}); \
+                 wait for one to end"
+            ),
+            Duration::from_secs(1),
+        ));
+    }
+    Ok(())
+}
+
 /// The body of `POST /v1/agent.wait`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -88,8 +124,9 @@ pub struct WaitBody {
 }
 
 /// Waits for a run to end, at most `timeoutMs` (capped); the run goes on if the wait ends first.
+/// Holds one of the tenant's wait slots meanwhile.
 pub async fn wait(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
     body: Body,
@@ -102,12 +139,14 @@ pub async fn wait(
     )
     .await?;
     let run_id = super::run_id(body.run_id)?;
+    let _slot = state.admission.wait_slot(&tenant)?;
     let timeout_ms = body
         .timeout_ms
         .unwrap_or(state.config.default_wait_ms)
         .min(state.config.max_wait_ms);
     let run = wait_for_run(
         state.history(),
+        &state.notifier,
         &tenant,
         &run_id,
         Duration::from_millis(timeout_ms),

@@ -1,6 +1,7 @@
 //! Handlers, one module per resource.
 
 pub mod agent;
+pub mod cron;
 pub mod runs;
 pub mod sessions;
 

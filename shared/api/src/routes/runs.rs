@@ -1,12 +1,14 @@
 //! `GET /v1/runs/{id}`, its events (JSON pages or SSE), and abort.
 
 use super::run_id;
-use crate::ApiState;
+use crate::Shared;
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
+use crate::page;
 use crate::sse::event_stream;
 use crate::views::{AbortView, EventsView, run_view};
+use crate::wait::RunWatch;
 use agentlane_core::{Run, RunId, TenantId};
 use axum::Json;
 use axum::extract::State;
@@ -32,7 +34,7 @@ pub(crate) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
     }
 }
 
-async fn load_run(state: &ApiState, tenant: &TenantId, id: &RunId) -> Result<Run, ApiError> {
+async fn load_run(state: &Shared, tenant: &TenantId, id: &RunId) -> Result<Run, ApiError> {
     state
         .history()
         .get_run(tenant, id)
@@ -42,7 +44,7 @@ async fn load_run(state: &ApiState, tenant: &TenantId, id: &RunId) -> Result<Run
 
 /// The run record (without its tenant).
 pub async fn get_run(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -59,10 +61,12 @@ pub struct EventsQuery {
     pub limit: Option<usize>,
 }
 
-/// A page of events, or with `Accept: text/event-stream` an SSE stream until the run ends.
-/// `Last-Event-ID` (SSE reconnects) takes precedence over `after`.
+/// A page of events (at most `limit`, and at most `max_page_bytes` of JSON: `next` continues),
+/// or with `Accept: text/event-stream` an SSE stream until the run ends (one of the tenant's
+/// stream slots while it lasts). `Last-Event-ID` (SSE reconnects) takes precedence over
+/// `after`.
 pub async fn events(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(query): ApiQuery<EventsQuery>,
@@ -70,18 +74,23 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let id = run_id(raw)?;
     let limit = page_limit(query.limit)?;
-    load_run(&state, &tenant, &id).await?;
     if wants_event_stream(&headers) {
         let after = match last_event_id(&headers)? {
             Some(seq) => Some(seq),
             None => query.after,
         };
-        return Ok(event_stream(state, tenant, id, after).into_response());
+        let slot = state.admission.stream_slot(&tenant)?;
+        let max_poll = std::time::Duration::from_millis(state.config.sse_poll_ms);
+        let watch = RunWatch::new(&state.notifier, &tenant, &id, max_poll);
+        load_run(&state, &tenant, &id).await?;
+        return Ok(event_stream(state, tenant, id, after, watch, slot).into_response());
     }
+    load_run(&state, &tenant, &id).await?;
     let events = state
         .history()
         .read_events(&tenant, &id, query.after, limit)
         .await?;
+    let events = page::fit(events, state.config.limits.max_page_bytes);
     let next = events.last().map(|e| e.seq).or(query.after);
     Ok(Json(EventsView { events, next }).into_response())
 }
@@ -109,7 +118,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// Asks a live run to stop at its next check.
 pub async fn abort(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<(StatusCode, Json<AbortView>), ApiError> {

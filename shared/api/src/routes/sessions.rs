@@ -1,10 +1,12 @@
 //! `GET /v1/sessions/{key}`, its transcript, and reset.
 
 use super::runs::page_limit;
-use crate::ApiState;
+use crate::Shared;
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, EmptyBody, read_json};
+use crate::page;
+use crate::request_context::fingerprint;
 use crate::views::{SessionView, TranscriptView};
 use agentlane_core::validate::validate_session_key;
 use agentlane_core::{Session, SessionId, SessionKey, StoreError, TenantId};
@@ -24,7 +26,7 @@ fn session_key(raw: String) -> Result<SessionKey, ApiError> {
 }
 
 async fn load_session(
-    state: &ApiState,
+    state: &Shared,
     tenant: &TenantId,
     key: &SessionKey,
 ) -> Result<Session, ApiError> {
@@ -37,7 +39,7 @@ async fn load_session(
 
 /// Session metadata: current id, status, lane, counters, lock state.
 pub async fn get_session(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
@@ -55,9 +57,10 @@ pub struct TranscriptQuery {
     pub limit: Option<usize>,
 }
 
-/// Transcript entries of the current session id (or of `sessionId`), in order.
+/// Transcript entries of the current session id (or of `sessionId`), in order: at most
+/// `limit`, and at most `max_page_bytes` of JSON; `next` continues (pass it as `after`).
 pub async fn transcript(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(query): ApiQuery<TranscriptQuery>,
@@ -78,10 +81,13 @@ pub async fn transcript(
         .history()
         .read_transcript(&tenant, &session_id, query.after, limit)
         .await?;
+    let entries = page::fit(entries, state.config.limits.max_page_bytes);
+    let next = entries.last().map(|e| e.seq).or(query.after);
     Ok(Json(TranscriptView {
         session_key: key,
         session_id,
         entries,
+        next,
     }))
 }
 
@@ -93,7 +99,7 @@ pub struct ResetBody {}
 /// Gives the key a new session id (OpenClaw's `/new`); 409 `session_busy` while a turn holds
 /// the lock.
 pub async fn reset(
-    State(state): State<Arc<ApiState>>,
+    State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
     headers: HeaderMap,
@@ -116,6 +122,10 @@ pub async fn reset(
             StoreError::NotFound(_) => ApiError::not_found(format!("session {key}")),
             other => ApiError::from(other),
         })?;
-    tracing::info!(session_key = %key, generation = session.generation, "session reset");
+    tracing::info!(
+        session = %fingerprint(key.as_str()),
+        generation = session.generation,
+        "session reset"
+    );
     Ok(Json(SessionView::of(&session, now)))
 }

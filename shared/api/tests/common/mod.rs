@@ -96,12 +96,14 @@ impl Harness {
         let clock = Arc::new(ManualClock(AtomicU64::new(T0)));
         let backend = Arc::new(SqliteBackend::open_with_clock(dir.path(), clock.clone()).unwrap());
         let store: Arc<dyn Store> = backend.clone();
+        let cron: Arc<dyn agentlane_core::cron::CronStore> = backend.clone();
         let queue: Arc<dyn LaneQueue> = backend;
         let keys = ApiKeys::parse(&format!("acme:{ACME_KEY},beta:{BETA_KEY}")).unwrap();
         let state = ApiState {
             store: wrap(store.clone()),
             queue: queue.clone(),
             clock: clock.clone(),
+            cron,
             keys,
             config,
         };

@@ -12,7 +12,7 @@
 //! | event | `T#{t}#R#{runId}` | `V#{seq:08}` | `event` (JSON), `seq`, `expiresAt` (TTL, 30 days) |
 //! | transcript entry | `T#{t}#SID#{sessionId}` | `E#{seq:012}` | `entry` (JSON), `seq`, `runId` |
 //! | idempotency | `T#{t}#K#{key}` (`K#h#{sha256}` when > 512 bytes) | `IDEM` | `runId`, `expiresAtMs` (checked), `expiresAt` (TTL) |
-//! | cron job (later) | `T#{t}#J#{jobId}` | `JOB` | `dueBucket`/`dueAt` while enabled |
+//! | cron job, job count | `T#{t}#CRON` | `J#{jobId}`, `COUNT` | see [`cron`](self::cron): `job` JSON, `version`; `dueBucket`/`dueAt` while due |
 //!
 //! - `abortRequested` lives only in its own attribute: the API sets it ([`TurnIntake::request_abort`]),
 //!   runner commits replace `run` and `status` but never touch it, and reads merge it back.
@@ -29,8 +29,8 @@
 //! - `processing`: `procPk` (S, always `PROCESSING`) / `procAt` (N, last progress ms). Set while a
 //!   session is `processing`, removed when it goes idle: the stuck-session sweep queries
 //!   `procAt < now - threshold`.
-//! - `cronDue`: `dueBucket` (S) / `dueAt` (N): cron jobs by next due time (written by the cron
-//!   job store, later).
+//! - `cronDue`: `dueBucket` (S, always `DUE`) / `dueAt` (N): cron jobs by the time a scheduler
+//!   must look at them next (their next slot, or their fire in flight).
 //!
 //! TTL attribute: `expiresAt` (events 30 days after writing, idempotency records after their TTL).
 //!
@@ -52,6 +52,7 @@
 
 mod accept;
 mod commit;
+mod cron;
 mod error;
 mod item;
 mod keys;

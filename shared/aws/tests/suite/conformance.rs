@@ -11,3 +11,7 @@ agentlane_conformance::store_conformance!(async {
 agentlane_conformance::queue_conformance!(async {
     Arc::new(crate::common::fresh_queue().await) as Arc<dyn LaneQueue>
 });
+
+agentlane_conformance::cron_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::cron::CronStore>
+});

@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod cron_retention;
 mod dynamo_store;
 mod processing_index;
 mod setup;

@@ -25,6 +25,8 @@ async fn accept(store: &DynamoStore, tenant: &TenantId, key: &str, now: u64) -> 
                 thinking: None,
                 timeout_seconds: None,
                 extra_system_prompt: None,
+                deadline_at: None,
+                model_idle_timeout_ms: None,
             },
             idempotency_key: None,
             now,

@@ -17,3 +17,7 @@ agentlane_conformance::queue_conformance!(async { Arc::new(fresh()) as Arc<dyn L
 async fn store_cases_share_one_database() {
     agentlane_conformance::store::run_all_shared(Arc::new(fresh())).await;
 }
+
+agentlane_conformance::cron_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_core::cron::CronStore>
+});

@@ -3,5 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod conformance;
+mod cron_retention;
 mod queue_details;
 mod restart;

@@ -1,0 +1,250 @@
+//! Limits of the HTTP edge (issue 12 §3), as one serde struct: the TOML section `[limits]`
+//! of the config file maps onto [`Limits`] field by field, every key optional.
+//!
+//! ```toml
+//! [limits]
+//! header_read_timeout_ms = 10000
+//! max_connections = 1024
+//! allowed_models = ["openai/gpt-4o-mini"]
+//!
+//! [limits.tenant]            # every tenant
+//! requests_per_second = 50
+//! max_event_streams = 64
+//!
+//! [limits.tenants.acme]      # one tenant: only the keys given replace `[limits.tenant]`
+//! requests_per_second = 500
+//! allowed_models = ["openai/gpt-4o", "openai/gpt-4o-mini"]
+//! ```
+
+use agentlane_core::TenantId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// 4 MiB: no JSON page is larger (Lambda answers at most 6 MB).
+pub const DEFAULT_MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Limits of the HTTP edge: the server (timeouts, connections, shutdown), request shapes
+/// (URI length, page bytes, run timeouts, models) and per-tenant admission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// A connection whose request head (line and headers) has not fully arrived this long
+    /// after the server started reading it is closed; idle keep-alive connections included.
+    /// Default 10 s.
+    pub header_read_timeout_ms: u64,
+    /// A request body must have fully arrived this long after the handler started reading it,
+    /// else `408 timeout`. Default 30 s.
+    pub request_body_timeout_ms: u64,
+    /// A request must be answered within this time, else `408 timeout`. `agent.wait` gets its
+    /// own wait on top; an SSE stream only its first response. Default 30 s.
+    pub request_timeout_ms: u64,
+    /// Open connections at most; further clients wait in the listen backlog until one closes.
+    /// Default 1024.
+    pub max_connections: usize,
+    /// On shutdown, requests in flight get this long to finish before their connections are
+    /// dropped; SSE streams end at once. Default 10 s.
+    pub shutdown_grace_ms: u64,
+    /// Longest path plus query string, in bytes; longer answers `414 uri_too_long`. Default
+    /// 8 KiB.
+    pub max_uri_bytes: usize,
+    /// Largest transcript or events page, in bytes; a page stops before the entry that would
+    /// cross it and `next` continues. Default 4 MiB.
+    pub max_page_bytes: usize,
+    /// Largest `timeoutSeconds` a turn may ask for. Default 7 days.
+    pub max_run_timeout_seconds: u64,
+    /// Whether `timeoutSeconds: 0` (no limit) is accepted. Default true.
+    pub allow_unlimited_runs: bool,
+    /// The models (`provider/model`) every tenant may ask for. Empty: the configured default
+    /// model and its fallbacks ([`crate::ApiConfig::configured_models`]).
+    pub allowed_models: Vec<String>,
+    /// What every tenant gets.
+    pub tenant: TenantLimits,
+    /// Per-tenant replacements of `tenant`'s keys, by tenant name.
+    pub tenants: BTreeMap<String, TenantOverride>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_ms: 10_000,
+            request_body_timeout_ms: 30_000,
+            request_timeout_ms: 30_000,
+            max_connections: 1024,
+            shutdown_grace_ms: 10_000,
+            max_uri_bytes: 8 * 1024,
+            max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            max_run_timeout_seconds: 7 * 24 * 3600,
+            allow_unlimited_runs: true,
+            allowed_models: Vec::new(),
+            tenant: TenantLimits::default(),
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+/// Admission limits of one tenant. A `0` turns that limit off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantLimits {
+    /// Sustained requests per second (every authenticated request counts); beyond it `429
+    /// rate_limited` with `Retry-After`. Default 5000 (a single-tenant benchmark at 2,000
+    /// turns/s sends about 4,000).
+    pub requests_per_second: u32,
+    /// Requests that may arrive at once above the sustained rate. Default 5000.
+    pub burst: u32,
+    /// Concurrent SSE event streams. Default 64.
+    pub max_event_streams: u32,
+    /// Concurrent `agent.wait` calls. Default 256.
+    pub max_waits: u32,
+    /// Runs of one session queued or running at once; a further turn answers `429
+    /// rate_limited`. Default 64.
+    pub max_queued_runs_per_session: u64,
+}
+
+impl Default for TenantLimits {
+    fn default() -> Self {
+        Self {
+            requests_per_second: 5000,
+            burst: 5000,
+            max_event_streams: 64,
+            max_waits: 256,
+            max_queued_runs_per_session: 64,
+        }
+    }
+}
+
+/// One tenant's replacements: the keys given win over `[limits.tenant]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantOverride {
+    /// Replaces [`TenantLimits::requests_per_second`].
+    pub requests_per_second: Option<u32>,
+    /// Replaces [`TenantLimits::burst`].
+    pub burst: Option<u32>,
+    /// Replaces [`TenantLimits::max_event_streams`].
+    pub max_event_streams: Option<u32>,
+    /// Replaces [`TenantLimits::max_waits`].
+    pub max_waits: Option<u32>,
+    /// Replaces [`TenantLimits::max_queued_runs_per_session`].
+    pub max_queued_runs_per_session: Option<u64>,
+    /// The models this tenant may ask for, instead of the global list.
+    pub allowed_models: Option<Vec<String>>,
+}
+
+impl Limits {
+    /// The admission limits of `tenant`: `[limits.tenant]` with its override applied.
+    pub fn for_tenant(&self, tenant: &TenantId) -> TenantLimits {
+        let base = self.tenant.clone();
+        let Some(o) = self.tenants.get(tenant.as_str()) else {
+            return base;
+        };
+        TenantLimits {
+            requests_per_second: o.requests_per_second.unwrap_or(base.requests_per_second),
+            burst: o.burst.unwrap_or(base.burst),
+            max_event_streams: o.max_event_streams.unwrap_or(base.max_event_streams),
+            max_waits: o.max_waits.unwrap_or(base.max_waits),
+            max_queued_runs_per_session: o
+                .max_queued_runs_per_session
+                .unwrap_or(base.max_queued_runs_per_session),
+        }
+    }
+
+    /// The models `tenant` may ask for: its own list, else the global one, else `configured`
+    /// (the default model and fallbacks). Empty means no restriction.
+    pub fn models_for<'a>(&'a self, tenant: &TenantId, configured: &'a [String]) -> &'a [String] {
+        if let Some(models) = self
+            .tenants
+            .get(tenant.as_str())
+            .and_then(|o| o.allowed_models.as_deref())
+        {
+            return models;
+        }
+        if !self.allowed_models.is_empty() {
+            return &self.allowed_models;
+        }
+        configured
+    }
+
+    /// [`Limits::header_read_timeout_ms`] as a duration.
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+
+    /// [`Limits::request_body_timeout_ms`] as a duration.
+    pub fn request_body_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_body_timeout_ms)
+    }
+
+    /// [`Limits::request_timeout_ms`] as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// [`Limits::shutdown_grace_ms`] as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct File {
+        limits: Limits,
+    }
+
+    #[test]
+    fn a_toml_section_overrides_only_the_keys_it_names() {
+        let file: File = toml::from_str(
+            r#"
+            [limits]
+            header_read_timeout_ms = 2000
+            allowed_models = ["openai/gpt-4o-mini"]
+            [limits.tenant]
+            requests_per_second = 50
+            [limits.tenants.acme]
+            burst = 7
+            allowed_models = ["openai/gpt-4o"]
+            "#,
+        )
+        .unwrap();
+        let limits = file.limits;
+        assert_eq!(limits.header_read_timeout(), Duration::from_secs(2));
+        assert_eq!(limits.max_connections, Limits::default().max_connections);
+        let acme = TenantId::new("acme");
+        let beta = TenantId::new("beta");
+        assert_eq!(
+            limits.for_tenant(&acme),
+            TenantLimits {
+                requests_per_second: 50,
+                burst: 7,
+                ..TenantLimits::default()
+            }
+        );
+        assert_eq!(
+            limits.for_tenant(&beta),
+            TenantLimits {
+                requests_per_second: 50,
+                ..TenantLimits::default()
+            }
+        );
+        let configured = vec!["openai/default".to_owned()];
+        assert_eq!(limits.models_for(&acme, &configured), ["openai/gpt-4o"]);
+        assert_eq!(
+            limits.models_for(&beta, &configured),
+            ["openai/gpt-4o-mini"]
+        );
+        let plain = Limits::default();
+        assert_eq!(plain.models_for(&beta, &configured), ["openai/default"]);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let error = toml::from_str::<File>("[limits]\nmax_conections = 3\n").unwrap_err();
+        assert!(error.to_string().contains("max_conections"), "{error}");
+    }
+}

@@ -1,0 +1,366 @@
+//! In-process wake-ups: a commit wakes the run's waiters and SSE streams at once.
+//!
+//! [`NotifyingStore`] wraps any [`Store`]; after each successful `commit` (and
+//! `request_abort`) it signals the run on its [`Notifier`]. Handlers subscribe to a run
+//! *before* reading it, so a commit that lands between the read and the sleep still wakes them.
+//!
+//! The notifier also knows which runs are **live here**: a run this process committed as
+//! running and not yet as ended. Waiting on such a run needs no polling — its next change
+//! will come through this process's store. Runs queued, or running in another process (the
+//! ingress Lambda never runs turns), are polled with a short backoff, and still woken early
+//! by any signal.
+
+use agentlane_core::{
+    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
+    RunId, RunStatus, Session, SessionId, SessionKey, SessionLock, Store, StoreError, StoreResult,
+    TenantId, TranscriptEntry, TurnIntake,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::watch;
+
+type RunKey = (TenantId, RunId);
+
+struct RunSignal {
+    /// Bumped at every change of the run; subscribers wait for the next bump.
+    changes: watch::Sender<u64>,
+    /// A runner of this process holds the run (committed `running`, not yet ended).
+    live_here: bool,
+}
+
+/// Per-run change signals within one process. Cheap to clone; clones share the signals.
+#[derive(Clone, Default)]
+pub struct Notifier {
+    runs: Arc<Mutex<HashMap<RunKey, RunSignal>>>,
+    /// A [`NotifyingStore`] signals this notifier: this process's runner commits through it.
+    connected: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("runs", &self.lock().len())
+            .finish()
+    }
+}
+
+/// A handler's interest in one run. Dropping it forgets the run when nothing else needs it.
+pub struct Subscription {
+    notifier: Notifier,
+    key: RunKey,
+    changes: Option<watch::Receiver<u64>>,
+}
+
+impl Notifier {
+    /// A notifier no store signals yet: wrap the store with [`NotifyingStore`] to connect it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunKey, RunSignal>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts listening for changes of `run_id`. Subscribe before reading the run.
+    pub fn subscribe(&self, tenant: &TenantId, run_id: &RunId) -> Subscription {
+        let key = (tenant.clone(), run_id.clone());
+        let changes = self
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| RunSignal {
+                changes: watch::channel(0).0,
+                live_here: false,
+            })
+            .changes
+            .subscribe();
+        Subscription {
+            notifier: self.clone(),
+            key,
+            changes: Some(changes),
+        }
+    }
+
+    /// Whether a [`NotifyingStore`] signals this notifier. Then a queued run's pickup by this
+    /// process's runner is signalled too, and polls can be rare.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Whether a runner of this process holds the run: its next change will be signalled.
+    pub fn is_live_here(&self, tenant: &TenantId, run_id: &RunId) -> bool {
+        self.lock()
+            .get(&(tenant.clone(), run_id.clone()))
+            .is_some_and(|signal| signal.live_here)
+    }
+
+    /// Tells the run's subscribers it changed; `status` (when the change carries the run
+    /// record) keeps track of whether the run is live here.
+    pub fn signal(&self, tenant: &TenantId, run_id: &RunId, status: Option<RunStatus>) {
+        let key = (tenant.clone(), run_id.clone());
+        let mut runs = self.lock();
+        if status == Some(RunStatus::Running) && !runs.contains_key(&key) {
+            runs.insert(
+                key.clone(),
+                RunSignal {
+                    changes: watch::channel(0).0,
+                    live_here: true,
+                },
+            );
+        }
+        let Some(signal) = runs.get_mut(&key) else {
+            return;
+        };
+        match status {
+            Some(RunStatus::Running) => signal.live_here = true,
+            Some(s) if s.is_terminal() => signal.live_here = false,
+            _ => {}
+        }
+        signal.changes.send_modify(|version| *version += 1);
+        if !signal.live_here && signal.changes.receiver_count() == 0 {
+            runs.remove(&key);
+        }
+    }
+
+    /// The run is no longer held by this process (its writer lost the session lock): waiters
+    /// poll it again.
+    pub fn not_live_here(&self, tenant: &TenantId, run_id: &RunId) {
+        let key = (tenant.clone(), run_id.clone());
+        let mut runs = self.lock();
+        if let Some(signal) = runs.get_mut(&key) {
+            signal.live_here = false;
+            signal.changes.send_modify(|version| *version += 1);
+            if signal.changes.receiver_count() == 0 {
+                runs.remove(&key);
+            }
+        }
+    }
+
+    /// How many runs are tracked (subscribed to or live here).
+    pub fn tracked_runs(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn release(&self, key: &RunKey) {
+        let mut runs = self.lock();
+        if let Some(signal) = runs.get(key)
+            && !signal.live_here
+            && signal.changes.receiver_count() == 0
+        {
+            runs.remove(key);
+        }
+    }
+}
+
+impl Subscription {
+    /// Resolves at the run's next change after the last one seen (at once if one happened
+    /// since). Pending forever if the notifier is gone.
+    pub async fn changed(&mut self) {
+        let Some(changes) = self.changes.as_mut() else {
+            return std::future::pending().await;
+        };
+        if changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Drop the receiver first so the count the notifier sees excludes it.
+        self.changes = None;
+        self.notifier.release(&self.key);
+    }
+}
+
+/// A [`Store`] that signals a [`Notifier`] after each successful `commit` and
+/// `request_abort`; every other call goes straight through.
+pub struct NotifyingStore {
+    inner: Arc<dyn Store>,
+    notifier: Notifier,
+}
+
+impl NotifyingStore {
+    /// Wraps `inner`; give the result to the runner and the API alike, and `notifier` to
+    /// [`crate::app_with`].
+    pub fn new(inner: Arc<dyn Store>, notifier: Notifier) -> Self {
+        notifier.connected.store(true, Ordering::Relaxed);
+        Self { inner, notifier }
+    }
+}
+
+/// The run a commit belongs to: named, else its run record's, else its first entry's.
+fn commit_run(commit: &Commit) -> Option<&RunId> {
+    commit
+        .run_id
+        .as_ref()
+        .or(commit.run.as_ref().map(|run| &run.run_id))
+        .or(commit.transcript.first().map(|entry| &entry.run_id))
+}
+
+#[async_trait]
+impl TurnIntake for NotifyingStore {
+    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        self.inner.accept_turn(turn).await
+    }
+    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        let run = self.inner.request_abort(tenant, run_id).await?;
+        if run.is_some() {
+            self.notifier.signal(tenant, run_id, None);
+        }
+        Ok(run)
+    }
+    async fn reset_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.inner
+            .reset_session(tenant, key, new_session_id, now)
+            .await
+    }
+}
+
+#[async_trait]
+impl HistoryReader for NotifyingStore {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.inner.get_run(tenant, run_id).await
+    }
+    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
+        self.inner.abort_requested(tenant, run_id).await
+    }
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        self.inner.get_session(tenant, key).await
+    }
+    async fn read_transcript(
+        &self,
+        tenant: &TenantId,
+        session_id: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.inner
+            .read_transcript(tenant, session_id, after, limit)
+            .await
+    }
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        self.inner.read_events(tenant, run_id, after, limit).await
+    }
+    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
+        self.inner.next_event_seq(tenant, run_id).await
+    }
+}
+
+#[async_trait]
+impl SessionLock for NotifyingStore {
+    async fn acquire_lock(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        owner: &str,
+        lease_ms: u64,
+        now: u64,
+    ) -> StoreResult<LockAttempt> {
+        self.inner
+            .acquire_lock(tenant, key, owner, lease_ms, now)
+            .await
+    }
+    async fn renew_lock(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
+        self.inner.renew_lock(fence, lease_ms, now).await
+    }
+    async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
+        self.inner.release_lock(fence).await
+    }
+}
+
+#[async_trait]
+impl FencedWriter for NotifyingStore {
+    async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
+        let run = commit_run(&commit).cloned();
+        let status = commit.run.as_ref().map(|run| run.status);
+        let outcome = self.inner.commit(fence, commit).await;
+        if let Some(run_id) = run {
+            match &outcome {
+                Ok(()) => self.notifier.signal(&fence.tenant, &run_id, status),
+                // Another writer took the session: the run's next change will not come
+                // through this process, so its waiters go back to polling.
+                Err(StoreError::FenceLost) => self.notifier.not_live_here(&fence.tenant, &run_id),
+                Err(_) => {}
+            }
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::time::Duration;
+
+    fn ids() -> (TenantId, RunId) {
+        (TenantId::new("t"), RunId::new("r1"))
+    }
+
+    #[tokio::test]
+    async fn a_signal_wakes_a_subscriber_at_once_and_a_missed_one_is_kept() {
+        let notifier = Notifier::new();
+        let (tenant, run) = ids();
+        let mut sub = notifier.subscribe(&tenant, &run);
+        // A change between subscribe and the wait is not lost.
+        notifier.signal(&tenant, &run, None);
+        tokio::time::timeout(Duration::from_millis(100), sub.changed())
+            .await
+            .expect("woken by the earlier signal");
+        // Nothing more: the next wait pends.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(30), sub.changed())
+                .await
+                .is_err()
+        );
+        // Another run's signal does not wake it.
+        notifier.signal(&tenant, &RunId::new("other"), Some(RunStatus::Ok));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(30), sub.changed())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn runs_are_live_here_from_running_to_terminal_and_then_forgotten() {
+        let notifier = Notifier::new();
+        let (tenant, run) = ids();
+        assert!(!notifier.is_live_here(&tenant, &run));
+        notifier.signal(&tenant, &run, Some(RunStatus::Running));
+        assert!(notifier.is_live_here(&tenant, &run));
+        let sub = notifier.subscribe(&tenant, &run);
+        notifier.signal(&tenant, &run, Some(RunStatus::Ok));
+        assert!(!notifier.is_live_here(&tenant, &run));
+        assert_eq!(notifier.tracked_runs(), 1, "kept while subscribed");
+        drop(sub);
+        assert_eq!(notifier.tracked_runs(), 0, "forgotten once nobody listens");
+        // A run whose writer lost the lock is no longer live here.
+        notifier.signal(&tenant, &run, Some(RunStatus::Running));
+        notifier.not_live_here(&tenant, &run);
+        assert!(!notifier.is_live_here(&tenant, &run));
+        assert_eq!(notifier.tracked_runs(), 0);
+        // Signals of runs nobody follows leave nothing behind.
+        notifier.signal(&tenant, &run, None);
+        notifier.signal(&tenant, &run, Some(RunStatus::Error));
+        assert_eq!(notifier.tracked_runs(), 0);
+    }
+}

@@ -1,0 +1,312 @@
+//! Test support for the edge's own tests: the real router under [`crate::serve`] on a loopback
+//! port, over the SQLite backend behind a [`NotifyingStore`], two tenants, and a raw HTTP/1.1
+//! client on plain sockets (so tests can also misbehave: stall, send half a request).
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use crate::{ApiConfig, ApiKeys, ApiState, Notifier, NotifyingStore, app_with, serve};
+use agentlane_core::{
+    Commit, Fence, LaneQueue, LockAttempt, Run, RunId, RunStatus, SessionKey, SessionStatus,
+    SessionUpdate, Store, SystemClock, TenantId,
+};
+use agentlane_store_sqlite::SqliteBackend;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const ACME_KEY: &str = "acme-key-0123456789";
+pub const BETA_KEY: &str = "beta-key-0123456789";
+
+pub fn acme() -> TenantId {
+    TenantId::new("acme")
+}
+
+/// A server on a loopback port. Dropping it stops it without grace.
+pub struct LiveServer {
+    pub addr: SocketAddr,
+    /// The store as the runner sees it (signals the server's notifier).
+    pub store: Arc<dyn Store>,
+    pub queue: Arc<dyn LaneQueue>,
+    pub notifier: Notifier,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: Option<JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl LiveServer {
+    /// Starts the API with `config` and serves it with `config.limits`.
+    pub async fn start(config: ApiConfig) -> Self {
+        Self::start_over(config, |store| store).await
+    }
+
+    /// Like [`LiveServer::start`], with the store the API sees wrapped by `wrap`.
+    pub async fn start_over(
+        config: ApiConfig,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
+        let notifier = Notifier::new();
+        let store: Arc<dyn Store> = Arc::new(NotifyingStore::new(
+            wrap(backend.clone() as Arc<dyn Store>),
+            notifier.clone(),
+        ));
+        let queue: Arc<dyn LaneQueue> = backend.clone();
+        let limits = config.limits.clone();
+        let keys = ApiKeys::parse(&format!("acme:{ACME_KEY},beta:{BETA_KEY}")).unwrap();
+        let router = app_with(
+            ApiState {
+                store: store.clone(),
+                queue: queue.clone(),
+                clock: Arc::new(SystemClock),
+                keys,
+                config,
+                cron: backend.clone(),
+            },
+            notifier.clone(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            serve(listener, router, &limits, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Self {
+            addr,
+            store,
+            queue,
+            notifier,
+            stop: Some(stop),
+            task: Some(task),
+            _dir: dir,
+        }
+    }
+
+    /// Asks the server to shut down gracefully; await [`LiveServer::task`] to see it end.
+    pub fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// One request on a fresh connection (`Connection: close`).
+    pub async fn request(&self, method: &str, path: &str, key: Option<&str>, body: &str) -> Reply {
+        let mut stream = TcpStream::connect(self.addr).await.unwrap();
+        send_request(&mut stream, method, path, key, body).await;
+        read_reply(&mut stream).await
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Reply {
+        self.request("GET", path, Some(key), "").await
+    }
+
+    pub async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
+        self.request("POST", path, Some(key), &body.to_string())
+            .await
+    }
+
+    /// `POST /v1/agent` that must answer 202; the run id.
+    pub async fn submit(&self, key: &str, session: &str, message: &str) -> String {
+        let reply = self
+            .post(
+                "/v1/agent",
+                key,
+                serde_json::json!({"sessionKey": session, "message": message}),
+            )
+            .await;
+        assert_eq!(reply.status, 202, "{}", reply.body);
+        reply.json()["runId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
+        self.store
+            .get_run(tenant, &RunId::new(run_id))
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Takes the run's session lock and commits it with `status`, as the runner would.
+    pub async fn commit_status(&self, tenant: &TenantId, run_id: &str, status: RunStatus) -> Fence {
+        let run = self.run(tenant, run_id).await;
+        let fence = self.lock(tenant, run.session_key.as_str()).await;
+        self.commit_run(&fence, run, status).await;
+        fence
+    }
+
+    pub async fn lock(&self, tenant: &TenantId, key: &str) -> Fence {
+        let now = agentlane_core::Clock::now_ms(&SystemClock);
+        match self
+            .store
+            .acquire_lock(tenant, &SessionKey::new(key), "test-runner", 60_000, now)
+            .await
+            .unwrap()
+        {
+            LockAttempt::Acquired(fence) => fence,
+            other => panic!("lock not taken: {other:?}"),
+        }
+    }
+
+    pub async fn commit_run(&self, fence: &Fence, mut run: Run, status: RunStatus) {
+        let now = agentlane_core::Clock::now_ms(&SystemClock);
+        let terminal = status.is_terminal();
+        run.status = status;
+        run.started_at.get_or_insert(now);
+        if terminal {
+            run.ended_at = Some(now);
+        }
+        let session = SessionUpdate {
+            status: if terminal {
+                SessionStatus::Idle
+            } else {
+                SessionStatus::Processing
+            },
+            active_run_id: (!terminal).then(|| run.run_id.clone()),
+            last_progress_at: now,
+            finished_delta: u64::from(terminal),
+        };
+        self.store
+            .commit(
+                fence,
+                Commit {
+                    run: Some(run),
+                    session: Some(session),
+                    release_lock: terminal,
+                    ..Commit::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for LiveServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Writes one HTTP/1.1 request with `Connection: close`.
+pub async fn send_request(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: &str,
+) {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    if let Some(key) = key {
+        head.push_str(&format!("authorization: Bearer {key}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+}
+
+/// A parsed answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// A header's value (names compared case-insensitively).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+
+    /// Asserts the JSON error shape with this status and code.
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status, status, "{self:?}");
+        assert_eq!(self.json()["error"]["code"], code, "{self:?}");
+        assert!(
+            self.json()["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{self:?}"
+        );
+    }
+}
+
+/// Reads a whole `Connection: close` answer (chunked bodies are de-chunked).
+pub async fn read_reply(stream: &mut TcpStream) -> Reply {
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    parse_reply(&raw)
+}
+
+/// Parses status line, head and body of a raw answer.
+pub fn parse_reply(raw: &[u8]) -> Reply {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Reply {
+        status,
+        head: head.to_owned(),
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Whether the server closed `stream` within `within` (EOF or reset), reading and discarding
+/// whatever it sent first.
+pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}

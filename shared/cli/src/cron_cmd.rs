@@ -1,0 +1,203 @@
+//! `agentlane cron add|list|show|rm|run|enable|disable`: cron jobs over the HTTP API.
+
+use crate::args::ClientArgs;
+use crate::client::{Api, print};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+
+/// `agentlane cron …`.
+#[derive(Args, Debug)]
+pub struct CronArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: CronCommand,
+}
+
+/// The cron subcommands.
+#[derive(Subcommand, Debug)]
+pub enum CronCommand {
+    /// Create a job (exactly one of --cron, --every, --at).
+    Add(Box<AddArgs>),
+    /// List the jobs.
+    List,
+    /// Show one job with its recent runs.
+    Show { job_id: String },
+    /// Delete a job.
+    Rm { job_id: String },
+    /// Fire a job now (prints the run id).
+    Run { job_id: String },
+    /// Enable a job (missed slots are not replayed).
+    Enable { job_id: String },
+    /// Disable a job.
+    Disable { job_id: String },
+}
+
+/// `agentlane cron add`.
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// The job's name.
+    #[arg(long)]
+    pub name: String,
+    /// The message each fire sends.
+    #[arg(long)]
+    pub message: String,
+    /// A cron expression: 5 fields, or 6 with seconds first (e.g. "0 9 * * 1-5").
+    #[arg(long, group = "when")]
+    pub cron: Option<String>,
+    /// The IANA time zone of --cron (default UTC).
+    #[arg(long, requires = "cron")]
+    pub tz: Option<String>,
+    /// Fire every N seconds.
+    #[arg(long, group = "when")]
+    pub every: Option<u64>,
+    /// Fire once at an RFC 3339 time.
+    #[arg(long, group = "when")]
+    pub at: Option<String>,
+    /// Model as provider/model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Run timeout in seconds from the fire (default 3600; 0 = none).
+    #[arg(long)]
+    pub timeout_seconds: Option<u64>,
+    /// Create it disabled.
+    #[arg(long)]
+    pub disabled: bool,
+    /// Delete a one-shot job after its run succeeds.
+    #[arg(long)]
+    pub delete_after_run: bool,
+    /// POST each run's final payloads to this URL.
+    #[arg(long)]
+    pub webhook: Option<String>,
+    /// Bearer token for --webhook.
+    #[arg(long, requires = "webhook")]
+    pub webhook_token: Option<String>,
+}
+
+/// The JSON body of `POST /v1/cron/jobs` for `args`.
+pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
+    let schedule = match (&args.cron, args.every, &args.at) {
+        (Some(cron), None, None) => match &args.tz {
+            Some(tz) => json!({"cron": cron, "tz": tz}),
+            None => json!({"cron": cron}),
+        },
+        (None, Some(every), None) => json!({"everySeconds": every}),
+        (None, None, Some(at)) => json!({"at": at}),
+        _ => anyhow::bail!("give exactly one of --cron, --every or --at"),
+    };
+    let mut body = json!({
+        "name": args.name,
+        "schedule": schedule,
+        "message": args.message,
+        "enabled": !args.disabled,
+    });
+    if let Some(model) = &args.model {
+        body["model"] = json!(model);
+    }
+    if let Some(t) = args.timeout_seconds {
+        body["timeoutSeconds"] = json!(t);
+    }
+    if args.delete_after_run {
+        body["deleteAfterRun"] = json!(true);
+    }
+    if let Some(url) = &args.webhook {
+        let mut webhook = json!({"url": url});
+        if let Some(token) = &args.webhook_token {
+            webhook["token"] = json!(token);
+        }
+        body["delivery"] = json!({"webhook": webhook});
+    }
+    Ok(body)
+}
+
+/// Runs a cron subcommand and prints the API's answer.
+pub async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&args.client)?;
+    let path = |id: &str| format!("/v1/cron/jobs/{id}");
+    let answer = match &args.command {
+        CronCommand::Add(add) => api.post("/v1/cron/jobs", job_body(add)?).await?,
+        CronCommand::List => api.get("/v1/cron/jobs").await?,
+        CronCommand::Show { job_id } => api.get(&path(job_id)).await?,
+        CronCommand::Rm { job_id } => {
+            api.delete(&path(job_id)).await?;
+            json!({"deleted": job_id})
+        }
+        CronCommand::Run { job_id } => {
+            api.post(&format!("{}/run", path(job_id)), json!({}))
+                .await?
+        }
+        CronCommand::Enable { job_id } => {
+            api.patch(&path(job_id), json!({"enabled": true})).await?
+        }
+        CronCommand::Disable { job_id } => {
+            api.patch(&path(job_id), json!({"enabled": false})).await?
+        }
+    };
+    print(&answer);
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        add: AddArgs,
+    }
+
+    fn body(args: &[&str]) -> anyhow::Result<Value> {
+        let mut argv = vec!["add"];
+        argv.extend_from_slice(args);
+        job_body(&Cli::try_parse_from(argv)?.add)
+    }
+
+    #[test]
+    fn add_flags_become_the_api_body() {
+        assert_eq!(
+            body(&[
+                "--name",
+                "n",
+                "--message",
+                "m",
+                "--cron",
+                "0 9 * * 1-5",
+                "--tz",
+                "Europe/Paris"
+            ])
+            .unwrap(),
+            json!({"name": "n", "message": "m", "enabled": true,
+                   "schedule": {"cron": "0 9 * * 1-5", "tz": "Europe/Paris"}})
+        );
+        assert_eq!(
+            body(&[
+                "--name",
+                "n",
+                "--message",
+                "m",
+                "--every",
+                "30",
+                "--timeout-seconds",
+                "10",
+                "--disabled",
+                "--webhook",
+                "https://h.example/x",
+                "--webhook-token",
+                "t"
+            ])
+            .unwrap(),
+            json!({"name": "n", "message": "m", "enabled": false, "timeoutSeconds": 10,
+                   "schedule": {"everySeconds": 30},
+                   "delivery": {"webhook": {"url": "https://h.example/x", "token": "t"}}})
+        );
+        assert!(
+            body(&["--name", "n", "--message", "m"]).is_err(),
+            "no schedule"
+        );
+        assert!(body(&["--name", "n", "--message", "m", "--every", "3", "--at", "x"]).is_err());
+    }
+}

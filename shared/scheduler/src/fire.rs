@@ -1,0 +1,124 @@
+//! Turning a claimed fire into a run: accepted through the normal intake
+//! ([`Store::accept_turn`]) in its own fresh session and enqueued on that session's lane, like
+//! any turn. Both steps are idempotent (idempotency key and dedup id derive from the run id), so
+//! a fire whose submit failed halfway is submitted again safely.
+
+use crate::plan::EXPLICIT_TIMEOUT_IDLE_CAP_MS;
+use agentlane_core::cron::{CronJob, JobRun};
+use agentlane_core::{
+    Lane, LaneMessage, LaneQueue, NewTurn, QueueError, QueueMode, SessionId, Store, StoreError,
+    TurnMessage, TurnRequest,
+};
+
+/// How long the idempotency key of a fire maps to its run.
+const FIRE_IDEMPOTENCY_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// Why a fire could not be submitted (it stays listed `queued`; the ticker tries again).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the fire has no run id")]
+    NoRun,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// The turn a fire of `job` asks for: the job's message and model; its timeout counted from the
+/// fire (an absolute deadline); with an explicit timeout, stalled cloud streams cut at 60 s.
+pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
+    let timeout = job.effective_timeout_seconds();
+    TurnRequest {
+        message: job.message.clone(),
+        queue_mode: QueueMode::Followup,
+        model: job.model.clone(),
+        thinking: None,
+        timeout_seconds: Some(timeout.unwrap_or(0)),
+        extra_system_prompt: None,
+        deadline_at: timeout.map(|t| entry.fired_at.saturating_add(t.saturating_mul(1000))),
+        model_idle_timeout_ms: match job.timeout_seconds {
+            Some(t) if t > 0 => Some(EXPLICIT_TIMEOUT_IDLE_CAP_MS),
+            _ => None,
+        },
+    }
+}
+
+/// Accepts the fire's run (a no-op when already accepted) and enqueues it on its lane.
+pub async fn submit(
+    store: &dyn Store,
+    queue: &dyn LaneQueue,
+    job: &CronJob,
+    entry: &JobRun,
+    now: u64,
+) -> Result<(), SubmitError> {
+    let (Some(run_id), Some(session_key)) = (entry.run_id.clone(), entry.session_key.clone())
+    else {
+        return Err(SubmitError::NoRun);
+    };
+    let outcome = store
+        .accept_turn(NewTurn {
+            tenant: job.tenant.clone(),
+            session_key: session_key.clone(),
+            run_id: run_id.clone(),
+            new_session_id: SessionId::generate(),
+            request: fire_request(job, entry),
+            idempotency_key: Some(format!("cron:{}:{}", job.job_id, run_id)),
+            now,
+            idempotency_ttl_ms: FIRE_IDEMPOTENCY_TTL_MS,
+        })
+        .await?;
+    if outcome.run.status.is_terminal() {
+        return Ok(());
+    }
+    queue
+        .enqueue(&LaneMessage {
+            lane: Lane::for_session(&job.tenant, &session_key),
+            dedup_id: run_id.to_string(),
+            body: TurnMessage {
+                tenant: job.tenant.clone(),
+                run_id,
+                session_key: Some(session_key),
+            },
+        })
+        .await?;
+    Ok(())
+}
+
+/// Writes of a manual fire retried when another writer changed the job in between.
+const MANUAL_FIRE_RETRIES: u32 = 4;
+
+/// Fires `job_id` now (`POST /v1/cron/jobs/{id}/run`): lists the fire on the job (a conditional
+/// write, retried on a concurrent change) and submits its run. `None` when the tenant has no
+/// such job. A submit that fails after the fire is listed is logged and left to the ticker,
+/// which submits listed fires whose run is missing.
+pub async fn fire_now(
+    cron: &dyn agentlane_core::cron::CronStore,
+    store: &dyn Store,
+    queue: &dyn LaneQueue,
+    tenant: &agentlane_core::TenantId,
+    job_id: &agentlane_core::cron::JobId,
+    now: u64,
+) -> Result<Option<JobRun>, SubmitError> {
+    for _ in 0..=MANUAL_FIRE_RETRIES {
+        let Some(job) = cron.get_job(tenant, job_id).await? else {
+            return Ok(None);
+        };
+        let (mut next, entry) =
+            crate::plan::manual_fire(&job, now, agentlane_core::RunId::generate());
+        next.version = job.version + 1;
+        match cron.replace_job(&next, job.version).await {
+            Ok(()) => {
+                if let Err(e) = submit(store, queue, &next, &entry, now).await {
+                    tracing::warn!(%job_id, error = %e, "cron: manual fire not submitted yet");
+                }
+                return Ok(Some(entry));
+            }
+            Err(StoreError::Conflict(_)) => continue,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(SubmitError::Store(StoreError::Conflict(
+        "the job kept changing; try again".into(),
+    )))
+}

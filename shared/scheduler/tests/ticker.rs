@@ -1,0 +1,379 @@
+//! The ticker over the SQLite backend with a hand-moved clock: fires, records ends, times out
+//! overdue fires, heals a fire whose submit was lost, and delivers finished fires to a webhook.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use agentlane_core::cron::{
+    CronJob, CronStore, JobDelivery, JobId, JobRunStatus, Schedule, WebhookTarget,
+};
+use agentlane_core::{
+    Clock, Commit, FencedWriter, HistoryReader, LaneQueue, LockAttempt, Payload, RunId, RunStatus,
+    SessionLock, TenantId,
+};
+use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
+use agentlane_store_sqlite::SqliteBackend;
+use agentlane_tools::ssrf::SsrfPolicy;
+use axum::Json;
+use axum::http::HeaderMap;
+use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const T0: u64 = 1_800_000_000_000;
+
+/// What the webhook received: the Authorization header and the body.
+type Received = (Option<String>, Value);
+
+#[derive(Debug)]
+struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    fn set(&self, ms: u64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+struct World {
+    backend: SqliteBackend,
+    clock: Arc<ManualClock>,
+    ticker: Ticker,
+    tenant: TenantId,
+    _dir: tempfile::TempDir,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock(AtomicU64::new(T0)));
+    let backend = SqliteBackend::open_with_clock(dir.path(), clock.clone()).unwrap();
+    let mut sender = WebhookSender::new(SsrfPolicy {
+        allow_hosts: vec!["127.0.0.1".into()],
+        ..SsrfPolicy::default()
+    });
+    sender.first_backoff = Duration::from_millis(20);
+    let ticker = Ticker::new(
+        Arc::new(backend.clone()),
+        Arc::new(backend.clone()),
+        Arc::new(backend.clone()),
+        clock.clone(),
+        TickerConfig::default(),
+        sender,
+    );
+    World {
+        backend,
+        clock,
+        ticker,
+        tenant: TenantId::new("acme"),
+        _dir: dir,
+    }
+}
+
+fn job(w: &World, schedule: Schedule, next: u64, timeout: Option<u64>) -> CronJob {
+    CronJob {
+        tenant: w.tenant.clone(),
+        job_id: JobId::generate(),
+        name: "j".into(),
+        schedule,
+        message: "hello".into(),
+        model: None,
+        timeout_seconds: timeout,
+        enabled: true,
+        delete_after_run: false,
+        delivery: None,
+        next_run_at: Some(next),
+        last_runs: Vec::new(),
+        consecutive_errors: 0,
+        disabled_reason: None,
+        created_at: T0,
+        updated_at: T0,
+        anchor_at: T0,
+        version: 1,
+    }
+}
+
+impl World {
+    async fn stored(&self, job: &CronJob) -> CronJob {
+        self.backend
+            .get_job(&self.tenant, &job.job_id)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Plays the runner: the run ends with `status` and a payload.
+    async fn end_run(&self, run_id: &RunId, status: RunStatus) {
+        let mut run = self
+            .backend
+            .get_run(&self.tenant, run_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let now = self.clock.now_ms();
+        let LockAttempt::Acquired(fence) = self
+            .backend
+            .acquire_lock(&self.tenant, &run.session_key, "test", 30_000, now)
+            .await
+            .unwrap()
+        else {
+            panic!("lock held")
+        };
+        run.status = status;
+        run.started_at = Some(now - 100);
+        run.ended_at = Some(now);
+        run.payloads = vec![Payload {
+            text: "done".into(),
+            is_error: false,
+        }];
+        self.backend
+            .commit(
+                &fence,
+                Commit {
+                    run: Some(run),
+                    release_lock: true,
+                    ..Commit::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_due_job_fires_and_its_end_is_recorded_on_the_next_tick() {
+    // GIVEN a job every 10 s, due at T0 + 10 s
+    let w = world();
+    let j = job(&w, Schedule::Every { every_seconds: 10 }, T0 + 10_000, None);
+    w.backend.create_job(&j, 10).await.unwrap();
+
+    // WHEN the ticker runs before and at the slot
+    assert!(w.ticker.tick().await.fired.is_empty(), "not due yet");
+    w.clock.set(T0 + 10_200);
+    let report = w.ticker.tick().await;
+
+    // THEN one run fired: accepted on its cron session and on its lane
+    assert_eq!(report.fired.len(), 1);
+    let run_id = report.fired[0].clone();
+    let run = w
+        .backend
+        .get_run(&w.tenant, &run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        run.session_key.as_str(),
+        format!("cron:{}:{}", j.job_id, run_id)
+    );
+    assert_eq!(run.request.deadline_at, Some(T0 + 10_200 + 3_600_000));
+    assert_eq!(
+        run.request.model_idle_timeout_ms, None,
+        "no explicit timeout, no stall cap"
+    );
+    let delivered = w
+        .backend
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(delivered.len(), 1);
+    let stored = w.stored(&j).await;
+    assert_eq!(stored.next_run_at, Some(T0 + 20_000));
+    assert_eq!(stored.last_runs[0].status, JobRunStatus::Queued);
+
+    // WHEN the run ends ok and the ticker looks again (the job is watched while it runs)
+    w.end_run(&run_id, RunStatus::Ok).await;
+    w.clock.set(T0 + 11_000);
+    let report = w.ticker.tick().await;
+
+    // THEN the end is recorded, and nothing new fired
+    assert_eq!((report.ended, report.fired.len()), (1, 0));
+    let stored = w.stored(&j).await;
+    assert_eq!(stored.last_runs[0].status, JobRunStatus::Ok);
+    assert_eq!(stored.last_runs[0].ended_at, Some(T0 + 10_200));
+    // AND with nothing in flight and nothing due, the job is not even read
+    assert_eq!(w.backend.due_jobs(T0 + 11_000, 10).await.unwrap(), vec![]);
+
+    // AND a day after its end the fire's session is gone; its run record stays
+    assert!(
+        w.backend
+            .get_session(&w.tenant, &run.session_key)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    w.clock.set(T0 + 10_200 + 24 * 3_600_000 + 1);
+    w.ticker.tick().await;
+    assert!(
+        w.backend
+            .get_session(&w.tenant, &run.session_key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        w.backend
+            .get_run(&w.tenant, &run_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn an_overdue_fire_is_aborted_then_recorded_timeout_after_the_cleanup() {
+    // GIVEN a job with a 5 s timeout that fired at T0, and a run that never ends
+    let w = world();
+    let j = job(
+        &w,
+        Schedule::Every {
+            every_seconds: 3600,
+        },
+        T0,
+        Some(5),
+    );
+    w.backend.create_job(&j, 10).await.unwrap();
+    let run_id = w.ticker.tick().await.fired[0].clone();
+    let run = w
+        .backend
+        .get_run(&w.tenant, &run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.request.deadline_at, Some(T0 + 5_000));
+    assert_eq!(run.request.model_idle_timeout_ms, Some(60_000));
+
+    // WHEN the deadline passes THEN the run is asked to abort, once
+    w.clock.set(T0 + 5_000);
+    w.ticker.tick().await;
+    assert!(w.backend.abort_requested(&w.tenant, &run_id).await.unwrap());
+    assert_eq!(w.stored(&j).await.last_runs[0].status, JobRunStatus::Queued);
+
+    // WHEN the 20 s cleanup passes too THEN the job records `timeout` and counts a failure
+    w.clock.set(T0 + 25_000);
+    let report = w.ticker.tick().await;
+    assert_eq!(report.timed_out, 1);
+    let stored = w.stored(&j).await;
+    assert_eq!(stored.last_runs[0].status, JobRunStatus::Timeout);
+    assert_eq!(stored.consecutive_errors, 1);
+    // AND the next fire is held back by the 30 s backoff (the natural next is an hour away)
+    assert_eq!(stored.next_run_at, Some(T0 + 3_600_000));
+}
+
+#[tokio::test]
+async fn a_fire_whose_submit_was_lost_is_submitted_again() {
+    // GIVEN a job whose fire was claimed but never accepted (the ticker died in between)
+    let w = world();
+    let j = job(
+        &w,
+        Schedule::Every {
+            every_seconds: 3600,
+        },
+        T0,
+        None,
+    );
+    w.backend.create_job(&j, 10).await.unwrap();
+    let (mut claimed, _) = agentlane_scheduler::plan::claim_slot(
+        &j,
+        &agentlane_scheduler::CompiledSchedule::compile(&j.schedule).unwrap(),
+        T0,
+        RunId::new("run_lost"),
+    )
+    .unwrap();
+    claimed.version = 2;
+    w.backend.replace_job(&claimed, 1).await.unwrap();
+
+    // WHEN a ticker comes by 5 s later
+    w.clock.set(T0 + 5_000);
+    w.ticker.tick().await;
+
+    // THEN the run exists, queued, on its lane
+    let run = w
+        .backend
+        .get_run(&w.tenant, &RunId::new("run_lost"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Queued);
+    let delivered = w
+        .backend
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(delivered[0].message.body.run_id.as_str(), "run_lost");
+}
+
+#[tokio::test]
+async fn a_finished_fire_is_delivered_to_the_webhook_with_its_token() {
+    // GIVEN a webhook that fails once, then records what it gets
+    let seen: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let calls = Arc::new(AtomicU64::new(0));
+    let app = {
+        let (seen, calls) = (seen.clone(), calls.clone());
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, Json(body): Json<Value>| {
+                let (seen, calls) = (seen.clone(), calls.clone());
+                async move {
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    let auth = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    seen.lock().unwrap().push((auth, body));
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // AND a job delivering there, fired and finished
+    let w = world();
+    let mut j = job(
+        &w,
+        Schedule::Every {
+            every_seconds: 3600,
+        },
+        T0,
+        None,
+    );
+    j.delivery = Some(JobDelivery {
+        webhook: WebhookTarget {
+            url: format!("http://{addr}/hook"),
+            token: Some("tok-123".into()),
+        },
+    });
+    w.backend.create_job(&j, 10).await.unwrap();
+    let run_id = w.ticker.tick().await.fired[0].clone();
+    w.end_run(&run_id, RunStatus::Ok).await;
+
+    // WHEN the ticker records the end
+    w.clock.set(T0 + 1_000);
+    assert_eq!(w.ticker.tick().await.ended, 1);
+    w.ticker.drain_deliveries(Duration::from_secs(10)).await;
+
+    // THEN the payloads arrived once, with the bearer token, after one retry
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let (auth, body) = &seen[0];
+    assert_eq!(auth.as_deref(), Some("Bearer tok-123"));
+    assert_eq!(body["runId"], run_id.as_str());
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["payloads"][0]["text"], "done");
+
+    // AND a loopback webhook without the allow list is refused by the SSRF guard
+    let strict = WebhookSender::new(SsrfPolicy::default());
+    let err = strict
+        .deliver(&j.delivery.as_ref().unwrap().webhook, &Value::Null)
+        .await
+        .unwrap_err();
+    assert!(err.contains("127.0.0.1"), "{err}");
+}

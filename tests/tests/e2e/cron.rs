@@ -1,0 +1,376 @@
+//! Cron jobs end to end (SPEC §9): the real server's ticker fires scheduled, isolated turns
+//! against aimock, on either backend.
+
+use crate::support::{GREETING, LONG, scenario_with};
+use agentlane_core::RunStatus;
+use agentlane_tests::{Client, Scenario, ServerOptions};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A fast ticker, so fires land within ~250 ms of their slot.
+fn fast_ticks(options: ServerOptions) -> ServerOptions {
+    options.env("AGENTLANE_CRON_TICK_MS", "250")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn create(client: &Client, body: Value) -> anyhow::Result<Value> {
+    let (status, job) = client
+        .json(Method::POST, "/v1/cron/jobs", Some(body))
+        .await?;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    Ok(job)
+}
+
+async fn job(client: &Client, id: &str) -> anyhow::Result<(StatusCode, Value)> {
+    Ok(client
+        .json(Method::GET, &format!("/v1/cron/jobs/{id}"), None)
+        .await?)
+}
+
+/// Polls the job until `done(job)` holds, at most `within`.
+async fn job_until(
+    client: &Client,
+    id: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    let start = Instant::now();
+    loop {
+        let (status, body) = job(client, id).await?;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if done(&body) {
+            return Ok(body);
+        }
+        if start.elapsed() > within {
+            anyhow::bail!("job {id} did not get there within {within:?}: {body}");
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+fn runs(job: &Value) -> Vec<Value> {
+    job["lastRuns"].as_array().cloned().unwrap_or_default()
+}
+
+fn with_status<'a>(job: &'a Value, status: &str) -> Vec<&'a Value> {
+    job["lastRuns"]
+        .as_array()
+        .map(|r| r.iter().filter(|e| e["status"] == status).collect())
+        .unwrap_or_default()
+}
+
+fn id_of(job: &Value) -> String {
+    job["jobId"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn delete(client: &Client, id: &str) -> anyhow::Result<StatusCode> {
+    Ok(client
+        .json(Method::DELETE, &format!("/v1/cron/jobs/{id}"), None)
+        .await?
+        .0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_every_two_seconds_job_fires_three_times_into_fresh_sessions() -> anyhow::Result<()> {
+    // GIVEN a server and a job saying hello every 2 s
+    let scn = scenario_with(fast_ticks)?;
+    let (a, b) = (scn.a(), scn.b());
+    let created = create(
+        &a,
+        json!({"name": "greeter", "schedule": {"everySeconds": 2}, "message": "hello"}),
+    )
+    .await?;
+    let id = id_of(&created);
+    let created_at = created["createdAt"].as_u64().unwrap_or_default();
+
+    // WHEN ~6 s pass
+    let job = job_until(&a, &id, Duration::from_secs(20), |j| {
+        with_status(j, "ok").len() >= 3
+    })
+    .await?;
+    assert_eq!(delete(&a, &id).await?, StatusCode::NO_CONTENT);
+
+    // THEN it fired into 3 distinct cron sessions, all ok, listed newest first
+    let mut fires: Vec<Value> = runs(&job);
+    fires.reverse();
+    let fires = &fires[..3];
+    let sessions: HashSet<&str> = fires
+        .iter()
+        .filter_map(|f| f["sessionKey"].as_str())
+        .collect();
+    assert_eq!(sessions.len(), 3, "{job}");
+    for (k, fire) in fires.iter().enumerate() {
+        let run_id = fire["runId"].as_str().unwrap_or_default();
+        assert_eq!(fire["status"], "ok", "{job}");
+        assert_eq!(fire["sessionKey"], format!("cron:{id}:{run_id}"));
+        // on its 2-second slot, within the tick
+        let due = created_at + 2_000 * (k as u64 + 1);
+        assert_eq!(fire["dueAt"], due, "{job}");
+        let fired = fire["firedAt"].as_u64().unwrap_or_default();
+        assert!(fired >= due && fired - due < 1_500, "late fire: {fire}");
+        // AND each is an ordinary run with the greeting, in its own transcript
+        let run = a.run(run_id).await?;
+        assert_eq!(run.status, RunStatus::Ok);
+        assert_eq!(run.payloads[0].text, GREETING);
+        let transcript = a
+            .json(
+                Method::GET,
+                &format!(
+                    "/v1/sessions/{}/transcript",
+                    fire["sessionKey"].as_str().unwrap_or_default()
+                ),
+                None,
+            )
+            .await?;
+        assert_eq!(transcript.0, StatusCode::OK, "{}", transcript.1);
+        assert_eq!(
+            transcript.1["entries"].as_array().map(Vec::len),
+            Some(2),
+            "{}",
+            transcript.1
+        );
+        // AND another tenant sees neither the run nor the session
+        let (status, _) = b
+            .json(Method::GET, &format!("/v1/runs/{run_id}"), None)
+            .await?;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(job["consecutiveErrors"], 0);
+    // AND another tenant sees no job
+    let (_, listed) = b.json(Method::GET, "/v1/cron/jobs", None).await?;
+    assert_eq!(listed["jobs"], json!([]));
+    assert_eq!(job_status(&b, &id).await?, StatusCode::NOT_FOUND);
+    Ok(())
+}
+
+async fn job_status(client: &Client, id: &str) -> anyhow::Result<StatusCode> {
+    Ok(job(client, id).await?.0)
+}
+
+/// `ss mm hh * * *` for the wall-clock time `at_ms` in Asia/Kolkata (UTC+05:30, no DST).
+fn kolkata_cron(at_ms: u64) -> String {
+    let local = at_ms / 1000 + 5 * 3600 + 30 * 60;
+    let (h, m, s) = ((local / 3600) % 24, (local / 60) % 60, local % 60);
+    format!("{s} {m} {h} * * *")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_six_field_cron_in_a_time_zone_fires_at_its_local_time() -> anyhow::Result<()> {
+    // GIVEN a daily job at a Kolkata wall-clock time 4 s from now (to the second)
+    let scn = scenario_with(fast_ticks)?;
+    let a = scn.a();
+    let at = (now_ms() / 1000 + 4) * 1000;
+    let created = create(
+        &a,
+        json!({"name": "daily", "schedule": {"cron": kolkata_cron(at), "tz": "Asia/Kolkata"},
+               "message": "hello"}),
+    )
+    .await?;
+    // THEN its next run is that instant (read in UTC it would be 5 h 30 min away)
+    assert_eq!(created["nextRunAt"], at, "{created}");
+
+    // WHEN the time comes THEN it fires once, ok, and the next run is a day later
+    let id = id_of(&created);
+    let job = job_until(&a, &id, Duration::from_secs(20), |j| {
+        !with_status(j, "ok").is_empty()
+    })
+    .await?;
+    let fire = &runs(&job)[0];
+    assert_eq!(fire["dueAt"], at);
+    assert!(
+        fire["firedAt"].as_u64().unwrap_or_default() - at < 1_500,
+        "{fire}"
+    );
+    assert_eq!(runs(&job).len(), 1);
+    assert_eq!(job["nextRunAt"], at + 24 * 3600 * 1000);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_timeout_ends_timeout_and_its_lane_is_free() -> anyhow::Result<()> {
+    // GIVEN a job whose run takes ~8 s and whose timeout is 2 s
+    let scn = scenario_with(fast_ticks)?;
+    let a = scn.a();
+    let created = create(
+        &a,
+        json!({"name": "slowpoke", "schedule": {"everySeconds": 3600}, "message": "glacial",
+               "timeoutSeconds": 2}),
+    )
+    .await?;
+    let id = id_of(&created);
+
+    // WHEN it is fired
+    let (status, fired) = a
+        .json(Method::POST, &format!("/v1/cron/jobs/{id}/run"), None)
+        .await?;
+    assert_eq!(status, StatusCode::ACCEPTED, "{fired}");
+    let run_id = fired["runId"].as_str().unwrap_or_default().to_owned();
+    let fired_at = fired["firedAt"].as_u64().unwrap_or_default();
+
+    // THEN the run ends `timeout` about 2 s after the fire, and the job lists it so
+    let run = a
+        .poll_run(&run_id, LONG, "end", |r| r.status.is_terminal())
+        .await?;
+    assert_eq!(run.status, RunStatus::Timeout);
+    let ended = run.ended_at.unwrap_or_default();
+    assert!(
+        ended >= fired_at + 2_000 && ended < fired_at + 6_000,
+        "ended {} ms after the fire",
+        ended - fired_at
+    );
+    let job = job_until(&a, &id, Duration::from_secs(10), |j| {
+        !with_status(j, "timeout").is_empty()
+    })
+    .await?;
+    assert_eq!(runs(&job)[0]["runId"], run_id.as_str());
+
+    // AND its session is idle again, and the job's next fire runs (not skipped) and ends ok
+    let session_key = fired["sessionKey"].as_str().unwrap_or_default();
+    let (_, session) = a
+        .json(Method::GET, &format!("/v1/sessions/{session_key}"), None)
+        .await?;
+    assert_eq!(session["status"], "idle", "{session}");
+    let (status, _) = a
+        .json(
+            Method::PATCH,
+            &format!("/v1/cron/jobs/{id}"),
+            Some(json!({"message": "hello"})),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK);
+    let (_, again) = a
+        .json(Method::POST, &format!("/v1/cron/jobs/{id}/run"), None)
+        .await?;
+    let next = a
+        .wait_done(again["runId"].as_str().unwrap_or_default(), LONG)
+        .await?;
+    assert_eq!(next.status, RunStatus::Ok);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_job_fires_no_more() -> anyhow::Result<()> {
+    // GIVEN a job firing every second, seen firing
+    let scn = scenario_with(fast_ticks)?;
+    let a = scn.a();
+    let created = create(
+        &a,
+        json!({"name": "chatty", "schedule": {"everySeconds": 1}, "message": "hello, deleted job"}),
+    )
+    .await?;
+    let id = id_of(&created);
+    job_until(&a, &id, Duration::from_secs(20), |j| {
+        !with_status(j, "ok").is_empty()
+    })
+    .await?;
+
+    // WHEN it is deleted
+    assert_eq!(delete(&a, &id).await?, StatusCode::NO_CONTENT);
+    assert_eq!(job_status(&a, &id).await?, StatusCode::NOT_FOUND);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let settled = scn.mock.model_requests_for("deleted job")?.len();
+
+    // THEN three more seconds bring no model call for it
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(scn.mock.model_requests_for("deleted job")?.len(), settled);
+    assert!(settled >= 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_downtime_fires_one_catch_up_not_a_burst() -> anyhow::Result<()> {
+    // GIVEN a job every 4 s that fired once
+    let mut scn = scenario_with(fast_ticks)?;
+    let created = create(
+        &scn.a(),
+        json!({"name": "steady", "schedule": {"everySeconds": 4}, "message": "hello"}),
+    )
+    .await?;
+    let id = id_of(&created);
+    let created_at = created["createdAt"].as_u64().unwrap_or_default();
+    job_until(&scn.a(), &id, Duration::from_secs(20), |j| {
+        !with_status(j, "ok").is_empty()
+    })
+    .await?;
+
+    // WHEN the server is down while two more slots pass, then starts again
+    scn.server.kill_hard();
+    let back_at = created_at + 13_000;
+    tokio::time::sleep(Duration::from_millis(back_at.saturating_sub(now_ms()))).await;
+    scn.server.restart()?;
+    let restarted = now_ms();
+    let a = scn.a();
+
+    // THEN exactly one fire catches up, for the first missed slot; the second missed slot is
+    // not replayed
+    let job = job_until(&a, &id, Duration::from_secs(20), |j| runs(j).len() >= 2).await?;
+    let after: Vec<Value> = runs(&job)
+        .into_iter()
+        .filter(|r| r["firedAt"].as_u64().unwrap_or_default() >= restarted.saturating_sub(2_000))
+        .filter(|r| r["dueAt"].as_u64().unwrap_or_default() < restarted)
+        .collect();
+    assert_eq!(after.len(), 1, "{job}");
+    assert_eq!(after[0]["dueAt"], created_at + 8_000, "{job}");
+    let due: Vec<u64> = runs(&job)
+        .iter()
+        .filter_map(|r| r["dueAt"].as_u64())
+        .collect();
+    assert!(
+        !due.contains(&(created_at + 12_000)),
+        "slot 12 s was replayed: {job}"
+    );
+    // AND the schedule goes on from now
+    assert!(
+        job["nextRunAt"].as_u64().unwrap_or_default() > restarted,
+        "{job}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tickers_on_one_backend_never_fire_a_slot_twice() -> anyhow::Result<()> {
+    // GIVEN two server processes on one backend (one table and queue on AWS, one database file
+    // embedded), each ticking 4 times a second, and a job due every second
+    let scn: Scenario = scenario_with(fast_ticks)?;
+    let sibling = scn.server.start_sibling()?;
+    let a = scn.a();
+    let created = create(
+        &a,
+        json!({"name": "contended", "schedule": {"everySeconds": 1}, "message": "hello"}),
+    )
+    .await?;
+    let id = id_of(&created);
+
+    // WHEN 5 slots pass
+    let job = job_until(&a, &id, Duration::from_secs(30), |j| runs(j).len() >= 5).await?;
+    assert_eq!(delete(&a, &id).await?, StatusCode::NO_CONTENT);
+    drop(sibling);
+
+    // THEN every slot was claimed once: no slot listed twice, no run listed twice
+    let entries = runs(&job);
+    let slots: HashSet<u64> = entries.iter().filter_map(|r| r["dueAt"].as_u64()).collect();
+    assert_eq!(
+        slots.len(),
+        entries.len(),
+        "a slot was claimed twice: {job}"
+    );
+    let run_ids: Vec<&str> = entries.iter().filter_map(|r| r["runId"].as_str()).collect();
+    let unique: HashSet<&&str> = run_ids.iter().collect();
+    assert_eq!(unique.len(), run_ids.len(), "{job}");
+    // AND each slot fired one model call at most
+    let calls = scn.mock.model_requests_for("hello")?.len();
+    assert!(
+        calls <= entries.len() + 1,
+        "{calls} model calls for {} slots",
+        entries.len()
+    );
+    Ok(())
+}

@@ -1,24 +1,17 @@
-//! A small typed client for the agentlane HTTP API, bound to one API key.
+//! A small typed client for the agentlane HTTP API, bound to one API key: the CLI's
+//! [`ApiClient`] with the answers decoded into the harness's views and every failure a
+//! [`HarnessError`].
 
 use crate::error::{HarnessError, HarnessResult, truncate};
 use crate::views::{Accepted, EventsPage, RunView, TranscriptView, WaitReply, WaitStatus};
+use agentlane_cli::api_client::{ApiClient, ApiError, Auth};
+pub use agentlane_cli::api_client::{RawBody, RawResponse};
 use agentlane_core::Event;
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-/// A request body for [`Client::raw`].
-#[derive(Debug, Clone)]
-pub enum RawBody {
-    /// Serialized JSON.
-    Json(Value),
-    /// Any text, sent as `application/json` (e.g. malformed JSON).
-    Text(String),
-}
 
 /// What an SSE follower received.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -29,39 +22,32 @@ pub struct SseEvents {
     pub end: Option<Value>,
 }
 
-/// What came back from [`Client::raw`].
-#[derive(Debug, Clone)]
-pub struct RawResponse {
-    /// The status.
-    pub status: StatusCode,
-    /// The `content-type` header, if any.
-    pub content_type: Option<String>,
-    /// The body text.
-    pub body: String,
-}
-
-impl RawResponse {
-    /// The body as JSON (`Value::Null` when it is not JSON).
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+impl From<ApiError> for HarnessError {
+    fn from(error: ApiError) -> Self {
+        match error {
+            ApiError::Transport {
+                method,
+                url,
+                source,
+            } => HarnessError::Http {
+                method: method.to_string(),
+                url,
+                source,
+            },
+            ApiError::Status { request, response } => HarnessError::UnexpectedStatus {
+                request,
+                expected: 200,
+                status: response.status.as_u16(),
+                body: truncate(&response.body, 2000),
+            },
+        }
     }
-}
-
-/// How the client authenticates.
-#[derive(Debug, Clone)]
-enum Auth {
-    None,
-    Bearer(String),
-    /// A raw `Authorization` header value (e.g. a malformed one).
-    Header(String),
 }
 
 /// The API at one base URL, as one caller.
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
-    base: String,
-    auth: Auth,
+    api: ApiClient,
 }
 
 impl Client {
@@ -85,28 +71,18 @@ impl Client {
         // speak plain HTTP on loopback, so fall back to the default client then.
         let http = reqwest::Client::builder()
             .no_proxy()
-            .timeout(Duration::from_secs(90))
             .build()
             .unwrap_or_default();
         Client {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-            auth,
+            api: ApiClient::new(base, auth)
+                .with_http(http)
+                .with_timeout(Duration::from_secs(90)),
         }
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> &str {
-        &self.base
-    }
-
-    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let builder = self.http.request(method, format!("{}{path}", self.base));
-        match &self.auth {
-            Auth::None => builder,
-            Auth::Bearer(key) => builder.header(AUTHORIZATION, format!("Bearer {key}")),
-            Auth::Header(value) => builder.header(AUTHORIZATION, value.clone()),
-        }
+        self.api.base_url()
     }
 
     /// Any request; the status is not checked.
@@ -116,34 +92,7 @@ impl Client {
         path: &str,
         body: Option<RawBody>,
     ) -> HarnessResult<RawResponse> {
-        let mut builder = self.request(method.clone(), path);
-        builder = match body {
-            None => builder,
-            Some(RawBody::Json(value)) => builder
-                .header(CONTENT_TYPE, "application/json")
-                .body(value.to_string()),
-            Some(RawBody::Text(text)) => {
-                builder.header(CONTENT_TYPE, "application/json").body(text)
-            }
-        };
-        let transport = |source| HarnessError::Http {
-            method: method.to_string(),
-            url: format!("{}{path}", self.base),
-            source,
-        };
-        let response = builder.send().await.map_err(transport)?;
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = response.text().await.map_err(transport)?;
-        Ok(RawResponse {
-            status,
-            content_type,
-            body,
-        })
+        Ok(self.api.send(method, path, body).await?)
     }
 
     /// A JSON request; returns the status and the body as JSON (`Null` if it is not JSON).
@@ -210,27 +159,17 @@ impl Client {
 
     /// Waits (with `agent.wait`) until the run ends, for at most `within`; returns the run.
     pub async fn wait_done(&self, run_id: &str, within: Duration) -> HarnessResult<RunView> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let last = self.run(run_id).await?;
-                return Err(HarnessError::Timeout {
-                    what: format!("run {run_id} to end (last seen: {:?})", last.status),
-                    millis: within.as_millis(),
-                });
-            }
-            let chunk = left.min(Duration::from_secs(20)).as_millis().max(1);
-            let reply = self
-                .wait(run_id, u64::try_from(chunk).unwrap_or(20_000))
-                .await?;
-            match reply.status {
-                WaitStatus::Pending => continue,
-                WaitStatus::Timeout if !reply.run_status.is_terminal() => continue,
-                WaitStatus::Ok | WaitStatus::Error | WaitStatus::Timeout => {
-                    return self.run(run_id).await;
-                }
-            }
+        let last = self.api.wait_until_done(run_id, Some(within)).await?;
+        let reply: WaitReply = serde_json::from_value(last.clone())
+            .map_err(|e| HarnessError::decode("agent.wait", &last.to_string(), e))?;
+        match reply.status {
+            WaitStatus::Ok | WaitStatus::Error => self.run(run_id).await,
+            // `timeout` is also how agent.wait reports a run that ended `timeout`
+            WaitStatus::Timeout if reply.run_status.is_terminal() => self.run(run_id).await,
+            WaitStatus::Timeout | WaitStatus::Pending => Err(HarnessError::Timeout {
+                what: format!("run {run_id} to end (last seen: {:?})", reply.run_status),
+                millis: within.as_millis(),
+            }),
         }
     }
 
@@ -304,47 +243,16 @@ impl Client {
     /// `{runId, status}` (an `event: error` frame fails the call).
     pub async fn events_sse(&self, run_id: &str, within: Duration) -> HarnessResult<SseEvents> {
         let path = format!("/v1/runs/{run_id}/events");
-        let url = format!("{}{path}", self.base);
-        let transport = |source| HarnessError::Http {
-            method: "GET".to_owned(),
-            url: url.clone(),
-            source,
-        };
-        // No whole-request timeout: the stream lives as long as the run.
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .unwrap_or_default();
-        let mut builder = http.get(&url).header(ACCEPT, "text/event-stream");
-        builder = match &self.auth {
-            Auth::None => builder,
-            Auth::Bearer(key) => builder.header(AUTHORIZATION, format!("Bearer {key}")),
-            Auth::Header(value) => builder.header(AUTHORIZATION, value.clone()),
-        };
-        let response = builder.send().await.map_err(transport)?;
-        if response.status() != StatusCode::OK {
-            return Err(HarnessError::UnexpectedStatus {
-                request: format!("GET {path} (SSE)"),
-                expected: 200,
-                status: response.status().as_u16(),
-                body: response.text().await.unwrap_or_default(),
-            });
-        }
-        let content_type = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if !content_type.starts_with("text/event-stream") {
+        let mut stream = self.api.event_stream(run_id).await?;
+        if !stream.content_type.starts_with("text/event-stream") {
             return Err(HarnessError::Protocol(format!(
-                "GET {path} with Accept: text/event-stream answered content-type {content_type:?}"
+                "GET {path} with Accept: text/event-stream answered content-type {:?}",
+                stream.content_type
             )));
         }
         let read = async {
             let mut out = SseEvents::default();
-            let mut stream = response.bytes_stream().eventsource();
-            while let Some(frame) = stream.next().await {
+            while let Some(frame) = stream.frames.next().await {
                 let frame = frame.map_err(|e| HarnessError::Protocol(format!("SSE: {e}")))?;
                 if frame.data.trim().is_empty() {
                     continue;
@@ -425,13 +333,14 @@ impl Client {
     ) -> HarnessResult<Result<reqwest::Response, reqwest::Response>> {
         let path = format!("/v1/runs/{run_id}/events");
         let response = self
+            .api
             .request(Method::GET, &path)
-            .header(ACCEPT, "text/event-stream")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
             .send()
             .await
             .map_err(|source| HarnessError::Http {
                 method: "GET".to_owned(),
-                url: format!("{}{path}", self.base),
+                url: format!("{}{path}", self.api.base_url()),
                 source,
             })?;
         Ok(if response.status() == StatusCode::OK {

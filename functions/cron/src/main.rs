@@ -1,7 +1,7 @@
 //! The cron Lambda: wiring only.
 
 use agentlane_cron::CronFunction;
-use agentlane_runtime::{self as runtime, cron::CronSettings};
+use agentlane_host::{self as runtime, cron::CronSettings};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{LambdaEvent, service_fn};
 

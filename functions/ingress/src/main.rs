@@ -2,20 +2,20 @@
 //! local server runs.
 
 use agentlane_api::ApiState;
-use agentlane_runtime as runtime;
+use agentlane_host as host;
 use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    runtime::init_tracing(true);
-    let backends = runtime::open_aws().await?;
-    let settings = runtime::load()?;
-    let keys = runtime::api_keys_from_env()?.ok_or_else(|| {
+    host::init_tracing(true);
+    let backends = host::open_aws().await?;
+    let settings = host::load()?;
+    let keys = host::api_keys_from_env()?.ok_or_else(|| {
         anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
     })?;
     // API Gateway ends requests at 30 s: waits are capped below that.
     let mut config = settings.api_config(Duration::from_secs(25));
-    config.max_cron_jobs = runtime::cron::CronSettings::from_env()?.max_jobs;
+    config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;
     let app = agentlane_api::app(ApiState {
         store: backends.store,
         queue: backends.queue,

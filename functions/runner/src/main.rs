@@ -1,48 +1,28 @@
-//! The runner Lambda: wiring only. Each batch goes through `agentlane_runner::handle_batch`
-//! with the shared lane worker; turns still running shortly before the invocation's deadline
-//! are handed back (their state is kept; the next invocation resumes them).
+//! The runner Lambda: wiring only. Each invocation goes through
+//! [`agentlane_runner::RunnerFunction`] with the shared lane worker.
 
 use agentlane_agent::LaneWorker;
-use agentlane_runtime as runtime;
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use agentlane_host as host;
+use agentlane_runner::RunnerFunction;
+use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{LambdaEvent, service_fn};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio_util::sync::CancellationToken;
+use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    runtime::init_tracing(true);
-    let backends = runtime::open_aws().await?;
-    let runner = runtime::runner_with(&backends, &runtime::load()?)?;
-    let worker = LaneWorker::new(backends.queue.clone(), runner);
-    let margin = runtime::env_ms("AGENTLANE_HANDBACK_MARGIN_MS", Duration::from_secs(30))?;
-    let queue = backends.queue;
-    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
-        let (worker, queue) = (worker.clone(), queue.clone());
-        async move {
-            let shutdown = CancellationToken::new();
-            let deadline_ms = event.context.deadline;
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
-            let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
-            let timer = {
-                let shutdown = shutdown.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(left.saturating_sub(margin)).await;
-                    shutdown.cancel();
-                })
-            };
-            let response: SqsBatchResponse =
-                agentlane_runner::handle_batch(event.payload, queue.as_ref(), |delivery| {
-                    let (worker, shutdown) = (worker.clone(), shutdown.clone());
-                    async move { worker.process(&delivery, &shutdown).await }
-                })
-                .await;
-            timer.abort();
-            Ok::<_, lambda_runtime::Error>(response)
-        }
+    host::init_tracing(true);
+    let backends = host::open_aws().await?;
+    let runner = host::runner_with(&backends, &host::load()?)?;
+    let margin = host::env_ms("AGENTLANE_HANDBACK_MARGIN_MS", Duration::from_secs(30))?;
+    let function = RunnerFunction::new(
+        LaneWorker::new(backends.queue.clone(), runner),
+        backends.queue,
+        backends.clock,
+        margin,
+    );
+    let function = &function;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| async move {
+        Ok::<_, lambda_runtime::Error>(function.handle(event.payload, event.context.deadline).await)
     }))
     .await
 }

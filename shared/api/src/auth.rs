@@ -158,7 +158,6 @@ impl FromRequestParts<Arc<Shared>> for Tenant {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

@@ -242,7 +242,6 @@ fn validate_thinking(level: &str) -> Result<(), ApiError> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn body(session_key: &str, message: &str) -> AgentBody {

@@ -119,9 +119,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     // The benchmark always uses the unpaced demo model, timed.
     let nanos = Arc::new(AtomicU64::new(0));
-    let backends = agentlane_runtime::open_embedded(&dir)?;
-    let runner = agentlane_runtime::runner_with(&backends, &agentlane_runtime::load()?)?;
-    let agentlane_runtime::Backends {
+    let backends = agentlane_host::open_embedded(&dir)?;
+    let runner = agentlane_host::runner_with(&backends, &agentlane_host::load()?)?;
+    let agentlane_host::Backends {
         store,
         queue,
         clock,

@@ -1,8 +1,9 @@
 //! `agentlane cron add|list|show|rm|run|enable|disable`: cron jobs over the HTTP API.
 
 use crate::args::ClientArgs;
-use crate::client::{Api, print};
+use crate::client::{api, print};
 use clap::{Args, Subcommand};
+use reqwest::Method;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 
@@ -113,25 +114,38 @@ pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
 
 /// Runs a cron subcommand and prints the API's answer.
 pub async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
-    let api = Api::new(&args.client)?;
+    let api = api(&args.client)?;
     let path = |id: &str| format!("/v1/cron/jobs/{id}");
     let answer = match &args.command {
-        CronCommand::Add(add) => api.post("/v1/cron/jobs", job_body(add)?).await?,
-        CronCommand::List => api.get("/v1/cron/jobs").await?,
-        CronCommand::Show { job_id } => api.get(&path(job_id)).await?,
+        CronCommand::Add(add) => {
+            api.call(Method::POST, "/v1/cron/jobs", Some(job_body(add)?))
+                .await?
+        }
+        CronCommand::List => api.call(Method::GET, "/v1/cron/jobs", None).await?,
+        CronCommand::Show { job_id } => api.call(Method::GET, &path(job_id), None).await?,
         CronCommand::Rm { job_id } => {
-            api.delete(&path(job_id)).await?;
+            api.call(Method::DELETE, &path(job_id), None).await?;
             json!({"deleted": job_id})
         }
         CronCommand::Run { job_id } => {
-            api.post(&format!("{}/run", path(job_id)), json!({}))
-                .await?
+            api.call(
+                Method::POST,
+                &format!("{}/run", path(job_id)),
+                Some(json!({})),
+            )
+            .await?
         }
         CronCommand::Enable { job_id } => {
-            api.patch(&path(job_id), json!({"enabled": true})).await?
+            api.call(Method::PATCH, &path(job_id), Some(json!({"enabled": true})))
+                .await?
         }
         CronCommand::Disable { job_id } => {
-            api.patch(&path(job_id), json!({"enabled": false})).await?
+            api.call(
+                Method::PATCH,
+                &path(job_id),
+                Some(json!({"enabled": false})),
+            )
+            .await?
         }
     };
     print(&answer);

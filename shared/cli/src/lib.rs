@@ -1,6 +1,8 @@
 //! The `agentlane` command: `serve` runs the whole system in one process on the embedded
-//! store; the other commands are clients of the HTTP API.
+//! store; the other commands are clients of the HTTP API through [`api_client::ApiClient`]
+//! (also the end-to-end harness's client).
 
+pub mod api_client;
 mod args;
 pub mod bench;
 mod client;

@@ -4,7 +4,7 @@
 use crate::args::ServeArgs;
 use agentlane_agent::LaneWorker;
 use agentlane_api::{ApiKeys, ApiState};
-use agentlane_runtime::{self as runtime, BackendKind, Backends};
+use agentlane_host::{self as host, BackendKind, Backends};
 use anyhow::Context;
 use rand::Rng;
 use std::io::Write;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 /// API keys from `AGENTLANE_API_KEYS`, or a generated key for tenant `local` kept in
 /// `<data-dir>/api-key` (created once, readable by the owner only).
 fn api_keys(data_dir: &Path) -> anyhow::Result<ApiKeys> {
-    if let Some(keys) = runtime::api_keys_from_env()? {
+    if let Some(keys) = host::api_keys_from_env()? {
         return Ok(keys);
     }
     std::fs::create_dir_all(data_dir)
@@ -56,25 +56,25 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    runtime::init_tracing(false);
+    host::init_tracing(false);
     let backends: Backends = match BackendKind::from_env()? {
-        BackendKind::Embedded => runtime::open_embedded(&args.data_dir)?,
-        BackendKind::Aws => runtime::open_aws().await?,
+        BackendKind::Embedded => host::open_embedded(&args.data_dir)?,
+        BackendKind::Aws => host::open_aws().await?,
     };
-    let settings = runtime::load()?;
-    let runner = runtime::runner_with(&backends, &settings)?;
+    let settings = host::load()?;
+    let runner = host::runner_with(&backends, &settings)?;
     let models = &settings.models;
     let keys = api_keys(&args.data_dir)?;
     if models.demo {
         tracing::warn!(
-            model = runtime::DEMO_MODEL,
+            model = host::DEMO_MODEL,
             "no model provider configured: runs use the built-in OFFLINE DEMO model \
              (set OPENAI_API_KEY / OPENAI_BASE_URL and AGENTLANE_MODEL for a real one)"
         );
     } else {
         tracing::info!(model = %models.default_model, "default model");
     }
-    let cron = runtime::cron::CronSettings::from_env()?;
+    let cron = host::cron::CronSettings::from_env()?;
     let mut config = settings.api_config(Duration::from_secs(15 * 60));
     config.max_cron_jobs = cron.max_jobs;
     let api = ApiState {
@@ -94,7 +94,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let ticker = cron.enabled.then(|| {
-        let ticker = runtime::cron::ticker(&backends, &settings, &cron);
+        let ticker = host::cron::ticker(&backends, &settings, &cron);
         let stop = shutdown.clone();
         tokio::spawn(async move { ticker.run(stop, None).await })
     });
@@ -130,8 +130,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// `agentlane setup-aws`: creates the table and queues when absent.
 pub async fn setup_aws() -> anyhow::Result<()> {
-    runtime::init_tracing(false);
-    let resources = runtime::setup_aws().await?;
+    host::init_tracing(false);
+    let resources = host::setup_aws().await?;
     println!("table:     {}", resources.table);
     println!("queue:     {}", resources.queue_url);
     if let Some(dlq) = resources.dlq_url {

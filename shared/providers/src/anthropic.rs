@@ -193,7 +193,6 @@ impl transport::SseDecoder for EventDecoder {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

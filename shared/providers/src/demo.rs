@@ -243,7 +243,6 @@ impl ModelProvider for DemoModel {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::{StreamAccumulator, ToolSpec};
     use std::time::Instant;

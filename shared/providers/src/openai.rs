@@ -188,7 +188,6 @@ impl transport::SseDecoder for ChunkDecoder {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

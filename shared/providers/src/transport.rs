@@ -230,7 +230,6 @@ impl<D: SseDecoder> SseState<D> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use reqwest::header::HeaderValue;
 

@@ -117,7 +117,6 @@ impl Tool for CurrentTime {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use tokio_util::sync::CancellationToken;
 

@@ -181,7 +181,6 @@ async fn enqueue_with_retry(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use agentlane_core::{Delivery, QueueError, QueueResult, Receipt, RunId, SessionKey, TenantId};
     use std::sync::Mutex;

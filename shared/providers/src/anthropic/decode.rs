@@ -457,7 +457,6 @@ fn stream_error(event: &Value) -> ProviderError {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn run(events: &[(&str, Value)]) -> (Vec<StreamEvent>, Result<(), ProviderError>) {

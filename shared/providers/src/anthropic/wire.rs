@@ -106,7 +106,6 @@ fn tool(spec: &ToolSpec) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn request(messages: Vec<Message>) -> ModelRequest {

@@ -280,7 +280,6 @@ fn stream_error(error: &Value) -> ProviderError {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn run(chunks: &[&str]) -> (Vec<StreamEvent>, Result<Option<StreamEvent>, ProviderError>) {

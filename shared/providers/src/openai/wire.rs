@@ -110,7 +110,6 @@ fn message(message: &Message) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::ToolSpec;
     use agentlane_core::ToolCall;

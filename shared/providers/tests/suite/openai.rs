@@ -1,79 +1,19 @@
 //! The OpenAI provider against an in-process mock server speaking real SSE on loopback, with
 //! chunks shaped like OpenAI's (and aimock's).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::mock::*;
+use crate::transport::Protocol;
 use agentlane_core::{Message, ToolCall, Usage};
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
 use agentlane_providers::{
     AssistantTurn, FailoverReason, FinishReason, ModelProvider, ModelRequest, ProviderError,
-    StreamAccumulator, StreamEvent, ToolSpec,
+    StreamEvent, ToolSpec,
 };
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
-use futures::stream::{self, BoxStream, StreamExt};
+use axum::http::header;
+use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-type Frames = BoxStream<'static, Result<String, std::io::Error>>;
-
-/// What the mock answers: a status, headers and a body stream.
-struct Reply {
-    status: StatusCode,
-    headers: Vec<(&'static str, &'static str)>,
-    body: Frames,
-}
-
-#[derive(Clone)]
-struct Mock {
-    requests: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
-    reply: Arc<dyn Fn() -> Reply + Send + Sync>,
-    /// Delay before the answer's headers.
-    delay: Duration,
-}
-
-async fn chat(State(mock): State<Mock>, headers: HeaderMap, body: Bytes) -> Response {
-    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    mock.requests.lock().unwrap().push((headers, json));
-    tokio::time::sleep(mock.delay).await;
-    let reply = (mock.reply)();
-    let mut response = Response::builder().status(reply.status);
-    for (k, v) in reply.headers {
-        response = response.header(k, v);
-    }
-    response.body(Body::from_stream(reply.body)).unwrap()
-}
-
-struct Server {
-    base_url: String,
-    requests: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
-}
-
-async fn serve_with(delay: Duration, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Server {
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let mock = Mock {
-        requests: requests.clone(),
-        reply: Arc::new(reply),
-        delay,
-    };
-    let app = axum::Router::new()
-        .route("/v1/chat/completions", axum::routing::post(chat))
-        .with_state(mock);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Server {
-        base_url: format!("http://{addr}/v1"),
-        requests,
-    }
-}
-
-async fn serve(reply: impl Fn() -> Reply + Send + Sync + 'static) -> Server {
-    serve_with(Duration::ZERO, reply).await
-}
 
 fn sse_frames(payloads: &[String]) -> Frames {
     let frames: Vec<Result<String, std::io::Error>> = payloads
@@ -84,11 +24,7 @@ fn sse_frames(payloads: &[String]) -> Frames {
 }
 
 fn sse(body: Frames) -> Reply {
-    Reply {
-        status: StatusCode::OK,
-        headers: vec![("content-type", "text/event-stream")],
-        body,
-    }
+    Reply::stream("text/event-stream", body)
 }
 
 fn chunk(delta: Value, finish: Option<&str>) -> String {
@@ -157,33 +93,9 @@ fn weather_request() -> ModelRequest {
     }
 }
 
-async fn collect(
-    provider: &OpenAiProvider,
-    request: ModelRequest,
-) -> (Vec<StreamEvent>, Option<ProviderError>) {
-    let mut stream = provider
-        .stream(request, CancellationToken::new())
-        .await
-        .unwrap();
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(e) => events.push(e),
-            Err(e) => return (events, Some(e)),
-        }
-    }
-    (events, None)
-}
-
-fn accumulate(events: &[StreamEvent]) -> AssistantTurn {
-    let mut acc = StreamAccumulator::new();
-    events.iter().for_each(|e| acc.push(e));
-    acc.finish()
-}
-
 #[tokio::test]
 async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
-    let server = serve(|| {
+    let server = serve(OPENAI, || {
         sse(sse_frames(&[
             chunk(json!({"role": "assistant", "content": ""}), None),
             chunk(json!({"content": "Let me "}), None),
@@ -264,7 +176,7 @@ async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
 
 #[tokio::test]
 async fn request_maps_messages_tools_stream_flags_and_headers() {
-    let server = serve(|| {
+    let server = serve(OPENAI, || {
         sse(sse_frames(&[
             chunk(json!({"content": "ok"}), Some("stop")),
             "[DONE]".into(),
@@ -314,7 +226,7 @@ async fn request_maps_messages_tools_stream_flags_and_headers() {
 
 #[tokio::test]
 async fn no_key_no_authorization_header_and_no_tools_field() {
-    let server = serve(|| sse(sse_frames(&["[DONE]".into()]))).await;
+    let server = serve(OPENAI, || sse(sse_frames(&["[DONE]".into()]))).await;
     let provider = OpenAiProvider::new(OpenAiConfig {
         base_url: format!("{}/", server.base_url),
         name: "ollama".into(),
@@ -338,7 +250,7 @@ async fn no_key_no_authorization_header_and_no_tools_field() {
 
 #[tokio::test]
 async fn reasoning_content_and_text_then_usage_after_finish() {
-    let server = serve(|| {
+    let server = serve(OPENAI, || {
         sse(sse_frames(&[
             chunk(json!({"role": "assistant", "content": null}), None),
             chunk(json!({"reasoning_content": "The user "}), None),
@@ -385,17 +297,15 @@ async fn reasoning_content_and_text_then_usage_after_finish() {
 
 #[tokio::test]
 async fn rate_limit_429_carries_retry_after() {
-    let server = serve(|| Reply {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        headers: vec![("content-type", "application/json"), ("retry-after", "1")],
-        body: stream::iter([Ok(r#"{"error":{"message":"Rate limit exceeded","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}"#.to_owned())]).boxed(),
+    let server = serve(OPENAI, || {
+        Reply::json(
+            429,
+            vec![("retry-after", "1")],
+            json!({"error": {"message": "Rate limit exceeded", "type": "rate_limit_error", "param": null, "code": "rate_limit_exceeded"}}),
+        )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         err,
         ProviderError {
@@ -409,20 +319,15 @@ async fn rate_limit_429_carries_retry_after() {
 
 #[tokio::test]
 async fn overloaded_529_is_classified() {
-    let server = serve(|| Reply {
-        status: StatusCode::from_u16(529).unwrap(),
-        headers: vec![("content-type", "application/json")],
-        body: stream::iter([Ok(
-            r#"{"error":{"message":"Overloaded","type":"overloaded_error"}}"#.to_owned(),
-        )])
-        .boxed(),
+    let server = serve(OPENAI, || {
+        Reply::json(
+            529,
+            vec![],
+            json!({"error": {"message": "Overloaded", "type": "overloaded_error"}}),
+        )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         (err.reason, err.status, err.retry_after),
         (FailoverReason::Overloaded, Some(529), None)
@@ -431,7 +336,7 @@ async fn overloaded_529_is_classified() {
 
 #[tokio::test]
 async fn stream_closed_before_done_is_a_network_error() {
-    let server = serve(|| {
+    let server = serve(OPENAI, || {
         sse(sse_frames(&[
             chunk(json!({"role": "assistant", "content": ""}), None),
             chunk(json!({"content": "This response will"}), None),
@@ -452,28 +357,8 @@ async fn stream_closed_before_done_is_a_network_error() {
 }
 
 #[tokio::test]
-async fn connection_reset_mid_stream_is_a_network_error() {
-    let server = serve(|| {
-        let frames = sse_frames(&[chunk(json!({"content": "cut"}), None)]);
-        // After a pause, so the headers and the first chunk are flushed before the reset.
-        let reset = stream::once(async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "gone",
-            ))
-        });
-        sse(frames.chain(reset).boxed())
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
-    assert_eq!(events, vec![StreamEvent::TextDelta("cut".into())]);
-    assert_eq!(error.unwrap().reason, FailoverReason::Network);
-}
-
-#[tokio::test]
 async fn error_inside_the_stream_is_classified() {
-    let server = serve(|| {
+    let server = serve(OPENAI, || {
         sse(sse_frames(&[
             chunk(json!({"content": "partial"}), None),
             r#"{"error":{"code":500,"message":"The model produced output that does not match the expected format"}}"#.into(),
@@ -496,16 +381,16 @@ async fn error_inside_the_stream_is_classified() {
 
 #[tokio::test]
 async fn non_streamed_json_answer_is_decoded() {
-    let server = serve(|| Reply {
-        status: StatusCode::OK,
-        headers: vec![("content-type", "application/json")],
-        body: stream::iter([Ok(json!({
-            "id": "chatcmpl-1", "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Whole answer."}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2},
-        })
-        .to_string())])
-        .boxed(),
+    let server = serve(OPENAI, || {
+        Reply::json(
+            200,
+            vec![],
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Whole answer."}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+            }),
+        )
     })
     .await;
     let (events, error) = collect(&provider(&server), weather_request()).await;
@@ -523,85 +408,9 @@ async fn non_streamed_json_answer_is_decoded() {
     );
 }
 
-/// Signals when the server's body stream is dropped, i.e. the connection is gone.
-struct DropSignal(Option<tokio::sync::oneshot::Sender<()>>);
-
-impl Drop for DropSignal {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
-}
-
-#[tokio::test]
-async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let tx = Arc::new(Mutex::new(Some(tx)));
-    let server = serve(move || {
-        let signal = DropSignal(tx.lock().unwrap().take());
-        let first = sse_frames(&[chunk(json!({"content": "first"}), None)]);
-        // Then only keep-alive comments, forever: the response never completes by itself.
-        let stall = stream::unfold(signal, |signal| async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Some((Ok(": keep-alive\n\n".to_owned()), signal))
-        });
-        sse(first.chain(stall).boxed())
-    })
-    .await;
-
-    let cancel = CancellationToken::new();
-    let mut stream = provider(&server)
-        .stream(weather_request(), cancel.clone())
-        .await
-        .unwrap();
-    assert_eq!(
-        stream.next().await.unwrap().unwrap(),
-        StreamEvent::TextDelta("first".into())
-    );
-
-    let waiting = tokio::spawn(async move {
-        let started = Instant::now();
-        let next = stream.next().await;
-        (next.is_none(), started.elapsed())
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    cancel.cancel();
-    let (ended, _) = tokio::time::timeout(Duration::from_secs(1), waiting)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(ended, "the stream must end when cancelled");
-    tokio::time::timeout(Duration::from_secs(2), rx)
-        .await
-        .expect("the server must see the connection dropped")
-        .unwrap();
-}
-
-#[tokio::test]
-async fn cancelling_before_the_answer_starts_returns_promptly() {
-    let server = serve_with(Duration::from_secs(30), || {
-        sse(sse_frames(&["[DONE]".into()]))
-    })
-    .await;
-    let cancel = CancellationToken::new();
-    let canceller = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        canceller.cancel();
-    });
-    let started = Instant::now();
-    let stream = provider(&server)
-        .stream(weather_request(), cancel)
-        .await
-        .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(stream.collect::<Vec<_>>().await.len(), 0);
-}
-
 #[tokio::test]
 async fn request_timeout_is_a_timeout_error() {
-    let server = serve(|| {
+    let server = serve(OPENAI, || {
         let first = sse_frames(&[chunk(json!({"content": "slow"}), None)]);
         sse(first.chain(stream::pending()).boxed())
     })
@@ -636,3 +445,18 @@ async fn connection_refused_is_a_network_error() {
     assert_eq!(err.reason, FailoverReason::Network);
     assert!(!err.message.contains("sk-never-shown"));
 }
+
+/// This protocol's frames for the shared transport checks.
+fn protocol() -> Protocol<OpenAiProvider> {
+    Protocol {
+        api: OPENAI,
+        sse,
+        text: |text| sse_frames(&[chunk(json!({"content": text}), None)]),
+        idle: || ": keep-alive\n\n".to_owned(),
+        done: || sse(sse_frames(&["[DONE]".into()])),
+        provider,
+        request: weather_request,
+    }
+}
+
+crate::transport_checks!(protocol());

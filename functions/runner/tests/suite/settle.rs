@@ -2,7 +2,6 @@
 //! from a FIFO queue, turned into the JSON Lambda delivers, and handled with the real
 //! `SqsLaneQueue`. What comes back afterwards (without the deletion Lambda does for successful
 //! records) shows how each record was settled.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_agent::DeliveryOutcome;
 use agentlane_aws::aws_sdk_sqs::types::MessageSystemAttributeName;

@@ -1,8 +1,7 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The config file's auth profiles reach the model router under their configured names, in
 //! order, so the runner's attempts record them.
 
-use agentlane_runtime::{DEMO_MODEL, Settings, model_router};
+use agentlane_host::{DEMO_MODEL, Settings, model_router};
 
 #[test]
 fn profiles_from_the_file_reach_the_router_in_order_with_their_names() {

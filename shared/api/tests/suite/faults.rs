@@ -1,16 +1,14 @@
 //! Backend failures seen from the client: throttling is a 429, other failures a 500 that
 //! reveals nothing of the cause.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, LockAttempt, NewTurn, Run, RunId, Session, SessionId,
-    SessionKey, Store, StoreError, StoreResult, TenantId, TranscriptEntry,
+    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
+    RunId, Session, SessionId, SessionKey, SessionLock, Store, StoreError, StoreResult, TenantId,
+    TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
-use common::*;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 
@@ -33,26 +31,14 @@ impl Faulty {
 }
 
 #[async_trait]
-impl Store for Faulty {
+impl TurnIntake for Faulty {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
         self.check()?;
         self.inner.accept_turn(turn).await
     }
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.check()?;
-        self.inner.get_run(tenant, run_id).await
-    }
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.check()?;
         self.inner.request_abort(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        self.check()?;
-        self.inner.get_session(tenant, key).await
     }
     async fn reset_session(
         &self,
@@ -65,6 +51,22 @@ impl Store for Faulty {
         self.inner
             .reset_session(tenant, key, new_session_id, now)
             .await
+    }
+}
+
+#[async_trait]
+impl HistoryReader for Faulty {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.check()?;
+        self.inner.get_run(tenant, run_id).await
+    }
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        self.check()?;
+        self.inner.get_session(tenant, key).await
     }
     async fn read_transcript(
         &self,
@@ -88,6 +90,10 @@ impl Store for Faulty {
         self.check()?;
         self.inner.read_events(tenant, run_id, after, limit).await
     }
+}
+
+#[async_trait]
+impl SessionLock for Faulty {
     async fn acquire_lock(
         &self,
         tenant: &TenantId,
@@ -109,6 +115,10 @@ impl Store for Faulty {
         self.check()?;
         self.inner.release_lock(fence).await
     }
+}
+
+#[async_trait]
+impl FencedWriter for Faulty {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.check()?;
         self.inner.commit(fence, commit).await

@@ -1,13 +1,10 @@
 //! `/v1/cron/jobs` over the real router and the SQLite backend: what a client sees when it
 //! manages jobs (the ticker itself is exercised in the scheduler and end-to-end tests).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::{ACME_KEY, BETA_KEY, Harness, T0, acme};
 use agentlane_api::ApiConfig;
 use axum::body::Body;
 use axum::http::Method;
-use common::{ACME_KEY, BETA_KEY, Harness, T0, acme};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -15,7 +12,7 @@ fn every(seconds: u64) -> Value {
     json!({"name": "pulse", "schedule": {"everySeconds": seconds}, "message": "ping"})
 }
 
-async fn patch(h: &Harness, path: &str, key: &str, body: Value) -> common::Reply {
+async fn patch(h: &Harness, path: &str, key: &str, body: Value) -> crate::common::Reply {
     h.send(Harness::request(
         Method::PATCH,
         path,
@@ -25,7 +22,7 @@ async fn patch(h: &Harness, path: &str, key: &str, body: Value) -> common::Reply
     .await
 }
 
-async fn delete(h: &Harness, path: &str, key: &str) -> common::Reply {
+async fn delete(h: &Harness, path: &str, key: &str) -> crate::common::Reply {
     h.send(Harness::request(
         Method::DELETE,
         path,

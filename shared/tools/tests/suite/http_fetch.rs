@@ -1,5 +1,4 @@
 //! `http_fetch` against a loopback axum server: the SSRF guard, redirects, limits.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_tools::http_fetch::{HttpFetch, HttpFetchConfig, Resolve};
 use agentlane_tools::ssrf::SsrfPolicy;
@@ -103,15 +102,17 @@ async fn fetch(tool: &HttpFetch, args: serde_json::Value) -> Result<String, Tool
     tool.call(&args.to_string(), ctx()).await.map(|o| o.content)
 }
 
+/// `http_fetch` of `url` with no other argument.
+async fn fetch_url(tool: &HttpFetch, url: String) -> Result<String, ToolError> {
+    fetch(tool, serde_json::json!({ "url": url })).await
+}
+
 #[tokio::test]
 async fn loopback_is_denied_by_default_without_any_request() {
     let (addr, hits) = start().await;
-    let err = fetch(
-        &HttpFetch::default(),
-        serde_json::json!({"url": format!("http://{addr}/hello")}),
-    )
-    .await
-    .unwrap_err();
+    let err = fetch_url(&HttpFetch::default(), format!("http://{addr}/hello"))
+        .await
+        .unwrap_err();
     match err {
         ToolError::Blocked(why) => {
             assert!(why.contains("127.0.0.1 is a loopback address"), "{why}")
@@ -121,9 +122,9 @@ async fn loopback_is_denied_by_default_without_any_request() {
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 
     // By name too.
-    let err = fetch(
+    let err = fetch_url(
         &HttpFetch::default(),
-        serde_json::json!({"url": format!("http://localhost:{}/hello", addr.port())}),
+        format!("http://localhost:{}/hello", addr.port()),
     )
     .await
     .unwrap_err();
@@ -138,12 +139,9 @@ async fn loopback_is_denied_by_default_without_any_request() {
 async fn loopback_is_allowed_when_allow_listed() {
     let (addr, hits) = start().await;
     let tool = HttpFetch::new(allowing(&["127.0.0.1"]));
-    let out = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://{addr}/hello")}),
-    )
-    .await
-    .unwrap();
+    let out = fetch_url(&tool, format!("http://{addr}/hello"))
+        .await
+        .unwrap();
     assert_eq!(
         out,
         format!(
@@ -157,12 +155,9 @@ async fn loopback_is_allowed_when_allow_listed() {
 async fn redirects_are_followed_and_each_hop_is_checked() {
     let (addr, _) = start().await;
     let tool = HttpFetch::new(allowing(&["127.0.0.1"]));
-    let out = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://{addr}/hop")}),
-    )
-    .await
-    .unwrap();
+    let out = fetch_url(&tool, format!("http://{addr}/hop"))
+        .await
+        .unwrap();
     assert!(
         out.starts_with(&format!("URL: http://{addr}/hello\nStatus: 200 OK")),
         "{out}"
@@ -174,12 +169,9 @@ async fn redirects_are_followed_and_each_hop_is_checked() {
         "http://10.0.0.1/",
     ] {
         let (addr, hits) = start_with(target.to_owned()).await;
-        let err = fetch(
-            &tool,
-            serde_json::json!({"url": format!("http://{addr}/elsewhere")}),
-        )
-        .await
-        .unwrap_err();
+        let err = fetch_url(&tool, format!("http://{addr}/elsewhere"))
+            .await
+            .unwrap_err();
         match err {
             ToolError::Blocked(why) => assert!(
                 why.starts_with(&format!("redirect to {target} refused:")),
@@ -190,12 +182,9 @@ async fn redirects_are_followed_and_each_hop_is_checked() {
         assert_eq!(hits.load(Ordering::SeqCst), 0);
     }
 
-    let err = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://{addr}/loop")}),
-    )
-    .await
-    .unwrap_err();
+    let err = fetch_url(&tool, format!("http://{addr}/loop"))
+        .await
+        .unwrap_err();
     assert_eq!(
         err,
         ToolError::Failed("too many redirects (more than 5)".into())
@@ -241,12 +230,9 @@ async fn body_is_cut_at_the_size_limit_with_a_marker() {
         )
     );
 
-    let out = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://{addr}/image")}),
-    )
-    .await
-    .unwrap();
+    let out = fetch_url(&tool, format!("http://{addr}/image"))
+        .await
+        .unwrap();
     assert!(
         out.ends_with("Content-Type: image/png\n\n[binary body omitted: 4 bytes read]"),
         "{out}"
@@ -261,12 +247,9 @@ async fn slow_server_hits_the_time_limit() {
         ..allowing(&["127.0.0.1"])
     });
     let started = Instant::now();
-    let err = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://{addr}/slow")}),
-    )
-    .await
-    .unwrap_err();
+    let err = fetch_url(&tool, format!("http://{addr}/slow"))
+        .await
+        .unwrap_err();
     assert_eq!(err, ToolError::Timeout(300));
     assert!(started.elapsed() < Duration::from_secs(3));
 }
@@ -342,12 +325,9 @@ async fn connects_only_to_the_checked_addresses_of_a_name() {
         allowing(&["127.0.0.1"]),
         Arc::new(FixedResolver(vec![loopback])),
     );
-    let out = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://pinned.test:{}/host", addr.port())}),
-    )
-    .await
-    .unwrap();
+    let out = fetch_url(&tool, format!("http://pinned.test:{}/host", addr.port()))
+        .await
+        .unwrap();
     assert!(
         out.ends_with(&format!("\n\npinned.test:{}", addr.port())),
         "{out}"
@@ -357,12 +337,9 @@ async fn connects_only_to_the_checked_addresses_of_a_name() {
     // One refused address among the answers refuses the name.
     let mixed = FixedResolver(vec![loopback, "10.0.0.1".parse().unwrap()]);
     let tool = HttpFetch::with_resolver(allowing(&["127.0.0.1"]), Arc::new(mixed));
-    let err = fetch(
-        &tool,
-        serde_json::json!({"url": format!("http://pinned.test:{}/host", addr.port())}),
-    )
-    .await
-    .unwrap_err();
+    let err = fetch_url(&tool, format!("http://pinned.test:{}/host", addr.port()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, ToolError::Blocked(why) if why.contains("pinned.test resolves to 10.0.0.1")),
         "{err:?}"

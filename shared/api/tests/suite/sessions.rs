@@ -1,11 +1,8 @@
 //! `GET /v1/sessions/{key}`, its transcript, and reset.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use agentlane_core::{Message, RunStatus};
 use axum::http::StatusCode;
-use common::*;
 use serde_json::json;
 
 #[tokio::test]

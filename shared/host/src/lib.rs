@@ -1,8 +1,12 @@
-//! The wiring every host of agentlane shares — `agentlane serve` and the three Lambda
-//! functions: settings from the config file and the environment (SPEC §13), the backends
-//! (embedded SQLite or DynamoDB + SQS), the model router, the tools and the runner. Hosts stay
-//! thin.
+//! The wiring every host of agentlane shares — `agentlane serve` and the Lambda functions:
+//! settings from the config file and the environment (SPEC §13), the backends, the model
+//! router, the tools and the runner. Hosts stay thin.
+//!
+//! Backends are cargo features, so a host links only what it runs on: `embedded` (SQLite under
+//! a data directory) and `aws` (DynamoDB + SQS FIFO). The Lambda functions enable only `aws`;
+//! `agentlane serve` enables both and picks one with `AGENTLANE_BACKEND`.
 
+mod backends;
 pub mod cron;
 mod error;
 mod file;
@@ -10,6 +14,11 @@ mod resolve;
 mod secret;
 pub mod settings;
 
+#[cfg(feature = "embedded")]
+pub use backends::open_embedded;
+pub use backends::{BackendKind, Backends};
+#[cfg(feature = "aws")]
+pub use backends::{open_aws, setup_aws};
 pub use error::ConfigError;
 pub use resolve::CONFIG_ENV;
 pub use secret::Secret;
@@ -22,99 +31,16 @@ use agentlane_agent::hooks::{HookRegistry, WebhookHook};
 use agentlane_agent::models::Profile;
 use agentlane_agent::{ModelRouter, Runner};
 use agentlane_api::ApiKeys;
-use agentlane_aws::{AwsConfig, DynamoStore, Resources, SqsLaneQueue};
-use agentlane_core::{Clock, LaneQueue, Store, SystemClock};
 use agentlane_providers::ModelProvider;
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::demo::DemoModel;
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
-use agentlane_store_sqlite::SqliteBackend;
 use agentlane_tools::ToolRegistry;
 use agentlane_tools::current_time::CurrentTime;
 use agentlane_tools::http_fetch::{HttpFetch, HttpFetchConfig};
 use agentlane_tools::ssrf::SsrfPolicy;
-use anyhow::{Context, bail};
-use std::path::Path;
+use anyhow::Context;
 use std::sync::Arc;
-
-/// The store, the lane queue and the clock a host runs on.
-#[derive(Clone)]
-pub struct Backends {
-    pub store: Arc<dyn Store>,
-    pub queue: Arc<dyn LaneQueue>,
-    pub clock: Arc<dyn Clock>,
-    /// Cron jobs (the same database or table as `store`).
-    pub cron: Arc<dyn agentlane_core::cron::CronStore>,
-}
-
-/// Which backend `AGENTLANE_BACKEND` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// SQLite under the data directory (the default).
-    Embedded,
-    /// DynamoDB + SQS FIFO (AWS, LocalStack, or an emulator via `AWS_ENDPOINT_URL`).
-    Aws,
-}
-
-impl BackendKind {
-    /// The backend `AGENTLANE_BACKEND` names (`embedded` when unset).
-    pub fn from_env() -> anyhow::Result<Self> {
-        match env("AGENTLANE_BACKEND").as_deref() {
-            None | Some("embedded") => Ok(Self::Embedded),
-            Some("aws") => Ok(Self::Aws),
-            Some(other) => bail!("AGENTLANE_BACKEND must be `embedded` or `aws`, got {other:?}"),
-        }
-    }
-}
-
-/// Opens the embedded backend under `data_dir` (created if missing).
-pub fn open_embedded(data_dir: &Path) -> anyhow::Result<Backends> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let backend = SqliteBackend::open(data_dir)
-        .with_context(|| format!("cannot open the embedded store in {}", data_dir.display()))?;
-    // The queue dead-letters a message one failed delivery after the runner's poison cap, so
-    // the pickup that ends a poisoned run `poisoned` still comes.
-    if let Some(cap) =
-        env("AGENTLANE_MAX_FAILED_PICKUPS").and_then(|v| v.trim().parse::<u32>().ok())
-    {
-        backend.set_max_failed_deliveries(cap.saturating_add(1));
-    }
-    Ok(Backends {
-        store: Arc::new(backend.clone()),
-        cron: Arc::new(backend.clone()),
-        queue: Arc::new(backend),
-        clock: Arc::new(SystemClock),
-    })
-}
-
-/// Opens the AWS backend named by the environment (`AGENTLANE_TABLE`, `AGENTLANE_QUEUE_URL` or
-/// `AGENTLANE_QUEUE_NAME`, standard SDK settings). Creates nothing.
-pub async fn open_aws() -> anyhow::Result<Backends> {
-    let sdk = agentlane_aws::sdk_config().await;
-    let config = AwsConfig::from_env()?;
-    let queue_url = agentlane_aws::resolve_queue_url(&sdk, &config).await?;
-    let store = DynamoStore::new(
-        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
-        config.table,
-    );
-    Ok(Backends {
-        store: Arc::new(store.clone()),
-        cron: Arc::new(store),
-        queue: Arc::new(SqsLaneQueue::new(
-            agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
-            queue_url,
-        )),
-        clock: Arc::new(SystemClock),
-    })
-}
-
-/// Creates the table and queues named by the environment when absent (idempotent).
-pub async fn setup_aws() -> anyhow::Result<Resources> {
-    let sdk = agentlane_aws::sdk_config().await;
-    let config = AwsConfig::from_env()?;
-    Ok(agentlane_aws::ensure_resources(&sdk, &config).await?)
-}
 
 /// Settings from the process environment and the config file `AGENTLANE_CONFIG` names (the
 /// environment wins over the file).

@@ -1,5 +1,5 @@
-//! The runner Lambda's batch handling, on a real SQS FIFO event (JSON as Lambda delivers it).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The batch handling on a real SQS FIFO event (JSON as Lambda delivers it), with a queue that
+//! records what the handler asks of it; `tests/suite/invocation.rs` runs it on the emulator.
 
 use agentlane_agent::DeliveryOutcome;
 use agentlane_core::{Delivery, LaneQueue, QueueResult, Receipt};
@@ -39,7 +39,7 @@ impl LaneQueue for RecordingQueue {
 }
 
 fn event() -> SqsEvent {
-    serde_json::from_str(include_str!("fixtures/sqs-fifo-batch.json")).unwrap()
+    serde_json::from_str(include_str!("../../tests/fixtures/sqs-fifo-batch.json")).unwrap()
 }
 
 /// Runs the handler with outcomes per run id (default Done); returns the failed message ids,
@@ -54,14 +54,13 @@ async fn run(
         .collect();
     let processed = Mutex::new(Vec::new());
     let queue = RecordingQueue::default();
-    let response: SqsBatchResponse =
-        agentlane_runner::handle_batch(event, &queue, |d: Delivery| {
-            let run = d.message.body.run_id.to_string();
-            processed.lock().unwrap().push(run.clone());
-            let outcome = outcomes.get(&run).cloned().unwrap_or(DeliveryOutcome::Done);
-            async move { outcome }
-        })
-        .await;
+    let response: SqsBatchResponse = super::handle_batch(event, &queue, |d: Delivery| {
+        let run = d.message.body.run_id.to_string();
+        processed.lock().unwrap().push(run.clone());
+        let outcome = outcomes.get(&run).cloned().unwrap_or(DeliveryOutcome::Done);
+        async move { outcome }
+    })
+    .await;
     let mut failed: Vec<String> = response
         .batch_item_failures
         .iter()

@@ -1,6 +1,5 @@
 //! The cron handler on a real EventBridge scheduled event, against DynamoDB + SQS FIFO on the
 //! emulator (`AWS_ENDPOINT_URL`, default `http://127.0.0.1:4566`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_aws::setup::{self, AwsConfig};
 use agentlane_aws::{DynamoStore, SqsLaneQueue, ensure_resources};
@@ -13,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-const FIXTURE: &str = include_str!("fixtures/scheduled-event.json");
+const FIXTURE: &str = include_str!("../fixtures/scheduled-event.json");
 const FIXTURE_TIME: &str = "2026-11-30T04:00:00Z";
 
 fn event(json: &str) -> EventBridgeEvent<serde_json::Value> {

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The merge of the config file and the environment, with an injected environment.
 
 use crate::error::ConfigError;

@@ -1,11 +1,10 @@
 //! Test harness: the real router over the SQLite backend (store + queue in a temp dir), a manual clock, two tenants, and
 //! helpers that play the runner through the `Store` API.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use agentlane_api::{ApiConfig, ApiKeys, ApiState, app};
 use agentlane_core::{
-    Clock, Commit, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run, RunId,
-    RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
+    Clock, Commit, Delivery, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run,
+    RunId, RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use axum::Router;
@@ -75,6 +74,14 @@ impl Reply {
 }
 
 impl Harness {
+    /// What the queue delivers now (up to 10 messages, then hidden for 30 s).
+    pub async fn queued(&self) -> Vec<Delivery> {
+        self.queue
+            .receive(10, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap()
+    }
+
     pub async fn new() -> Self {
         Self::with_config(ApiConfig {
             sse_poll_ms: 20,

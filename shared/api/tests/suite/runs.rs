@@ -1,12 +1,9 @@
 //! `GET /v1/runs/{id}`, events (JSON pages and SSE), and abort.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use agentlane_core::{RunStatus, TenantId};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::*;
 use futures::StreamExt;
 use serde_json::json;
 use std::sync::Arc;

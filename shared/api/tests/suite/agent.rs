@@ -1,19 +1,14 @@
 //! `POST /v1/agent`, `agent.wait`, auth, request validation and the error shape.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{
     Lane, NewTurn, QueueMode, RunId, RunStatus, SessionId, SessionKey, TurnMessage, TurnRequest,
 };
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
-
-const VISIBILITY: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn an_accepted_turn_is_queued_once_on_its_lane() {
@@ -33,11 +28,7 @@ async fn an_accepted_turn_is_queued_once_on_its_lane() {
     assert_eq!(run.session_id.as_str(), body["sessionId"].as_str().unwrap());
     assert_eq!(run.request.message, "hello");
     // AND exactly one message sits on the session's lane
-    let deliveries = h
-        .queue
-        .receive(10, VISIBILITY, Duration::ZERO)
-        .await
-        .unwrap();
+    let deliveries = h.queued().await;
     assert_eq!(deliveries.len(), 1);
     let message = &deliveries[0].message;
     assert_eq!(message.lane, Lane::new("acme/main"));
@@ -65,19 +56,11 @@ async fn an_idempotent_replay_answers_the_same_run_and_enqueues_nothing_more() {
     assert_eq!(replay.json["acceptedAt"], first.json["acceptedAt"]);
     assert_eq!(replay.json["deduplicated"], true);
     // One message, and none behind it once it is acked.
-    let deliveries = h
-        .queue
-        .receive(10, VISIBILITY, Duration::ZERO)
-        .await
-        .unwrap();
+    let deliveries = h.queued().await;
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].message.dedup_id, first.json["runId"]);
     h.queue.ack(&deliveries[0].receipt).await.unwrap();
-    let rest = h
-        .queue
-        .receive(10, VISIBILITY, Duration::ZERO)
-        .await
-        .unwrap();
+    let rest = h.queued().await;
     assert!(rest.is_empty(), "{rest:?}");
 }
 
@@ -108,13 +91,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
         })
         .await
         .unwrap();
-    assert!(
-        h.queue
-            .receive(10, VISIBILITY, Duration::ZERO)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(h.queued().await.is_empty());
     // WHEN the client retries with the same key
     let replay = h
         .post(
@@ -126,11 +103,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
     // THEN it gets the same run, and the run is now on its lane
     assert_eq!(replay.status, StatusCode::ACCEPTED);
     assert_eq!(replay.json["runId"], outcome.run.run_id.as_str());
-    let deliveries = h
-        .queue
-        .receive(10, VISIBILITY, Duration::ZERO)
-        .await
-        .unwrap();
+    let deliveries = h.queued().await;
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].message.body.run_id, outcome.run.run_id);
 }
@@ -274,13 +247,7 @@ async fn bad_bodies_answer_4xx_in_the_error_shape() {
         assert!(message.contains(hint), "{name}: {message}");
     }
     // Nothing of that reached the queue.
-    assert!(
-        h.queue
-            .receive(10, VISIBILITY, Duration::ZERO)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(h.queued().await.is_empty());
 }
 
 #[tokio::test]
@@ -329,13 +296,7 @@ async fn requests_without_a_valid_key_are_unauthorized() {
             .await;
         reply.assert_error(401, "unauthorized");
     }
-    assert!(
-        h.queue
-            .receive(10, VISIBILITY, Duration::ZERO)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(h.queued().await.is_empty());
 }
 
 #[tokio::test]

@@ -1,6 +1,5 @@
 //! The ingress handler on real API Gateway HTTP API (payload 2.0) events: the same `app()` the
 //! local server runs, reached through lambda_http's request conversion.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_api::{ApiConfig, ApiKeys, ApiState};
 use agentlane_core::{LaneQueue, SystemClock};
@@ -9,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
 
-const EVENT: &str = include_str!("fixtures/apigw-v2-post-agent.json");
+const EVENT: &str = include_str!("../fixtures/apigw-v2-post-agent.json");
 
 async fn call(backend: &SqliteBackend, event: &str) -> (http::StatusCode, serde_json::Value) {
     let request = lambda_http::request::from_str(event)

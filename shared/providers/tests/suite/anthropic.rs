@@ -1,83 +1,19 @@
 //! The Anthropic provider against an in-process mock server speaking real SSE on loopback, with
 //! events shaped exactly like the Messages API's (and llama-server's deviations), plus one round
 //! trip against the real aimock.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::mock::*;
+use crate::transport::Protocol;
 use agentlane_core::{Message, ToolCall, Usage};
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::{
     AssistantTurn, FailoverReason, FinishReason, ModelProvider, ModelRequest, ProviderError,
-    RateLimitWindow, StreamAccumulator, StreamEvent, ToolSpec,
+    RateLimitWindow, StreamEvent, ToolSpec,
 };
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
-use futures::stream::{self, BoxStream, StreamExt};
+use axum::http::header;
+use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
-
-type Frames = BoxStream<'static, Result<String, std::io::Error>>;
-
-/// What the mock answers: a status, headers and a body stream.
-struct Reply {
-    status: StatusCode,
-    headers: Vec<(&'static str, &'static str)>,
-    body: Frames,
-}
-
-type Requests = Arc<Mutex<Vec<(HeaderMap, Value)>>>;
-
-#[derive(Clone)]
-struct Mock {
-    requests: Requests,
-    reply: Arc<dyn Fn() -> Reply + Send + Sync>,
-    /// Delay before the answer's headers.
-    delay: Duration,
-}
-
-async fn messages(State(mock): State<Mock>, headers: HeaderMap, body: Bytes) -> Response {
-    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    mock.requests.lock().unwrap().push((headers, json));
-    tokio::time::sleep(mock.delay).await;
-    let reply = (mock.reply)();
-    let mut response = Response::builder().status(reply.status);
-    for (k, v) in reply.headers {
-        response = response.header(k, v);
-    }
-    response.body(Body::from_stream(reply.body)).unwrap()
-}
-
-struct Server {
-    /// The server root: the provider appends `/v1/messages`.
-    base_url: String,
-    requests: Requests,
-}
-
-async fn serve_with(delay: Duration, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Server {
-    let requests = Requests::default();
-    let mock = Mock {
-        requests: requests.clone(),
-        reply: Arc::new(reply),
-        delay,
-    };
-    let app = axum::Router::new()
-        .route("/v1/messages", axum::routing::post(messages))
-        .with_state(mock);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Server {
-        base_url: format!("http://{addr}"),
-        requests,
-    }
-}
-
-async fn serve(reply: impl Fn() -> Reply + Send + Sync + 'static) -> Server {
-    serve_with(Duration::ZERO, reply).await
-}
+use std::time::Duration;
 
 /// One SSE event as the API frames it: `event: <type>` then the JSON payload.
 fn ev(data: Value) -> String {
@@ -92,21 +28,7 @@ fn frames(events: Vec<Value>) -> Frames {
 }
 
 fn sse(body: Frames) -> Reply {
-    Reply {
-        status: StatusCode::OK,
-        headers: vec![("content-type", "text/event-stream; charset=utf-8")],
-        body,
-    }
-}
-
-fn json_error(status: u16, headers: Vec<(&'static str, &'static str)>, body: Value) -> Reply {
-    let mut all = vec![("content-type", "application/json")];
-    all.extend(headers);
-    Reply {
-        status: StatusCode::from_u16(status).unwrap(),
-        headers: all,
-        body: stream::iter([Ok(body.to_string())]).boxed(),
-    }
+    Reply::stream("text/event-stream; charset=utf-8", body)
 }
 
 fn message_start(input_tokens: u64) -> Value {
@@ -228,33 +150,6 @@ fn weather_request() -> ModelRequest {
     }
 }
 
-async fn collect(
-    provider: &AnthropicProvider,
-    request: ModelRequest,
-) -> (Vec<StreamEvent>, Option<ProviderError>) {
-    let mut stream = provider
-        .stream(request, CancellationToken::new())
-        .await
-        .unwrap();
-    let mut events = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(e) => events.push(e),
-            Err(e) => {
-                assert!(stream.next().await.is_none(), "nothing may follow an error");
-                return (events, Some(e));
-            }
-        }
-    }
-    (events, None)
-}
-
-fn accumulate(events: &[StreamEvent]) -> AssistantTurn {
-    let mut acc = StreamAccumulator::new();
-    events.iter().for_each(|e| acc.push(e));
-    acc.finish()
-}
-
 fn args(turn: &AssistantTurn) -> Vec<(String, String, Value)> {
     turn.tool_calls
         .iter()
@@ -270,7 +165,7 @@ fn args(turn: &AssistantTurn) -> Vec<(String, String, Value)> {
 
 #[tokio::test]
 async fn text_streams_with_usage_then_finished() {
-    let server = serve(|| {
+    let server = serve(ANTHROPIC, || {
         sse(frames(vec![
             message_start(25),
             text_start(0),
@@ -301,7 +196,7 @@ async fn text_streams_with_usage_then_finished() {
 
 #[tokio::test]
 async fn two_parallel_tool_use_blocks_with_arguments_split_mid_token() {
-    let server = serve(|| {
+    let server = serve(ANTHROPIC, || {
         sse(frames(vec![
             message_start(40),
             text_start(0),
@@ -382,7 +277,7 @@ async fn two_parallel_tool_use_blocks_with_arguments_split_mid_token() {
 
 #[tokio::test]
 async fn thinking_then_text() {
-    let server = serve(|| {
+    let server = serve(ANTHROPIC, || {
         sse(frames(vec![
             message_start(12),
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
@@ -434,7 +329,7 @@ async fn thinking_then_text() {
 
 #[tokio::test]
 async fn overloaded_error_inside_the_stream_is_classified() {
-    let server = serve(|| {
+    let server = serve(ANTHROPIC, || {
         sse(frames(vec![
             message_start(10),
             text_start(0),
@@ -460,7 +355,7 @@ async fn overloaded_error_inside_the_stream_is_classified() {
 /// the end) and sends no `input` in content_block_start.
 #[tokio::test]
 async fn llama_server_block_order_and_missing_input_decode_the_same() {
-    let server = serve(|| {
+    let server = serve(ANTHROPIC, || {
         let tool = |index: u64, id: &str| {
             json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": "get_weather"}})
         };
@@ -501,19 +396,15 @@ async fn llama_server_block_order_and_missing_input_decode_the_same() {
 
 #[tokio::test]
 async fn rate_limit_429_carries_retry_after_and_a_short_window() {
-    let server = serve(|| {
-        json_error(
+    let server = serve(ANTHROPIC, || {
+        Reply::json(
             429,
             vec![("retry-after", "7"), ("anthropic-ratelimit-input-tokens-remaining", "0")],
             json!({"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed the rate limit for your organization of 50,000 input tokens per minute."}}),
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         err,
         ProviderError {
@@ -528,19 +419,15 @@ async fn rate_limit_429_carries_retry_after_and_a_short_window() {
 
 #[tokio::test]
 async fn overloaded_529_is_classified() {
-    let server = serve(|| {
-        json_error(
+    let server = serve(ANTHROPIC, || {
+        Reply::json(
             529,
             vec![],
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(
         (err.reason, err.status, err.retry_after),
         (FailoverReason::Overloaded, Some(529), None)
@@ -549,26 +436,22 @@ async fn overloaded_529_is_classified() {
 
 #[tokio::test]
 async fn authentication_error_is_auth_and_never_shows_the_key() {
-    let server = serve(|| {
-        json_error(
+    let server = serve(ANTHROPIC, || {
+        Reply::json(
             401,
             vec![],
             json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
         )
     })
     .await;
-    let err = provider(&server)
-        .stream(weather_request(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(&provider(&server), weather_request()).await;
     assert_eq!(err.reason, FailoverReason::Auth);
     assert!(!err.to_string().contains("sk-ant-test-key"), "{err}");
 }
 
 #[tokio::test]
 async fn stream_closed_before_message_stop_is_a_network_error() {
-    let server = serve(|| {
+    let server = serve(ANTHROPIC, || {
         sse(frames(vec![
             message_start(10),
             text_start(0),
@@ -591,26 +474,6 @@ async fn stream_closed_before_message_stop_is_a_network_error() {
     );
 }
 
-#[tokio::test]
-async fn connection_reset_mid_stream_is_a_network_error() {
-    let server = serve(|| {
-        let first = frames(vec![message_start(1), text_start(0), text_delta(0, "cut")]);
-        // After a pause, so the headers and the first events are flushed before the reset.
-        let reset = stream::once(async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "gone",
-            ))
-        });
-        sse(first.chain(reset).boxed())
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
-    assert_eq!(events, vec![StreamEvent::TextDelta("cut".into())]);
-    assert_eq!(error.unwrap().reason, FailoverReason::Network);
-}
-
 fn done_reply() -> Reply {
     sse(frames(vec![
         message_start(1),
@@ -621,7 +484,7 @@ fn done_reply() -> Reply {
 
 #[tokio::test]
 async fn request_maps_system_messages_tool_results_tools_and_headers() {
-    let server = serve(done_reply).await;
+    let server = serve(ANTHROPIC, done_reply).await;
     let (_, error) = collect(&provider(&server), weather_request()).await;
     assert_eq!(error, None);
 
@@ -668,7 +531,7 @@ async fn request_maps_system_messages_tool_results_tools_and_headers() {
 
 #[tokio::test]
 async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() {
-    let server = serve(done_reply).await;
+    let server = serve(ANTHROPIC, done_reply).await;
     let provider = AnthropicProvider::new(AnthropicConfig {
         base_url: format!("{}/v1/", server.base_url),
         name: "local-claude".into(),
@@ -704,78 +567,19 @@ async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() 
     );
 }
 
-/// Signals when the server's body stream is dropped, i.e. the connection is gone.
-struct DropSignal(Option<tokio::sync::oneshot::Sender<()>>);
-
-impl Drop for DropSignal {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
+/// This protocol's frames for the shared transport checks.
+fn protocol() -> Protocol<AnthropicProvider> {
+    Protocol {
+        api: ANTHROPIC,
+        sse,
+        text: |text| frames(vec![message_start(1), text_start(0), text_delta(0, text)]),
+        idle: || ev(ping()),
+        done: done_reply,
+        provider,
+        request: weather_request,
     }
 }
-
-#[tokio::test]
-async fn cancelling_mid_stream_ends_it_and_drops_the_connection() {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let tx = Arc::new(Mutex::new(Some(tx)));
-    let server = serve(move || {
-        let signal = DropSignal(tx.lock().unwrap().take());
-        let first = frames(vec![
-            message_start(1),
-            text_start(0),
-            text_delta(0, "first"),
-        ]);
-        // Then only pings, forever: the response never completes by itself.
-        let stall = stream::unfold(signal, |signal| async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Some((Ok(ev(ping())), signal))
-        });
-        sse(first.chain(stall).boxed())
-    })
-    .await;
-
-    let cancel = CancellationToken::new();
-    let mut stream = provider(&server)
-        .stream(weather_request(), cancel.clone())
-        .await
-        .unwrap();
-    assert_eq!(
-        stream.next().await.unwrap().unwrap(),
-        StreamEvent::TextDelta("first".into())
-    );
-
-    let waiting = tokio::spawn(async move { stream.next().await.is_none() });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    cancel.cancel();
-    let ended = tokio::time::timeout(Duration::from_secs(1), waiting)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(ended, "the stream must end when cancelled");
-    tokio::time::timeout(Duration::from_secs(2), rx)
-        .await
-        .expect("the server must see the connection dropped")
-        .unwrap();
-}
-
-#[tokio::test]
-async fn cancelling_before_the_answer_starts_returns_promptly() {
-    let server = serve_with(Duration::from_secs(30), done_reply).await;
-    let cancel = CancellationToken::new();
-    let canceller = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        canceller.cancel();
-    });
-    let started = Instant::now();
-    let stream = provider(&server)
-        .stream(weather_request(), cancel)
-        .await
-        .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(stream.collect::<Vec<_>>().await.len(), 0);
-}
+crate::transport_checks!(protocol());
 
 mod aimock {
     //! One round trip against the real aimock (`tools/aimock`, installed by `scripts/test`).

@@ -1,0 +1,96 @@
+//! The store, the lane queue and the clock a host runs on, opened from the backend its
+//! features provide.
+
+use crate::settings::env;
+#[cfg(any(feature = "embedded", feature = "aws"))]
+use agentlane_core::SystemClock;
+use agentlane_core::{Clock, LaneQueue, Store};
+use anyhow::bail;
+use std::sync::Arc;
+
+/// The store, the lane queue and the clock a host runs on.
+#[derive(Clone)]
+pub struct Backends {
+    /// Sessions, runs, transcripts and events.
+    pub store: Arc<dyn Store>,
+    /// The lane queue (one FIFO group per session).
+    pub queue: Arc<dyn LaneQueue>,
+    /// The clock every component reads.
+    pub clock: Arc<dyn Clock>,
+    /// Cron jobs (the same database or table as `store`).
+    pub cron: Arc<dyn agentlane_core::cron::CronStore>,
+}
+
+/// Which backend `AGENTLANE_BACKEND` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// SQLite under the data directory (the default).
+    Embedded,
+    /// DynamoDB + SQS FIFO (AWS, LocalStack, or an emulator via `AWS_ENDPOINT_URL`).
+    Aws,
+}
+
+impl BackendKind {
+    /// The backend `AGENTLANE_BACKEND` names (`embedded` when unset).
+    pub fn from_env() -> anyhow::Result<Self> {
+        match env("AGENTLANE_BACKEND").as_deref() {
+            None | Some("embedded") => Ok(Self::Embedded),
+            Some("aws") => Ok(Self::Aws),
+            Some(other) => bail!("AGENTLANE_BACKEND must be `embedded` or `aws`, got {other:?}"),
+        }
+    }
+}
+
+/// Opens the embedded backend under `data_dir` (created if missing).
+#[cfg(feature = "embedded")]
+pub fn open_embedded(data_dir: &std::path::Path) -> anyhow::Result<Backends> {
+    use agentlane_store_sqlite::SqliteBackend;
+    use anyhow::Context;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+    let backend = SqliteBackend::open(data_dir)
+        .with_context(|| format!("cannot open the embedded store in {}", data_dir.display()))?;
+    // The queue dead-letters a message one failed delivery after the runner's poison cap, so
+    // the pickup that ends a poisoned run `poisoned` still comes.
+    let cap = std::env::var("AGENTLANE_MAX_FAILED_PICKUPS").ok();
+    if let Some(cap) = cap.and_then(|v| v.trim().parse::<u32>().ok()) {
+        backend.set_max_failed_deliveries(cap.saturating_add(1));
+    }
+    Ok(Backends {
+        store: Arc::new(backend.clone()),
+        cron: Arc::new(backend.clone()),
+        queue: Arc::new(backend),
+        clock: Arc::new(SystemClock),
+    })
+}
+
+/// Opens the AWS backend named by the environment (`AGENTLANE_TABLE`, `AGENTLANE_QUEUE_URL` or
+/// `AGENTLANE_QUEUE_NAME`, standard SDK settings). Creates nothing.
+#[cfg(feature = "aws")]
+pub async fn open_aws() -> anyhow::Result<Backends> {
+    use agentlane_aws::{AwsConfig, DynamoStore, SqsLaneQueue};
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = AwsConfig::from_env()?;
+    let queue_url = agentlane_aws::resolve_queue_url(&sdk, &config).await?;
+    let store = DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    );
+    Ok(Backends {
+        store: Arc::new(store.clone()),
+        cron: Arc::new(store),
+        queue: Arc::new(SqsLaneQueue::new(
+            agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
+            queue_url,
+        )),
+        clock: Arc::new(SystemClock),
+    })
+}
+
+/// Creates the table and queues named by the environment when absent (idempotent).
+#[cfg(feature = "aws")]
+pub async fn setup_aws() -> anyhow::Result<agentlane_aws::Resources> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    Ok(agentlane_aws::ensure_resources(&sdk, &config).await?)
+}

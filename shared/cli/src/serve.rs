@@ -99,6 +99,27 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(async move { ticker.run(stop, None).await })
     });
 
+    // The stuck-session sweep (SPEC §10), every AGENTLANE_SWEEP_INTERVAL_MS.
+    let sweeper = {
+        let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
+            .map_err(anyhow::Error::msg)?;
+        let interval = host::env_ms(
+            "AGENTLANE_SWEEP_INTERVAL_MS",
+            agentlane_supervisor::DEFAULT_SWEEP_INTERVAL,
+        )?;
+        let supervisor = agentlane_supervisor::Supervisor::new(
+            backends.store.clone(),
+            backends.processing.clone(),
+            backends.clock.clone(),
+            thresholds,
+        );
+        tokio::spawn(agentlane_supervisor::run_every(
+            std::sync::Arc::new(supervisor),
+            interval,
+            shutdown.clone(),
+        ))
+    };
+
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -125,6 +146,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(t) = ticker {
         let _ = t.await;
     }
+    let _ = sweeper.await;
     Ok(())
 }
 

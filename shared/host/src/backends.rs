@@ -19,6 +19,8 @@ pub struct Backends {
     pub clock: Arc<dyn Clock>,
     /// Cron jobs (the same database or table as `store`).
     pub cron: Arc<dyn agentlane_core::cron::CronStore>,
+    /// The processing sessions, for the stuck-session sweep (the same database or table).
+    pub processing: Arc<dyn agentlane_core::ProcessingIndex>,
 }
 
 /// Which backend `AGENTLANE_BACKEND` names.
@@ -59,6 +61,7 @@ pub fn open_embedded(data_dir: &std::path::Path) -> anyhow::Result<Backends> {
     Ok(Backends {
         store: Arc::new(backend.clone()),
         cron: Arc::new(backend.clone()),
+        processing: Arc::new(backend.clone()),
         queue: Arc::new(backend),
         clock: Arc::new(SystemClock),
     })
@@ -78,6 +81,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     );
     Ok(Backends {
         store: Arc::new(store.clone()),
+        processing: Arc::new(store.clone()),
         cron: Arc::new(store),
         queue: Arc::new(SqsLaneQueue::new(
             agentlane_aws::aws_sdk_sqs::Client::new(&sdk),

@@ -5,8 +5,8 @@ use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_aws::setup::{self, AwsConfig};
 use agentlane_aws::{DynamoStore, SqsLaneQueue, ensure_resources};
 use agentlane_core::{
-    Clock, HistoryReader, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId, SessionKey,
-    SessionLock, SessionStatus, Store, SystemClock, TenantId, TurnIntake, TurnRequest,
+    Clock, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId, SessionKey, SessionStatus,
+    Store, SystemClock, TenantId, TurnRequest,
 };
 use agentlane_cron::CronFunction;
 use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};

@@ -57,7 +57,8 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
-    let backends: Backends = match BackendKind::from_env()? {
+    let kind = BackendKind::from_env()?;
+    let backends: Backends = match kind {
         BackendKind::Embedded => host::open_embedded(&args.data_dir)?,
         BackendKind::Aws => host::open_aws().await?,
     };
@@ -107,12 +108,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "AGENTLANE_SWEEP_INTERVAL_MS",
             agentlane_supervisor::DEFAULT_SWEEP_INTERVAL,
         )?;
-        let supervisor = agentlane_supervisor::Supervisor::new(
+        let mut supervisor = agentlane_supervisor::Supervisor::new(
             backends.store.clone(),
             backends.processing.clone(),
             backends.clock.clone(),
             thresholds,
         );
+        if kind == BackendKind::Embedded {
+            // The embedded queue's dead letters (its `lane_dead` table), on a connection of its own.
+            let dead = agentlane_store_sqlite::SqliteBackend::open(&args.data_dir)
+                .context("cannot open the embedded dead-letter table")?;
+            supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead));
+        }
         tokio::spawn(agentlane_supervisor::run_every(
             std::sync::Arc::new(supervisor),
             interval,

@@ -10,9 +10,11 @@
 //!   cron Lambda calls [`Supervisor::sweep`] once per invocation.
 
 pub mod classify;
+pub mod dead_letters;
 pub mod sweep;
 
 pub use classify::{Diagnostic, DiagnosticClass, Thresholds, classify};
+pub use dead_letters::{DeadLetterSource, DeadTurn};
 pub use sweep::{SWEEP_LIMIT, Supervisor, SweepReport};
 
 use std::sync::Arc;

@@ -7,6 +7,7 @@
 //! nothing. Dead-lettered turns are ended `error` (`dead_lettered`) the same way.
 
 use crate::classify::{Diagnostic, DiagnosticClass, Thresholds, classify};
+use crate::dead_letters::DeadLetterSource;
 use agentlane_agent::context::history::assemble;
 use agentlane_agent::context::repair::missing_results;
 use agentlane_agent::writer::record::Ending;
@@ -58,6 +59,7 @@ pub struct Supervisor {
     /// The lease the supervisor takes a stuck session's lock with while it recovers it.
     lease: Duration,
     logged: Mutex<HashMap<(TenantId, SessionKey), Logged>>,
+    dead_letters: Option<Arc<dyn DeadLetterSource>>,
 }
 
 impl Supervisor {
@@ -75,7 +77,14 @@ impl Supervisor {
             thresholds,
             lease: Duration::from_secs(30),
             logged: Mutex::new(HashMap::new()),
+            dead_letters: None,
         }
+    }
+
+    /// Also reconciles the dead letters of `source` on every sweep.
+    pub fn with_dead_letters(mut self, source: Arc<dyn DeadLetterSource>) -> Self {
+        self.dead_letters = Some(source);
+        self
     }
 
     /// The thresholds it classifies with.
@@ -104,7 +113,10 @@ impl Supervisor {
     pub async fn sweep(&self) -> StoreResult<SweepReport> {
         let now = self.clock.now_ms();
         let abort_ms = self.thresholds.abort.as_millis() as u64;
-        let mut report = SweepReport::default();
+        let mut report = SweepReport {
+            dead_lettered: self.reconcile_dead_letters().await?,
+            ..SweepReport::default()
+        };
         for session in self.index.processing_sessions(now, SWEEP_LIMIT).await? {
             report.swept += 1;
             let run = match &session.active_run_id {
@@ -154,6 +166,38 @@ impl Supervisor {
             }
         }
         Ok(report)
+    }
+
+    /// Every dead letter of the source: its run ended `dead_lettered` (when still unfinished),
+    /// then the dead letter forgotten. Returns how many runs were ended.
+    async fn reconcile_dead_letters(&self) -> StoreResult<u32> {
+        let Some(source) = &self.dead_letters else {
+            return Ok(0);
+        };
+        let letters = match source.dead_turns(SWEEP_LIMIT).await {
+            Ok(letters) => letters,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the dead letters");
+                return Ok(0);
+            }
+        };
+        let mut ended = 0;
+        for letter in letters {
+            if let Some(turn) = &letter.turn {
+                if self
+                    .reconcile_dead_letter(&turn.tenant, &turn.run_id)
+                    .await?
+                {
+                    ended += 1;
+                }
+            } else {
+                tracing::error!(id = %letter.id, "forgetting an unreadable dead letter");
+            }
+            if let Err(e) = source.forget(&letter.id).await {
+                tracing::warn!(error = %e, id = %letter.id, "could not forget a dead letter");
+            }
+        }
+        Ok(ended)
     }
 
     /// Ends the dead-lettered turn `run_id` `error` (`dead_lettered`) and releases its session

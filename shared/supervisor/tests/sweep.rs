@@ -6,8 +6,9 @@
 
 use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::{
-    Clock, LivenessState, LockAttempt, Message, NewTurn, Run, RunId, RunStatus, SessionId,
-    SessionKey, SessionStatus, Store, SystemClock, TenantId, ToolCall, TurnRequest,
+    Clock, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt, Message, NewTurn, Run, RunId,
+    RunStatus, SessionId, SessionKey, SessionStatus, Store, SystemClock, TenantId, ToolCall,
+    TurnMessage, TurnRequest,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use agentlane_supervisor::{DiagnosticClass, Supervisor, SweepReport, Thresholds};
@@ -258,4 +259,72 @@ async fn a_dead_lettered_turn_ends_dead_lettered_and_frees_its_session() {
             .unwrap()
     );
     let _ = &w.backend;
+}
+
+#[tokio::test]
+async fn the_sweep_reconciles_the_embedded_dead_letters() {
+    // GIVEN a started run whose lane message failed its one allowed delivery (cap 1)
+    let w = world();
+    let run = w.accept("s4").await;
+    w.start_and_go_silent(run.clone(), 50).await;
+    w.backend.set_max_failed_deliveries(1);
+    let message = LaneMessage {
+        lane: Lane::new("acme/s4"),
+        dedup_id: run.run_id.to_string(),
+        body: TurnMessage {
+            tenant: w.tenant.clone(),
+            run_id: run.run_id.clone(),
+            session_key: Some(run.session_key.clone()),
+        },
+    };
+    w.backend.enqueue(&message).await.unwrap();
+    let short = Duration::from_millis(50);
+    assert_eq!(
+        w.backend
+            .receive(1, short, Duration::ZERO)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(
+        w.backend
+            .receive(1, short, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(w.backend.dead_letters(10).await.unwrap().len(), 1);
+
+    // WHEN a supervisor with the dead letters sweeps
+    let supervisor = Supervisor::new(
+        w.store.clone(),
+        Arc::new(w.backend.clone()),
+        Arc::new(SystemClock),
+        Thresholds::default(),
+    )
+    .with_dead_letters(Arc::new(w.backend.clone()));
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN the run ended dead_lettered, the session is idle, the dead letter forgotten
+    assert_eq!(report.dead_lettered, 1);
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (ended.status, ended.error.unwrap().code.as_str()),
+        (RunStatus::Error, "dead_lettered")
+    );
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.status, SessionStatus::Idle);
+    assert!(w.backend.dead_letters(10).await.unwrap().is_empty());
 }

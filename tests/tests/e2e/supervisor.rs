@@ -75,3 +75,73 @@ async fn supervisor_a_stalled_stream_is_diagnosed_then_aborted_and_the_next_turn
     assert!(session.get("diagnostic").is_none(), "{session}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_a_turn_failing_every_delivery_ends_poisoned_after_the_cap_and_the_next_answers()
+-> anyhow::Result<()> {
+    // GIVEN a cap of 2 failed deliveries, short leases and visibility, and a turn whose model
+    // call hangs, so that every delivery of it dies with the server (kill -9)
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
+    let mock = Aimock::start(Fixtures::File(fixtures))?;
+    let options = ServerOptions::new(SERVER_BIN)
+        .model_server(&mock)
+        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
+        .env("AGENTLANE_MAX_FAILED_PICKUPS", "2")
+        .env("AGENTLANE_LOCK_LEASE_MS", "600")
+        .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "600");
+    let mut scn = Scenario {
+        server: Server::start(options)?,
+        mock,
+    };
+    let a = scn.a();
+    let poisoned = a.agent("poison", "stall-forever: hi").await?;
+    let next = a
+        .agent(
+            "poison",
+            "recorded reasoning but no visible answer? answer now",
+        )
+        .await?;
+
+    // WHEN two deliveries in a row die mid-turn
+    for pickup in 1..=2u32 {
+        let a = scn.a();
+        a.poll_run(&poisoned.run_id, LONG, "picked up", |r| {
+            r.status == RunStatus::Running && r.pickups >= pickup
+        })
+        .await?;
+        scn.server.kill_hard();
+        scn.server.restart()?;
+    }
+
+    // THEN the next pickup ends it poisoned without calling the model again
+    let a = scn.a();
+    let run = a.wait_done(&poisoned.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Error, "{run:?}");
+    let error = run.error.clone().expect("a poisoned run says why");
+    assert_eq!(error.code, "poisoned", "{error:?}");
+    assert!(error.message.contains("2 deliveries"), "{error:?}");
+    let stalls = scn
+        .mock
+        .model_requests()?
+        .iter()
+        .filter(|r| {
+            r.last_user_text()
+                .is_some_and(|t| t.contains("stall-forever"))
+        })
+        .count();
+    assert_eq!(
+        stalls, 2,
+        "one model call per failed delivery, none after the cap"
+    );
+
+    // AND the session's next turn answers
+    let answered = a.wait_done(&next.run_id, LONG).await?;
+    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
+    assert_eq!(answered.reply_text(), "The answer is 42.");
+    assert_eq!(
+        scn.mock.model_requests()?.len(),
+        3,
+        "two stalls and the next turn"
+    );
+    Ok(())
+}

@@ -9,8 +9,8 @@ use crate::testkit::{
     ACME_KEY, BETA_KEY, LiveServer, acme, closed_within, read_reply, send_request,
 };
 use agentlane_core::{
-    Commit, Event, EventStream, FencedWriter, HistoryReader, Message, Payload, RunId, RunStatus,
-    SessionLock, Store, StoreResult, TenantId, TranscriptEntry, TurnIntake, Usage,
+    Commit, Event, EventStream, Layered, Message, Payload, RunId, RunStatus, Store, StoreCall,
+    StoreLayer, StoreResult, TranscriptEntry, Usage,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -504,100 +504,17 @@ struct CountingStore {
 }
 
 #[async_trait::async_trait]
-impl TurnIntake for CountingStore {
-    async fn accept_turn(
-        &self,
-        turn: agentlane_core::NewTurn,
-    ) -> StoreResult<agentlane_core::AcceptOutcome> {
-        self.inner.accept_turn(turn).await
+impl StoreLayer for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
     }
-    async fn request_abort(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-    ) -> StoreResult<Option<agentlane_core::Run>> {
-        self.inner.request_abort(tenant, run_id).await
-    }
-    async fn reset_session(
-        &self,
-        tenant: &TenantId,
-        key: &agentlane_core::SessionKey,
-        id: agentlane_core::SessionId,
-        now: u64,
-    ) -> StoreResult<agentlane_core::Session> {
-        self.inner.reset_session(tenant, key, id, now).await
-    }
-}
 
-#[async_trait::async_trait]
-impl HistoryReader for CountingStore {
-    async fn get_run(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-    ) -> StoreResult<Option<agentlane_core::Run>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(self.delay).await;
-        self.inner.get_run(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &agentlane_core::SessionKey,
-    ) -> StoreResult<Option<agentlane_core::Session>> {
-        self.inner.get_session(tenant, key).await
-    }
-    async fn read_transcript(
-        &self,
-        tenant: &TenantId,
-        id: &agentlane_core::SessionId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.inner.read_transcript(tenant, id, after, limit).await
-    }
-    async fn read_events(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<Event>> {
-        self.inner.read_events(tenant, run_id, after, limit).await
-    }
-}
-
-#[async_trait::async_trait]
-impl SessionLock for CountingStore {
-    async fn acquire_lock(
-        &self,
-        tenant: &TenantId,
-        key: &agentlane_core::SessionKey,
-        owner: &str,
-        lease_ms: u64,
-        now: u64,
-    ) -> StoreResult<agentlane_core::LockAttempt> {
-        self.inner
-            .acquire_lock(tenant, key, owner, lease_ms, now)
-            .await
-    }
-    async fn renew_lock(
-        &self,
-        fence: &agentlane_core::Fence,
-        lease_ms: u64,
-        now: u64,
-    ) -> StoreResult<()> {
-        self.inner.renew_lock(fence, lease_ms, now).await
-    }
-    async fn release_lock(&self, fence: &agentlane_core::Fence) -> StoreResult<()> {
-        self.inner.release_lock(fence).await
-    }
-}
-
-#[async_trait::async_trait]
-impl FencedWriter for CountingStore {
-    async fn commit(&self, fence: &agentlane_core::Fence, commit: Commit) -> StoreResult<()> {
-        self.inner.commit(fence, commit).await
+    async fn before(&self, call: StoreCall) -> StoreResult<()> {
+        if call == StoreCall::GetRun {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+        }
+        Ok(())
     }
 }
 
@@ -607,11 +524,11 @@ async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhi
     let reads = Arc::new(AtomicUsize::new(0));
     let counter = reads.clone();
     let server = LiveServer::start_over(config(Limits::default()), move |inner| {
-        Arc::new(CountingStore {
+        Arc::new(Layered(CountingStore {
             inner,
             reads: counter,
             delay: Duration::ZERO,
-        })
+        }))
     })
     .await;
     let run_id = server.submit(ACME_KEY, "live", "hi").await;
@@ -785,11 +702,11 @@ async fn a_request_over_the_request_timeout_answers_408_but_an_sse_stream_lives_
         ..Limits::default()
     };
     let slow = LiveServer::start_over(config(limits.clone()), |inner| {
-        Arc::new(CountingStore {
+        Arc::new(Layered(CountingStore {
             inner,
             reads: Arc::default(),
             delay: Duration::from_secs(1),
-        })
+        }))
     })
     .await;
 

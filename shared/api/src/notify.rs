@@ -11,9 +11,8 @@
 //! by any signal.
 
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
-    RunId, RunStatus, Session, SessionId, SessionKey, SessionLock, Store, StoreError, StoreResult,
-    TenantId, TranscriptEntry, TurnIntake,
+    Commit, Fence, Layered, Run, RunId, RunStatus, Store, StoreError, StoreLayer, StoreResult,
+    TenantId,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -174,7 +173,7 @@ impl Drop for Subscription {
     }
 }
 
-/// A [`Store`] that signals a [`Notifier`] after each successful `commit` and
+/// A store layer that signals a [`Notifier`] after each successful `commit` and
 /// `request_abort`; every other call goes straight through.
 pub struct NotifyingStore {
     inner: Arc<dyn Store>,
@@ -184,26 +183,18 @@ pub struct NotifyingStore {
 impl NotifyingStore {
     /// Wraps `inner`; give the result to the runner and the API alike, and `notifier` to
     /// [`crate::app_with`].
-    pub fn new(inner: Arc<dyn Store>, notifier: Notifier) -> Self {
+    pub fn new(inner: Arc<dyn Store>, notifier: Notifier) -> Layered<Self> {
         notifier.connected.store(true, Ordering::Relaxed);
-        Self { inner, notifier }
+        Layered(Self { inner, notifier })
     }
-}
-
-/// The run a commit belongs to: named, else its run record's, else its first entry's.
-fn commit_run(commit: &Commit) -> Option<&RunId> {
-    commit
-        .run_id
-        .as_ref()
-        .or(commit.run.as_ref().map(|run| &run.run_id))
-        .or(commit.transcript.first().map(|entry| &entry.run_id))
 }
 
 #[async_trait]
-impl TurnIntake for NotifyingStore {
-    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
-        self.inner.accept_turn(turn).await
+impl StoreLayer for NotifyingStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
     }
+
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         let run = self.inner.request_abort(tenant, run_id).await?;
         if run.is_some() {
@@ -211,85 +202,9 @@ impl TurnIntake for NotifyingStore {
         }
         Ok(run)
     }
-    async fn reset_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        new_session_id: SessionId,
-        now: u64,
-    ) -> StoreResult<Session> {
-        self.inner
-            .reset_session(tenant, key, new_session_id, now)
-            .await
-    }
-}
 
-#[async_trait]
-impl HistoryReader for NotifyingStore {
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.inner.get_run(tenant, run_id).await
-    }
-    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
-        self.inner.abort_requested(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        self.inner.get_session(tenant, key).await
-    }
-    async fn read_transcript(
-        &self,
-        tenant: &TenantId,
-        session_id: &SessionId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.inner
-            .read_transcript(tenant, session_id, after, limit)
-            .await
-    }
-    async fn read_events(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<Event>> {
-        self.inner.read_events(tenant, run_id, after, limit).await
-    }
-    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
-        self.inner.next_event_seq(tenant, run_id).await
-    }
-}
-
-#[async_trait]
-impl SessionLock for NotifyingStore {
-    async fn acquire_lock(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        owner: &str,
-        lease_ms: u64,
-        now: u64,
-    ) -> StoreResult<LockAttempt> {
-        self.inner
-            .acquire_lock(tenant, key, owner, lease_ms, now)
-            .await
-    }
-    async fn renew_lock(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
-        self.inner.renew_lock(fence, lease_ms, now).await
-    }
-    async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
-        self.inner.release_lock(fence).await
-    }
-}
-
-#[async_trait]
-impl FencedWriter for NotifyingStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
-        let run = commit_run(&commit).cloned();
+        let run = commit.events_run_id();
         let status = commit.run.as_ref().map(|run| run.status);
         let outcome = self.inner.commit(fence, commit).await;
         if let Some(run_id) = run {

@@ -3,7 +3,7 @@
 
 use crate::args::ServeArgs;
 use agentlane_agent::LaneWorker;
-use agentlane_api::{ApiKeys, ApiState};
+use agentlane_api::{ApiKeys, ApiState, Notifier, NotifyingStore};
 use agentlane_host::{self as host, BackendKind, Backends};
 use anyhow::Context;
 use rand::Rng;
@@ -58,10 +58,13 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
     let kind = BackendKind::from_env()?;
-    let backends: Backends = match kind {
+    let mut backends: Backends = match kind {
         BackendKind::Embedded => host::open_embedded(&args.data_dir)?,
         BackendKind::Aws => host::open_aws().await?,
     };
+    // Every commit of this process wakes its waiters and event streams at once.
+    let notifier = Notifier::new();
+    backends.store = std::sync::Arc::new(NotifyingStore::new(backends.store, notifier.clone()));
     let settings = host::load()?;
     let runner = host::runner_with(&backends, &settings)?;
     let models = &settings.models;
@@ -138,8 +141,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         out.flush()?;
     }
     let server_stop = shutdown.clone();
-    let server = axum::serve(listener, agentlane_api::app(api))
-        .with_graceful_shutdown(async move { server_stop.cancelled().await });
+    let limits = api.config.limits.clone();
+    let app = agentlane_api::app_with(api, notifier);
+    let server = agentlane_api::serve(listener, app, &limits, async move {
+        server_stop.cancelled().await
+    });
     let signals = shutdown.clone();
     tokio::spawn(async move {
         wait_for_signal().await;

@@ -32,7 +32,8 @@ pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.
 pub use store::{
-    AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, NewTurn, ProcessingIndex,
-    SessionLock, Store, StoreError, StoreResult, TurnIntake,
+    AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, Layered, NewTurn,
+    ProcessingIndex, SessionLock, Store, StoreCall, StoreError, StoreLayer, StoreResult,
+    TurnIntake,
 };
 pub use transcript::{Message, ToolCall, TranscriptEntry};

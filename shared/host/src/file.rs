@@ -28,6 +28,9 @@ pub(crate) struct ConfigFile {
     pub api: ApiEntry,
     #[serde(default)]
     pub tools: ToolsEntry,
+    /// Limits of the HTTP edge (`[limits]`, `[limits.tenant]`, `[limits.tenants.<name>]`).
+    #[serde(default)]
+    pub limits: agentlane_api::Limits,
     /// HTTP webhook hooks (`[[hooks]]`: name, url, points, priority, timeoutMs, secretHeader).
     #[serde(default)]
     pub hooks: Vec<agentlane_agent::hooks::WebhookConfig>,

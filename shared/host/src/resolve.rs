@@ -68,7 +68,7 @@ fn resolve(
         config_path,
         models: ctx.models(&file)?,
         runner: ctx.runner(&file.runner)?,
-        api: ctx.api(&file.api)?,
+        api: ctx.api(&file.api, &file.limits)?,
         tools: ToolSettings {
             http_fetch_allow: env
                 .list("AGENTLANE_HTTP_FETCH_ALLOW")
@@ -313,19 +313,32 @@ impl Ctx<'_> {
             .collect()
     }
 
-    fn api(&self, file: &ApiEntry) -> Result<ApiSettings, ConfigError> {
+    fn api(
+        &self,
+        file: &ApiEntry,
+        limits: &agentlane_api::Limits,
+    ) -> Result<ApiSettings, ConfigError> {
         let max_message_bytes = self.checked(
             ("AGENTLANE_MAX_MESSAGE_BYTES", "api.max_message_bytes"),
             file.max_message_bytes,
             "a number of bytes >= 1",
             |n: &usize| *n >= 1,
         )?;
+        let mut limits = limits.clone();
+        if let Some(models) = self.env.list("AGENTLANE_ALLOWED_MODELS") {
+            limits.allowed_models = models
+                .iter()
+                .map(|m| check_model(m))
+                .collect::<Result<_, _>>()
+                .map_err(|e| Self::env_error("AGENTLANE_ALLOWED_MODELS", e))?;
+        }
         Ok(ApiSettings {
             max_message_bytes,
             max_wait: self
                 .env
                 .ms("AGENTLANE_MAX_WAIT_MS")?
                 .or(file.max_wait_ms.map(Duration::from_millis)),
+            limits,
         })
     }
 }

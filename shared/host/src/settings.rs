@@ -102,6 +102,9 @@ pub struct ApiSettings {
     pub max_message_bytes: Option<usize>,
     /// Cap on `agent.wait`.
     pub max_wait: Option<Duration>,
+    /// Limits of the HTTP edge (`[limits]`; `AGENTLANE_ALLOWED_MODELS` replaces
+    /// `allowed_models`).
+    pub limits: agentlane_api::Limits,
 }
 
 /// Tool knobs.
@@ -120,7 +123,13 @@ impl Settings {
     /// The API settings; `default_max_wait` caps `agent.wait` unless configured (behind API
     /// Gateway, requests end at 30 s).
     pub fn api_config(&self, default_max_wait: Duration) -> ApiConfig {
-        self.api.config(self.models.demo, default_max_wait)
+        let mut config = self.api.config(self.models.demo, default_max_wait);
+        // Without an explicit allow-list a tenant may ask for the default model and its
+        // fallbacks only.
+        config.configured_models = std::iter::once(self.models.default_model.clone())
+            .chain(self.models.fallback_models.iter().cloned())
+            .collect();
+        config
     }
 }
 
@@ -181,6 +190,7 @@ impl ApiSettings {
             max_message_bytes,
             max_body_bytes: max_message_bytes
                 .saturating_add(d.max_body_bytes - d.max_message_bytes),
+            limits: self.limits.clone(),
             ..d
         }
     }
@@ -246,6 +256,7 @@ mod tests {
         let api = ApiSettings {
             max_message_bytes: Some(1000),
             max_wait: Some(Duration::from_secs(10)),
+            limits: agentlane_api::Limits::default(),
         }
         .config(true, Duration::from_secs(25));
         assert_eq!(api.max_message_bytes, 1000);

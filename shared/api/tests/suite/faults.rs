@@ -3,11 +3,7 @@
 
 use crate::common::*;
 use agentlane_api::ApiConfig;
-use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
-    RunId, Session, SessionId, SessionKey, SessionLock, Store, StoreError, StoreResult, TenantId,
-    TranscriptEntry, TurnIntake,
-};
+use agentlane_core::{Layered, Store, StoreCall, StoreError, StoreLayer, StoreResult};
 use async_trait::async_trait;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -21,8 +17,13 @@ struct Faulty {
 /// The failure every store call answers while set.
 type Switch = Arc<Mutex<Option<StoreError>>>;
 
-impl Faulty {
-    fn check(&self) -> StoreResult<()> {
+#[async_trait]
+impl StoreLayer for Faulty {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    async fn before(&self, _call: StoreCall) -> StoreResult<()> {
         match self.failure.lock().unwrap().clone() {
             Some(error) => Err(error),
             None => Ok(()),
@@ -30,109 +31,14 @@ impl Faulty {
     }
 }
 
-#[async_trait]
-impl TurnIntake for Faulty {
-    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
-        self.check()?;
-        self.inner.accept_turn(turn).await
-    }
-    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.check()?;
-        self.inner.request_abort(tenant, run_id).await
-    }
-    async fn reset_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        new_session_id: SessionId,
-        now: u64,
-    ) -> StoreResult<Session> {
-        self.check()?;
-        self.inner
-            .reset_session(tenant, key, new_session_id, now)
-            .await
-    }
-}
-
-#[async_trait]
-impl HistoryReader for Faulty {
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.check()?;
-        self.inner.get_run(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        self.check()?;
-        self.inner.get_session(tenant, key).await
-    }
-    async fn read_transcript(
-        &self,
-        tenant: &TenantId,
-        session_id: &SessionId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.check()?;
-        self.inner
-            .read_transcript(tenant, session_id, after, limit)
-            .await
-    }
-    async fn read_events(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<Event>> {
-        self.check()?;
-        self.inner.read_events(tenant, run_id, after, limit).await
-    }
-}
-
-#[async_trait]
-impl SessionLock for Faulty {
-    async fn acquire_lock(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        owner: &str,
-        lease_ms: u64,
-        now: u64,
-    ) -> StoreResult<LockAttempt> {
-        self.check()?;
-        self.inner
-            .acquire_lock(tenant, key, owner, lease_ms, now)
-            .await
-    }
-    async fn renew_lock(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
-        self.check()?;
-        self.inner.renew_lock(fence, lease_ms, now).await
-    }
-    async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
-        self.check()?;
-        self.inner.release_lock(fence).await
-    }
-}
-
-#[async_trait]
-impl FencedWriter for Faulty {
-    async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
-        self.check()?;
-        self.inner.commit(fence, commit).await
-    }
-}
-
 async fn harness() -> (Harness, Switch) {
     let failure: Switch = Arc::default();
     let switch = failure.clone();
     let h = Harness::build(ApiConfig::default(), move |inner| {
-        Arc::new(Faulty {
+        Arc::new(Layered(Faulty {
             inner,
             failure: switch,
-        })
+        }))
     })
     .await;
     (h, failure)

@@ -24,6 +24,7 @@
 
 mod error;
 mod intake;
+mod layer;
 mod lock;
 mod processing;
 mod reader;
@@ -31,6 +32,7 @@ mod writer;
 
 pub use error::{StoreError, StoreResult};
 pub use intake::{AcceptOutcome, NewTurn, TurnIntake};
+pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
 pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;

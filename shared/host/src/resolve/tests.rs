@@ -122,6 +122,7 @@ fn the_shipped_example_parses_into_every_setting() {
         ApiSettings {
             max_message_bytes: Some(262_144),
             max_wait: Some(Duration::from_millis(900_000)),
+            limits: agentlane_api::Limits::default(),
         }
     );
     assert_eq!(
@@ -509,4 +510,49 @@ fn webhook_hooks_are_read_from_the_file() {
         bad.contains("before_everything") || bad.contains("unknown"),
         "{bad}"
     );
+}
+
+#[test]
+fn edge_limits_come_from_the_file_and_the_allowed_models_from_the_environment() {
+    let toml = r#"
+model = "openai/gpt-4o-mini"
+fallback_models = ["openai/gpt-4o"]
+
+[limits]
+max_connections = 64
+max_run_timeout_seconds = 3600
+allowed_models = ["openai/gpt-4o-mini"]
+
+[limits.tenant]
+requests_per_second = 7
+"#;
+    let s = settings(toml, &[("OPENAI_API_KEY", "sk-main")]);
+    let api = s.api_config(Duration::from_secs(25));
+    assert_eq!(api.limits.max_connections, 64);
+    assert_eq!(api.limits.max_run_timeout_seconds, 3600);
+    assert_eq!(api.limits.allowed_models, ["openai/gpt-4o-mini"]);
+    assert_eq!(api.limits.tenant.requests_per_second, 7);
+    assert_eq!(
+        api.configured_models,
+        ["openai/gpt-4o-mini", "openai/gpt-4o"]
+    );
+
+    let s = settings(
+        toml,
+        &[
+            ("OPENAI_API_KEY", "sk-main"),
+            ("AGENTLANE_ALLOWED_MODELS", "openai/a, openai/b"),
+        ],
+    );
+    assert_eq!(s.api.limits.allowed_models, ["openai/a", "openai/b"]);
+    let bad = error(
+        Some(toml),
+        &[
+            ("OPENAI_API_KEY", "sk-main"),
+            ("AGENTLANE_ALLOWED_MODELS", "no-slash"),
+        ],
+    );
+    assert!(bad.contains("AGENTLANE_ALLOWED_MODELS"), "{bad}");
+    let unknown = error(Some("[limits]\nmax_sockets = 3\n"), &[]);
+    assert!(unknown.contains("max_sockets"), "{unknown}");
 }

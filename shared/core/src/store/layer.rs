@@ -1,0 +1,176 @@
+//! A store in front of another: observe, delay or fail calls, or change what a commit or an
+//! abort does, without writing out every role method again.
+
+use super::{
+    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, Store, StoreResult,
+    TurnIntake,
+};
+use crate::ids::{RunId, SessionId, SessionKey, TenantId};
+use crate::run::{Event, Run};
+use crate::session::{Fence, LockAttempt, Session};
+use crate::transcript::TranscriptEntry;
+use async_trait::async_trait;
+
+/// One call of the [`Store`] roles, as [`StoreLayer::before`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreCall {
+    AcceptTurn,
+    RequestAbort,
+    ResetSession,
+    GetRun,
+    GetSession,
+    ReadTranscript,
+    ReadEvents,
+    AbortRequested,
+    NextEventSeq,
+    AcquireLock,
+    RenewLock,
+    ReleaseLock,
+    Commit,
+}
+
+/// What a layer adds to the store it wraps ([`StoreLayer::inner`]). Every call passes
+/// [`before`](StoreLayer::before) and then goes to the inner store, except `commit` and
+/// `request_abort`, which go through the layer's own methods (by default: the inner store's).
+/// [`Layered`] makes a layer a [`Store`].
+#[async_trait]
+pub trait StoreLayer: Send + Sync + 'static {
+    /// The store behind this layer.
+    fn inner(&self) -> &dyn Store;
+
+    /// Runs before each call; an error answers the call and the inner store is not asked.
+    async fn before(&self, _call: StoreCall) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// A fenced commit (after `before`).
+    async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
+        self.inner().commit(fence, commit).await
+    }
+
+    /// An abort request (after `before`).
+    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.inner().request_abort(tenant, run_id).await
+    }
+}
+
+/// A [`StoreLayer`] as a [`Store`].
+pub struct Layered<L>(pub L);
+
+#[async_trait]
+impl<L: StoreLayer> TurnIntake for Layered<L> {
+    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        self.0.before(StoreCall::AcceptTurn).await?;
+        self.0.inner().accept_turn(turn).await
+    }
+
+    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.0.before(StoreCall::RequestAbort).await?;
+        StoreLayer::request_abort(&self.0, tenant, run_id).await
+    }
+
+    async fn reset_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.0.before(StoreCall::ResetSession).await?;
+        self.0
+            .inner()
+            .reset_session(tenant, key, new_session_id, now)
+            .await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> HistoryReader for Layered<L> {
+    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.0.before(StoreCall::GetRun).await?;
+        self.0.inner().get_run(tenant, run_id).await
+    }
+
+    async fn get_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+    ) -> StoreResult<Option<Session>> {
+        self.0.before(StoreCall::GetSession).await?;
+        self.0.inner().get_session(tenant, key).await
+    }
+
+    async fn read_transcript(
+        &self,
+        tenant: &TenantId,
+        session_id: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.0.before(StoreCall::ReadTranscript).await?;
+        self.0
+            .inner()
+            .read_transcript(tenant, session_id, after, limit)
+            .await
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        self.0.before(StoreCall::ReadEvents).await?;
+        self.0
+            .inner()
+            .read_events(tenant, run_id, after, limit)
+            .await
+    }
+
+    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
+        self.0.before(StoreCall::AbortRequested).await?;
+        self.0.inner().abort_requested(tenant, run_id).await
+    }
+
+    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
+        self.0.before(StoreCall::NextEventSeq).await?;
+        self.0.inner().next_event_seq(tenant, run_id).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> SessionLock for Layered<L> {
+    async fn acquire_lock(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        owner: &str,
+        lease_ms: u64,
+        now: u64,
+    ) -> StoreResult<LockAttempt> {
+        self.0.before(StoreCall::AcquireLock).await?;
+        self.0
+            .inner()
+            .acquire_lock(tenant, key, owner, lease_ms, now)
+            .await
+    }
+
+    async fn renew_lock(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
+        self.0.before(StoreCall::RenewLock).await?;
+        self.0.inner().renew_lock(fence, lease_ms, now).await
+    }
+
+    async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
+        self.0.before(StoreCall::ReleaseLock).await?;
+        self.0.inner().release_lock(fence).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> FencedWriter for Layered<L> {
+    async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
+        self.0.before(StoreCall::Commit).await?;
+        StoreLayer::commit(&self.0, fence, commit).await
+    }
+}

@@ -38,6 +38,9 @@ pub struct RunnerConfig {
     /// Assistant deltas are coalesced into one event until this many bytes or `delta_flush`.
     pub delta_flush_bytes: usize,
     pub delta_flush: Duration,
+    /// Failed deliveries of one run (not clean hand-backs) before its next pickup ends it
+    /// `error`/`poisoned` instead of running it again (`AGENTLANE_MAX_FAILED_PICKUPS`; 0: no cap).
+    pub max_failed_pickups: u32,
 }
 
 impl Default for RunnerConfig {
@@ -62,6 +65,7 @@ impl Default for RunnerConfig {
             history_max_turns: None,
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
+            max_failed_pickups: 5,
         }
     }
 }

@@ -20,6 +20,7 @@ mod harness;
 mod idempotency;
 mod lanes;
 mod retry_loop;
+mod supervisor;
 mod support;
 mod text_turn;
 mod tool_round_trip;

@@ -8,6 +8,7 @@ mod context;
 mod hook_failures;
 mod hook_merges;
 mod hook_support;
+mod poison;
 mod retry_loop;
 mod runner_hooks;
 mod scheduled;

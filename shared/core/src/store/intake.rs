@@ -50,6 +50,7 @@ impl NewTurn {
             error: None,
             abort_requested: false,
             pickups: 0,
+            hand_backs: 0,
             checkpoint: None,
         }
     }

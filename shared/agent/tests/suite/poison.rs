@@ -6,10 +6,8 @@
 use crate::support::*;
 use agentlane_agent::{DeliveryOutcome, LaneWorker, RunnerConfig, TurnExit};
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, Lane, LaneMessage, LaneQueue,
-    LockAttempt, NewTurn, Run, RunId, RunStatus, Session, SessionId, SessionKey, SessionLock,
-    SessionStatus, Store, StoreError, StoreResult, TenantId, TranscriptEntry, TurnIntake,
-    TurnMessage,
+    Commit, Fence, Lane, LaneMessage, LaneQueue, Layered, RunId, RunStatus, SessionStatus, Store,
+    StoreError, StoreLayer, StoreResult, TurnMessage,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use async_trait::async_trait;
@@ -27,90 +25,11 @@ struct RefusesOneFinish {
 }
 
 #[async_trait]
-impl TurnIntake for RefusesOneFinish {
-    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
-        self.inner.accept_turn(turn).await
+impl StoreLayer for RefusesOneFinish {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
     }
-    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.inner.request_abort(tenant, run_id).await
-    }
-    async fn reset_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        new_session_id: SessionId,
-        now: u64,
-    ) -> StoreResult<Session> {
-        self.inner
-            .reset_session(tenant, key, new_session_id, now)
-            .await
-    }
-}
 
-#[async_trait]
-impl HistoryReader for RefusesOneFinish {
-    async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.inner.get_run(tenant, run_id).await
-    }
-    async fn abort_requested(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<bool> {
-        self.inner.abort_requested(tenant, run_id).await
-    }
-    async fn get_session(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-    ) -> StoreResult<Option<Session>> {
-        self.inner.get_session(tenant, key).await
-    }
-    async fn read_transcript(
-        &self,
-        tenant: &TenantId,
-        session_id: &SessionId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.inner
-            .read_transcript(tenant, session_id, after, limit)
-            .await
-    }
-    async fn read_events(
-        &self,
-        tenant: &TenantId,
-        run_id: &RunId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> StoreResult<Vec<Event>> {
-        self.inner.read_events(tenant, run_id, after, limit).await
-    }
-    async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
-        self.inner.next_event_seq(tenant, run_id).await
-    }
-}
-
-#[async_trait]
-impl SessionLock for RefusesOneFinish {
-    async fn acquire_lock(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        owner: &str,
-        lease_ms: u64,
-        now: u64,
-    ) -> StoreResult<LockAttempt> {
-        self.inner
-            .acquire_lock(tenant, key, owner, lease_ms, now)
-            .await
-    }
-    async fn renew_lock(&self, fence: &Fence, lease_ms: u64, now: u64) -> StoreResult<()> {
-        self.inner.renew_lock(fence, lease_ms, now).await
-    }
-    async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
-        self.inner.release_lock(fence).await
-    }
-}
-
-#[async_trait]
-impl FencedWriter for RefusesOneFinish {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let target = self.poisoned_run.lock().unwrap().clone();
         let refuse = commit
@@ -152,11 +71,11 @@ fn poison_fixture(script: Vec<Script>, cap: u32) -> PoisonFixture {
         poison_config(cap),
         |router, model| router.with_provider(model.clone()),
         move |inner| {
-            Arc::new(RefusesOneFinish {
+            Arc::new(Layered(RefusesOneFinish {
                 inner,
                 poisoned_run: t,
                 refused: r,
-            })
+            }))
         },
     );
     PoisonFixture { f, target, refused }

@@ -285,9 +285,14 @@ def check_queues(c: Checker, sam: dict[str, Any], runner_timeout: float) -> None
         f"queue visibility timeout can never be below the runner timeout (min {low} < {runner_timeout})",
     )
     vis = default(sam, q.get("VisibilityTimeout"))
+    retention = default(sam, q.get("MessageRetentionPeriod", 345600))
     c.check(
-        vis is not None and vis >= 6 * runner_timeout,
-        f"queue visibility default {vis} follows AWS's 6x runner timeout advice",
+        isinstance(vis, int)
+        and isinstance(receives, int)
+        and isinstance(retention, int)
+        and receives * vis <= retention // 4,
+        f"maxReceiveCount {receives} x visibility {vis} s stays well inside the retention "
+        f"{retention} s (a message reaches the DLQ long before it expires)",
     )
     c.check(
         default(sam, q.get("MessageRetentionPeriod", 345600)) > MAX_RUN_SECONDS,

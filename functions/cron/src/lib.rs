@@ -14,6 +14,7 @@
 
 use agentlane_core::Clock;
 use agentlane_scheduler::{TickReport, Ticker};
+use agentlane_supervisor::{Supervisor, SweepReport};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use serde::Serialize;
 use std::sync::Arc;
@@ -47,6 +48,9 @@ pub struct InvocationReport {
     pub runs_timed_out: u32,
     /// Claims another ticker won.
     pub claims_lost: u32,
+    /// The stuck-session sweep run at the start of the invocation (SPEC §10): sessions swept,
+    /// diagnosed, stalled runs aborted, stuck sessions recovered. Zero without a supervisor.
+    pub sweep: SweepReport,
 }
 
 impl InvocationReport {
@@ -60,6 +64,7 @@ impl InvocationReport {
             runs_ended: report.ended,
             runs_timed_out: report.timed_out,
             claims_lost: report.conflicts,
+            sweep: SweepReport::default(),
         }
     }
 }
@@ -92,12 +97,23 @@ impl From<TickError> for lambda_runtime::Diagnostic {
 pub struct CronFunction {
     ticker: Ticker,
     clock: Arc<dyn Clock>,
+    supervisor: Option<Arc<Supervisor>>,
 }
 
 impl CronFunction {
     /// A handler over `ticker`.
     pub fn new(ticker: Ticker, clock: Arc<dyn Clock>) -> Self {
-        Self { ticker, clock }
+        Self {
+            ticker,
+            clock,
+            supervisor: None,
+        }
+    }
+
+    /// Sweeps stuck sessions once per invocation (every minute) with `supervisor`.
+    pub fn with_supervisor(mut self, supervisor: Arc<Supervisor>) -> Self {
+        self.supervisor = Some(supervisor);
+        self
     }
 
     /// One invocation: ticks from now until `event.time + WINDOW` or `deadline_ms -
@@ -123,14 +139,25 @@ impl CronFunction {
             window_ms = until.saturating_sub(now),
             "cron invocation"
         );
+        let sweep = match &self.supervisor {
+            Some(supervisor) => supervisor.sweep().await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "stuck-session sweep failed; the next minute retries");
+                SweepReport::default()
+            }),
+            None => SweepReport::default(),
+        };
         let report = self.ticker.run(CancellationToken::new(), Some(until)).await;
         self.ticker.drain_deliveries(DELIVERY_GRACE).await;
-        let report = InvocationReport::new(time.to_rfc3339(), report);
+        let mut report = InvocationReport::new(time.to_rfc3339(), report);
+        report.sweep = sweep;
         tracing::info!(
             fired = report.jobs_fired,
             skipped = report.slots_skipped,
             ended = report.runs_ended,
             lost = report.claims_lost,
+            swept = report.sweep.swept,
+            recovered = report.sweep.recovered,
+            aborted = report.sweep.aborted,
             "cron invocation done"
         );
         Ok(report)

@@ -11,7 +11,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let backends = runtime::open_aws().await?;
     let settings = runtime::load()?;
     let ticker = runtime::cron::ticker(&backends, &settings, &CronSettings::from_env()?);
-    let handler = CronFunction::new(ticker, backends.clock.clone());
+    let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
+        .map_err(lambda_runtime::Error::from)?;
+    let supervisor = agentlane_supervisor::Supervisor::new(
+        backends.store.clone(),
+        backends.processing.clone(),
+        backends.clock.clone(),
+        thresholds,
+    );
+    let handler = CronFunction::new(ticker, backends.clock.clone())
+        .with_supervisor(std::sync::Arc::new(supervisor));
     lambda_runtime::run(service_fn(
         |event: LambdaEvent<EventBridgeEvent<serde_json::Value>>| {
             let handler = handler.clone();

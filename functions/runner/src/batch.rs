@@ -4,6 +4,15 @@
 //! that does not finish, that record and every later record of the same group are reported
 //! failed (and not processed), so SQS redelivers them in order. Other groups go on, each group
 //! concurrently with the others.
+//!
+//! Each record is settled as soon as it is done with, not when the whole batch returns:
+//! - a finished record is deleted at once (its lane's next turn can be received while the
+//!   batch's other groups still run);
+//! - a record left for retry (a transient store error) is made visible again after
+//!   [`RETRY_AFTER`], not after the queue's visibility timeout;
+//! - a record the runner cannot read (a malformed body) is deleted with an error log and the
+//!   `UnreadableLaneMessage` metric: it could never run, and kept it would block its lane until
+//!   it reached the dead-letter queue. Lane messages tolerate unknown fields (a newer ingress).
 
 use agentlane_agent::DeliveryOutcome;
 use agentlane_core::{Delivery, LaneQueue};
@@ -33,9 +42,12 @@ fn failure(record: &SqsMessage) -> BatchItemFailure {
     f
 }
 
-/// Processes a batch with `process` and answers which records failed. A record that cannot be
-/// read (no body, bad JSON) is reported failed; after enough receives SQS moves it to the DLQ.
-/// Hand-backs are made visible again at once, and so are the skipped records behind them.
+/// How soon a record left for retry (the turn failed on a transient error) is delivered again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Processes a batch with `process` and answers which records failed (see the module docs for
+/// how each record is settled). Hand-backs are made visible again at once, and so are the
+/// skipped records behind them.
 pub async fn handle_batch<P, F>(
     event: SqsEvent,
     queue: &dyn LaneQueue,
@@ -66,23 +78,31 @@ where
                 let outcome = match delivery {
                     Ok(delivery) => process(delivery).await,
                     Err(e) => {
-                        tracing::error!(error = %e, message_id = ?record.message_id, "unreadable lane message");
-                        DeliveryOutcome::Leave
+                        // The EMF-style fields let a metric filter count these.
+                        tracing::error!(
+                            error = %e,
+                            message_id = ?record.message_id,
+                            metric = "UnreadableLaneMessage",
+                            count = 1,
+                            "unreadable lane message: deleting it so that it does not block its lane"
+                        );
+                        DeliveryOutcome::Done
                     }
                 };
                 match outcome {
-                    DeliveryOutcome::Done => {}
+                    DeliveryOutcome::Done => settle(queue, receipt, None).await,
                     DeliveryOutcome::HandBack => {
                         hand_back(queue, receipt).await;
                         failed = true;
                         failures.push(failure(record));
                     }
                     DeliveryOutcome::Retry(delay) => {
-                        retry_later(queue, receipt, delay).await;
+                        settle(queue, receipt, Some(delay)).await;
                         failed = true;
                         failures.push(failure(record));
                     }
                     DeliveryOutcome::Leave => {
+                        settle(queue, receipt, Some(RETRY_AFTER)).await;
                         failed = true;
                         failures.push(failure(record));
                     }
@@ -96,11 +116,21 @@ where
     response
 }
 
-/// The message comes back after `delay` (its run waits for an earlier run of its session).
-async fn retry_later(queue: &dyn LaneQueue, receipt: &str, delay: Duration) {
+/// Deletes a finished record now (`None`), or shortens its visibility to `retry_after`.
+async fn settle(queue: &dyn LaneQueue, receipt: &str, retry_after: Option<Duration>) {
+    if receipt.is_empty() {
+        return;
+    }
     let receipt = agentlane_core::Receipt(receipt.to_owned());
-    if let Err(e) = queue.set_visibility(&receipt, delay).await {
-        tracing::warn!(error = %e, "could not delay a message");
+    let result = match retry_after {
+        None => queue.ack(&receipt).await,
+        Some(after) => queue.set_visibility(&receipt, after).await,
+    };
+    match result {
+        Ok(()) | Err(agentlane_core::QueueError::StaleReceipt) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "could not settle a record early (the batch response still does)")
+        }
     }
 }
 

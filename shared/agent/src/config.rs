@@ -42,6 +42,9 @@ pub struct RunnerConfig {
     /// invisible before it comes back (so a misbehaving queue neither spins on it nor keeps a
     /// worker waiting for the lane's lock). Jittered ±20 %.
     pub out_of_order_pause: Duration,
+    /// Failed deliveries of one run (not clean hand-backs) before its next pickup ends it
+    /// `error`/`poisoned` instead of running it again (`AGENTLANE_MAX_FAILED_PICKUPS`; 0: no cap).
+    pub max_failed_pickups: u32,
 }
 
 impl Default for RunnerConfig {
@@ -67,6 +70,7 @@ impl Default for RunnerConfig {
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
             out_of_order_pause: Duration::from_secs(1),
+            max_failed_pickups: 5,
         }
     }
 }

@@ -163,6 +163,10 @@ pub struct SessionView {
     pub last_progress_at: Option<u64>,
     /// A writer holds a lease on the session's lock that has not ended (`lockUntil >= now`).
     pub locked: bool,
+    /// The supervisor's diagnostic while one holds (`session.long_running`, `session.stalled`,
+    /// `session.stuck`; SPEC §10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<agentlane_supervisor::Diagnostic>,
 }
 
 impl SessionView {
@@ -181,6 +185,7 @@ impl SessionView {
             updated_at: session.updated_at,
             last_progress_at: session.last_progress_at,
             locked: session.lock_is_live(now),
+            diagnostic: None,
         }
     }
 }

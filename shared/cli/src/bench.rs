@@ -126,6 +126,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         queue,
         clock,
         cron,
+        ..
     } = backends;
     let runner = runner.with_provider(Arc::new(TimedProvider {
         inner: Arc::new(agentlane_providers::demo::DemoModel::with_chunk_delay(

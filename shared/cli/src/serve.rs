@@ -57,7 +57,8 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
-    let mut backends: Backends = match BackendKind::from_env()? {
+    let kind = BackendKind::from_env()?;
+    let mut backends: Backends = match kind {
         BackendKind::Embedded => host::open_embedded(&args.data_dir)?,
         BackendKind::Aws => host::open_aws().await?,
     };
@@ -102,6 +103,33 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(async move { ticker.run(stop, None).await })
     });
 
+    // The stuck-session sweep (SPEC §10), every AGENTLANE_SWEEP_INTERVAL_MS.
+    let sweeper = {
+        let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
+            .map_err(anyhow::Error::msg)?;
+        let interval = host::env_ms(
+            "AGENTLANE_SWEEP_INTERVAL_MS",
+            agentlane_supervisor::DEFAULT_SWEEP_INTERVAL,
+        )?;
+        let mut supervisor = agentlane_supervisor::Supervisor::new(
+            backends.store.clone(),
+            backends.processing.clone(),
+            backends.clock.clone(),
+            thresholds,
+        );
+        if kind == BackendKind::Embedded {
+            // The embedded queue's dead letters (its `lane_dead` table), on a connection of its own.
+            let dead = agentlane_store_sqlite::SqliteBackend::open(&args.data_dir)
+                .context("cannot open the embedded dead-letter table")?;
+            supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead));
+        }
+        tokio::spawn(agentlane_supervisor::run_every(
+            std::sync::Arc::new(supervisor),
+            interval,
+            shutdown.clone(),
+        ))
+    };
+
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -131,6 +159,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(t) = ticker {
         let _ = t.await;
     }
+    let _ = sweeper.await;
     Ok(())
 }
 

@@ -33,6 +33,7 @@ pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
 // methods directly; a concrete adapter type needs the role's trait in scope.
 pub use store::{
     AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, Layered, NewTurn,
-    SessionLock, Store, StoreCall, StoreError, StoreLayer, StoreResult, TurnIntake,
+    ProcessingIndex, SessionLock, Store, StoreCall, StoreError, StoreLayer, StoreResult,
+    TurnIntake,
 };
 pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -205,6 +205,10 @@ pub struct Run {
     /// How many times a runner picked this run up (redeliveries and hand-backs included).
     #[serde(default)]
     pub pickups: u32,
+    /// How many of those pickups ended by handing the run back cleanly (shutdown, lease time
+    /// running out). `pickups - hand_backs` of a non-terminal run are failed deliveries.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hand_backs: u32,
     /// Opaque loop state the runner resumes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<serde_json::Value>,
@@ -228,6 +232,18 @@ impl Run {
             Some(f) => *f == request.fingerprint(key),
             None => self.session_key == *key && self.request.message == request.message,
         }
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Run {
+    /// Pickups of this run that ended neither terminal nor with a clean hand-back (a crash, a
+    /// store error, a commit that kept failing), counting the one in progress if it started.
+    pub fn failed_pickups(&self) -> u32 {
+        self.pickups.saturating_sub(self.hand_backs)
     }
 }
 

@@ -19,6 +19,8 @@ pub struct Backends {
     pub clock: Arc<dyn Clock>,
     /// Cron jobs (the same database or table as `store`).
     pub cron: Arc<dyn agentlane_core::cron::CronStore>,
+    /// The processing sessions, for the stuck-session sweep (the same database or table).
+    pub processing: Arc<dyn agentlane_core::ProcessingIndex>,
 }
 
 /// Which backend `AGENTLANE_BACKEND` names.
@@ -50,9 +52,16 @@ pub fn open_embedded(data_dir: &std::path::Path) -> anyhow::Result<Backends> {
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let backend = SqliteBackend::open(data_dir)
         .with_context(|| format!("cannot open the embedded store in {}", data_dir.display()))?;
+    // The queue dead-letters a message one failed delivery after the runner's poison cap, so
+    // the pickup that ends a poisoned run `poisoned` still comes.
+    let cap = std::env::var("AGENTLANE_MAX_FAILED_PICKUPS").ok();
+    if let Some(cap) = cap.and_then(|v| v.trim().parse::<u32>().ok()) {
+        backend.set_max_failed_deliveries(cap.saturating_add(1));
+    }
     Ok(Backends {
         store: Arc::new(backend.clone()),
         cron: Arc::new(backend.clone()),
+        processing: Arc::new(backend.clone()),
         queue: Arc::new(backend),
         clock: Arc::new(SystemClock),
     })
@@ -72,6 +81,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     );
     Ok(Backends {
         store: Arc::new(store.clone()),
+        processing: Arc::new(store.clone()),
         cron: Arc::new(store),
         queue: Arc::new(SqsLaneQueue::new(
             agentlane_aws::aws_sdk_sqs::Client::new(&sdk),

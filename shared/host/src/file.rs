@@ -87,6 +87,7 @@ pub(crate) struct RunnerEntry {
     /// Files whose text is added to every system prompt (relative to the config file).
     pub bootstrap_files: Option<Vec<String>>,
     pub history_max_turns: Option<u32>,
+    pub max_failed_pickups: Option<u32>,
 }
 
 /// `[api]`.

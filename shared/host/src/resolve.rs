@@ -272,6 +272,12 @@ impl Ctx<'_> {
                 "a whole number >= 1",
                 |n: &u32| *n >= 1,
             )?,
+            max_failed_pickups: self.checked(
+                ("AGENTLANE_MAX_FAILED_PICKUPS", "runner.max_failed_pickups"),
+                file.max_failed_pickups,
+                "a whole number",
+                |_: &u32| true,
+            )?,
         })
     }
 

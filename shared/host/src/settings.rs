@@ -92,6 +92,8 @@ pub struct RunnerSettings {
     /// Bootstrap context files: `(path as configured, text)`.
     pub bootstrap_context: Vec<(String, String)>,
     pub history_max_turns: Option<u32>,
+    /// `AGENTLANE_MAX_FAILED_PICKUPS`.
+    pub max_failed_pickups: Option<u32>,
 }
 
 /// HTTP edge knobs; `None` keeps the host's default.
@@ -164,6 +166,7 @@ impl RunnerSettings {
             max_tool_rounds: self.max_tool_rounds.unwrap_or(d.max_tool_rounds),
             bootstrap_context: self.bootstrap_context.clone(),
             history_max_turns: self.history_max_turns,
+            max_failed_pickups: self.max_failed_pickups.unwrap_or(d.max_failed_pickups),
             system_prompt: self
                 .system_prompt
                 .clone()

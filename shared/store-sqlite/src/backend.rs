@@ -7,7 +7,7 @@ use agentlane_core::{Clock, StoreError, SystemClock};
 use rusqlite::Connection;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
 
@@ -30,6 +30,9 @@ pub(crate) struct Inner {
     pub(crate) wakeup: Notify,
     /// Acks so far (done messages are pruned every so many).
     pub(crate) acks: AtomicU64,
+    /// Failed deliveries after which a message is dead-lettered (see
+    /// [`SqliteBackend::set_max_failed_deliveries`]).
+    pub(crate) max_failed_deliveries: AtomicU32,
     path: PathBuf,
     /// Keeps a temporary database's directory alive; declared after `conn` so the connection is
     /// closed before the directory is removed.
@@ -78,6 +81,7 @@ impl SqliteBackend {
                 clock,
                 wakeup: Notify::new(),
                 acks: AtomicU64::new(0),
+                max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
                 path,
                 _temp: temp,
             }),

@@ -12,6 +12,27 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 /// How long an acked message's dedup id keeps suppressing re-enqueues (24 h).
 pub const DEDUP_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// Failed deliveries (a delivery whose visibility ran out: neither acked nor handed back) after
+/// which a message is moved to the dead-letter table: the runner's poison cap (5 failed pickups)
+/// plus the pickup that ends the run `poisoned`.
+pub const MAX_FAILED_DELIVERIES: u32 = 6;
+
+/// A lane message moved to the dead-letter table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The dead-letter row id (to forget it once reconciled).
+    pub id: i64,
+    pub lane: Lane,
+    pub dedup_id: String,
+    /// The turn it carried; `None` for a body that could not be decoded.
+    pub body: Option<TurnMessage>,
+    pub receive_count: u32,
+    pub failures: u32,
+    /// `failed_deliveries` or `malformed`.
+    pub reason: String,
+    pub dead_at: u64,
+}
+
 /// Counts of the lane queue's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QueueStats {
@@ -54,12 +75,15 @@ pub(crate) fn receive(
     conn: &mut Connection,
     max: usize,
     visibility_ms: u64,
+    max_failed: u32,
     now: u64,
 ) -> Result<Received> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let heads: Vec<(i64, String, String, String, i64)> = {
+    let heads: Vec<Head> = {
         let mut stmt = tx.prepare_cached(
-            "SELECT m.id, m.lane, m.dedup_id, m.body, m.receive_count FROM lane_pending m
+            "SELECT m.id, m.lane, m.dedup_id, m.body, m.receive_count,
+                    m.failures + (m.receipt IS NOT NULL)
+             FROM lane_pending m
              WHERE m.visible_at <= ?1
                AND m.id = (SELECT MIN(h.id) FROM lane_pending h WHERE h.lane = m.lane)
              ORDER BY m.id LIMIT ?2",
@@ -67,13 +91,14 @@ pub(crate) fn receive(
         let rows = stmt.query_map(
             params![int(now), i64::try_from(max).unwrap_or(i64::MAX)],
             |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                ))
+                Ok(Head {
+                    id: row.get(0)?,
+                    lane: row.get(1)?,
+                    dedup_id: row.get(2)?,
+                    body: row.get(3)?,
+                    receive_count: row.get(4)?,
+                    failures: row.get(5)?,
+                })
             },
         )?;
         rows.collect::<rusqlite::Result<_>>()?
@@ -82,26 +107,41 @@ pub(crate) fn receive(
     let mut deliveries = Vec::with_capacity(heads.len());
     {
         let mut mark = tx.prepare_cached(
-            "UPDATE lane_pending SET visible_at = ?2, receive_count = ?3, receipt = ?4
+            "UPDATE lane_pending SET visible_at = ?2, receive_count = ?3, receipt = ?4,
+                 failures = ?5
              WHERE id = ?1",
         )?;
-        for (id, lane, dedup_id, body, count) in heads {
-            let body: TurnMessage = match serde_json::from_str(&body) {
+        for head in heads {
+            let Head {
+                id,
+                lane,
+                dedup_id,
+                failures,
+                receive_count: count,
+                ..
+            } = head.clone();
+            let body: TurnMessage = match serde_json::from_str(&head.body) {
                 Ok(body) => body,
                 Err(e) => {
                     // A head that can never be decoded would block its lane forever.
-                    tracing::warn!(id, %lane, error = %e, "dropping a malformed lane message");
-                    finish(&tx, id, &dedup_id, now)?;
+                    tracing::error!(id, %lane, error = %e, "dead-lettering a malformed lane message");
+                    dead_letter(&tx, &head, "malformed", now)?;
                     continue;
                 }
             };
+            if failures >= i64::from(max_failed) {
+                tracing::error!(id, %lane, run = %body.run_id, failures, "dead-lettering a lane message whose deliveries keep failing");
+                dead_letter(&tx, &head, "failed_deliveries", now)?;
+                continue;
+            }
             let receipt = format!("{id}:{}", uuid::Uuid::new_v4().simple());
             let receive_count = count.saturating_add(1);
             mark.execute(params![
                 id,
                 int(now.saturating_add(visibility_ms)),
                 receive_count,
-                receipt
+                receipt,
+                failures
             ])?;
             deliveries.push(Delivery {
                 message: LaneMessage {
@@ -127,6 +167,66 @@ pub(crate) fn receive(
         deliveries,
         next_due_at,
     })
+}
+
+/// A deliverable lane head as read by `receive`; `failures` counts the delivery before this one
+/// when it ended without an ack or a hand-back.
+#[derive(Clone)]
+struct Head {
+    id: i64,
+    lane: String,
+    dedup_id: String,
+    body: String,
+    receive_count: i64,
+    failures: i64,
+}
+
+/// Moves a pending message to the dead-letter table (its dedup id is kept as done, so a
+/// re-enqueue of it is ignored).
+fn dead_letter(conn: &Connection, head: &Head, reason: &str, now: u64) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO lane_dead (lane, dedup_id, body, receive_count, failures, reason, dead_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        head.lane,
+        head.dedup_id,
+        head.body,
+        head.receive_count,
+        head.failures,
+        reason,
+        int(now)
+    ])?;
+    finish(conn, head.id, &head.dedup_id, now)
+}
+
+/// Up to `limit` dead letters, oldest first.
+pub(crate) fn dead_letters(conn: &Connection, limit: usize) -> Result<Vec<DeadLetter>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, lane, dedup_id, body, receive_count, failures, reason, dead_at
+         FROM lane_dead ORDER BY id LIMIT ?1",
+    )?;
+    let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
+        let body: String = row.get(3)?;
+        Ok(DeadLetter {
+            id: row.get(0)?,
+            lane: Lane::new(row.get::<_, String>(1)?),
+            dedup_id: row.get(2)?,
+            body: serde_json::from_str(&body).ok(),
+            receive_count: u32::try_from(row.get::<_, i64>(4)?).unwrap_or(u32::MAX),
+            failures: u32::try_from(row.get::<_, i64>(5)?).unwrap_or(u32::MAX),
+            reason: row.get(6)?,
+            dead_at: uint(row.get(7)?),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Forgets a dead letter (its run was reconciled).
+pub(crate) fn forget_dead_letter(conn: &Connection, id: i64) -> Result<()> {
+    conn.prepare_cached("DELETE FROM lane_dead WHERE id = ?1")?
+        .execute(params![id])?;
+    Ok(())
 }
 
 /// The message id a receipt names, if it is one of ours.
@@ -175,12 +275,19 @@ pub(crate) fn set_visibility(
     now: u64,
 ) -> Result<()> {
     let id = receipt_id(receipt)?;
+    // A zero visibility hands the message back: the delivery ended cleanly (not a failure), and
+    // its receipt is spent.
     let changed = conn
-        .prepare_cached("UPDATE lane_pending SET visible_at = ?3 WHERE id = ?1 AND receipt = ?2")?
+        .prepare_cached(
+            "UPDATE lane_pending SET visible_at = ?3,
+                 receipt = CASE WHEN ?4 THEN NULL ELSE receipt END
+             WHERE id = ?1 AND receipt = ?2",
+        )?
         .execute(params![
             id,
             receipt.0,
-            int(now.saturating_add(visibility_ms))
+            int(now.saturating_add(visibility_ms)),
+            visibility_ms == 0
         ])?;
     if changed == 0 {
         return Err(QueueError::StaleReceipt.into());

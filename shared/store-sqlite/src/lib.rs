@@ -23,11 +23,12 @@ mod error;
 mod ingress;
 mod lane_table;
 mod lock;
+mod processing;
 mod queue;
 mod records;
 mod schema;
 mod store;
 
 pub use backend::{DB_FILE_NAME, SqliteBackend};
-pub use lane_table::{DEDUP_RETENTION_MS, QueueStats};
+pub use lane_table::{DEDUP_RETENTION_MS, DeadLetter, MAX_FAILED_DELIVERIES, QueueStats};
 pub use queue::RECHECK;

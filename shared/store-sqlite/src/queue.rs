@@ -5,7 +5,7 @@
 //! [`RECHECK`], whichever comes first, until its `wait` runs out.
 
 use crate::backend::SqliteBackend;
-use crate::lane_table::{self, QueueStats, Received};
+use crate::lane_table::{self, DeadLetter, QueueStats, Received};
 use agentlane_core::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt};
 use async_trait::async_trait;
 use std::sync::atomic::Ordering;
@@ -29,7 +29,29 @@ impl SqliteBackend {
 
     async fn try_receive(&self, max: usize, visibility: Duration) -> QueueResult<Received> {
         let (visibility_ms, now) = (millis(visibility), self.now_ms());
-        self.with_conn(move |c| lane_table::receive(c, max, visibility_ms, now))
+        let max_failed = self.inner.max_failed_deliveries.load(Ordering::Relaxed);
+        self.with_conn(move |c| lane_table::receive(c, max, visibility_ms, max_failed, now))
+            .await
+    }
+
+    /// Failed deliveries (visibility ran out: neither acked nor handed back) after which a lane
+    /// message is moved to the dead-letter table instead of being delivered again (default
+    /// [`MAX_FAILED_DELIVERIES`](crate::MAX_FAILED_DELIVERIES); at least 1).
+    pub fn set_max_failed_deliveries(&self, max: u32) {
+        self.inner
+            .max_failed_deliveries
+            .store(max.max(1), Ordering::Relaxed);
+    }
+
+    /// Up to `limit` dead-lettered lane messages, oldest first.
+    pub async fn dead_letters(&self, limit: usize) -> QueueResult<Vec<DeadLetter>> {
+        self.with_conn(move |c| lane_table::dead_letters(c, limit))
+            .await
+    }
+
+    /// Forgets a dead letter once its run is reconciled.
+    pub async fn forget_dead_letter(&self, id: i64) -> QueueResult<()> {
+        self.with_conn(move |c| lane_table::forget_dead_letter(c, id))
             .await
     }
 

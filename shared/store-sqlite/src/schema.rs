@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[V1, V2, crate::cron::SCHEMA];
+const MIGRATIONS: &[&str] = &[V1, V2, crate::cron::SCHEMA, V4];
 
 const V1: &str = "
 CREATE TABLE sessions (
@@ -92,6 +92,24 @@ INSERT OR IGNORE INTO lane_done (dedup_id, done_at)
 DROP TABLE lane_messages;
 CREATE INDEX lane_pending_by_lane ON lane_pending (lane, id);
 CREATE INDEX lane_done_by_time ON lane_done (done_at);
+";
+
+/// Failed deliveries per pending message, and the dead-letter table (SPEC §10): a message whose
+/// deliveries kept failing leaves its lane for `lane_dead`, where the sweep reconciles its run.
+const V4: &str = "
+ALTER TABLE lane_pending ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE lane_dead (
+    id            INTEGER PRIMARY KEY,
+    lane          TEXT NOT NULL,
+    dedup_id      TEXT NOT NULL,
+    body          TEXT NOT NULL,
+    receive_count INTEGER NOT NULL,
+    failures      INTEGER NOT NULL,
+    reason        TEXT NOT NULL,
+    dead_at       INTEGER NOT NULL
+);
+CREATE INDEX sessions_processing ON sessions (json_extract(body, '$.status'))
+    WHERE json_extract(body, '$.status') = 'processing';
 ";
 
 /// The schema version this build writes.

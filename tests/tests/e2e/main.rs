@@ -21,6 +21,7 @@ mod idempotency;
 mod lanes;
 mod order;
 mod retry_loop;
+mod supervisor;
 mod support;
 mod text_turn;
 mod tool_round_trip;

@@ -4,4 +4,6 @@
 //! code too: `clippy.toml` allows `unwrap`/`expect` in tests.
 
 #[cfg(test)]
+mod sweep;
+#[cfg(test)]
 mod tick;

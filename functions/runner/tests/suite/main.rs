@@ -8,3 +8,5 @@
 mod emulator;
 #[cfg(test)]
 mod invocation;
+#[cfg(test)]
+mod settle;

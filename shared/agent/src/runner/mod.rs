@@ -26,6 +26,7 @@ mod compaction;
 mod completion;
 mod finish;
 mod pickup;
+pub mod poison;
 mod request;
 pub mod stop;
 mod stream;

@@ -201,6 +201,9 @@ impl Runner {
             // Aborted before it started: the prompt is not retained.
             return turn.finish(LoopEnd::Stopped(StopReason::Abort)).await;
         }
+        if let Some(end) = turn.poisoned().await? {
+            return turn.finish(end).await;
+        }
         if !has_user {
             match turn.gate().await {
                 Gate::Open => {}

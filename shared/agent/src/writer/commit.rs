@@ -16,7 +16,9 @@ const MAX_COMMIT_RETRIES: u32 = 4;
 /// What one commit of the writer carries. Every kind carries the pending events too.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommitKind {
-    /// Pending events only (streaming progress).
+    /// Pending events (streaming progress: reply deltas, tool start/end), with the session's
+    /// `lastProgressAt` moved to now — the supervisor's proof of progress (a lease renewal alone
+    /// is not progress).
     Events,
     /// Transcript entries, without the run record (a compaction summary).
     Entries(Vec<Message>),
@@ -49,7 +51,7 @@ impl CommitKind {
             release,
         };
         match self {
-            CommitKind::Events => shape(Vec::new(), false, None, false),
+            CommitKind::Events => shape(Vec::new(), false, Some(SessionStatus::Processing), false),
             CommitKind::Entries(m) => shape(m, false, None, false),
             CommitKind::RunRecord => shape(Vec::new(), true, None, false),
             CommitKind::Progress(m) => shape(m, true, Some(SessionStatus::Processing), false),

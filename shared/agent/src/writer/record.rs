@@ -94,6 +94,7 @@ impl RunWriter {
     /// The run is handed back unfinished: paused until a later pickup.
     pub fn pause(&mut self) {
         self.run.liveness_state = LivenessState::Paused;
+        self.run.hand_backs += 1;
     }
 
     /// The run ends now.

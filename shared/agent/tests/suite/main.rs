@@ -9,6 +9,7 @@ mod hook_failures;
 mod hook_merges;
 mod hook_support;
 mod order;
+mod poison;
 mod retry_loop;
 mod runner_hooks;
 mod scheduled;

@@ -47,7 +47,35 @@ pub async fn get_session(
 ) -> Result<Json<SessionView>, ApiError> {
     let key = session_key(raw)?;
     let session = load_session(&state, &tenant, &key).await?;
-    Ok(Json(SessionView::of(&session, state.clock.now_ms())))
+    let now = state.clock.now_ms();
+    let mut view = SessionView::of(&session, now);
+    view.diagnostic = diagnose(&state, &session, now).await;
+    Ok(Json(view))
+}
+
+/// The supervisor's diagnostic of a processing session (thresholds from
+/// `AGENTLANE_STUCK_WARN_MS` / `AGENTLANE_STUCK_ABORT_MS`); `None` when idle, healthy, or its run
+/// cannot be read.
+async fn diagnose(
+    state: &Shared,
+    session: &agentlane_core::Session,
+    now: u64,
+) -> Option<agentlane_supervisor::Diagnostic> {
+    if session.status != agentlane_core::SessionStatus::Processing {
+        return None;
+    }
+    let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
+        .unwrap_or_default();
+    let run = match &session.active_run_id {
+        Some(id) => state
+            .store
+            .get_run(&session.tenant, id)
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    agentlane_supervisor::classify(session, run.as_ref(), now, &thresholds)
 }
 
 /// Query of the transcript route.

@@ -11,6 +11,8 @@ mod common;
 #[cfg(test)]
 mod cron;
 #[cfg(test)]
+mod diagnostic;
+#[cfg(test)]
 mod faults;
 #[cfg(test)]
 mod runs;

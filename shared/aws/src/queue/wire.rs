@@ -36,9 +36,10 @@ pub fn deduplication_id(dedup_id: &str) -> String {
 }
 
 /// The body travelling through SQS: the whole lane message, so the lane and dedup id come back
-/// exactly even when the group id is a hash.
+/// exactly even when the group id is a hash. Unknown fields are ignored: during a rolling
+/// deploy a newer ingress may add some, and a message that cannot be read blocks its lane.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct WireMessage {
     lane: Lane,
     dedup_id: String,

@@ -57,6 +57,7 @@ mod error;
 mod item;
 mod keys;
 mod lock;
+mod processing;
 mod read;
 
 use agentlane_core::{

@@ -7,5 +7,6 @@ mod common;
 mod conformance;
 mod cron_retention;
 mod dynamo_store;
+mod processing_index;
 mod setup;
 mod sqs_queue;

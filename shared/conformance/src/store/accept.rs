@@ -45,6 +45,7 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         error: None,
         abort_requested: false,
         pickups: 0,
+        hand_backs: 0,
         checkpoint: None,
         session_seq: 0,
         request_fingerprint: Some(turn.request.fingerprint(&key)),

@@ -51,6 +51,7 @@ impl NewTurn {
             error: None,
             abort_requested: false,
             pickups: 0,
+            hand_backs: 0,
             checkpoint: None,
             session_seq,
             request_fingerprint: Some(self.request.fingerprint(&self.session_key)),

@@ -26,6 +26,7 @@ mod error;
 mod intake;
 mod layer;
 mod lock;
+mod processing;
 mod reader;
 mod writer;
 
@@ -33,6 +34,7 @@ pub use error::{StoreError, StoreResult};
 pub use intake::{AcceptOutcome, NewTurn, TurnIntake};
 pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
+pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;
 pub use writer::{CheckedCommit, Commit, FencedWriter};
 

@@ -114,6 +114,7 @@ fn the_shipped_example_parses_into_every_setting() {
             system_prompt: Some("You are a helpful assistant. Answer concisely.".into()),
             bootstrap_context: Vec::new(),
             history_max_turns: None,
+            max_failed_pickups: None,
         }
     );
     assert_eq!(

@@ -226,3 +226,90 @@ async fn a_malformed_head_is_dropped_instead_of_blocking_its_lane() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].message, good);
 }
+
+#[tokio::test]
+async fn a_malformed_head_is_dead_lettered_with_its_reason() {
+    let queue = fresh();
+    let lane = fixtures::lane();
+    {
+        let conn = rusqlite::Connection::open(queue.database_path()).unwrap();
+        conn.execute(
+            "INSERT INTO lane_pending (lane, dedup_id, body, enqueued_at) VALUES (?1, 'bad', '{\"x\":', 0)",
+            [lane.as_str()],
+        )
+        .unwrap();
+    }
+    assert!(
+        queue
+            .receive(10, LONG, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let dead = queue.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].dedup_id.as_str(), dead[0].reason.as_str()),
+        ("bad", "malformed")
+    );
+    assert_eq!(dead[0].body, None);
+}
+
+#[tokio::test]
+async fn failed_deliveries_past_the_cap_go_to_the_dead_letter_table_and_the_lane_moves_on() {
+    // GIVEN a cap of 2 failed deliveries and two messages on one lane
+    let queue = fresh();
+    queue.set_max_failed_deliveries(2);
+    let lane = fixtures::lane();
+    let (stuck, next) = (fixtures::message(&lane), fixtures::message(&lane));
+    queue.enqueue(&stuck).await.unwrap();
+    queue.enqueue(&next).await.unwrap();
+    let short = Duration::from_millis(50);
+
+    // WHEN the head is handed back cleanly three times (not failures) ...
+    for _ in 0..3 {
+        let got = queue.receive(1, LONG, Duration::ZERO).await.unwrap();
+        assert_eq!(got[0].message, stuck);
+        queue
+            .set_visibility(&got[0].receipt, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    // ... then delivered twice and left to time out each time
+    for _ in 0..2 {
+        let got = queue
+            .receive(1, short, Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(
+            got[0].message, stuck,
+            "still delivered: fewer than 2 failures so far"
+        );
+    }
+
+    // THEN the next receive dead-letters it and delivers the lane's next message
+    let got = queue
+        .receive(1, LONG, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].message, next);
+    let dead = queue.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].body.as_ref(), Some(&stuck.body));
+    assert_eq!((dead[0].failures, dead[0].receive_count), (2, 5));
+    assert_eq!(dead[0].reason, "failed_deliveries");
+
+    // AND a re-enqueue of the dead message is ignored; a forgotten dead letter is gone
+    queue.enqueue(&stuck).await.unwrap();
+    queue.ack(&got[0].receipt).await.unwrap();
+    assert!(
+        queue
+            .receive(1, LONG, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    queue.forget_dead_letter(dead[0].id).await.unwrap();
+    assert!(queue.dead_letters(10).await.unwrap().is_empty());
+}

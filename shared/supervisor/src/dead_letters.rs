@@ -1,0 +1,45 @@
+//! Dead-lettered turns (SPEC §10): a lane message that left its lane for a dead-letter store
+//! (the embedded queue's `lane_dead` table) still has its run `running`/`queued` and its
+//! session `processing`. The sweep ends each such run `error` (`dead_lettered`) and forgets the
+//! dead letter.
+
+use agentlane_core::TurnMessage;
+use agentlane_store_sqlite::SqliteBackend;
+use async_trait::async_trait;
+
+/// One dead letter: an id to forget it by, and the turn it carried (`None`: unreadable body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadTurn {
+    pub id: String,
+    pub turn: Option<TurnMessage>,
+}
+
+/// Where dead-lettered lane messages wait for the sweep.
+#[async_trait]
+pub trait DeadLetterSource: Send + Sync {
+    /// Up to `limit` dead letters, oldest first.
+    async fn dead_turns(&self, limit: usize) -> Result<Vec<DeadTurn>, String>;
+    /// Forgets a dead letter once its run is reconciled.
+    async fn forget(&self, id: &str) -> Result<(), String>;
+}
+
+#[async_trait]
+impl DeadLetterSource for SqliteBackend {
+    async fn dead_turns(&self, limit: usize) -> Result<Vec<DeadTurn>, String> {
+        let letters = self.dead_letters(limit).await.map_err(|e| e.to_string())?;
+        Ok(letters
+            .into_iter()
+            .map(|d| DeadTurn {
+                id: d.id.to_string(),
+                turn: d.body,
+            })
+            .collect())
+    }
+
+    async fn forget(&self, id: &str) -> Result<(), String> {
+        let id: i64 = id
+            .parse()
+            .map_err(|_| format!("not a dead-letter id: {id}"))?;
+        self.forget_dead_letter(id).await.map_err(|e| e.to_string())
+    }
+}

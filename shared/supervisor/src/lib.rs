@@ -1,0 +1,44 @@
+//! The supervisor (SPEC §10): stuck sessions, poison turns that reached a dead letter.
+//!
+//! - [`classify`]: `session.long_running` / `session.stalled` / `session.stuck` for one
+//!   processing session, with the thresholds (`AGENTLANE_STUCK_WARN_MS`,
+//!   `AGENTLANE_STUCK_ABORT_MS`).
+//! - [`Supervisor::sweep`]: one sweep over the processing sessions (an index query, never a
+//!   scan): diagnostics logged with back-off, stalled runs aborted, stuck sessions recovered
+//!   under the session lock; [`Supervisor::reconcile_dead_letter`] for a dead-lettered turn.
+//! - [`run_every`]: the sweep on a timer (`serve`, every `AGENTLANE_SWEEP_INTERVAL_MS`); the
+//!   cron Lambda calls [`Supervisor::sweep`] once per invocation.
+
+pub mod classify;
+pub mod dead_letters;
+pub mod sweep;
+
+pub use classify::{Diagnostic, DiagnosticClass, Thresholds, classify};
+pub use dead_letters::{DeadLetterSource, DeadTurn};
+pub use sweep::{SWEEP_LIMIT, Supervisor, SweepReport};
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// `serve`'s default sweep period (`AGENTLANE_SWEEP_INTERVAL_MS`).
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Sweeps every `interval` until `shutdown`; a failed sweep is logged and the next one runs.
+pub async fn run_every(
+    supervisor: Arc<Supervisor>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        match supervisor.sweep().await {
+            Ok(report) if report.swept > 0 => tracing::info!(?report, "sweep"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "sweep failed; the next one retries"),
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! One sweep: the processing sessions (from the [`ProcessingIndex`], never a scan), each
+//! classified; past the abort threshold a stalled run is aborted through the normal abort path
+//! (its runner stops at its next abort check and releases the lane) and a stuck session is
+//! recovered under the session lock: its run ends `aborted` (`stuck`, `abandoned`, every
+//! dangling tool call given a result) and the session goes idle — only if the lock is free and
+//! the same run and generation are still current, so a sweep racing a live runner changes
+//! nothing. Dead-lettered turns are ended `error` (`dead_lettered`) the same way.
+
+use crate::classify::{Diagnostic, DiagnosticClass, Thresholds, classify};
+use crate::dead_letters::DeadLetterSource;
+use agentlane_agent::context::history::assemble;
+use agentlane_agent::context::repair::missing_results;
+use agentlane_agent::writer::record::Ending;
+use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_core::{
+    Clock, EventStream, LivenessState, LockAttempt, Message, ProcessingIndex, RunError, RunId,
+    RunStatus, Session, SessionKey, SessionStatus, Store, StoreResult, TenantId, TranscriptEntry,
+};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Processing sessions looked at per sweep at most (the least recently progressed first).
+pub const SWEEP_LIMIT: usize = 1000;
+
+/// What one sweep saw and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepReport {
+    /// Processing sessions looked at.
+    pub swept: u32,
+    pub long_running: u32,
+    pub stalled: u32,
+    pub stuck: u32,
+    /// Stalled runs asked to abort (their runner stops them).
+    pub aborted: u32,
+    /// Stuck sessions recovered (run ended `stuck`, session idle, lock released).
+    pub recovered: u32,
+    /// Dead-lettered turns whose run was ended `dead_lettered`.
+    pub dead_lettered: u32,
+}
+
+/// When a session's diagnostic was last logged, to back repeated ones off exponentially.
+#[derive(Debug, Clone, Copy)]
+struct Logged {
+    class: DiagnosticClass,
+    next_at: u64,
+    times: u32,
+}
+
+/// The sweep and its state (log back-off). Cheap to share behind an `Arc`.
+pub struct Supervisor {
+    store: Arc<dyn Store>,
+    index: Arc<dyn ProcessingIndex>,
+    clock: Arc<dyn Clock>,
+    thresholds: Thresholds,
+    /// The lease the supervisor takes a stuck session's lock with while it recovers it.
+    lease: Duration,
+    logged: Mutex<HashMap<(TenantId, SessionKey), Logged>>,
+    dead_letters: Option<Arc<dyn DeadLetterSource>>,
+}
+
+impl Supervisor {
+    /// A supervisor over `store` (`index` is usually the same backend).
+    pub fn new(
+        store: Arc<dyn Store>,
+        index: Arc<dyn ProcessingIndex>,
+        clock: Arc<dyn Clock>,
+        thresholds: Thresholds,
+    ) -> Self {
+        Self {
+            store,
+            index,
+            clock,
+            thresholds,
+            lease: Duration::from_secs(30),
+            logged: Mutex::new(HashMap::new()),
+            dead_letters: None,
+        }
+    }
+
+    /// Also reconciles the dead letters of `source` on every sweep.
+    pub fn with_dead_letters(mut self, source: Arc<dyn DeadLetterSource>) -> Self {
+        self.dead_letters = Some(source);
+        self
+    }
+
+    /// The thresholds it classifies with.
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
+    }
+
+    /// The diagnostic of one session now (for `GET /v1/sessions/{key}`): reads its active run.
+    pub async fn diagnose(&self, session: &Session) -> StoreResult<Option<Diagnostic>> {
+        if session.status != SessionStatus::Processing {
+            return Ok(None);
+        }
+        let run = match &session.active_run_id {
+            Some(id) => self.store.get_run(&session.tenant, id).await?,
+            None => None,
+        };
+        Ok(classify(
+            session,
+            run.as_ref(),
+            self.clock.now_ms(),
+            &self.thresholds,
+        ))
+    }
+
+    /// One sweep of the processing sessions.
+    pub async fn sweep(&self) -> StoreResult<SweepReport> {
+        let now = self.clock.now_ms();
+        let abort_ms = self.thresholds.abort.as_millis() as u64;
+        let mut report = SweepReport {
+            dead_lettered: self.reconcile_dead_letters().await?,
+            ..SweepReport::default()
+        };
+        for session in self.index.processing_sessions(now, SWEEP_LIMIT).await? {
+            report.swept += 1;
+            let run = match &session.active_run_id {
+                Some(id) => self.store.get_run(&session.tenant, id).await?,
+                None => None,
+            };
+            let Some(diagnostic) = classify(&session, run.as_ref(), now, &self.thresholds) else {
+                self.forget(&session);
+                continue;
+            };
+            self.log(&session, &diagnostic, now);
+            match diagnostic.class {
+                DiagnosticClass::LongRunning => report.long_running += 1,
+                DiagnosticClass::Stalled => report.stalled += 1,
+                DiagnosticClass::Stuck => report.stuck += 1,
+            }
+            if diagnostic.age_ms < abort_ms {
+                continue;
+            }
+            match (diagnostic.class, run) {
+                (DiagnosticClass::Stalled, Some(run))
+                    if !run.status.is_terminal() && !run.abort_requested =>
+                {
+                    tracing::warn!(
+                        tenant = %session.tenant, session = %session.session_key, run = %run.run_id,
+                        age_ms = diagnostic.age_ms, "aborting a stalled run"
+                    );
+                    self.store.request_abort(&run.tenant, &run.run_id).await?;
+                    report.aborted += 1;
+                }
+                (DiagnosticClass::Stuck, Some(run)) if !run.status.is_terminal() => {
+                    let error = RunError::new(
+                        "stuck",
+                        format!(
+                            "the session was stuck ({}); the supervisor ended the run",
+                            diagnostic.reason
+                        ),
+                    );
+                    if self
+                        .recover(&session, &run.run_id, RunStatus::Aborted, error)
+                        .await?
+                    {
+                        report.recovered += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(report)
+    }
+
+    /// Every dead letter of the source: its run ended `dead_lettered` (when still unfinished),
+    /// then the dead letter forgotten. Returns how many runs were ended.
+    async fn reconcile_dead_letters(&self) -> StoreResult<u32> {
+        let Some(source) = &self.dead_letters else {
+            return Ok(0);
+        };
+        let letters = match source.dead_turns(SWEEP_LIMIT).await {
+            Ok(letters) => letters,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the dead letters");
+                return Ok(0);
+            }
+        };
+        let mut ended = 0;
+        for letter in letters {
+            if let Some(turn) = &letter.turn {
+                if self
+                    .reconcile_dead_letter(&turn.tenant, &turn.run_id)
+                    .await?
+                {
+                    ended += 1;
+                }
+            } else {
+                tracing::error!(id = %letter.id, "forgetting an unreadable dead letter");
+            }
+            if let Err(e) = source.forget(&letter.id).await {
+                tracing::warn!(error = %e, id = %letter.id, "could not forget a dead letter");
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Ends the dead-lettered turn `run_id` `error` (`dead_lettered`) and releases its session
+    /// when the run is still unfinished; `true` when it did.
+    pub async fn reconcile_dead_letter(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<bool> {
+        let Some(run) = self.store.get_run(tenant, run_id).await? else {
+            return Ok(false);
+        };
+        if run.status.is_terminal() {
+            return Ok(false);
+        }
+        let Some(session) = self.store.get_session(tenant, &run.session_key).await? else {
+            return Ok(false);
+        };
+        let error = RunError::new(
+            "dead_lettered",
+            "the turn's message reached the dead-letter queue; it will not be retried",
+        );
+        self.recover(&session, run_id, RunStatus::Error, error)
+            .await
+    }
+
+    /// Under the session's lock (one try: a live holder means a live runner, and nothing is
+    /// changed), and only if `seen`'s generation is still current and the run unfinished: ends
+    /// the run with `error`, pairs its dangling tool calls, makes the session idle and releases
+    /// the lock, in one fenced commit.
+    async fn recover(
+        &self,
+        seen: &Session,
+        run_id: &RunId,
+        status: RunStatus,
+        error: RunError,
+    ) -> StoreResult<bool> {
+        let owner = format!("supervisor:{}", uuid::Uuid::new_v4().simple());
+        let now = self.clock.now_ms();
+        let lease = self.lease.as_millis() as u64;
+        let fence = match self
+            .store
+            .acquire_lock(&seen.tenant, &seen.session_key, &owner, lease, now)
+            .await?
+        {
+            LockAttempt::Acquired(fence, _) => fence,
+            LockAttempt::Held { .. } => return Ok(false),
+        };
+        let current = self
+            .store
+            .get_session(&seen.tenant, &seen.session_key)
+            .await?;
+        let run = self.store.get_run(&seen.tenant, run_id).await?;
+        let still = match (&current, &run) {
+            (Some(s), Some(r)) => {
+                s.generation == seen.generation
+                    && s.session_id == seen.session_id
+                    && (s.active_run_id.is_none() || s.active_run_id.as_ref() == Some(run_id))
+                    && !r.status.is_terminal()
+            }
+            _ => false,
+        };
+        let (Some(session), Some(run), true) = (current, run, still) else {
+            self.store.release_lock(&fence).await.ok();
+            return Ok(false);
+        };
+        let entries = self.transcript(&session).await?;
+        let history: Vec<Message> = assemble(&entries)
+            .into_iter()
+            .map(|e| e.message.clone())
+            .collect();
+        let dangling = missing_results(&history);
+        let next_event_seq = self.store.next_event_seq(&run.tenant, &run.run_id).await?;
+        let positions = Positions {
+            next_seq: entries.last().map_or(0, |e| e.seq + 1),
+            next_event_seq,
+        };
+        let flush = DeltaFlush {
+            bytes: 512,
+            every: Duration::from_millis(150),
+        };
+        let mut writer = RunWriter::new(
+            self.store.clone(),
+            self.clock.clone(),
+            fence.clone(),
+            run,
+            positions,
+            flush,
+        );
+        writer.end(Ending {
+            status,
+            liveness: LivenessState::Abandoned,
+            error: Some(error),
+            payloads: Vec::new(),
+        });
+        let ended = writer.run();
+        let event = json!({
+            "phase": "error",
+            "status": status.as_str(),
+            "endedAt": ended.ended_at,
+            "error": ended.error,
+            "livenessState": ended.liveness_state,
+        });
+        writer.event(EventStream::Lifecycle, event);
+        if let Err(e) = writer.commit(CommitKind::Finish(dangling)).await {
+            self.store.release_lock(&fence).await.ok();
+            return Err(e);
+        }
+        tracing::warn!(
+            tenant = %session.tenant, session = %session.session_key, run = %run_id,
+            code = writer.run().error.as_ref().map(|e| e.code.as_str()),
+            "recovered a session: its run ended and its lane released"
+        );
+        Ok(true)
+    }
+
+    async fn transcript(&self, session: &Session) -> StoreResult<Vec<TranscriptEntry>> {
+        let mut all: Vec<TranscriptEntry> = Vec::new();
+        loop {
+            let page = self
+                .store
+                .read_transcript(
+                    &session.tenant,
+                    &session.session_id,
+                    all.last().map(|e| e.seq),
+                    1000,
+                )
+                .await?;
+            let done = page.len() < 1000;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Logs a diagnostic, backing repeated ones of the same class off exponentially (warn
+    /// threshold, then twice that, four times, ... up to an hour).
+    fn log(&self, session: &Session, d: &Diagnostic, now: u64) {
+        let key = (session.tenant.clone(), session.session_key.clone());
+        let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = logged.get(&key).copied();
+        let due = match entry {
+            Some(l) if l.class == d.class => now >= l.next_at,
+            _ => true,
+        };
+        if !due {
+            return;
+        }
+        let times = match entry {
+            Some(l) if l.class == d.class => l.times + 1,
+            _ => 1,
+        };
+        let base = self.thresholds.warn.as_millis() as u64;
+        let backoff = base
+            .saturating_mul(1u64 << times.saturating_sub(1).min(16))
+            .min(3_600_000);
+        logged.insert(
+            key,
+            Logged {
+                class: d.class,
+                next_at: now.saturating_add(backoff),
+                times,
+            },
+        );
+        tracing::warn!(
+            tenant = %session.tenant, session = %session.session_key,
+            class = d.class.as_str(), reason = %d.reason, age_ms = d.age_ms, repeat = times,
+            "session diagnostic"
+        );
+    }
+
+    fn forget(&self, session: &Session) {
+        let key = (session.tenant.clone(), session.session_key.clone());
+        self.logged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
+    }
+}

@@ -1,0 +1,330 @@
+//! The sweep on the real embedded store: a stuck session (its runner died holding the lane) is
+//! recovered — run `aborted`/`stuck`/`abandoned`, its tool call paired, session idle, lock
+//! released — while a run with a live owner is only asked to abort (a sweep racing a live runner
+//! writes nothing of its own); a dead-lettered turn ends `dead_lettered`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_core::{
+    Clock, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt, Message, NewTurn, Run, RunId,
+    RunStatus, SessionId, SessionKey, SessionStatus, Store, SystemClock, TenantId, ToolCall,
+    TurnMessage, TurnRequest,
+};
+use agentlane_store_sqlite::SqliteBackend;
+use agentlane_supervisor::{DiagnosticClass, Supervisor, SweepReport, Thresholds};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct World {
+    backend: SqliteBackend,
+    store: Arc<dyn Store>,
+    supervisor: Supervisor,
+    tenant: TenantId,
+}
+
+fn world() -> World {
+    let backend = SqliteBackend::open_temporary().unwrap();
+    let store: Arc<dyn Store> = Arc::new(backend.clone());
+    let thresholds = Thresholds::new(Duration::from_millis(100), Some(Duration::from_millis(250)));
+    let supervisor = Supervisor::new(
+        store.clone(),
+        Arc::new(backend.clone()),
+        Arc::new(SystemClock),
+        thresholds,
+    );
+    World {
+        backend,
+        store,
+        supervisor,
+        tenant: TenantId::new("acme"),
+    }
+}
+
+impl World {
+    async fn accept(&self, key: &str) -> Run {
+        self.store
+            .accept_turn(NewTurn {
+                tenant: self.tenant.clone(),
+                session_key: SessionKey::new(key),
+                run_id: RunId::generate(),
+                new_session_id: SessionId::generate(),
+                request: TurnRequest {
+                    message: "do it".into(),
+                    queue_mode: Default::default(),
+                    model: None,
+                    thinking: None,
+                    timeout_seconds: None,
+                    extra_system_prompt: None,
+                    deadline_at: None,
+                    model_idle_timeout_ms: None,
+                },
+                idempotency_key: None,
+                now: SystemClock.now_ms(),
+                idempotency_ttl_ms: 1000,
+            })
+            .await
+            .unwrap()
+            .run
+    }
+
+    /// A runner picks `run` up with a lease of `lease_ms`, writes its prompt and a tool call, and
+    /// then goes silent (dies, or its stream stalls) without releasing the lock.
+    async fn start_and_go_silent(&self, run: Run, lease_ms: u64) {
+        let now = SystemClock.now_ms();
+        let fence = match self
+            .store
+            .acquire_lock(&run.tenant, &run.session_key, "runner-1", lease_ms, now)
+            .await
+            .unwrap()
+        {
+            LockAttempt::Acquired(f, _) => f,
+            held => panic!("{held:?}"),
+        };
+        let mut writer = RunWriter::new(
+            self.store.clone(),
+            Arc::new(SystemClock),
+            fence,
+            run,
+            Positions {
+                next_seq: 0,
+                next_event_seq: 0,
+            },
+            DeltaFlush {
+                bytes: 512,
+                every: Duration::ZERO,
+            },
+        );
+        writer.begin_pickup("demo/m".into());
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "slow".into(),
+            arguments: "{}".into(),
+        };
+        let messages = vec![
+            Message::user("do it"),
+            Message::Assistant {
+                content: String::new(),
+                reasoning: None,
+                tool_calls: vec![call],
+                model: Some("demo/m".into()),
+            },
+        ];
+        writer.commit(CommitKind::Progress(messages)).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_stuck_session_is_diagnosed_then_recovered_with_its_tool_call_paired() {
+    // GIVEN a run whose runner died mid tool call (lease 50 ms, long gone)
+    let w = world();
+    let run = w.accept("s1").await;
+    w.start_and_go_silent(run.clone(), 50).await;
+
+    // WHEN a sweep runs past the warn threshold but before the abort threshold
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let report = w.supervisor.sweep().await.unwrap();
+    // THEN it is diagnosed stuck and left alone
+    assert_eq!((report.swept, report.stuck, report.recovered), (1, 1, 0));
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    let diagnostic = w.supervisor.diagnose(&session).await.unwrap().unwrap();
+    assert_eq!(diagnostic.class, DiagnosticClass::Stuck);
+
+    // WHEN a sweep runs past the abort threshold
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let report = w.supervisor.sweep().await.unwrap();
+
+    // THEN the session is recovered: run aborted with code stuck, abandoned
+    assert_eq!((report.stuck, report.recovered), (1, 1));
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.status, RunStatus::Aborted);
+    assert_eq!(ended.liveness_state, LivenessState::Abandoned);
+    assert_eq!(ended.error.as_ref().unwrap().code, "stuck");
+    // AND its tool call got a result; the session is idle, unlocked, one more run finished
+    let entries = w
+        .store
+        .read_transcript(&w.tenant, &ended.session_id, None, 100)
+        .await
+        .unwrap();
+    let roles: Vec<&str> = entries
+        .iter()
+        .map(|e| match &e.message {
+            Message::User { .. } => "user",
+            Message::Assistant { .. } => "assistant",
+            Message::Tool { tool_call_id, .. } if tool_call_id == "call_1" => "tool call_1",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool call_1"]);
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.status, SessionStatus::Idle);
+    assert_eq!(session.active_run_id, None);
+    assert_eq!(session.lock_owner, None);
+    assert_eq!(session.runs_finished, 1);
+    // AND the next sweep finds nothing to look at
+    assert_eq!(w.supervisor.sweep().await.unwrap(), SweepReport::default());
+}
+
+#[tokio::test]
+async fn a_stalled_run_with_a_live_owner_is_asked_to_abort_and_nothing_else_is_written() {
+    // GIVEN a run whose runner holds a live lease but makes no progress
+    let w = world();
+    let run = w.accept("s2").await;
+    w.start_and_go_silent(run.clone(), 60_000).await;
+    let before = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // WHEN sweeps run past the warn, then the abort threshold
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let first = w.supervisor.sweep().await.unwrap();
+    assert_eq!((first.stalled, first.aborted), (1, 0));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let second = w.supervisor.sweep().await.unwrap();
+
+    // THEN the run is asked to abort (its runner ends it), and the session is untouched
+    assert_eq!(
+        (second.stalled, second.aborted, second.recovered),
+        (1, 1, 0)
+    );
+    let after = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(after.abort_requested);
+    assert_eq!(after.status, RunStatus::Running);
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        session, before,
+        "a sweep racing a live runner writes nothing to its session"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_lettered_turn_ends_dead_lettered_and_frees_its_session() {
+    let w = world();
+    let run = w.accept("s3").await;
+    w.start_and_go_silent(run.clone(), 50).await;
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(
+        w.supervisor
+            .reconcile_dead_letter(&w.tenant, &run.run_id)
+            .await
+            .unwrap()
+    );
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.status, RunStatus::Error);
+    assert_eq!(ended.error.unwrap().code, "dead_lettered");
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.status, SessionStatus::Idle);
+    // twice is a no-op
+    assert!(
+        !w.supervisor
+            .reconcile_dead_letter(&w.tenant, &run.run_id)
+            .await
+            .unwrap()
+    );
+    let _ = &w.backend;
+}
+
+#[tokio::test]
+async fn the_sweep_reconciles_the_embedded_dead_letters() {
+    // GIVEN a started run whose lane message failed its one allowed delivery (cap 1)
+    let w = world();
+    let run = w.accept("s4").await;
+    w.start_and_go_silent(run.clone(), 50).await;
+    w.backend.set_max_failed_deliveries(1);
+    let message = LaneMessage {
+        lane: Lane::new("acme/s4"),
+        dedup_id: run.run_id.to_string(),
+        body: TurnMessage {
+            tenant: w.tenant.clone(),
+            run_id: run.run_id.clone(),
+            session_key: Some(run.session_key.clone()),
+        },
+    };
+    w.backend.enqueue(&message).await.unwrap();
+    let short = Duration::from_millis(50);
+    assert_eq!(
+        w.backend
+            .receive(1, short, Duration::ZERO)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(
+        w.backend
+            .receive(1, short, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(w.backend.dead_letters(10).await.unwrap().len(), 1);
+
+    // WHEN a supervisor with the dead letters sweeps
+    let supervisor = Supervisor::new(
+        w.store.clone(),
+        Arc::new(w.backend.clone()),
+        Arc::new(SystemClock),
+        Thresholds::default(),
+    )
+    .with_dead_letters(Arc::new(w.backend.clone()));
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN the run ended dead_lettered, the session is idle, the dead letter forgotten
+    assert_eq!(report.dead_lettered, 1);
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (ended.status, ended.error.unwrap().code.as_str()),
+        (RunStatus::Error, "dead_lettered")
+    );
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.status, SessionStatus::Idle);
+    assert!(w.backend.dead_letters(10).await.unwrap().is_empty());
+}

@@ -231,10 +231,14 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
         .env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test");
-    // The default long poll: moto's can hand out a FIFO group's next message while the previous
-    // one is in flight (moto/sqs/models.py `receive_message`); the store's per-session order
-    // check makes that harmless (the later turn is handed back until the earlier one ends).
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        // moto's long poll can hand out a FIFO group's next message while the previous one is
+        // in flight (moto/sqs/models.py `receive_message`). The store's per-session order check
+        // makes that harmless (the later turn is handed back until the earlier one ends; see
+        // the agent suite's misbehaving-queue test), but every hand-back costs a pause, which
+        // made the scenarios several times slower on a busy CI machine. Short polls keep them
+        // fast; correctness does not depend on this setting.
+        .env("AGENTLANE_RECEIVE_WAIT_MS", "0");
     let logs = LogFiles::in_dir(root, "setup-aws");
     let mut command = Command::new(&options.binary);
     command.arg("setup-aws").envs(&options.env);

@@ -30,8 +30,9 @@ pub enum StoreCall {
 }
 
 /// What a layer adds to the store it wraps ([`StoreLayer::inner`]). Every call passes
-/// [`before`](StoreLayer::before) and then goes to the inner store, except `commit` and
-/// `request_abort`, which go through the layer's own methods (by default: the inner store's).
+/// [`before`](StoreLayer::before) and then goes to the inner store, except `commit`,
+/// `request_abort` and `reset_session`, which go through the layer's own methods (by default:
+/// the inner store's).
 /// [`Layered`] makes a layer a [`Store`].
 #[async_trait]
 pub trait StoreLayer: Send + Sync + 'static {
@@ -51,6 +52,19 @@ pub trait StoreLayer: Send + Sync + 'static {
     /// An abort request (after `before`).
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.inner().request_abort(tenant, run_id).await
+    }
+
+    /// A session reset (after `before`).
+    async fn reset_session(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.inner()
+            .reset_session(tenant, key, new_session_id, now)
+            .await
     }
 }
 
@@ -77,10 +91,7 @@ impl<L: StoreLayer> TurnIntake for Layered<L> {
         now: u64,
     ) -> StoreResult<Session> {
         self.0.before(StoreCall::ResetSession).await?;
-        self.0
-            .inner()
-            .reset_session(tenant, key, new_session_id, now)
-            .await
+        StoreLayer::reset_session(&self.0, tenant, key, new_session_id, now).await
     }
 }
 

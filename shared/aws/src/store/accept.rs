@@ -1,12 +1,12 @@
 //! `accept_turn`: idempotency record, session upsert and queued run in one transaction.
 
-use super::error::{DdbError, REASON_CONDITION, classify, generic_cancellation, reason_code};
+use super::error::classify;
 use super::item::{
     ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID,
     STATUS, UPDATED_AT, get_str, n, opt_u64, run_json, s, session_from_item, session_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
-use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
+use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
 use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, Session, StoreError, StoreResult};
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
@@ -80,44 +80,33 @@ impl DynamoStore {
                 session: writes.len() - 2,
                 run: writes.len() - 1,
             };
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(writes))
-                .send()
-                .await;
-            let reasons = match result {
-                Ok(_) => return Ok(AcceptOutcome { run, created: true }),
-                Err(err) => match DdbError::from(err) {
-                    DdbError::Cancelled(reasons) => reasons,
-                    DdbError::TransactionConflict => {
-                        conflict_backoff(attempt).await;
-                        continue;
-                    }
-                    other => return Err(other.into_store_error("accept_turn")),
-                },
+            let failed = match self.transact_once(writes, "accept_turn").await? {
+                Transact::Done => return Ok(AcceptOutcome { run, created: true }),
+                Transact::Conflict => {
+                    conflict_backoff(attempt).await;
+                    continue;
+                }
+                Transact::ConditionFailed(failed) => failed,
             };
-            let failed = |index: usize| reason_code(&reasons, index) == Some(REASON_CONDITION);
-            if layout.idempotency.is_some_and(failed) {
+            if layout.idempotency.is_some_and(|i| failed.contains(&i)) {
                 // A concurrent accept recorded the key first: the next read finds its record.
                 continue;
             }
-            if failed(layout.session) {
+            if failed.contains(&layout.session) {
                 // Created, reset or counted concurrently: read it again, after a jittered
                 // pause (concurrent accepts on one session take their seqs one by one).
                 conflict_backoff(attempt).await;
                 continue;
             }
-            if failed(layout.run) {
+            if failed.contains(&layout.run) {
                 return Err(StoreError::Conflict(format!(
                     "run {} already exists",
                     turn.run_id
                 )));
             }
-            match generic_cancellation(&reasons) {
-                DdbError::TransactionConflict => conflict_backoff(attempt).await,
-                other => return Err(other.into_store_error("accept_turn")),
-            }
+            return Err(StoreError::Unavailable(format!(
+                "accept_turn: unexpected condition failure on items {failed:?}"
+            )));
         }
         Err(StoreError::Throttled(
             "accept_turn: the session kept changing under concurrent writes".into(),

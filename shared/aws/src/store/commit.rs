@@ -2,7 +2,6 @@
 //! commit to `MAX_COMMIT_WRITES` entries and events, so with the run record and the session item
 //! it stays within DynamoDB's 100 items (and 4 MB); a larger commit is refused, never split here.
 
-use super::error::{DdbError, REASON_CONDITION, generic_cancellation, reason_code};
 use super::item::{
     ACTIVE_RUN_ID, ENTRY_JSON, EVENT_JSON, EXPIRES_AT, Item, LAST_PROGRESS_AT, LOCK_OWNER,
     LOCK_UNTIL, PROC_AT, PROC_PK, PROC_PK_VALUE, RUN_ID, RUN_JSON, RUNS_FINISHED, SEQ, SESSION_ID,
@@ -10,7 +9,7 @@ use super::item::{
 };
 use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
-use super::{CONFLICT_RETRIES, DynamoStore, EVENT_RETENTION, conflict_backoff};
+use super::{DynamoStore, EVENT_RETENTION};
 use agentlane_core::{
     CheckedCommit, Commit, Fence, MAX_COMMIT_WRITES, SessionId, SessionStatus, SessionUpdate,
     StoreError, StoreResult,
@@ -70,45 +69,19 @@ impl DynamoStore {
         let mut items = Vec::with_capacity(part.len() + 1);
         items.push(head);
         items.extend(part.iter().map(|w| w.item.clone()));
-        for attempt in 0..CONFLICT_RETRIES {
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .send()
-                .await;
-            let reasons = match result {
-                Ok(_) => return Ok(()),
-                Err(err) => match DdbError::from(err) {
-                    DdbError::Cancelled(reasons) => reasons,
-                    DdbError::TransactionConflict => {
-                        conflict_backoff(attempt).await;
-                        continue;
-                    }
-                    other => return Err(other.into_store_error("commit")),
-                },
-            };
-            if reason_code(&reasons, 0) == Some(REASON_CONDITION) {
-                self.forget_fence(fence);
-                return Err(StoreError::FenceLost);
-            }
-            if let Some(taken) = (1..items.len())
-                .find(|&i| reason_code(&reasons, i) == Some(REASON_CONDITION))
-                .and_then(|i| part.get(i - 1))
-            {
-                return Err(StoreError::Conflict(format!(
-                    "{} already exists",
-                    taken.label
-                )));
-            }
-            match generic_cancellation(&reasons) {
-                DdbError::TransactionConflict => conflict_backoff(attempt).await,
-                other => return Err(other.into_store_error("commit")),
-            }
+        let failed = match self.transact(items, "commit").await? {
+            Ok(()) => return Ok(()),
+            Err(failed) => failed,
+        };
+        if failed.contains(&0) {
+            self.forget_fence(fence);
+            return Err(StoreError::FenceLost);
         }
-        Err(StoreError::Throttled(
-            "commit: the session stayed in conflicting transactions".into(),
-        ))
+        let taken = failed
+            .iter()
+            .find_map(|&i| i.checked_sub(1).and_then(|i| part.get(i)))
+            .map_or("an item", |w| w.label.as_str());
+        Err(StoreError::Conflict(format!("{taken} already exists")))
     }
 
     fn fence_values(fence: &Fence, session_id: Option<&SessionId>) -> (String, Item) {

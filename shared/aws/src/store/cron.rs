@@ -15,10 +15,10 @@
 //!   earliest first — never a scan. GSI reads are eventually consistent; a stale copy only makes
 //!   the conditional replace fail, and the ticker re-reads the job.
 
-use super::error::{DdbError, REASON_CONDITION, classify, reason_code};
+use super::error::{DdbError, classify};
 use super::item::{EXPIRES_AT, Item, get_str, n, s};
 use super::keys::{self, PK, SESSION_SK, SK};
-use super::{CONFLICT_RETRIES, CRON_DUE_INDEX, DynamoStore, conflict_backoff};
+use super::{CRON_DUE_INDEX, DynamoStore};
 use agentlane_core::cron::{CronJob, CronStore, JobId};
 use agentlane_core::{SessionKey, StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
@@ -100,40 +100,13 @@ impl CronStore for DynamoStore {
             TransactWriteItem::builder().update(count).build(),
             TransactWriteItem::builder().put(put).build(),
         ];
-        for attempt in 0..CONFLICT_RETRIES {
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(writes.clone()))
-                .send()
-                .await;
-            let reasons = match result {
-                Ok(_) => return Ok(()),
-                Err(err) => match DdbError::from(err) {
-                    DdbError::Cancelled(reasons) => reasons,
-                    DdbError::TransactionConflict => {
-                        conflict_backoff(attempt).await;
-                        continue;
-                    }
-                    other => return Err(other.into_store_error("create_job")),
-                },
-            };
-            if reason_code(&reasons, 0) == Some(REASON_CONDITION) {
-                return Err(StoreError::Conflict(format!(
-                    "the tenant already has the most cron jobs allowed (the cap is {max_jobs})"
-                )));
-            }
-            if reason_code(&reasons, 1) == Some(REASON_CONDITION) {
-                return Err(StoreError::Conflict(format!("job {} exists", job.job_id)));
-            }
-            match super::error::generic_cancellation(&reasons) {
-                DdbError::TransactionConflict => conflict_backoff(attempt).await,
-                other => return Err(other.into_store_error("create_job")),
-            }
+        match self.transact(writes, "create_job").await? {
+            Ok(()) => Ok(()),
+            Err(failed) if failed.contains(&0) => Err(StoreError::Conflict(format!(
+                "the tenant already has the most cron jobs allowed (the cap is {max_jobs})"
+            ))),
+            Err(_) => Err(StoreError::Conflict(format!("job {} exists", job.job_id))),
         }
-        Err(StoreError::Throttled(
-            "create_job: transaction conflicts".into(),
-        ))
     }
 
     async fn get_job(&self, tenant: &TenantId, job_id: &JobId) -> StoreResult<Option<CronJob>> {
@@ -230,35 +203,8 @@ impl CronStore for DynamoStore {
             TransactWriteItem::builder().delete(delete).build(),
             TransactWriteItem::builder().update(count).build(),
         ];
-        for attempt in 0..CONFLICT_RETRIES {
-            let result = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(writes.clone()))
-                .send()
-                .await;
-            let reasons = match result {
-                Ok(_) => return Ok(true),
-                Err(err) => match DdbError::from(err) {
-                    DdbError::Cancelled(reasons) => reasons,
-                    DdbError::TransactionConflict => {
-                        conflict_backoff(attempt).await;
-                        continue;
-                    }
-                    other => return Err(other.into_store_error("delete_job")),
-                },
-            };
-            if reason_code(&reasons, 0) == Some(REASON_CONDITION) {
-                return Ok(false);
-            }
-            match super::error::generic_cancellation(&reasons) {
-                DdbError::TransactionConflict => conflict_backoff(attempt).await,
-                other => return Err(other.into_store_error("delete_job")),
-            }
-        }
-        Err(StoreError::Throttled(
-            "delete_job: transaction conflicts".into(),
-        ))
+        // Only the delete is conditional (the job must exist).
+        Ok(self.transact(writes, "delete_job").await?.is_ok())
     }
 
     async fn retire_fire(

@@ -170,6 +170,69 @@ async fn conflict_backoff(attempt: u32) {
     tokio::time::sleep(backoff::jittered(delay)).await;
 }
 
+/// What one `TransactWriteItems` came to.
+pub(super) enum Transact {
+    Done,
+    /// Lost to a concurrent transaction: worth another try after [`conflict_backoff`].
+    Conflict,
+    /// Cancelled because the conditions of these items (by index in the request) failed.
+    ConditionFailed(Vec<usize>),
+}
+
+impl DynamoStore {
+    /// Sends `items` as one transaction, once. Failures other than conditions and conflicts
+    /// are store errors named after `op`.
+    pub(super) async fn transact_once(
+        &self,
+        items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        op: &str,
+    ) -> StoreResult<Transact> {
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        let reasons = match result {
+            Ok(_) => return Ok(Transact::Done),
+            Err(err) => match error::DdbError::from(err) {
+                error::DdbError::Cancelled(reasons) => reasons,
+                error::DdbError::TransactionConflict => return Ok(Transact::Conflict),
+                other => return Err(other.into_store_error(op)),
+            },
+        };
+        let failed: Vec<usize> = (0..reasons.len())
+            .filter(|&i| error::reason_code(&reasons, i) == Some(error::REASON_CONDITION))
+            .collect();
+        if !failed.is_empty() {
+            return Ok(Transact::ConditionFailed(failed));
+        }
+        match error::generic_cancellation(&reasons) {
+            error::DdbError::TransactionConflict => Ok(Transact::Conflict),
+            other => Err(other.into_store_error(op)),
+        }
+    }
+
+    /// Sends `items` as one transaction, again after a backoff while it loses to concurrent
+    /// ones. `Err(indices)` inside: the conditions of those items failed, nothing was written.
+    pub(super) async fn transact(
+        &self,
+        items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        op: &str,
+    ) -> StoreResult<Result<(), Vec<usize>>> {
+        for attempt in 0..CONFLICT_RETRIES {
+            match self.transact_once(items.clone(), op).await? {
+                Transact::Done => return Ok(Ok(())),
+                Transact::ConditionFailed(failed) => return Ok(Err(failed)),
+                Transact::Conflict => conflict_backoff(attempt).await,
+            }
+        }
+        Err(agentlane_core::StoreError::Throttled(format!(
+            "{op}: the items stayed in conflicting transactions"
+        )))
+    }
+}
+
 impl DynamoStore {
     /// Epoch seconds for TTL attributes: wall time, never earlier than the domain time `now_ms`
     /// (tests may run on a fake clock; TTL deletion is storage retention, not domain time).

@@ -5,7 +5,7 @@
 
 use agentlane_core::{
     Clock, Event, EventStream, Fence, Lane, LaneMessage, LockAttempt, Message, NewTurn, QueueMode,
-    Run, RunId, RunStatus, SessionId, SessionKey, Store, SystemClock, TenantId, ToolCall,
+    Run, RunId, RunStatus, Session, SessionId, SessionKey, Store, SystemClock, TenantId, ToolCall,
     TranscriptEntry, TurnMessage, TurnRequest,
 };
 use std::sync::Arc;
@@ -27,6 +27,20 @@ pub fn tenant() -> TenantId {
 /// A fresh session key (valid for `validate_session_key`).
 pub fn session_key() -> SessionKey {
     SessionKey::new(unique("agent:main"))
+}
+
+/// A fresh tenant, a fresh session key of it, and the wall time: what most cases start from.
+pub fn fresh() -> (TenantId, SessionKey, u64) {
+    (tenant(), session_key(), wall_ms())
+}
+
+/// The session `key` names, which must exist.
+pub async fn session(store: &Arc<dyn Store>, tenant: &TenantId, key: &SessionKey) -> Session {
+    store
+        .get_session(tenant, key)
+        .await
+        .expect("get_session")
+        .expect("the session exists")
 }
 
 /// A fresh lane of a fresh tenant and session key.

@@ -10,11 +10,7 @@ use std::sync::Arc;
 /// on it; both read back exactly as written.
 pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Store>) {
     // GIVEN a key nobody used yet
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     assert_eq!(
         store.get_session(&tenant, &key).await.expect("get_session"),
         None
@@ -74,11 +70,7 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
 /// A second turn of the same key lands on the same session id (the id the caller minted for it is
 /// ignored) and the session counts both.
 pub async fn case_second_turn_keeps_session_id(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let first = fixtures::accept(&store, &tenant, &key, now).await;
 
     let second_turn = fixtures::turn(&tenant, &key, now + 10);
@@ -93,11 +85,7 @@ pub async fn case_second_turn_keeps_session_id(store: Arc<dyn Store>) {
     assert_eq!(second.run.session_id, first.session_id);
     assert_ne!(second.run.session_id, second_turn.new_session_id);
     assert_eq!(second.run.status, RunStatus::Queued);
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.session_id, first.session_id);
     assert_eq!(session.runs_accepted, 2);
     for run_id in [&first.run_id, &second.run.run_id] {
@@ -109,11 +97,7 @@ pub async fn case_second_turn_keeps_session_id(store: Arc<dyn Store>) {
 /// The same idempotency key within its TTL answers the first run, `created: false`, and writes
 /// nothing: no second run, no second accepted turn.
 pub async fn case_idempotency_key_answers_the_same_run(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let idem = fixtures::unique("idem");
     let mut first_turn = fixtures::turn(&tenant, &key, now);
     first_turn.idempotency_key = Some(idem.clone());
@@ -136,21 +120,13 @@ pub async fn case_idempotency_key_answers_the_same_run(store: Arc<dyn Store>) {
             .expect("get_run"),
         None
     );
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.runs_accepted, 1);
 }
 
 /// An idempotency key maps to its run only for its TTL; afterwards the same key makes a new run.
 pub async fn case_idempotency_key_expires_after_ttl(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let idem = fixtures::unique("idem");
     let keyed = |at: u64| {
         let mut turn = fixtures::turn(&tenant, &key, at);
@@ -190,11 +166,7 @@ pub async fn case_idempotency_key_expires_after_ttl(store: Arc<dyn Store>) {
         .expect("accept_turn");
     assert!(!after.created);
     assert_eq!(after.run.run_id, late_turn.run_id);
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.runs_accepted, 2);
 }
 

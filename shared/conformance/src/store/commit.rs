@@ -67,11 +67,7 @@ pub async fn case_stale_fence_commit_writes_nothing(store: Arc<dyn Store>) {
     };
     store.commit(&stale, first).await.expect("first commit");
     let current = fixtures::lock(&store, &tenant, &key, "runner-b", LEASE_MS, now + 1_001).await;
-    let session_before = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session_before = fixtures::session(&store, &tenant, &key).await;
 
     // WHEN A tries to finish the run
     let late = Commit {
@@ -102,11 +98,7 @@ pub async fn case_stale_fence_commit_writes_nothing(store: Arc<dyn Store>) {
         .expect("read_events");
     assert_eq!(events, vec![fixtures::event(1, now)]);
     assert_eq!(stored_run(&store, &run).await, started);
-    let session_after = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session_after = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session_after, session_before);
 
     // AND the current holder writes the very same seq without conflict

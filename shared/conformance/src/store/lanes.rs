@@ -10,11 +10,7 @@ use std::sync::Arc;
 /// Runs are numbered 0, 1, 2… per session key, in acceptance order; a reset does not restart
 /// the count (runs queued before it still come first).
 pub async fn case_runs_are_numbered_in_session_order_across_resets(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let first = fixtures::accept(&store, &tenant, &key, now).await;
     let second = fixtures::accept(&store, &tenant, &key, now + 1).await;
     assert_eq!((first.session_seq, second.session_seq), (0, 1));
@@ -38,11 +34,7 @@ pub async fn case_runs_are_numbered_in_session_order_across_resets(store: Arc<dy
 /// exactly 0..n. (Four racers: moto rolls a failed transaction back by restoring a snapshot of
 /// the whole table, which can undo a concurrent successful one; real DynamoDB cannot.)
 pub async fn case_concurrent_accepts_get_distinct_session_seqs(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     fixtures::accept(&store, &tenant, &key, now).await;
     let racers: Vec<_> = (0..4)
         .map(|i| {
@@ -63,22 +55,14 @@ pub async fn case_concurrent_accepts_get_distinct_session_seqs(store: Arc<dyn St
         );
     }
     assert_eq!(seqs, (0..5).collect::<BTreeSet<u64>>());
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.runs_accepted, 5);
 }
 
 /// The acquire answers the session as it left it: its id and how many runs finished, which is
 /// the order check (only the run numbered `runs_finished` may go).
 pub async fn case_acquire_answers_the_session_for_the_order_check(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let first = fixtures::accept(&store, &tenant, &key, now).await;
     let second = fixtures::accept(&store, &tenant, &key, now + 1).await;
 
@@ -126,11 +110,7 @@ pub async fn case_acquire_answers_the_session_for_the_order_check(store: Arc<dyn
 /// The same idempotency key with a different message, or on another session key, is a
 /// `Conflict` and writes nothing; the same request again answers the first run.
 pub async fn case_idempotency_key_with_a_different_request_conflicts(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let idem = fixtures::unique("idem");
     let mut turn = fixtures::turn(&tenant, &key, now);
     turn.idempotency_key = Some(idem.clone());
@@ -173,11 +153,7 @@ pub async fn case_idempotency_key_with_a_different_request_conflicts(store: Arc<
     let again = store.accept_turn(same).await.expect("accept_turn");
     assert!(!again.created);
     assert_eq!(again.run.run_id, first.run.run_id);
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.runs_accepted, 1);
 }
 
@@ -185,11 +161,7 @@ pub async fn case_idempotency_key_with_a_different_request_conflicts(store: Arc<
 /// reset runs from then on ([`Session::was_reset_under`](agentlane_core::Session::was_reset_under)),
 /// a run accepted after it is not, and the barrier never goes down.
 pub async fn case_a_reset_that_waits_bars_the_runs_accepted_before_it(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let running = fixtures::accept(&store, &tenant, &key, now).await;
     let queued = fixtures::accept(&store, &tenant, &key, now + 1).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 30_000, now + 2).await;
@@ -202,11 +174,7 @@ pub async fn case_a_reset_that_waits_bars_the_runs_accepted_before_it(store: Arc
     let later = fixtures::accept(&store, &tenant, &key, now + 4).await;
 
     // THEN the session still has its id, and bars the two runs accepted before the reset
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.session_id, running.session_id);
     assert_eq!(session.reset_barrier, 2);
     assert!(session.was_reset_under(&queued));

@@ -9,11 +9,7 @@ const LEASE_MS: u64 = 30_000;
 /// Eight acquirers racing for one free lock: exactly one wins; the others see it held by the
 /// winner until the winner's lease end.
 pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     fixtures::accept(&store, &tenant, &key, now).await;
 
     let racers = (0..8).map(|i| {
@@ -54,11 +50,7 @@ pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn St
         assert_eq!(holder, winner.owner);
         assert_eq!(until, now + LEASE_MS);
     }
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.lock_owner.as_deref(), Some(winner.owner.as_str()));
     assert_eq!(session.lock_until, now + LEASE_MS);
     assert_eq!(session.fence, winner.token.0);
@@ -67,11 +59,7 @@ pub async fn case_lock_is_exclusive_under_concurrent_acquirers(store: Arc<dyn St
 /// While the lease lasts (up to and including its end) every other acquirer, and the holder
 /// itself, gets `Held`.
 pub async fn case_lock_held_while_lease_valid_and_not_reentrant(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
     assert_eq!(fence.tenant, tenant);
@@ -103,11 +91,7 @@ pub async fn case_lock_held_while_lease_valid_and_not_reentrant(store: Arc<dyn S
 /// After the lease ended, another owner takes the lock with a strictly larger fencing token, and
 /// the old fence can neither renew, release nor commit.
 pub async fn case_lock_takeover_after_lease_expiry_bumps_fence(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     fixtures::accept(&store, &tenant, &key, now).await;
     let old = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
 
@@ -123,11 +107,7 @@ pub async fn case_lock_takeover_after_lease_expiry_bumps_fence(store: Arc<dyn St
         store.commit(&old, Commit::default()).await,
         Err(StoreError::FenceLost)
     );
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.lock_owner.as_deref(), Some("runner-b"));
     assert_eq!(session.fence, new.token.0);
     store
@@ -139,11 +119,7 @@ pub async fn case_lock_takeover_after_lease_expiry_bumps_fence(store: Arc<dyn St
 /// Renewing moves the lease end to `now + lease`; the lock stays held until then. A renew with a
 /// fence that is no longer current is `FenceLost`.
 pub async fn case_renew_extends_lease_and_stale_renew_fails(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 1_000, now).await;
 
@@ -171,11 +147,7 @@ pub async fn case_renew_extends_lease_and_stale_renew_fails(store: Arc<dyn Store
         Err(StoreError::FenceLost)
     );
     // the stale renew did not move the new holder's lease
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.lock_owner.as_deref(), Some("runner-b"));
     assert_eq!(session.lock_until, now + 2_501);
 }
@@ -183,20 +155,12 @@ pub async fn case_renew_extends_lease_and_stale_renew_fails(store: Arc<dyn Store
 /// Released, the lock is free at once (same `now`), and the next acquisition gets a larger token;
 /// the released fence is dead.
 pub async fn case_release_then_reacquire(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     fixtures::accept(&store, &tenant, &key, now).await;
     let first = fixtures::lock(&store, &tenant, &key, "runner-a", LEASE_MS, now).await;
 
     store.release_lock(&first).await.expect("release");
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.lock_owner, None);
 
     let second = fixtures::lock(&store, &tenant, &key, "runner-a", LEASE_MS, now).await;

@@ -8,11 +8,7 @@ use std::sync::Arc;
 /// the old transcript stays readable under the old id.
 pub async fn case_reset_session_mints_new_id(store: Arc<dyn Store>) {
     // GIVEN a session with one transcript entry, unlocked
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let run = fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 30_000, now).await;
     let commit = Commit {
@@ -21,11 +17,7 @@ pub async fn case_reset_session_mints_new_id(store: Arc<dyn Store>) {
         ..Commit::default()
     };
     store.commit(&fence, commit).await.expect("commit");
-    let before = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let before = fixtures::session(&store, &tenant, &key).await;
 
     // WHEN it is reset
     let new_id = SessionId::generate();
@@ -40,11 +32,7 @@ pub async fn case_reset_session_mints_new_id(store: Arc<dyn Store>) {
     assert_eq!(reset.runs_accepted, before.runs_accepted);
     assert_eq!(reset.session_key, key);
     assert_eq!(reset.lock_owner, None);
-    let stored = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let stored = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(stored, reset);
     let next = fixtures::accept(&store, &tenant, &key, now + 20).await;
     assert_eq!(next.session_id, new_id);
@@ -63,11 +51,7 @@ pub async fn case_reset_session_mints_new_id(store: Arc<dyn Store>) {
 /// A live lock makes a reset `Busy` (nothing changes); once the lease ended the reset goes
 /// through and the expired holder's fence is dead.
 pub async fn case_reset_session_busy_while_locked(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let run = fixtures::accept(&store, &tenant, &key, now).await;
     let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 10_000, now).await;
 
@@ -75,11 +59,7 @@ pub async fn case_reset_session_busy_while_locked(store: Arc<dyn Store>) {
         .reset_session(&tenant, &key, SessionId::generate(), now + 1)
         .await;
     assert_eq!(busy, Err(StoreError::Busy));
-    let session = store
-        .get_session(&tenant, &key)
-        .await
-        .expect("get_session")
-        .expect("session");
+    let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.session_id, run.session_id);
     store
         .commit(&fence, Commit::default())
@@ -111,11 +91,7 @@ pub async fn case_reset_session_busy_while_locked(store: Arc<dyn Store>) {
 
 /// Resetting a key that has no session is `NotFound`, and creates nothing.
 pub async fn case_reset_session_unknown_key_not_found(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let result = store
         .reset_session(&tenant, &key, SessionId::generate(), now)
         .await;

@@ -94,11 +94,7 @@ pub async fn case_oversized_records_are_stored_by_the_size_rule(store: Arc<dyn S
 /// A turn whose run record would be over the limit (a huge message) is refused with `TooLarge`
 /// before anything is written: no session, no run.
 pub async fn case_a_turn_too_large_to_store_is_refused(store: Arc<dyn Store>) {
-    let (tenant, key, now) = (
-        fixtures::tenant(),
-        fixtures::session_key(),
-        fixtures::wall_ms(),
-    );
+    let (tenant, key, now) = fixtures::fresh();
     let turn = NewTurn {
         request: fixtures::request(&"m".repeat(MAX_RECORD_BYTES)),
         ..fixtures::turn(&tenant, &key, now)

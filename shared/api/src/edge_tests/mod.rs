@@ -1,0 +1,114 @@
+//! The edge over real sockets: the router under [`crate::serve`] on loopback, the SQLite store
+//! behind a [`crate::NotifyingStore`], and clients that misbehave. Each limit answers as
+//! specified and the other tenant goes on being served.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::ApiConfig;
+use crate::limits::{Limits, TenantLimits, TenantOverride};
+use crate::testkit::{
+    ACME_KEY, BETA_KEY, LiveServer, acme, closed_within, read_reply, send_request,
+};
+use agentlane_core::{
+    Commit, Event, EventStream, Layered, Message, Payload, RunId, RunStatus, Store, StoreCall,
+    StoreLayer, StoreResult, TranscriptEntry, Usage,
+};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+mod admission;
+mod pages;
+mod server;
+mod waits;
+
+fn config(limits: Limits) -> ApiConfig {
+    ApiConfig {
+        limits,
+        sse_keep_alive_ms: 100,
+        ..ApiConfig::default()
+    }
+}
+
+fn tenant_limits(tenant: TenantLimits) -> Limits {
+    Limits {
+        tenant,
+        ..Limits::default()
+    }
+}
+
+/// How long one request of `key` takes, end to end, on a fresh connection.
+async fn latency(server: &LiveServer, key: &str) -> Duration {
+    let started = Instant::now();
+    let reply = server.get("/v1/sessions/none", key).await;
+    assert_eq!(reply.status, 404, "{reply:?}");
+    started.elapsed()
+}
+
+/// Opens an SSE stream of `run_id` and returns the socket once the head arrived (status 200),
+/// or the whole answer when it was refused.
+async fn open_stream(
+    server: &LiveServer,
+    key: &str,
+    run_id: &str,
+) -> Result<TcpStream, crate::testkit::Reply> {
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "GET /v1/runs/{run_id}/events HTTP/1.1\r\nhost: t\r\naccept: text/event-stream\r\nauthorization: Bearer {key}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf)
+            .await
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before a head: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if let Some(end) = text.find("\r\n\r\n") {
+            if text.starts_with("HTTP/1.1 200") {
+                return Ok(stream);
+            }
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if seen.len() >= end + 4 + length {
+                return Err(crate::testkit::parse_reply(&seen));
+            }
+        }
+    }
+}
+
+/// Counts `get_run` calls (the reads a wait makes) and can make them slow.
+struct CountingStore {
+    inner: Arc<dyn Store>,
+    reads: Arc<AtomicUsize>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl StoreLayer for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    async fn before(&self, call: StoreCall) -> StoreResult<()> {
+        if call == StoreCall::GetRun {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,222 @@
+//! The server itself: header and body timeouts, the connection cap, the request timeout,
+//! oversized paths and graceful shutdown.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_sockets_are_closed_at_the_header_timeout_while_another_tenant_is_served() {
+    // GIVEN a server whose request heads must arrive within 400 ms
+    let server = LiveServer::start(config(Limits {
+        header_read_timeout_ms: 400,
+        ..Limits::default()
+    }))
+    .await;
+    let idle = latency(&server, BETA_KEY).await;
+
+    // WHEN 200 clients connect: half send nothing, half send half a request head
+    let mut slow = Vec::new();
+    for i in 0..200 {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        if i % 2 == 0 {
+            stream
+                .write_all(b"GET /v1/sessions/x HTTP/1.1\r\nhost: t\r\n")
+                .await
+                .unwrap();
+        }
+        slow.push(stream);
+    }
+
+    // THEN they stay open for now (the server is waiting for the rest of their heads)
+    assert!(!closed_within(&mut slow[0], Duration::from_millis(100)).await);
+    assert!(!closed_within(&mut slow[1], Duration::from_millis(10)).await);
+    // AND another tenant's requests are answered meanwhile, promptly
+    for _ in 0..10 {
+        let took = latency(&server, BETA_KEY).await;
+        assert!(
+            took < Duration::from_millis(300).max(idle * 20),
+            "beta waited {took:?} (idle {idle:?})"
+        );
+    }
+    // AND every slow socket is closed by the server soon after the timeout
+    let started = Instant::now();
+    for stream in &mut slow {
+        assert!(closed_within(stream, Duration::from_secs(5)).await);
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_holds_new_clients_until_a_connection_closes() {
+    // GIVEN a server that keeps at most 4 connections open
+    let server = LiveServer::start(config(Limits {
+        max_connections: 4,
+        ..Limits::default()
+    }))
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // WHEN a fifth client sends a whole request
+    let mut fifth = TcpStream::connect(server.addr).await.unwrap();
+    send_request(&mut fifth, "GET", "/healthz", None, "").await;
+
+    // THEN it is not served while the four stay open
+    let answered = tokio::time::timeout(Duration::from_millis(400), read_reply(&mut fifth)).await;
+    assert!(answered.is_err(), "served over the cap: {answered:?}");
+
+    // WHEN one of them closes, THEN the fifth is served
+    drop(idle.pop());
+    let mut fifth_again = fifth;
+    let reply = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut fifth_again))
+        .await
+        .expect("served once a slot freed");
+    assert_eq!(reply.status, 200, "{reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stalls_answers_408_and_nothing_is_accepted() {
+    // GIVEN a server that gives request bodies 300 ms
+    let server = LiveServer::start(config(Limits {
+        request_body_timeout_ms: 300,
+        ..Limits::default()
+    }))
+    .await;
+
+    // WHEN a client announces 200 bytes of body and sends 20
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/agent HTTP/1.1\r\nhost: t\r\nconnection: close\r\nauthorization: Bearer {ACME_KEY}\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(br#"{"sessionKey":"main","#).await.unwrap();
+    let started = Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut stream))
+        .await
+        .expect("answered");
+
+    // THEN it gets 408 in the error shape, after about the timeout, and no session exists
+    reply.assert_error(408, "timeout");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    server
+        .get("/v1/sessions/main", ACME_KEY)
+        .await
+        .assert_error(404, "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_path_answers_414_in_the_error_shape() {
+    let server = LiveServer::start(config(Limits::default())).await;
+    let key = "k".repeat(20_000);
+    let reply = server
+        .get(&format!("/v1/sessions/{key}/transcript"), ACME_KEY)
+        .await;
+    reply.assert_error(414, "uri_too_long");
+    let query = server
+        .get(
+            &format!("/v1/runs/r/events?after={}", "9".repeat(9000)),
+            ACME_KEY,
+        )
+        .await;
+    query.assert_error(414, "uri_too_long");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_request_in_flight_finish_and_then_stops_accepting() {
+    // GIVEN a wait in flight on a running run
+    let mut server = LiveServer::start(config(Limits {
+        shutdown_grace_ms: 5_000,
+        ..Limits::default()
+    }))
+    .await;
+    let run_id = server.submit(ACME_KEY, "bye", "hi").await;
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let addr = server.addr;
+    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
+    let wait = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+        read_reply(&mut stream).await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // WHEN the server is asked to stop, and the run then ends
+    server.shutdown();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = TcpStream::connect(addr).await;
+    let run = server.run(&acme(), &run_id).await;
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+
+    // THEN the wait in flight still gets its answer, the server ends, and no new connection
+    // is taken
+    let reply = tokio::time::timeout(Duration::from_secs(5), wait)
+        .await
+        .expect("wait answered")
+        .unwrap();
+    assert_eq!(reply.json()["status"], "ok", "{reply:?}");
+    let task = server.task.take().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("server ended")
+        .unwrap()
+        .unwrap();
+    assert!(refused.is_err(), "a connection was accepted after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_request_timeout_answers_408_but_an_sse_stream_lives_on() {
+    // GIVEN a 300 ms request timeout and a store whose run reads take 1 s
+    let limits = Limits {
+        request_timeout_ms: 300,
+        ..Limits::default()
+    };
+    let slow = LiveServer::start_over(config(limits.clone()), |inner| {
+        Arc::new(Layered(CountingStore {
+            inner,
+            reads: Arc::default(),
+            delay: Duration::from_secs(1),
+        }))
+    })
+    .await;
+
+    // WHEN a client reads a run, THEN it gets 408 in the error shape after about 300 ms
+    let started = Instant::now();
+    slow.get("/v1/runs/run_x", ACME_KEY)
+        .await
+        .assert_error(408, "timeout");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // GIVEN the same timeout on a normal store, and an SSE stream on a running run
+    let server = LiveServer::start(config(limits)).await;
+    let run_id = server.submit(ACME_KEY, "long", "hi").await;
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let mut stream = open_stream(&server, ACME_KEY, &run_id).await.unwrap();
+
+    // WHEN the run ends after a second, THEN the stream, past the timeout, still gets the end
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let run = server.run(&acme(), &run_id).await;
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("event: end") {
+        let n = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
+        )
+        .await
+        .expect("the end arrives")
+        .unwrap();
+        assert!(n > 0, "stream closed early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}

@@ -1,0 +1,178 @@
+//! Waits and event streams woken by this process's commits instead of polling.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhile() {
+    // GIVEN a run this process's runner holds (committed running through the store)
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = LiveServer::start_over(config(Limits::default()), move |inner| {
+        Arc::new(Layered(CountingStore {
+            inner,
+            reads: counter,
+            delay: Duration::ZERO,
+        }))
+    })
+    .await;
+    let run_id = server.submit(ACME_KEY, "live", "hi").await;
+    let mut run = server.run(&acme(), &run_id).await;
+    let fence = server.lock(&acme(), "live").await;
+    server
+        .commit_run(&fence, run.clone(), RunStatus::Running)
+        .await;
+    assert!(server.notifier.is_live_here(&acme(), &RunId::new(&run_id)));
+
+    // WHEN a client waits while the run works for 600 ms, then the run commits its end
+    let addr = server.addr;
+    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
+    let wait = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+        let reply = read_reply(&mut stream).await;
+        (reply, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let before = reads.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let idle_reads = reads.load(Ordering::SeqCst) - before;
+    run = server.run(&acme(), &run_id).await;
+    run.payloads = vec![Payload {
+        text: "Hello!".into(),
+        is_error: false,
+    }];
+    run.usage = Usage {
+        input_tokens: 12,
+        output_tokens: 3,
+    };
+    run.model = Some("openai/gpt-4o-mini".into());
+    let committed = Instant::now();
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+    let (reply, answered) = wait.await.unwrap();
+
+    // THEN the wait did not read the store while it waited, and answered right after the
+    // commit with the final payloads, usage and model
+    assert_eq!(idle_reads, 0, "the wait polled a run live in this process");
+    let after_commit = answered.saturating_duration_since(committed);
+    assert!(
+        after_commit < Duration::from_millis(100),
+        "{after_commit:?}"
+    );
+    let body = reply.json();
+    assert_eq!(body["status"], "ok", "{reply:?}");
+    assert_eq!(body["payloads"], json!([{"text": "Hello!"}]));
+    assert_eq!(body["usage"], json!({"inputTokens": 12, "outputTokens": 3}));
+    assert_eq!(body["model"], "openai/gpt-4o-mini");
+    assert!(body.get("timeoutPhase").is_none(), "{body}");
+    assert_eq!(server.notifier.tracked_runs(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_gets_a_commits_events_at_once() {
+    // GIVEN a stream on a run this process holds
+    let server = LiveServer::start(config(Limits::default())).await;
+    let run_id = server.submit(ACME_KEY, "sse", "hi").await;
+    let run = server.run(&acme(), &run_id).await;
+    let fence = server.lock(&acme(), "sse").await;
+    server
+        .commit_run(&fence, run.clone(), RunStatus::Running)
+        .await;
+    let mut stream = open_stream(&server, ACME_KEY, &run_id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // WHEN the runner commits an event and then the end
+    let committed = Instant::now();
+    let event = Event {
+        seq: 0,
+        stream: EventStream::Assistant,
+        ts: 0,
+        data: json!({"delta": "Hi"}),
+    };
+    server
+        .store
+        .commit(
+            &fence,
+            Commit {
+                run_id: Some(RunId::new(&run_id)),
+                events: vec![event],
+                ..Commit::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("\"delta\":\"Hi\"") {
+        let n = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
+        )
+        .await
+        .expect("event arrives")
+        .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    // THEN the event arrives right after the commit
+    assert!(
+        committed.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        committed.elapsed()
+    );
+    server
+        .commit_run(&fence, server.run(&acme(), &run_id).await, RunStatus::Ok)
+        .await;
+    while !seen.contains("event: end") {
+        let n = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::io::AsyncReadExt::read(&mut stream, &mut buf),
+        )
+        .await
+        .expect("end arrives")
+        .unwrap();
+        assert!(n > 0);
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_writer_lost_the_lock_is_polled_again() {
+    // GIVEN a run this process holds
+    let server = LiveServer::start(config(Limits::default())).await;
+    let run_id = server.submit(ACME_KEY, "stolen", "hi").await;
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let id = RunId::new(&run_id);
+    assert!(server.notifier.is_live_here(&acme(), &id));
+
+    // WHEN another writer takes the session after the lease ran out, and this one's next
+    // commit is refused
+    let later = agentlane_core::Clock::now_ms(&agentlane_core::SystemClock) + 120_000;
+    let taken = server
+        .store
+        .acquire_lock(
+            &acme(),
+            &agentlane_core::SessionKey::new("stolen"),
+            "other-process",
+            60_000,
+            later,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(taken, agentlane_core::LockAttempt::Acquired(..)));
+    let run = server.run(&acme(), &run_id).await;
+    let refused = server
+        .store
+        .commit(
+            &fence,
+            Commit {
+                run: Some(run),
+                ..Commit::default()
+            },
+        )
+        .await;
+
+    // THEN the run is no longer live here: its waiters poll the store again
+    assert_eq!(refused, Err(agentlane_core::StoreError::FenceLost));
+    assert!(!server.notifier.is_live_here(&acme(), &id));
+}

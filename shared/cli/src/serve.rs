@@ -58,9 +58,12 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
     let kind = BackendKind::from_env()?;
-    let mut backends: Backends = match kind {
-        BackendKind::Embedded => host::open_embedded(&args.data_dir)?,
-        BackendKind::Aws => host::open_aws().await?,
+    let (mut backends, embedded): (Backends, _) = match kind {
+        BackendKind::Embedded => {
+            let (backends, sqlite) = host::open_embedded_backend(&args.data_dir)?;
+            (backends, Some(sqlite))
+        }
+        BackendKind::Aws => (host::open_aws().await?, None),
     };
     // Every commit of this process wakes its waiters and event streams at once.
     let notifier = Notifier::new();
@@ -117,11 +120,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             backends.clock.clone(),
             thresholds,
         );
-        if kind == BackendKind::Embedded {
-            // The embedded queue's dead letters (its `lane_dead` table), on a connection of its own.
-            let dead = agentlane_store_sqlite::SqliteBackend::open(&args.data_dir)
-                .context("cannot open the embedded dead-letter table")?;
-            supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead));
+        if let Some(sqlite) = embedded {
+            // The embedded queue's dead letters (its `lane_dead` table), on the same backend.
+            supervisor = supervisor.with_dead_letters(std::sync::Arc::new(sqlite));
         }
         tokio::spawn(agentlane_supervisor::run_every(
             std::sync::Arc::new(supervisor),

@@ -46,6 +46,14 @@ impl BackendKind {
 /// Opens the embedded backend under `data_dir` (created if missing).
 #[cfg(feature = "embedded")]
 pub fn open_embedded(data_dir: &std::path::Path) -> anyhow::Result<Backends> {
+    Ok(open_embedded_backend(data_dir)?.0)
+}
+
+/// Like [`open_embedded`], with the SQLite backend itself (e.g. for its dead-letter table).
+#[cfg(feature = "embedded")]
+pub fn open_embedded_backend(
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Backends, agentlane_store_sqlite::SqliteBackend)> {
     use agentlane_store_sqlite::SqliteBackend;
     use anyhow::Context;
     std::fs::create_dir_all(data_dir)
@@ -58,13 +66,14 @@ pub fn open_embedded(data_dir: &std::path::Path) -> anyhow::Result<Backends> {
     if let Some(cap) = cap.and_then(|v| v.trim().parse::<u32>().ok()) {
         backend.set_max_failed_deliveries(cap.saturating_add(1));
     }
-    Ok(Backends {
+    let backends = Backends {
         store: Arc::new(backend.clone()),
         cron: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
-        queue: Arc::new(backend),
+        queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
-    })
+    };
+    Ok((backends, backend))
 }
 
 /// Opens the AWS backend named by the environment (`AGENTLANE_TABLE`, `AGENTLANE_QUEUE_URL` or

@@ -14,11 +14,11 @@ mod resolve;
 mod secret;
 pub mod settings;
 
-#[cfg(feature = "embedded")]
-pub use backends::open_embedded;
 pub use backends::{BackendKind, Backends};
 #[cfg(feature = "aws")]
 pub use backends::{open_aws, setup_aws};
+#[cfg(feature = "embedded")]
+pub use backends::{open_embedded, open_embedded_backend};
 pub use error::ConfigError;
 pub use resolve::CONFIG_ENV;
 pub use secret::Secret;

@@ -177,19 +177,41 @@ async fn a_turn_failing_every_delivery_ends_poisoned_after_the_cap_and_the_next_
 
 #[tokio::test]
 async fn clean_hand_backs_never_poison_a_run() {
-    // GIVEN a cap of 1 and a run handed back three times by shutdowns
-    // (a shutdown may land after a model call started: each pickup has an answer ready)
-    let p = poison_fixture(vec![Script::Text("answered"); 4], 1);
+    // GIVEN a cap of 1 and a run picked up three times, each pickup handed back by a shutdown
+    // that lands while its model call streams
+    let stall = Script::Silent(Duration::from_secs(30));
+    let script = vec![
+        stall.clone(),
+        stall.clone(),
+        stall,
+        Script::Text("answered"),
+    ];
+    let p = poison_fixture(script, 1);
     let msg: TurnMessage = p.f.accept("hello").await;
     for _ in 0..3 {
         let shutdown = CancellationToken::new();
-        shutdown.cancel();
+        let later = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            later.cancel();
+        });
         let exit = p.f.runner.execute(&msg, &shutdown).await.unwrap();
         assert_eq!(exit, TurnExit::HandBack);
     }
+    let run =
+        p.f.store
+            .get_run(&p.f.tenant, &msg.run_id)
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(
+        (run.pickups, run.hand_backs),
+        (3, 3),
+        "three clean hand-backs"
+    );
     // WHEN it is picked up normally
     let exit = p.f.execute(&msg).await;
-    // THEN it answers
+    // THEN it answers: clean hand-backs are not failed deliveries
     assert_eq!(exit, TurnExit::Finished(RunStatus::Ok));
     assert_eq!(finished_run(&p.f, &msg).await.payloads[0].text, "answered");
 }

@@ -119,15 +119,21 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorDetail<'a>,
+/// Every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
 }
 
-#[derive(Serialize)]
-struct ErrorDetail<'a> {
-    code: &'a str,
-    message: String,
+/// What went wrong: a stable code and a message that says what to fix.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// `invalid_request`, `unauthorized`, `not_found`, `method_not_allowed`, `conflict`,
+    /// `payload_too_large`, `session_busy`, `rate_limited`, `timeout`, `uri_too_long` or
+    /// `internal`.
+    #[schema(example = "invalid_request")]
+    pub code: String,
+    pub message: String,
 }
 
 impl IntoResponse for ApiError {
@@ -137,7 +143,7 @@ impl IntoResponse for ApiError {
         }
         let body = ErrorBody {
             error: ErrorDetail {
-                code: self.code(),
+                code: self.code().to_owned(),
                 message: self.public_message(),
             },
         };

@@ -27,6 +27,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod notify;
+pub mod openapi;
 mod page;
 mod request_context;
 mod routes;
@@ -43,6 +44,7 @@ pub use auth::{ApiKeys, Tenant};
 pub use error::ApiError;
 pub use limits::{Limits, TenantLimits, TenantOverride};
 pub use notify::{Notifier, NotifyingStore};
+pub use openapi::openapi_json;
 pub use server::serve;
 
 use agentlane_core::cron::CronStore;
@@ -182,6 +184,7 @@ pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
     );
     let routes = Router::new()
         .route("/healthz", get(routes::health))
+        .route("/v1/openapi.json", get(openapi::serve_document))
         .route("/v1/agent", post(routes::agent::submit))
         .route("/v1/runs/{run_id}", get(routes::runs::get_run))
         // The timeout ends at the response head: an SSE body streams on past it.

@@ -15,21 +15,41 @@ pub const MAX_MODEL_LEN: usize = 256;
 pub const MAX_THINKING_LEN: usize = 32;
 
 /// The body of `POST /v1/agent`, as sent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentBody {
+    /// The conversation: 1-256 characters of `[A-Za-z0-9:._@-]`.
+    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")]
     pub session_key: String,
+    /// The user's message (at most `max_message_bytes` bytes, 256 KiB by default: 413 beyond).
+    #[schema(min_length = 1)]
     pub message: String,
+    /// Same key within 24 h (same request) → the same run, nothing enqueued twice; the same key
+    /// with a different request → 409 `conflict`.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 256)]
     pub idempotency_key: Option<String>,
+    /// Only `followup` (the default) is implemented; `collect`, `steer` and `interrupt` are
+    /// refused with 400.
     #[serde(default)]
+    #[schema(value_type = Option<QueueMode>)]
     pub queue_mode: Option<String>,
+    /// `provider/model`, one the tenant may use (the default model when absent).
     #[serde(default)]
+    #[schema(max_length = 256, pattern = r"^[A-Za-z0-9_.-]+/\S+$")]
     pub model: Option<String>,
+    /// How hard the model thinks before it answers; mapped to the provider (OpenAI reasoning
+    /// effort, Anthropic extended thinking budget). A model known to have no reasoning mode
+    /// refuses any level but `off` with 400 `invalid_request`.
     #[serde(default)]
+    #[schema(value_type = Option<agentlane_core::ThinkingLevel>)]
     pub thinking: Option<String>,
+    /// Run timeout: 0 = no limit (where allowed), at most `max_run_timeout_seconds` (7 days by
+    /// default); the deployment default (48 h) when absent.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 604800)]
     pub timeout_seconds: Option<u64>,
+    /// Added to the system prompt of this turn (same size limit as `message`).
     #[serde(default)]
     pub extra_system_prompt: Option<String>,
 }

@@ -7,7 +7,7 @@ use agentlane_core::{
 use serde::Serialize;
 
 /// `202` answer of `POST /v1/agent`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AcceptedView {
     pub run_id: RunId,
@@ -22,7 +22,7 @@ pub struct AcceptedView {
 }
 
 /// What `agent.wait` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitStatus {
     Ok,
@@ -34,7 +34,7 @@ pub enum WaitStatus {
 }
 
 /// Where a run was when a wait ended before it did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TimeoutPhase {
     /// Still queued: no runner has picked it up.
@@ -45,7 +45,7 @@ pub enum TimeoutPhase {
 
 /// `200` answer of `POST /v1/agent.wait`: with the run's final payloads and usage once it
 /// ended, so one wait answers a turn.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
     pub run_id: RunId,
@@ -128,7 +128,7 @@ pub fn run_view(run: &Run) -> Result<serde_json::Value, serde_json::Error> {
 }
 
 /// `202` answer of `POST /v1/runs/{id}/abort`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortView {
     pub run_id: RunId,
@@ -137,7 +137,7 @@ pub struct AbortView {
 }
 
 /// `GET /v1/runs/{id}/events` (JSON form).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct EventsView {
     pub events: Vec<Event>,
     /// The last `seq` returned, else the `after` given, else null: pass it back as `after`.
@@ -145,7 +145,7 @@ pub struct EventsView {
 }
 
 /// `GET /v1/sessions/{key}` and the answer of a reset.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     pub session_key: SessionKey,
@@ -166,7 +166,20 @@ pub struct SessionView {
     /// The supervisor's diagnostic while one holds (`session.long_running`, `session.stalled`,
     /// `session.stuck`; SPEC §10).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<DiagnosticSchema>)]
     pub diagnostic: Option<agentlane_supervisor::Diagnostic>,
+}
+
+/// The shape of a supervisor [`agentlane_supervisor::Diagnostic`] (documentation only).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Diagnostic)]
+pub struct DiagnosticSchema {
+    /// `session.long_running`, `session.stalled` or `session.stuck`.
+    pub class: String,
+    pub reason: String,
+    /// How long the condition has held, in ms.
+    pub age_ms: u64,
 }
 
 impl SessionView {
@@ -191,7 +204,7 @@ impl SessionView {
 }
 
 /// `GET /v1/sessions/{key}/transcript`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptView {
     pub session_key: SessionKey,

@@ -35,6 +35,8 @@ pub enum Command {
     SetupAws,
     /// Manage cron jobs: add, list, show, rm, run, enable, disable.
     Cron(cron_cmd::CronArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP API (`agentlane openapi > docs/openapi.json`).
+    Openapi,
 }
 
 #[derive(Args, Debug)]
@@ -123,5 +125,9 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
         Command::SetupAws => serve::setup_aws().await.map(|()| ExitCode::SUCCESS),
         Command::Cron(a) => cron_cmd::run(a).await,
+        Command::Openapi => {
+            print!("{}", agentlane_api::openapi_json());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

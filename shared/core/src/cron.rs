@@ -22,6 +22,7 @@ pub const DEFAULT_JOB_TIMEOUT_SECONDS: u64 = 3_600;
 /// A job's id (`job_…`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct JobId(String);
 
 impl JobId {
@@ -57,6 +58,7 @@ impl fmt::Display for JobId {
 /// `{at}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum Schedule {
     /// A cron expression: 5 fields (minute precision) or 6 (with seconds first), in `tz` (an
     /// IANA zone, UTC when absent).
@@ -85,6 +87,7 @@ impl Schedule {
 /// Where a job's final payloads are POSTed after each run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct JobDelivery {
     pub webhook: WebhookTarget,
 }
@@ -92,6 +95,7 @@ pub struct JobDelivery {
 /// A webhook endpoint and its optional bearer token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct WebhookTarget {
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,6 +105,7 @@ pub struct WebhookTarget {
 /// The state of one entry of a job's run history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum JobRunStatus {
     /// Claimed and accepted; not picked up yet.
     Queued,

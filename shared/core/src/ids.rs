@@ -9,6 +9,7 @@ macro_rules! string_id {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(transparent)]
+        #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
         pub struct $name(String);
 
         impl $name {
@@ -69,6 +70,7 @@ impl SessionId {
 /// message while its current one is in flight; different lanes are independent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Lane(String);
 
 impl Lane {

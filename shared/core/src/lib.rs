@@ -15,6 +15,7 @@ pub mod record_size;
 pub mod run;
 pub mod session;
 pub mod store;
+pub mod thinking;
 pub mod transcript;
 pub mod validate;
 
@@ -36,4 +37,5 @@ pub use store::{
     ProcessingIndex, SessionLock, Store, StoreCall, StoreError, StoreLayer, StoreResult,
     TurnIntake,
 };
+pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// `queued → running → ok | error | aborted | timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum RunStatus {
     Queued,
     Running,
@@ -50,6 +51,7 @@ impl RunStatus {
 /// Whether a run can still make progress (SPEC §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum LivenessState {
     #[default]
     Working,
@@ -62,6 +64,7 @@ pub enum LivenessState {
 /// What happens to a message that arrives while its session is busy (SPEC §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum QueueMode {
     #[default]
     Followup,
@@ -73,6 +76,7 @@ pub enum QueueMode {
 /// What the client asked for in `POST /v1/agent`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct TurnRequest {
     pub message: String,
     #[serde(default)]
@@ -113,6 +117,7 @@ impl TurnRequest {
 /// Token counts reported by the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -128,6 +133,7 @@ impl Usage {
 /// One model call made for a run, in order (the attempt ledger).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct AttemptRecord {
     pub index: u32,
     /// `provider/model`.
@@ -146,6 +152,7 @@ pub struct AttemptRecord {
 /// A reply shown to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Payload {
     pub text: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -155,6 +162,7 @@ pub struct Payload {
 /// Why a run did not end `ok`. Messages never carry secrets or raw provider bodies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RunError {
     pub code: String,
     pub message: String,
@@ -172,8 +180,11 @@ impl RunError {
 /// One accepted turn and everything the runner learned while running it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Run {
     pub run_id: RunId,
+    /// Never shown by the API (`GET /v1/runs/{id}` drops it).
+    #[cfg_attr(feature = "utoipa", schema(ignore))]
     pub tenant: TenantId,
     pub session_key: SessionKey,
     pub session_id: SessionId,
@@ -211,6 +222,7 @@ pub struct Run {
     pub hand_backs: u32,
     /// Opaque loop state the runner resumes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub checkpoint: Option<serde_json::Value>,
     /// The run's place in its session key's order, from 0 (all session ids of the key count):
     /// the session's `runs_accepted` before this run was accepted. A runner starts the run only
@@ -250,6 +262,7 @@ impl Run {
 /// Event streams of SPEC §3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum EventStream {
     Lifecycle,
     Assistant,
@@ -280,6 +293,7 @@ impl EventStream {
 
 /// One run event. `seq` is dense and increasing per run, assigned by the run's writer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Event {
     pub seq: u64,
     pub stream: EventStream,

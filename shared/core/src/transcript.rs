@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// (it may be invalid JSON; the tool reports that as an error result).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
@@ -16,6 +17,7 @@ pub struct ToolCall {
 /// A message in a session's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum Message {
     /// What the user sent.
     User { content: String },
@@ -67,6 +69,7 @@ impl Message {
 /// refuses a second entry with the same `seq`, so a retried write can never duplicate an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct TranscriptEntry {
     pub seq: u64,
     /// The run that wrote it.

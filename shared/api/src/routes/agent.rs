@@ -2,7 +2,7 @@
 
 use crate::Shared;
 use crate::auth::Tenant;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{EmptyBody, read_json};
 use crate::request_context::fingerprint;
 use crate::validate::{AgentBody, validate_agent_body};
@@ -22,6 +22,12 @@ use std::time::Duration;
 
 /// Accepts a turn: validate, check the session's queue, write the run `queued`, enqueue it on
 /// its lane, answer 202.
+#[utoipa::path(post, path = "/v1/agent", operation_id = "submitTurn", tag = "agent",
+    request_body = AgentBody,
+    responses(
+        (status = 202, description = "Accepted: the run is queued on its session's lane", body = AcceptedView),
+        (status = 409, description = "`conflict`: the idempotency key names a different turn", body = ErrorBody),
+    ))]
 pub async fn submit(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
@@ -121,16 +127,24 @@ async fn check_session_queue(
 }
 
 /// The body of `POST /v1/agent.wait`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WaitBody {
+    /// A run id from `POST /v1/agent` (unknown or malformed ids answer 404).
     pub run_id: String,
+    /// How long to wait, in ms (default 30 s, capped by the server's `max_wait_ms`).
     #[serde(default)]
+    #[schema(minimum = 0)]
     pub timeout_ms: Option<u64>,
 }
 
 /// Waits for a run to end, at most `timeoutMs` (capped); the run goes on if the wait ends first.
 /// Holds one of the tenant's wait slots meanwhile.
+#[utoipa::path(post, path = "/v1/agent.wait", operation_id = "waitRun", tag = "agent",
+    request_body = WaitBody,
+    responses(
+        (status = 200, description = "The run ended, or the wait did (`status: timeout|pending` with `timeoutPhase`)", body = WaitView),
+    ))]
 pub async fn wait(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,

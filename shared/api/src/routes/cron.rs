@@ -3,10 +3,10 @@
 
 use crate::ApiState;
 use crate::auth::Tenant;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{EmptyBody, read_json};
 use crate::validate::{check_model_allowed, validate_model};
-use agentlane_core::cron::{CronJob, JobDelivery, JobId, JobRun, Schedule};
+use agentlane_core::cron::{CronJob, JobDelivery, JobId, JobRun, JobRunStatus, Schedule};
 use agentlane_core::{RunId, SessionKey, StoreError};
 use agentlane_scheduler::{CompiledSchedule, validate_new};
 use axum::Json;
@@ -25,11 +25,14 @@ const MAX_TIMEOUT_SECONDS: u64 = 7 * 24 * 3600;
 const PATCH_RETRIES: u32 = 4;
 
 /// The body of `POST /v1/cron/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewJobBody {
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
+    #[schema(value_type = Schedule)]
     pub schedule: Value,
+    #[schema(min_length = 1)]
     pub message: String,
     #[serde(default)]
     pub model: Option<String>,
@@ -44,12 +47,14 @@ pub struct NewJobBody {
 }
 
 /// The body of `PATCH /v1/cron/jobs/{jobId}`: any field of a job.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobPatchBody {
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Schedule>)]
     pub schedule: Option<Value>,
     #[serde(default)]
     pub message: Option<String>,
@@ -66,7 +71,7 @@ pub struct JobPatchBody {
 }
 
 /// A job as the API shows it (the webhook token is never shown).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobView {
     pub job_id: JobId,
@@ -79,7 +84,9 @@ pub struct JobView {
     pub timeout_seconds: Option<u64>,
     pub enabled: bool,
     pub delete_after_run: bool,
+    /// `{webhook: {url, hasToken}}`: the token itself is never shown.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<DeliveryView>)]
     pub delivery: Option<Value>,
     pub next_run_at: Option<u64>,
     pub last_runs: Vec<JobRunView>,
@@ -91,13 +98,14 @@ pub struct JobView {
 }
 
 /// One entry of `lastRuns`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobRunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_key: Option<SessionKey>,
+    #[schema(value_type = JobRunStatus)]
     pub status: &'static str,
     pub fired_at: u64,
     pub due_at: u64,
@@ -139,7 +147,12 @@ impl From<&CronJob> for JobView {
             enabled: j.enabled,
             delete_after_run: j.delete_after_run,
             delivery: j.delivery.as_ref().map(|d| {
-                serde_json::json!({"webhook": {"url": d.webhook.url, "hasToken": d.webhook.token.is_some()}})
+                serde_json::json!(DeliveryView {
+                    webhook: WebhookView {
+                        url: d.webhook.url.clone(),
+                        has_token: d.webhook.token.is_some(),
+                    },
+                })
             }),
             next_run_at: if j.enabled { j.next_run_at } else { None },
             last_runs: j.last_runs.iter().map(JobRunView::from).collect(),
@@ -151,14 +164,28 @@ impl From<&CronJob> for JobView {
     }
 }
 
+/// How a job's delivery is shown (documentation of [`JobView::delivery`]).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeliveryView {
+    pub webhook: WebhookView,
+}
+
+/// A webhook target as shown: whether it has a token, never the token.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookView {
+    pub url: String,
+    pub has_token: bool,
+}
+
 /// `GET /v1/cron/jobs`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
 }
 
 /// The answer of `POST /v1/cron/jobs/{jobId}/run`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FiredView {
     pub job_id: JobId,
@@ -308,6 +335,12 @@ fn store_error(e: StoreError) -> ApiError {
 }
 
 /// `POST /v1/cron/jobs` → 201 the job.
+#[utoipa::path(post, path = "/v1/cron/jobs", operation_id = "createCronJob", tag = "cron",
+    request_body = NewJobBody,
+    responses(
+        (status = 201, description = "The job", body = JobView),
+        (status = 409, description = "`conflict`: the tenant has as many jobs as allowed", body = ErrorBody),
+    ))]
 pub async fn create(
     State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
@@ -371,6 +404,8 @@ pub async fn create(
 }
 
 /// `GET /v1/cron/jobs`.
+#[utoipa::path(get, path = "/v1/cron/jobs", operation_id = "listCronJobs", tag = "cron",
+    responses((status = 200, description = "The tenant's jobs", body = JobList)))]
 pub async fn list(
     State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
@@ -382,6 +417,9 @@ pub async fn list(
 }
 
 /// `GET /v1/cron/jobs/{jobId}`.
+#[utoipa::path(get, path = "/v1/cron/jobs/{job_id}", operation_id = "getCronJob", tag = "cron",
+    params(("job_id" = String, Path, description = "A cron job id")),
+    responses((status = 200, description = "The job", body = JobView)))]
 pub async fn get(
     State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
@@ -397,6 +435,9 @@ pub async fn get(
 }
 
 /// `DELETE /v1/cron/jobs/{jobId}` → 204. Fires in flight run to their end; no new ones.
+#[utoipa::path(delete, path = "/v1/cron/jobs/{job_id}", operation_id = "deleteCronJob", tag = "cron",
+    params(("job_id" = String, Path, description = "A cron job id")),
+    responses((status = 204, description = "Deleted")))]
 pub async fn delete(
     State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
@@ -413,6 +454,10 @@ pub async fn delete(
 
 /// `PATCH /v1/cron/jobs/{jobId}`: any field. A new schedule counts from now; re-enabling does
 /// not replay the slots missed while disabled.
+#[utoipa::path(patch, path = "/v1/cron/jobs/{job_id}", operation_id = "updateCronJob", tag = "cron",
+    params(("job_id" = String, Path, description = "A cron job id")),
+    request_body = JobPatchBody,
+    responses((status = 200, description = "The job", body = JobView)))]
 pub async fn patch(
     State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,
@@ -524,6 +569,9 @@ fn apply_patch(
 }
 
 /// `POST /v1/cron/jobs/{jobId}/run` → 202 `{runId}`: one fire now, listed in `lastRuns` at once.
+#[utoipa::path(post, path = "/v1/cron/jobs/{job_id}/run", operation_id = "runCronJob", tag = "cron",
+    params(("job_id" = String, Path, description = "A cron job id")),
+    responses((status = 202, description = "Fired now", body = FiredView)))]
 pub async fn run_now(
     State(state): State<Arc<crate::Shared>>,
     Tenant(tenant): Tenant,

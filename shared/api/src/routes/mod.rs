@@ -11,6 +11,8 @@ use axum::Json;
 use serde_json::{Value, json};
 
 /// `GET /healthz`, no auth.
+#[utoipa::path(get, path = "/healthz", operation_id = "health", tag = "health", security(()),
+    responses((status = 200, description = "The server is up", body = Object, example = json!({"ok": true}))))]
 pub async fn health() -> Json<Value> {
     Json(json!({"ok": true}))
 }

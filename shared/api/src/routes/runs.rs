@@ -3,7 +3,7 @@
 use super::run_id;
 use crate::Shared;
 use crate::auth::Tenant;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, ApiQuery};
 use crate::page;
 use crate::sse::event_stream;
@@ -43,6 +43,9 @@ async fn load_run(state: &Shared, tenant: &TenantId, id: &RunId) -> Result<Run, 
 }
 
 /// The run record (without its tenant).
+#[utoipa::path(get, path = "/v1/runs/{run_id}", operation_id = "getRun", tag = "runs",
+    params(("run_id" = String, Path, description = "A run id (`run_…`)")),
+    responses((status = 200, description = "The run: status, model, attempts, usage, payloads", body = Run)))]
 pub async fn get_run(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
@@ -55,9 +58,14 @@ pub async fn get_run(
 }
 
 /// Query of the events route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Events after this `seq` (the `next` of the previous page).
+    #[param(minimum = 0)]
     pub after: Option<u64>,
+    /// Page size, 1-5000 (default 1000; JSON form only).
+    #[param(minimum = 1, maximum = 5000)]
     pub limit: Option<usize>,
 }
 
@@ -65,6 +73,11 @@ pub struct EventsQuery {
 /// or with `Accept: text/event-stream` an SSE stream until the run ends (one of the tenant's
 /// stream slots while it lasts). `Last-Event-ID` (SSE reconnects) takes precedence over
 /// `after`.
+#[utoipa::path(get, path = "/v1/runs/{run_id}/events", operation_id = "runEvents", tag = "runs",
+    params(("run_id" = String, Path, description = "A run id (`run_…`)"), EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "SSE reconnects: the last `seq` seen (wins over `after`)")),
+    responses((status = 200, description = "A page of events (JSON), or with `Accept: text/event-stream` an SSE stream until the run ends: `id` = seq, `event` = stream, `data` = the event",
+        content((EventsView = "application/json"), (String = "text/event-stream")))))]
 pub async fn events(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
@@ -117,6 +130,12 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 }
 
 /// Asks a live run to stop at its next check.
+#[utoipa::path(post, path = "/v1/runs/{run_id}/abort", operation_id = "abortRun", tag = "runs",
+    params(("run_id" = String, Path, description = "A run id (`run_…`)")),
+    responses(
+        (status = 202, description = "Abort requested: the run stops at its next check", body = AbortView),
+        (status = 409, description = "`conflict`: the run already ended", body = ErrorBody),
+    ))]
 pub async fn abort(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,

@@ -3,7 +3,7 @@
 use super::runs::page_limit;
 use crate::Shared;
 use crate::auth::Tenant;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, ApiQuery, EmptyBody, read_json};
 use crate::page;
 use crate::request_context::fingerprint;
@@ -40,6 +40,9 @@ async fn load_session(
 }
 
 /// Session metadata: current id, status, lane, counters, lock state.
+#[utoipa::path(get, path = "/v1/sessions/{session_key}", operation_id = "getSession", tag = "sessions",
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`")),
+    responses((status = 200, description = "The session", body = SessionView)))]
 pub async fn get_session(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
@@ -79,16 +82,26 @@ async fn diagnose(
 }
 
 /// Query of the transcript route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 pub struct TranscriptQuery {
+    /// An earlier session id of the key (default: the current one).
+    #[param(min_length = 1, max_length = 128)]
     pub session_id: Option<String>,
+    /// Entries after this `seq` (the `next` of the previous page).
+    #[param(minimum = 0)]
     pub after: Option<u64>,
+    /// Page size, 1-5000 (default 1000).
+    #[param(minimum = 1, maximum = 5000)]
     pub limit: Option<usize>,
 }
 
 /// Transcript entries of the current session id (or of `sessionId`), in order: at most
 /// `limit`, and at most `max_page_bytes` of JSON; `next` continues (pass it as `after`).
+#[utoipa::path(get, path = "/v1/sessions/{session_key}/transcript", operation_id = "getTranscript", tag = "sessions",
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`"), TranscriptQuery),
+    responses((status = 200, description = "A page of transcript entries", body = TranscriptView)))]
 pub async fn transcript(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
@@ -122,7 +135,7 @@ pub async fn transcript(
 }
 
 /// The (empty) body of a reset.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetBody {}
 
@@ -130,6 +143,13 @@ pub struct ResetBody {}
 /// a running turn to release the session lock (up to `reset_wait_ms`, then 409
 /// `session_busy`), and takes it for the one write that swaps the id. Runs accepted before
 /// the reset keep the old id and end `aborted` (`session_reset`) when their message comes.
+#[utoipa::path(post, path = "/v1/sessions/{session_key}/reset", operation_id = "resetSession", tag = "sessions",
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`")),
+    request_body(content = Option<ResetBody>, description = "Empty, or `{}`"),
+    responses(
+        (status = 200, description = "The session, with a new session id", body = SessionView),
+        (status = 409, description = "`session_busy`: a running turn kept the session lock", body = ErrorBody),
+    ))]
 pub async fn reset(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,

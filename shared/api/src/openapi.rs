@@ -1,0 +1,178 @@
+//! The OpenAPI 3.1 document of the API, generated from the handlers' `#[utoipa::path]`
+//! annotations and the request/response types' `ToSchema` derives, so it cannot drift from
+//! the code. Served at `GET /v1/openapi.json` (no auth) and committed as `docs/openapi.json`
+//! (regenerate with `agentlane openapi > docs/openapi.json`; a test fails when they differ).
+
+use crate::error::ErrorBody;
+use crate::routes;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use std::sync::OnceLock;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, OpenApi as Document, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+/// The document's source: every route and the schemas they use.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agentlane",
+        description = "The HTTP API of agentlane, a serverless runtime for conversational AI \
+agents: submit turns, wait for them, read runs, events (JSON pages or SSE), transcripts and \
+sessions, manage cron jobs. Every error is `{\"error\": {\"code\", \"message\"}}`. All `/v1` \
+routes but this document take `Authorization: Bearer <key>`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    paths(
+        routes::health,
+        serve_document,
+        routes::agent::submit,
+        routes::agent::wait,
+        routes::runs::get_run,
+        routes::runs::events,
+        routes::runs::abort,
+        routes::sessions::get_session,
+        routes::sessions::transcript,
+        routes::sessions::reset,
+        routes::cron::create,
+        routes::cron::list,
+        routes::cron::get,
+        routes::cron::patch,
+        routes::cron::delete,
+        routes::cron::run_now,
+    ),
+    components(schemas(ErrorBody)),
+    modifiers(&Conventions),
+    security(("bearer" = [])),
+    tags(
+        (name = "agent", description = "Submit turns and wait for them"),
+        (name = "runs", description = "Runs, their events and abort"),
+        (name = "sessions", description = "Sessions, transcripts and resets"),
+        (name = "cron", description = "Scheduled, isolated turns"),
+        (name = "health", description = "Liveness and this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// Adds the bearer scheme and, to every operation, the error answers any request can get
+/// (the edge's limits and failures), so the document lists every status the server sends.
+struct Conventions;
+
+/// `(status, when)` of the errors every operation can answer.
+const COMMON_ERRORS: &[(&str, &str)] = &[
+    (
+        "408",
+        "`timeout`: the request or its body did not complete in time",
+    ),
+    ("414", "`uri_too_long`: the path and query are too long"),
+    ("500", "`internal`: see the server logs"),
+];
+
+/// `(status, when)` of the further errors of authenticated operations.
+const AUTHENTICATED_ERRORS: &[(&str, &str)] = &[
+    (
+        "400",
+        "`invalid_request`: a malformed parameter or body; the message says what to fix",
+    ),
+    ("401", "`unauthorized`: missing or unknown API key"),
+    (
+        "404",
+        "`not_found`: no such resource for this tenant (malformed ids included)",
+    ),
+    (
+        "413",
+        "`payload_too_large`: the body or a field is too large",
+    ),
+    (
+        "429",
+        "`rate_limited`: a tenant limit is reached or the backend throttles; see `Retry-After`",
+    ),
+];
+
+impl Modify for Conventions {
+    fn modify(&self, openapi: &mut Document) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key of `AGENTLANE_API_KEYS` (or `<data-dir>/api-key`)",
+                    ))
+                    .build(),
+            ),
+        );
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.patch,
+                &mut item.delete,
+                &mut item.put,
+            ];
+            for operation in operations.into_iter().flatten() {
+                // `security(())` marks the routes that need no key.
+                let open = operation
+                    .security
+                    .as_ref()
+                    .is_some_and(|s| s.iter().all(is_empty_requirement));
+                let extra = if open {
+                    COMMON_ERRORS.to_vec()
+                } else {
+                    [AUTHENTICATED_ERRORS, COMMON_ERRORS].concat()
+                };
+                for (status, description) in extra {
+                    operation
+                        .responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| error_response(description));
+                }
+            }
+        }
+    }
+}
+
+fn is_empty_requirement(requirement: &utoipa::openapi::security::SecurityRequirement) -> bool {
+    serde_json::to_value(requirement)
+        .map(|v| v.as_object().is_some_and(|o| o.is_empty()))
+        .unwrap_or(false)
+}
+
+fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                    ErrorBody::name(),
+                ))))
+                .build(),
+        )
+        .build()
+        .into()
+}
+
+/// The document as pretty JSON with a trailing newline: what `GET /v1/openapi.json` serves,
+/// `agentlane openapi` prints and `docs/openapi.json` holds.
+pub fn openapi_json() -> &'static str {
+    static DOCUMENT: OnceLock<String> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        // A document of plain strings and maps always serialises.
+        let mut text = ApiDoc::openapi()
+            .to_pretty_json()
+            .unwrap_or_else(|e| format!("{{\"error\": \"openapi: {e}\"}}"));
+        text.push('\n');
+        text
+    })
+}
+
+/// `GET /v1/openapi.json`, no auth: this document.
+#[utoipa::path(get, path = "/v1/openapi.json", operation_id = "openapi", tag = "health",
+    security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", body = Object)))]
+pub async fn serve_document() -> Response {
+    ([(CONTENT_TYPE, "application/json")], openapi_json()).into_response()
+}

@@ -4,14 +4,16 @@
 use crate::ApiConfig;
 use crate::error::ApiError;
 use agentlane_core::validate::validate_session_key;
-use agentlane_core::{QueueMode, SessionKey, TenantId, TurnRequest};
+use agentlane_core::{
+    QueueMode, SessionKey, TenantId, ThinkingLevel, ThinkingSupport, TurnRequest, thinking_support,
+};
 use serde::Deserialize;
 
 /// Longest accepted `idempotencyKey`, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 256;
 /// Longest accepted `model` (`provider/name`).
 pub const MAX_MODEL_LEN: usize = 256;
-/// Longest accepted `thinking` level.
+/// Longest `thinking` value quoted back in an error.
 pub const MAX_THINKING_LEN: usize = 32;
 
 /// The body of `POST /v1/agent`, as sent.
@@ -92,7 +94,7 @@ pub fn validate_agent_body(
         check_model_allowed(model, config, tenant)?;
     }
     if let Some(thinking) = &body.thinking {
-        validate_thinking(thinking)?;
+        validate_thinking(thinking, body.model.as_deref(), config)?;
     }
     if let Some(seconds) = body.timeout_seconds {
         check_run_timeout(seconds, config)?;
@@ -244,19 +246,37 @@ fn in_words(seconds: u64) -> String {
     }
 }
 
-fn validate_thinking(level: &str) -> Result<(), ApiError> {
-    let ok = !level.is_empty()
-        && level.len() <= MAX_THINKING_LEN
-        && level
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "thinking must be a level name such as off, low, medium or high (1-{MAX_THINKING_LEN} \
-             lowercase letters, digits, _ or -)"
-        )))
+/// `thinking`: a known level; any level but `off` needs a model with a reasoning mode (the
+/// request's model, else the deployment's default), so a level is never silently ignored.
+fn validate_thinking(level: &str, model: Option<&str>, config: &ApiConfig) -> Result<(), ApiError> {
+    let names = || {
+        ThinkingLevel::ALL
+            .iter()
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(parsed) = ThinkingLevel::parse(level) else {
+        let shown: String = level.chars().take(MAX_THINKING_LEN).collect();
+        return Err(invalid(format!(
+            "thinking {shown:?} is not a level; use one of {}",
+            names()
+        )));
+    };
+    if parsed == ThinkingLevel::Off {
+        return Ok(());
+    }
+    let model = model
+        .or(config.configured_models.first().map(String::as_str))
+        .or(config.demo_mode.then_some("demo/agentlane-demo"));
+    match model {
+        Some(model) if thinking_support(model) == ThinkingSupport::Unsupported => {
+            Err(invalid(format!(
+                "thinking {level:?} is not supported by model {model:?}, which has no reasoning \
+                 mode; send thinking \"off\" (or none), or pick a reasoning model"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -4,6 +4,8 @@
 mod decode;
 mod wire;
 
+pub use wire::thinking_budget;
+
 use crate::config::{self, ConfigError};
 use crate::transport::{self, Opened};
 use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};

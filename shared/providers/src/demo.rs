@@ -262,6 +262,7 @@ mod tests {
             messages,
             tools,
             max_output_tokens: None,
+            thinking: None,
         }
     }
 

@@ -18,7 +18,7 @@ pub use accumulate::{AssistantTurn, StreamAccumulator};
 pub use config::ConfigError;
 pub use error::{FailoverReason, ProviderError, RateLimitWindow};
 
-use agentlane_core::{Message, Usage};
+use agentlane_core::{Message, ThinkingLevel, Usage};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,10 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: Option<u32>,
+    /// How hard a reasoning model should think (`None` or `off`: nothing is asked). OpenAI
+    /// sends it as `reasoning_effort`, Anthropic as an extended-thinking `budget_tokens`
+    /// (see [`anthropic::thinking_budget`]); the demo model has no reasoning mode.
+    pub thinking: Option<ThinkingLevel>,
 }
 
 /// Why the model stopped.

@@ -82,6 +82,7 @@ pub fn summary_request(model: &str, history: &[Message], run_start: usize) -> Mo
         ))],
         tools: Vec::new(),
         max_output_tokens: Some(2048),
+        thinking: None,
     }
 }
 

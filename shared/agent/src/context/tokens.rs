@@ -55,6 +55,7 @@ mod tests {
             messages: vec![Message::user("y".repeat(396))],
             tools: vec![],
             max_output_tokens: None,
+            thinking: None,
         };
         assert_eq!(estimate_tokens(&r), 200);
     }

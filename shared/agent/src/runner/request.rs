@@ -7,7 +7,7 @@ use super::turn_loop::Turn;
 use crate::context::history::limit_turns;
 use crate::context::repair::repair_pairing;
 use crate::models::ResolvedModel;
-use agentlane_core::Message;
+use agentlane_core::{Message, ThinkingLevel, ThinkingSupport, thinking_support};
 use agentlane_providers::ModelRequest;
 
 impl Turn<'_> {
@@ -40,6 +40,18 @@ impl Turn<'_> {
             messages,
             tools: self.runner.tools.specs(),
             max_output_tokens: None,
+            thinking: thinking_for(run.request.thinking.as_deref(), &model.full_name),
         }
+    }
+}
+
+/// The run's thinking level for an attempt on `model` (`provider/model`). The API refused a
+/// level the run's own model cannot take; a fallback model known to have no reasoning mode
+/// gets none (rather than an error the fallback cannot recover from).
+fn thinking_for(level: Option<&str>, model: &str) -> Option<ThinkingLevel> {
+    let level = ThinkingLevel::parse(level?)?;
+    match thinking_support(model) {
+        ThinkingSupport::Unsupported => None,
+        ThinkingSupport::Supported | ThinkingSupport::Unknown => Some(level),
     }
 }

@@ -498,3 +498,80 @@ async fn wait_rejects_bad_bodies_and_unknown_runs() {
         .await
         .assert_error(404, "not_found");
 }
+
+#[tokio::test]
+async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with_it() {
+    let h = Harness::with_config(ApiConfig {
+        configured_models: vec!["openai/gpt-4o-mini".into()],
+        limits: agentlane_api::Limits {
+            allowed_models: [
+                "openai/gpt-4o-mini",
+                "openai/o3-mini",
+                "anthropic/claude-3-5-haiku-latest",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..agentlane_api::Limits::default()
+        },
+        ..ApiConfig::default()
+    })
+    .await;
+    // The default model (gpt-4o-mini) has no reasoning mode: the level is refused, by name.
+    let refused = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "t", "message": "hi", "thinking": "high"}),
+        )
+        .await;
+    refused.assert_error(400, "invalid_request");
+    let message = refused.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("thinking"), "{message}");
+    assert!(message.contains("openai/gpt-4o-mini"), "{message}");
+    let named = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "t", "message": "hi", "model": "anthropic/claude-3-5-haiku-latest", "thinking": "low"}),
+        )
+        .await;
+    named.assert_error(400, "invalid_request");
+    assert!(named.text.contains("claude-3-5-haiku"), "{}", named.text);
+    // An unknown level names the accepted ones.
+    let unknown = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "t", "message": "hi", "model": "openai/o3-mini", "thinking": "max"}),
+        )
+        .await;
+    unknown.assert_error(400, "invalid_request");
+    assert!(
+        unknown.text.contains("minimal, low, medium, high"),
+        "{}",
+        unknown.text
+    );
+    assert!(h.queued().await.is_empty());
+
+    // `off` is fine anywhere; a reasoning model keeps its level on the run.
+    let off = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "t", "message": "hi", "thinking": "off"}),
+        )
+        .await;
+    assert_eq!(off.status, StatusCode::ACCEPTED, "{}", off.text);
+    let accepted = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "t", "message": "hi", "model": "openai/o3-mini", "thinking": "high"}),
+        )
+        .await;
+    assert_eq!(accepted.status, StatusCode::ACCEPTED, "{}", accepted.text);
+    let run = h
+        .run(&acme(), accepted.json["runId"].as_str().unwrap())
+        .await;
+    assert_eq!(run.request.thinking.as_deref(), Some("high"));
+}

@@ -1,18 +1,25 @@
 //! [`ModelRequest`] → the Messages API request body.
 
 use crate::{ModelRequest, ToolSpec};
-use agentlane_core::{Message, ToolCall};
+use agentlane_core::{Message, ThinkingLevel, ToolCall};
 use serde_json::{Map, Value, json};
 
 /// The streaming request body. `max_tokens` is required by the API: the request's own cap, else
-/// `default_max_tokens`.
+/// `default_max_tokens`. With a thinking level, extended thinking is enabled with that level's
+/// budget, and `max_tokens` grows by the budget (the API wants it above `budget_tokens`, and
+/// the answer keeps its own cap).
 pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
+    let answer_cap = request.max_output_tokens.unwrap_or(default_max_tokens);
+    let budget = thinking_budget(request.thinking);
     let mut body = json!({
         "model": request.model,
-        "max_tokens": request.max_output_tokens.unwrap_or(default_max_tokens),
+        "max_tokens": answer_cap.saturating_add(budget.unwrap_or(0)),
         "stream": true,
         "messages": messages(&request.messages),
     });
+    if let Some(budget) = budget {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+    }
     if !request.system.is_empty() {
         body["system"] = json!(request.system);
     }
@@ -20,6 +27,18 @@ pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> V
         body["tools"] = request.tools.iter().map(tool).collect();
     }
     body
+}
+
+/// The extended-thinking `budget_tokens` of a thinking level (`off`: thinking stays disabled).
+/// The API's minimum budget is 1024 tokens.
+pub fn thinking_budget(level: Option<ThinkingLevel>) -> Option<u32> {
+    match level? {
+        ThinkingLevel::Off => None,
+        ThinkingLevel::Minimal => Some(1024),
+        ThinkingLevel::Low => Some(4096),
+        ThinkingLevel::Medium => Some(10_000),
+        ThinkingLevel::High => Some(32_000),
+    }
 }
 
 /// The history as Messages API turns. Consecutive tool results become one user message of
@@ -115,6 +134,7 @@ mod tests {
             messages,
             tools: vec![],
             max_output_tokens: None,
+            thinking: None,
         }
     }
 

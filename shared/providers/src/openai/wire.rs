@@ -1,7 +1,7 @@
 //! [`ModelRequest`] → the Chat Completions request body.
 
 use crate::ModelRequest;
-use agentlane_core::Message;
+use agentlane_core::{Message, ThinkingLevel};
 use serde_json::{Value, json};
 
 /// Which field carries the output-token cap. OpenAI's own API wants `max_completion_tokens`
@@ -56,7 +56,21 @@ pub(crate) fn request_body(request: &ModelRequest, max_tokens: MaxTokensField) -
     if let Some(cap) = request.max_output_tokens {
         body[max_tokens.key()] = json!(cap);
     }
+    if let Some(effort) = reasoning_effort(request.thinking) {
+        body["reasoning_effort"] = json!(effort);
+    }
     body
+}
+
+/// The `reasoning_effort` of a thinking level (`off`: none is sent).
+pub(crate) fn reasoning_effort(level: Option<ThinkingLevel>) -> Option<&'static str> {
+    match level? {
+        ThinkingLevel::Off => None,
+        ThinkingLevel::Minimal => Some("minimal"),
+        ThinkingLevel::Low => Some("low"),
+        ThinkingLevel::Medium => Some("medium"),
+        ThinkingLevel::High => Some("high"),
+    }
 }
 
 fn message(message: &Message) -> Value {
@@ -121,6 +135,7 @@ mod tests {
             messages,
             tools: vec![],
             max_output_tokens: None,
+            thinking: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use crate::mock::*;
 use crate::transport::Protocol;
-use agentlane_core::{Message, ToolCall, Usage};
+use agentlane_core::{Message, ThinkingLevel, ToolCall, Usage};
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::{
     AssistantTurn, FailoverReason, FinishReason, ModelProvider, ModelRequest, ProviderError,
@@ -147,6 +147,7 @@ fn weather_request() -> ModelRequest {
         ],
         tools: weather_tools(),
         max_output_tokens: Some(256),
+        thinking: None,
     }
 }
 
@@ -550,6 +551,7 @@ async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() 
         messages: vec![Message::user("hi")],
         tools: vec![],
         max_output_tokens: None,
+        thinking: None,
     };
     let (events, error) = collect(&provider, request).await;
     assert_eq!(error, None);
@@ -657,6 +659,7 @@ mod aimock {
             messages: vec![Message::user("weather in Paris?")],
             tools: weather_tools(),
             max_output_tokens: None,
+            thinking: None,
         };
         let (events, error) = collect(&provider, request.clone()).await;
         assert_eq!(error, None);
@@ -702,5 +705,58 @@ mod aimock {
         assert_eq!(turn.finish, Some(FinishReason::Stop));
 
         child.kill().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_thinking_level_enables_extended_thinking_with_its_budget_above_the_answer_cap() {
+    let server = serve(ANTHROPIC, || {
+        sse(frames(vec![
+            message_start(12),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            delta(0, json!({"type": "thinking_delta", "thinking": "Let me think."})),
+            block_stop(0),
+            text_start(1),
+            text_delta(1, "42"),
+            block_stop(1),
+            message_delta("end_turn", 30),
+            message_stop(),
+        ]))
+    })
+    .await;
+    let levels = [
+        (ThinkingLevel::Minimal, Some(1024)),
+        (ThinkingLevel::High, Some(32_000)),
+        (ThinkingLevel::Off, None),
+    ];
+    for (level, _) in levels {
+        let mut request = weather_request();
+        request.thinking = Some(level);
+        let (events, error) = collect(&provider(&server), request).await;
+        assert_eq!(error, None);
+        assert_eq!(
+            accumulate(&events).reasoning,
+            "Let me think.",
+            "the thinking block streams back as reasoning"
+        );
+    }
+    let requests = server.requests.lock().unwrap();
+    assert_eq!(requests.len(), levels.len());
+    // weather_request caps the answer at 256 tokens.
+    for ((level, budget), (_, body)) in levels.iter().zip(requests.iter()) {
+        match budget {
+            Some(budget) => {
+                assert_eq!(
+                    body["thinking"],
+                    json!({"type": "enabled", "budget_tokens": budget}),
+                    "{level:?}"
+                );
+                assert_eq!(body["max_tokens"], json!(budget + 256), "{level:?}");
+            }
+            None => {
+                assert!(body.get("thinking").is_none(), "{level:?}: {body}");
+                assert_eq!(body["max_tokens"], json!(256));
+            }
+        }
     }
 }

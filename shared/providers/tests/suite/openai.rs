@@ -3,7 +3,7 @@
 
 use crate::mock::*;
 use crate::transport::Protocol;
-use agentlane_core::{Message, ToolCall, Usage};
+use agentlane_core::{Message, ThinkingLevel, ToolCall, Usage};
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
 use agentlane_providers::{
     AssistantTurn, FailoverReason, FinishReason, ModelProvider, ModelRequest, ProviderError,
@@ -90,6 +90,7 @@ fn weather_request() -> ModelRequest {
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         }],
         max_output_tokens: Some(256),
+        thinking: None,
     }
 }
 
@@ -460,3 +461,40 @@ fn protocol() -> Protocol<OpenAiProvider> {
 }
 
 crate::transport_checks!(protocol());
+
+#[tokio::test]
+async fn a_thinking_level_is_sent_as_reasoning_effort() {
+    let server = serve(OPENAI, || {
+        sse(sse_frames(&[
+            chunk(json!({"reasoning_content": "Thinking it over."}), None),
+            chunk(json!({"content": "42"}), Some("stop")),
+            "[DONE]".into(),
+        ]))
+    })
+    .await;
+    let levels = [
+        (Some(ThinkingLevel::Minimal), Some("minimal")),
+        (Some(ThinkingLevel::Low), Some("low")),
+        (Some(ThinkingLevel::Medium), Some("medium")),
+        (Some(ThinkingLevel::High), Some("high")),
+        (Some(ThinkingLevel::Off), None),
+        (None, None),
+    ];
+    for (level, _) in levels {
+        let mut request = weather_request();
+        request.model = "o3-mini".into();
+        request.thinking = level;
+        let (events, error) = collect(&provider(&server), request).await;
+        assert_eq!(error, None);
+        assert_eq!(accumulate(&events).text, "42");
+    }
+    let requests = server.requests.lock().unwrap();
+    assert_eq!(requests.len(), levels.len());
+    for ((level, effort), (_, body)) in levels.iter().zip(requests.iter()) {
+        assert_eq!(body["model"], "o3-mini");
+        match effort {
+            Some(effort) => assert_eq!(body["reasoning_effort"], *effort, "{level:?}"),
+            None => assert!(body.get("reasoning_effort").is_none(), "{level:?}: {body}"),
+        }
+    }
+}

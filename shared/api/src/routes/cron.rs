@@ -30,7 +30,7 @@ const PATCH_RETRIES: u32 = 4;
 pub struct NewJobBody {
     #[schema(min_length = 1, max_length = 200)]
     pub name: String,
-    #[schema(value_type = Schedule)]
+    #[schema(value_type = ScheduleInput)]
     pub schedule: Value,
     #[schema(min_length = 1)]
     pub message: String,
@@ -54,7 +54,7 @@ pub struct JobPatchBody {
     #[schema(min_length = 1, max_length = 200)]
     pub name: Option<String>,
     #[serde(default)]
-    #[schema(value_type = Option<Schedule>)]
+    #[schema(value_type = Option<ScheduleInput>)]
     pub schedule: Option<Value>,
     #[serde(default)]
     pub message: Option<String>,
@@ -68,6 +68,47 @@ pub struct JobPatchBody {
     pub delete_after_run: Option<bool>,
     #[serde(default)]
     pub delivery: Option<JobDelivery>,
+}
+
+/// A schedule as a request sends it: exactly one kind, nothing else (what [`parse_schedule`]
+/// accepts; documentation only).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ScheduleInput {
+    Cron(CronScheduleInput),
+    Every(EveryScheduleInput),
+    At(AtScheduleInput),
+}
+
+/// A cron expression: 5 fields (minute precision) or 6 (seconds first), in `tz` (an IANA
+/// zone; UTC when absent).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct CronScheduleInput {
+    #[schema(min_length = 1)]
+    cron: String,
+    #[serde(default)]
+    tz: Option<String>,
+}
+
+/// Every `everySeconds` seconds (≥ 1), from the job's creation or last schedule change.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct EveryScheduleInput {
+    #[schema(minimum = 1)]
+    every_seconds: u64,
+}
+
+/// Once, at an RFC 3339 time.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct AtScheduleInput {
+    #[schema(format = DateTime)]
+    at: String,
 }
 
 /// A job as the API shows it (the webhook token is never shown).
@@ -418,7 +459,7 @@ pub async fn list(
 
 /// `GET /v1/cron/jobs/{jobId}`.
 #[utoipa::path(get, path = "/v1/cron/jobs/{job_id}", operation_id = "getCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id")),
+    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 200, description = "The job", body = JobView)))]
 pub async fn get(
     State(state): State<Arc<crate::Shared>>,
@@ -436,7 +477,7 @@ pub async fn get(
 
 /// `DELETE /v1/cron/jobs/{jobId}` → 204. Fires in flight run to their end; no new ones.
 #[utoipa::path(delete, path = "/v1/cron/jobs/{job_id}", operation_id = "deleteCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id")),
+    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 204, description = "Deleted")))]
 pub async fn delete(
     State(state): State<Arc<crate::Shared>>,
@@ -455,7 +496,7 @@ pub async fn delete(
 /// `PATCH /v1/cron/jobs/{jobId}`: any field. A new schedule counts from now; re-enabling does
 /// not replay the slots missed while disabled.
 #[utoipa::path(patch, path = "/v1/cron/jobs/{job_id}", operation_id = "updateCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id")),
+    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     request_body = JobPatchBody,
     responses((status = 200, description = "The job", body = JobView)))]
 pub async fn patch(
@@ -570,7 +611,7 @@ fn apply_patch(
 
 /// `POST /v1/cron/jobs/{jobId}/run` → 202 `{runId}`: one fire now, listed in `lastRuns` at once.
 #[utoipa::path(post, path = "/v1/cron/jobs/{job_id}/run", operation_id = "runCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id")),
+    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 202, description = "Fired now", body = FiredView)))]
 pub async fn run_now(
     State(state): State<Arc<crate::Shared>>,

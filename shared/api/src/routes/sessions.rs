@@ -41,7 +41,7 @@ async fn load_session(
 
 /// Session metadata: current id, status, lane, counters, lock state.
 #[utoipa::path(get, path = "/v1/sessions/{session_key}", operation_id = "getSession", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`")),
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")),
     responses((status = 200, description = "The session", body = SessionView)))]
 pub async fn get_session(
     State(state): State<Arc<Shared>>,
@@ -100,7 +100,7 @@ pub struct TranscriptQuery {
 /// Transcript entries of the current session id (or of `sessionId`), in order: at most
 /// `limit`, and at most `max_page_bytes` of JSON; `next` continues (pass it as `after`).
 #[utoipa::path(get, path = "/v1/sessions/{session_key}/transcript", operation_id = "getTranscript", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`"), TranscriptQuery),
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$"), TranscriptQuery),
     responses((status = 200, description = "A page of transcript entries", body = TranscriptView)))]
 pub async fn transcript(
     State(state): State<Arc<Shared>>,
@@ -144,7 +144,7 @@ pub struct ResetBody {}
 /// `session_busy`), and takes it for the one write that swaps the id. Runs accepted before
 /// the reset keep the old id and end `aborted` (`session_reset`) when their message comes.
 #[utoipa::path(post, path = "/v1/sessions/{session_key}/reset", operation_id = "resetSession", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`")),
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")),
     request_body(content = Option<ResetBody>, description = "Empty, or `{}`"),
     responses(
         (status = 200, description = "The session, with a new session id", body = SessionView),

@@ -25,7 +25,15 @@ use std::time::Duration;
 #[utoipa::path(post, path = "/v1/agent", operation_id = "submitTurn", tag = "agent",
     request_body = AgentBody,
     responses(
-        (status = 202, description = "Accepted: the run is queued on its session's lane", body = AcceptedView),
+        (status = 202, description = "Accepted: the run is queued on its session's lane", body = AcceptedView,
+            links(
+                ("GetRun" = (operation_id = "getRun", parameters(("run_id" = "$response.body#/runId")))),
+                ("RunEvents" = (operation_id = "runEvents", parameters(("run_id" = "$response.body#/runId")))),
+                ("AbortRun" = (operation_id = "abortRun", parameters(("run_id" = "$response.body#/runId")))),
+                ("GetSession" = (operation_id = "getSession", parameters(("session_key" = "$response.body#/sessionKey")))),
+                ("GetTranscript" = (operation_id = "getTranscript", parameters(("session_key" = "$response.body#/sessionKey")))),
+                ("ResetSession" = (operation_id = "resetSession", parameters(("session_key" = "$response.body#/sessionKey")))),
+            )),
         (status = 409, description = "`conflict`: the idempotency key names a different turn", body = ErrorBody),
     ))]
 pub async fn submit(

@@ -379,7 +379,13 @@ fn store_error(e: StoreError) -> ApiError {
 #[utoipa::path(post, path = "/v1/cron/jobs", operation_id = "createCronJob", tag = "cron",
     request_body = NewJobBody,
     responses(
-        (status = 201, description = "The job", body = JobView),
+        (status = 201, description = "The job", body = JobView,
+            links(
+                ("GetJob" = (operation_id = "getCronJob", parameters(("job_id" = "$response.body#/jobId")))),
+                ("UpdateJob" = (operation_id = "updateCronJob", parameters(("job_id" = "$response.body#/jobId")))),
+                ("RunJob" = (operation_id = "runCronJob", parameters(("job_id" = "$response.body#/jobId")))),
+                ("DeleteJob" = (operation_id = "deleteCronJob", parameters(("job_id" = "$response.body#/jobId")))),
+            )),
         (status = 409, description = "`conflict`: the tenant has as many jobs as allowed", body = ErrorBody),
     ))]
 pub async fn create(

@@ -24,6 +24,7 @@ mod retry_loop;
 mod supervisor;
 mod support;
 mod text_turn;
+mod thinking;
 mod tool_round_trip;
 mod validation;
 mod wait;

@@ -55,3 +55,23 @@ fn thinking_for(level: Option<&str>, model: &str) -> Option<ThinkingLevel> {
         ThinkingSupport::Supported | ThinkingSupport::Unknown => Some(level),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fallback_without_reasoning_runs_without_the_level() {
+        assert_eq!(
+            thinking_for(Some("high"), "openai/o3-mini"),
+            Some(ThinkingLevel::High)
+        );
+        assert_eq!(
+            thinking_for(Some("low"), "local/llama3.2"),
+            Some(ThinkingLevel::Low)
+        );
+        assert_eq!(thinking_for(Some("high"), "openai/gpt-4o-mini"), None);
+        assert_eq!(thinking_for(Some("high"), "demo/agentlane-demo"), None);
+        assert_eq!(thinking_for(None, "openai/o3-mini"), None);
+    }
+}

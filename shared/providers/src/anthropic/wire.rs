@@ -10,7 +10,11 @@ use serde_json::{Map, Value, json};
 /// the answer keeps its own cap).
 pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
     let answer_cap = request.max_output_tokens.unwrap_or(default_max_tokens);
-    let budget = thinking_budget(request.thinking);
+    // A tool round's continuation (the history ends in tool results) must replay the signed
+    // thinking block of the assistant turn that called the tools when thinking is on; the
+    // transcript keeps no signatures, so such a request runs with thinking off (allowed).
+    let continues_tools = matches!(request.messages.last(), Some(Message::Tool { .. }));
+    let budget = thinking_budget(request.thinking).filter(|_| !continues_tools);
     let mut body = json!({
         "model": request.model,
         "max_tokens": answer_cap.saturating_add(budget.unwrap_or(0)),
@@ -153,6 +157,33 @@ mod tests {
             content: content.into(),
             is_error,
         }
+    }
+
+    #[test]
+    fn thinking_is_enabled_for_a_prompt_and_left_off_for_a_tool_continuation() {
+        let mut prompt = request(vec![Message::user("hi")]);
+        prompt.thinking = Some(ThinkingLevel::Low);
+        let body = request_body(&prompt, 1000);
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 4096})
+        );
+        assert_eq!(body["max_tokens"], 5096);
+
+        let mut continuation = request(vec![
+            Message::user("hi"),
+            Message::Assistant {
+                content: String::new(),
+                reasoning: Some("call f".into()),
+                tool_calls: vec![call("t1", "{}")],
+                model: None,
+            },
+            tool_result("t1", "done", false),
+        ]);
+        continuation.thinking = Some(ThinkingLevel::Low);
+        let body = request_body(&continuation, 1000);
+        assert!(body.get("thinking").is_none(), "{body}");
+        assert_eq!(body["max_tokens"], 1000);
     }
 
     #[test]

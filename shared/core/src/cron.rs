@@ -97,6 +97,11 @@ pub struct JobDelivery {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct WebhookTarget {
+    /// An http(s) URL (at most 2048 characters, no whitespace).
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(max_length = 2048, pattern = r"^https?://\S+$")
+    )]
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,

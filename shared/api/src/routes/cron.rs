@@ -36,7 +36,9 @@ pub struct NewJobBody {
     pub message: String,
     #[serde(default)]
     pub model: Option<String>,
+    /// Each fire's run timeout, at most 7 days; 0 = none.
     #[serde(default)]
+    #[schema(maximum = 604800)]
     pub timeout_seconds: Option<u64>,
     #[serde(default)]
     pub enabled: Option<bool>,
@@ -60,7 +62,9 @@ pub struct JobPatchBody {
     pub message: Option<String>,
     #[serde(default)]
     pub model: Option<String>,
+    /// Each fire's run timeout, at most 7 days; 0 = none.
     #[serde(default)]
+    #[schema(maximum = 604800)]
     pub timeout_seconds: Option<u64>,
     #[serde(default)]
     pub enabled: Option<bool>,

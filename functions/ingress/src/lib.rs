@@ -8,11 +8,17 @@
 //!   happen and last as long as the run, up to the function's timeout; `agent.wait` may wait
 //!   as long. Every request carries a [`ResponseDeadline`] a margin before the invocation's
 //!   deadline (from the Runtime API): a stream still open then ends with a `reconnect` event
-//!   and a `retry:` hint, and the client resumes with `Last-Event-ID`.
+//!   and a `retry:` hint, and the client resumes with `Last-Event-ID`. It serves the long
+//!   reads only ([`served_when_streaming`]): the rest answers `404 not_found` pointing at the
+//!   HTTP API, so its role needs no write.
 
-use agentlane_api::{ApiState, ResponseDeadline};
+use agentlane_api::{ApiError, ApiState, ResponseDeadline};
 use agentlane_host as host;
 use anyhow::Context as _;
+use axum::extract::Request;
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use lambda_http::{RequestExt, tower};
 use std::time::{Duration, SystemTime};
 
@@ -78,7 +84,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     if mode == Mode::Streaming {
         config.sse_poll_ms = millis_env(POLL_ENV, DEFAULT_STREAM_POLL)?.as_millis() as u64;
     }
-    let app = agentlane_api::app(ApiState {
+    let mut app = agentlane_api::app(ApiState {
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue,
         clock: backends.clock,
@@ -89,6 +95,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     match mode {
         Mode::Buffered => lambda_http::run(app).await,
         Mode::Streaming => {
+            app = app.layer(axum::middleware::from_fn(streaming_routes_only));
             let margin = millis_env(MARGIN_ENV, DEFAULT_DEADLINE_MARGIN)?;
             tracing::info!(
                 margin_ms = margin.as_millis() as u64,
@@ -113,6 +120,31 @@ pub fn with_deadline(mut request: lambda_http::Request, margin: Duration) -> lam
     request
 }
 
+/// The routes of the streaming function: the reads that may last (a run, its events as SSE,
+/// `agent.wait`) and the health check. Everything else stays on the HTTP API.
+pub fn served_when_streaming(method: &Method, path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').collect();
+    match segments.as_slice() {
+        ["", "healthz"] | ["", "v1", "runs", _] | ["", "v1", "runs", _, "events"] => {
+            method == Method::GET
+        }
+        ["", "v1", "agent.wait"] => method == Method::POST,
+        _ => false,
+    }
+}
+
+async fn streaming_routes_only(request: Request, next: Next) -> Response {
+    if served_when_streaming(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    ApiError::NotFound(format!(
+        "{} {} is not served by the streaming endpoint (run reads, events and agent.wait only): use the HTTP API",
+        request.method(),
+        request.uri().path()
+    ))
+    .into_response()
+}
+
 fn millis_env(name: &str, default: Duration) -> anyhow::Result<Duration> {
     match std::env::var(name) {
         Ok(text) if !text.trim().is_empty() => text
@@ -121,5 +153,33 @@ fn millis_env(name: &str, default: Duration) -> anyhow::Result<Duration> {
             .map(Duration::from_millis)
             .with_context(|| format!("{name}={text}: expected milliseconds")),
         _ => Ok(default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_streaming_endpoint_serves_the_long_reads_only() {
+        for (method, path) in [
+            (Method::GET, "/healthz"),
+            (Method::GET, "/v1/runs/run_1"),
+            (Method::GET, "/v1/runs/run_1/events"),
+            (Method::POST, "/v1/agent.wait"),
+        ] {
+            assert!(served_when_streaming(&method, path), "{method} {path}");
+        }
+        for (method, path) in [
+            (Method::POST, "/v1/agent"),
+            (Method::POST, "/v1/runs/run_1/abort"),
+            (Method::POST, "/v1/runs/run_1/events"),
+            (Method::GET, "/v1/sessions/main/transcript"),
+            (Method::POST, "/v1/sessions/main/reset"),
+            (Method::GET, "/v1/cron/jobs"),
+            (Method::GET, "/v1/runs/run_1/events/x"),
+        ] {
+            assert!(!served_when_streaming(&method, path), "{method} {path}");
+        }
     }
 }

@@ -35,6 +35,10 @@ pub const MARGIN_ENV: &str = "AGENTLANE_STREAM_DEADLINE_MARGIN_MS";
 /// doubling up to this.
 pub const POLL_ENV: &str = "AGENTLANE_SSE_POLL_MS";
 
+/// Streaming mode: interval of the SSE `: keep-alive` comments (ms, default 15 000), which keep
+/// idle connections (and the proxies between) open while a run is quiet.
+pub const KEEP_ALIVE_ENV: &str = "AGENTLANE_SSE_KEEP_ALIVE_MS";
+
 /// Default margin before the invocation's deadline: time to flush the last frames.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 /// Default poll cap of a streaming event stream (two reads per poll on DynamoDB).
@@ -83,6 +87,8 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;
     if mode == Mode::Streaming {
         config.sse_poll_ms = millis_env(POLL_ENV, DEFAULT_STREAM_POLL)?.as_millis() as u64;
+        let keep_alive = Duration::from_millis(config.sse_keep_alive_ms);
+        config.sse_keep_alive_ms = millis_env(KEEP_ALIVE_ENV, keep_alive)?.as_millis() as u64;
     }
     let mut app = agentlane_api::app(ApiState {
         store: host::api_store(&backends, &settings)?,

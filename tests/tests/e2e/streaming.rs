@@ -25,9 +25,16 @@ fn marathon_reply() -> String {
         .collect()
 }
 
-/// A server on the emulator whose model answers "marathon" slowly, and the streaming ingress
-/// on the same table.
+/// A server on the emulator whose model answers "marathon" (about 33 s) and "ponder" slowly,
+/// and the streaming ingress on the same table.
 async fn streaming_world() -> anyhow::Result<(Scenario, FakeRuntime, IngressProcess)> {
+    streaming_world_with(&[]).await
+}
+
+/// [`streaming_world`] with extra environment for the ingress.
+async fn streaming_world_with(
+    ingress_env: &[(&str, &str)],
+) -> anyhow::Result<(Scenario, FakeRuntime, IngressProcess)> {
     let scn = scenario_with(|options| options.on_aws_backend())?;
     scn.mock.add_fixtures(vec![json!({
         "match": {"userMessage": "marathon"},
@@ -35,9 +42,21 @@ async fn streaming_world() -> anyhow::Result<(Scenario, FakeRuntime, IngressProc
         "chunkSize": 8,
         "latency": MARATHON_CHUNK_PAUSE_MS
     })])?;
+    // "ponder": a word at once, then 4 s of silence before each next one
+    scn.mock.add_fixtures(vec![json!({
+        "match": {"userMessage": "ponder"},
+        "response": {"content": "Done thinking."},
+        "chunkSize": 4,
+        "latency": 4000
+    })])?;
     let runtime = FakeRuntime::start().await?;
-    let ingress =
-        IngressProcess::start_streaming(INGRESS_BIN, &runtime, &scn.server.backend_env())?;
+    let mut env = scn.server.backend_env();
+    env.extend(
+        ingress_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let ingress = IngressProcess::start_streaming(INGRESS_BIN, &runtime, &env)?;
     Ok((scn, runtime, ingress))
 }
 
@@ -235,5 +254,37 @@ async fn the_streaming_lambda_answers_bad_requests_with_the_json_error_shape() -
         let body: serde_json::Value = serde_json::from_str(&streamed.text())?;
         assert_eq!(body["error"]["code"], code, "{body}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_stream_sends_keep_alive_comments_until_its_deadline() -> anyhow::Result<()> {
+    // GIVEN the streaming ingress with keep-alives every 500 ms, and a turn whose model says
+    // nothing for 4 s
+    let (scn, runtime, _ingress) =
+        streaming_world_with(&[("AGENTLANE_SSE_KEEP_ALIVE_MS", "500")]).await?;
+    let turn = scn.a().agent("quiet", "ponder").await?;
+
+    // WHEN a client follows it through an invocation whose deadline is 6 s away
+    let invoked = Instant::now();
+    let streamed = follow(&runtime, &turn.run_id, None, Duration::from_secs(6)).await?;
+
+    // THEN while nothing happens the stream carries keep-alive comments, spread over the
+    // silence, and it still ends before the deadline with `reconnect`
+    let frames = streamed.frames();
+    let comments: Vec<&TimedFrame> = frames.iter().filter(|f| f.event == "comment").collect();
+    assert!(comments.len() >= 4, "keep-alives: {}", streamed.text());
+    let spread = comments[comments.len() - 1].at - comments[0].at;
+    assert!(
+        spread > Duration::from_secs(2),
+        "keep-alives all at once: {spread:?}"
+    );
+    assert!(
+        streamed.text().contains(": keep-alive"),
+        "{}",
+        streamed.text()
+    );
+    assert_eq!(frames.last().map(|f| f.event.as_str()), Some("reconnect"));
+    assert!(streamed.ended_at < invoked + Duration::from_secs(6));
     Ok(())
 }

@@ -32,11 +32,14 @@ MAX_RUN_SECONDS = 48 * 3600  # SPEC §8: runs may last up to 48 h by default
 API_GATEWAY_LIMIT_MS = 30_000  # HTTP API integration timeout ceiling
 BINARIES = {
     "IngressFunction": "agentlane-ingress",
+    # the same binary in streaming mode behind a Function URL (README "Streaming on AWS")
+    "IngressStreamFunction": "agentlane-ingress",
     "RunnerFunction": "agentlane-runner",
     "CronFunction": "agentlane-cron",
 }
 SECRET_ENV = {
     "IngressFunction": ["AGENTLANE_API_KEYS"],
+    "IngressStreamFunction": ["AGENTLANE_API_KEYS"],
     "RunnerFunction": ["OPENAI_API_KEY"],
     "CronFunction": ["OPENAI_API_KEY"],
 }
@@ -355,7 +358,7 @@ def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> Non
         and set(sam["Parameters"]["Architecture"]["AllowedValues"]) == {"x86_64", "arm64"},
         f"one Architecture parameter (x86_64|arm64) for all functions: {archs}",
     )
-    ingress, runner, cron = (fns[n]["Properties"] for n in BINARIES)
+    ingress, runner, cron = (fns[n]["Properties"] for n in ("IngressFunction", "RunnerFunction", "CronFunction"))
     c.check(
         bounds(sam, ingress["Timeout"])[1] < API_GATEWAY_LIMIT_MS / 1000,
         f"ingress timeout {ingress['Timeout']} below API Gateway's 30 s",
@@ -408,6 +411,29 @@ def check_triggers(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None
         )
 
 
+def check_stream(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """The streaming ingress: a Function URL with RESPONSE_STREAM in front of the ingress binary
+    in streaming mode, a timeout beyond API Gateway's 30 s and within Lambda's 15 min."""
+    urls = of_type(cfn, "AWS::Lambda::Url")
+    if c.check(len(urls) == 1, f"one Function URL: {list(urls)}"):
+        url = next(iter(urls.values()))["Properties"]
+        c.check(
+            json.dumps(url.get("TargetFunctionArn")).find("IngressStreamFunction") >= 0,
+            f"the Function URL fronts the streaming ingress: {url.get('TargetFunctionArn')}",
+        )
+        c.check(url.get("InvokeMode") == "RESPONSE_STREAM", f"InvokeMode RESPONSE_STREAM: {url.get('InvokeMode')}")
+        c.check(url.get("AuthType") == "NONE", "AuthType NONE (the function checks the API keys)")
+    fn = functions(cfn).get("IngressStreamFunction", {}).get("Properties", {})
+    env = fn.get("Environment", {}).get("Variables", {})
+    c.check(env.get("AGENTLANE_INGRESS_MODE") == "streaming", "the streaming ingress runs in streaming mode")
+    lo, hi = bounds(sam, fn.get("Timeout"))
+    c.check(
+        lo > API_GATEWAY_LIMIT_MS / 1000 and hi <= RUNNER_TIMEOUT_LIMIT,
+        f"streaming ingress timeout beyond 30 s, within 900 s: {lo}-{hi}",
+    )
+    c.check("StreamUrl" in sam.get("Outputs", {}), "output StreamUrl")
+
+
 def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for policy in role["Properties"].get("Policies", []):
@@ -446,6 +472,7 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
     # What each function may do, beyond logs.
     expected_sqs = {
         "IngressRole": {"sqs:SendMessage"},
+        "IngressStreamRole": set(),
         "RunnerRole": SQS_CONSUMER,
         "CronRole": {"sqs:SendMessage"},
     }
@@ -459,6 +486,8 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         )
         ddb = {a for a in actions if a.startswith("dynamodb:")}
         c.check(ddb and ddb <= DYNAMODB_ITEM_ACTIONS, f"{role_name}: item-level DynamoDB actions only: {ddb}")
+        if role_name == "IngressStreamRole":
+            c.check(ddb == {"dynamodb:GetItem", "dynamodb:Query"}, f"{role_name}: reads only: {ddb}")
         c.check(
             {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb"},
             f"{role_name}: nothing beyond logs, sqs, dynamodb: {sorted(actions)}",
@@ -570,6 +599,7 @@ def structure(src: str, translated: str) -> int:
     check_queues(c, sam, runner_timeout)
     check_functions(c, sam, cfn)
     check_triggers(c, sam, cfn)
+    check_stream(c, sam, cfn)
     check_iam(c, cfn)
     check_logs(c, sam, cfn)
     check_outputs(c, sam)

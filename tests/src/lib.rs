@@ -16,6 +16,7 @@
 pub mod aimock;
 pub mod client;
 pub mod error;
+pub mod lambda;
 pub mod pairing;
 mod plain_http;
 mod process;

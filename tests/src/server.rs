@@ -49,6 +49,8 @@ pub struct ServerOptions {
     workers: Option<u32>,
     /// Another server's data directory (a sibling on the embedded backend).
     shared_data_dir: Option<PathBuf>,
+    /// DynamoDB + SQS on the emulator whatever `AGENTLANE_E2E_BACKEND` says.
+    force_aws: bool,
 }
 
 impl ServerOptions {
@@ -70,7 +72,15 @@ impl ServerOptions {
             env,
             workers: None,
             shared_data_dir: None,
+            force_aws: false,
         }
+    }
+
+    /// Runs this server on DynamoDB + SQS FIFO (the emulator) even when the suite runs on the
+    /// embedded backend: for scenarios only AWS has (another process reading the same table).
+    pub fn on_aws_backend(mut self) -> Self {
+        self.force_aws = true;
+        self
     }
 
     /// Sends model calls to `mock` (`OPENAI_BASE_URL`, `OPENAI_API_KEY`).
@@ -111,7 +121,7 @@ impl Server {
             .tempdir()
             .map_err(|e| HarnessError::io("create server temp dir", e))?;
         let mut options = options;
-        if backend_is_aws() {
+        if backend_is_aws() || options.force_aws {
             options = on_aws(options, dir.path())?;
         }
         let (child, url, logs) = spawn(&options, dir.path(), 0)?;
@@ -164,6 +174,26 @@ impl Server {
         Ok(())
     }
 
+    /// The environment that points another process at this server's backend and tenants:
+    /// `AGENTLANE_API_KEYS`, and on AWS the table, queue, endpoint and credentials.
+    pub fn backend_env(&self) -> Vec<(String, String)> {
+        self.options
+            .env
+            .iter()
+            .filter(|(name, _)| {
+                name.starts_with("AWS_")
+                    || [
+                        "AGENTLANE_TABLE",
+                        "AGENTLANE_QUEUE_NAME",
+                        "AGENTLANE_BACKEND",
+                    ]
+                    .contains(&name.as_str())
+                    || name.as_str() == "AGENTLANE_API_KEYS"
+            })
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect()
+    }
+
     /// The end of the current process's stderr.
     pub fn stderr_tail(&self, max: usize) -> String {
         self.logs.stderr_tail(max)
@@ -178,7 +208,7 @@ impl Server {
             .tempdir()
             .map_err(|e| HarnessError::io("create server temp dir", e))?;
         let mut options = self.options.clone();
-        if !backend_is_aws() {
+        if !(backend_is_aws() || options.force_aws) {
             options.shared_data_dir = Some(self.data_dir());
         }
         let (child, url, logs) = spawn(&options, dir.path(), 0)?;

@@ -21,6 +21,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod deadline;
 #[cfg(test)]
 mod edge_tests;
 pub mod error;
@@ -41,6 +42,7 @@ mod wait;
 
 pub use admission::Admission;
 pub use auth::{ApiKeys, Tenant};
+pub use deadline::ResponseDeadline;
 pub use error::ApiError;
 pub use limits::{Limits, TenantLimits, TenantOverride};
 pub use notify::{Notifier, NotifyingStore};

@@ -2,9 +2,14 @@
 //! (a commit in this process wakes the stream at once; otherwise a short-backoff poll), send
 //! each event once (`id: seq`, `event: stream`, `data: event JSON`), and end with `event: end`
 //! once the run is terminal and every one of its events was sent.
+//!
+//! With a deadline (the streaming Lambda's, see [`crate::deadline`]) a stream still open when
+//! it comes ends with `event: reconnect` carrying `retry:` and the last `id:` sent, and no
+//! `end`: the client reconnects with `Last-Event-ID` and picks up at the next event.
 
 use crate::Shared;
 use crate::admission::Slot;
+use crate::deadline::RECONNECT_AFTER;
 use crate::wait::RunWatch;
 use agentlane_core::{Event, RunId, RunStatus, StoreError, TenantId};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -14,18 +19,20 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Events read per store call.
 const PAGE: usize = 500;
 
-/// The SSE response for one run, starting after `after`. `slot` (the tenant's stream slot) is
-/// held until the stream ends or the client goes away. `watch` must have subscribed before the
-/// caller's first read of the run.
+/// The SSE response for one run, starting after `after`, ending at the run's end or at
+/// `deadline`. `slot` (the tenant's stream slot) is held until the stream ends or the client
+/// goes away. `watch` must have subscribed before the caller's first read of the run.
 pub fn event_stream(
     state: Arc<Shared>,
     tenant: TenantId,
     run_id: RunId,
     after: Option<u64>,
+    deadline: Option<Instant>,
     watch: RunWatch,
     slot: Slot,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
@@ -37,6 +44,7 @@ pub fn event_stream(
         tenant,
         run_id,
         after,
+        deadline,
         pending: VecDeque::new(),
         finished: false,
         idle: false,
@@ -51,6 +59,8 @@ struct Cursor {
     tenant: TenantId,
     run_id: RunId,
     after: Option<u64>,
+    /// Past this the stream ends with a `reconnect` event (the run's events so far all sent).
+    deadline: Option<Instant>,
     pending: VecDeque<Event>,
     finished: bool,
     /// The last read found nothing new: wait for a change before the next one.
@@ -77,8 +87,15 @@ impl Cursor {
             if self.finished {
                 return None;
             }
+            if self
+                .deadline
+                .is_some_and(|deadline| Instant::now() >= deadline)
+            {
+                self.finished = true;
+                return Some((Ok(self.reconnect()), self));
+            }
             if self.idle {
-                self.watch.next_change(None).await;
+                self.watch.next_change(self.deadline).await;
             }
             match self.poll().await {
                 Poll::Events(events) => {
@@ -100,6 +117,20 @@ impl Cursor {
                     return Some((Ok(error), self));
                 }
             }
+        }
+    }
+
+    /// The last frame of a stream cut by its deadline: `retry:` and the last seq sent as `id:`
+    /// (so that `Last-Event-ID` is right even when this stream sent no event).
+    fn reconnect(&self) -> SseEvent {
+        let data = json!({"runId": self.run_id, "reason": "deadline", "lastEventId": self.after});
+        let event = SseEvent::default()
+            .event("reconnect")
+            .retry(RECONNECT_AFTER)
+            .data(data.to_string());
+        match self.after {
+            Some(seq) => event.id(seq.to_string()),
+            None => event,
         }
     }
 

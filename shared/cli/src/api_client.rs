@@ -240,10 +240,24 @@ impl ApiClient {
     /// The run's events as SSE (`Accept: text/event-stream`): the answer's status and content
     /// type, and its frames until the server closes the stream (no request timeout applies).
     pub async fn event_stream(&self, run_id: &str) -> Result<EventStream, ApiError> {
+        self.event_stream_after(run_id, None).await
+    }
+
+    /// [`event_stream`](Self::event_stream) resuming after the event `last_event_id` (sent as
+    /// `Last-Event-ID`), as after a `reconnect` frame of the streaming Lambda.
+    pub async fn event_stream_after(
+        &self,
+        run_id: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<EventStream, ApiError> {
         let path = format!("/v1/runs/{run_id}/events");
-        let response = self
+        let mut request = self
             .request(Method::GET, &path)
-            .header(ACCEPT, "text/event-stream")
+            .header(ACCEPT, "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request
             .send()
             .await
             .map_err(self.transport(Method::GET, &path))?;

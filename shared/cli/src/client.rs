@@ -102,15 +102,43 @@ pub async fn events(a: EventsArgs) -> anyhow::Result<ExitCode> {
         print(&api.call(Method::GET, &path, None).await?);
         return Ok(ExitCode::SUCCESS);
     }
-    let mut stream = api.event_stream(&a.run_id).await?;
-    if !stream.content_type.starts_with("text/event-stream") {
-        bail!("{path} answered {} instead of events", stream.content_type);
-    }
-    while let Some(event) = stream.frames.next().await {
-        let event = event.context("event stream broke")?;
-        println!("{} {}", event.event, event.data);
-    }
+    follow_events(&api, &a.run_id, |event, data| println!("{event} {data}")).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Follows a run's SSE stream until the server closes it, handing each frame's event name and
+/// data to `emit`. A `reconnect` frame (the streaming Lambda reached its deadline) is not
+/// emitted: after its `retry:` pause the stream is reopened with `Last-Event-ID`, and goes on
+/// from the next event.
+pub(crate) async fn follow_events(
+    api: &ApiClient,
+    run_id: &str,
+    mut emit: impl FnMut(&str, &str),
+) -> anyhow::Result<()> {
+    let path = format!("/v1/runs/{run_id}/events");
+    let mut last_id: Option<String> = None;
+    loop {
+        let mut stream = api.event_stream_after(run_id, last_id.as_deref()).await?;
+        if !stream.content_type.starts_with("text/event-stream") {
+            bail!("{path} answered {} instead of events", stream.content_type);
+        }
+        let mut reconnect_after = None;
+        while let Some(frame) = stream.frames.next().await {
+            let frame = frame.context("event stream broke")?;
+            if !frame.id.is_empty() {
+                last_id = Some(frame.id.clone());
+            }
+            if frame.event == "reconnect" {
+                reconnect_after = Some(frame.retry.unwrap_or(Duration::from_millis(500)));
+                break;
+            }
+            emit(&frame.event, &frame.data);
+        }
+        match reconnect_after {
+            Some(pause) => tokio::time::sleep(pause).await,
+            None => return Ok(()),
+        }
+    }
 }
 
 pub async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
@@ -118,4 +146,59 @@ pub async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/sessions/{}/transcript", a.session);
     print(&api.call(Method::GET, &path, None).await?);
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderMap;
+    use std::sync::{Arc, Mutex};
+
+    #[tokio::test]
+    async fn following_events_reconnects_after_a_reconnect_frame_with_the_last_event_id() {
+        // A server whose first stream is cut by its deadline after event 0.
+        let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+        let log = seen.clone();
+        let app = axum::Router::new().route(
+            "/v1/runs/{id}/events",
+            axum::routing::get(move |headers: HeaderMap| {
+                let last = headers
+                    .get("last-event-id")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                log.lock().unwrap().push(last.clone());
+                let body = match last.as_deref() {
+                    None => {
+                        "id: 0\nevent: lifecycle\ndata: {\"seq\":0}\n\n\
+                             id: 0\nevent: reconnect\nretry: 10\ndata: {}\n\n"
+                    }
+                    _ => {
+                        "id: 1\nevent: assistant\ndata: {\"seq\":1}\n\n\
+                          event: end\ndata: {\"status\":\"ok\"}\n\n"
+                    }
+                };
+                async move { ([("content-type", "text/event-stream")], body) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+        let api = ApiClient::new(&base, Auth::Bearer("k".repeat(16)));
+        let mut got = Vec::new();
+        follow_events(&api, "run_1", |event, data| {
+            got.push(format!("{event} {data}"))
+        })
+        .await
+        .unwrap();
+
+        assert_eq!(
+            got,
+            [
+                "lifecycle {\"seq\":0}",
+                "assistant {\"seq\":1}",
+                "end {\"status\":\"ok\"}"
+            ]
+        );
+        assert_eq!(*seen.lock().unwrap(), [None, Some("0".to_owned())]);
+    }
 }

@@ -21,6 +21,7 @@ mod idempotency;
 mod lanes;
 mod order;
 mod retry_loop;
+mod streaming;
 mod supervisor;
 mod support;
 mod text_turn;

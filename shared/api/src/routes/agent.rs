@@ -2,6 +2,7 @@
 
 use crate::Shared;
 use crate::auth::Tenant;
+use crate::deadline::ResponseDeadline;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{EmptyBody, read_json};
 use crate::request_context::fingerprint;
@@ -12,10 +13,10 @@ use agentlane_core::{
     Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, SessionKey, StoreError, TenantId,
     TurnMessage,
 };
-use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,6 +157,7 @@ pub struct WaitBody {
 pub async fn wait(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
+    deadline: Option<Extension<ResponseDeadline>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<WaitView>, ApiError> {
@@ -172,14 +174,12 @@ pub async fn wait(
         .timeout_ms
         .unwrap_or(state.config.default_wait_ms)
         .min(state.config.max_wait_ms);
-    let run = wait_for_run(
-        state.history(),
-        &state.notifier,
-        &tenant,
-        &run_id,
-        Duration::from_millis(timeout_ms),
-    )
-    .await?;
+    // A host deadline (the streaming Lambda's) ends the wait in time to answer.
+    let timeout = match deadline {
+        Some(Extension(deadline)) => Duration::from_millis(timeout_ms).min(deadline.remaining()),
+        None => Duration::from_millis(timeout_ms),
+    };
+    let run = wait_for_run(state.history(), &state.notifier, &tenant, &run_id, timeout).await?;
     Ok(Json(WaitView::of(&run)))
 }
 

@@ -3,6 +3,7 @@
 use super::run_id;
 use crate::Shared;
 use crate::auth::Tenant;
+use crate::deadline::ResponseDeadline;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, ApiQuery};
 use crate::page;
@@ -10,11 +11,11 @@ use crate::sse::event_stream;
 use crate::views::{AbortView, EventsView, run_view};
 use crate::wait::RunWatch;
 use agentlane_core::{Run, RunId, TenantId};
-use axum::Json;
 use axum::extract::State;
 use axum::http::header::ACCEPT;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -72,7 +73,8 @@ pub struct EventsQuery {
 /// A page of events (at most `limit`, and at most `max_page_bytes` of JSON: `next` continues),
 /// or with `Accept: text/event-stream` an SSE stream until the run ends (one of the tenant's
 /// stream slots while it lasts). `Last-Event-ID` (SSE reconnects) takes precedence over
-/// `after`.
+/// `after`. With a [`ResponseDeadline`] the stream ends just before it with a `reconnect`
+/// event and a `retry:` hint when the run has not ended by then.
 #[utoipa::path(get, path = "/v1/runs/{run_id}/events", operation_id = "runEvents", tag = "runs",
     params(("run_id" = String, Path, description = "A run id (`run_…`)"), EventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "SSE reconnects: the last `seq` seen (wins over `after`)")),
@@ -83,6 +85,7 @@ pub async fn events(
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
     ApiQuery(query): ApiQuery<EventsQuery>,
+    deadline: Option<Extension<ResponseDeadline>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = run_id(raw)?;
@@ -96,7 +99,9 @@ pub async fn events(
         let max_poll = std::time::Duration::from_millis(state.config.sse_poll_ms);
         let watch = RunWatch::new(&state.notifier, &tenant, &id, max_poll);
         load_run(&state, &tenant, &id).await?;
-        return Ok(event_stream(state, tenant, id, after, watch, slot).into_response());
+        let deadline = deadline.map(|Extension(deadline)| deadline.instant());
+        let stream = event_stream(state, tenant, id, after, deadline, watch, slot);
+        return Ok(stream.into_response());
     }
     load_run(&state, &tenant, &id).await?;
     let events = state

@@ -206,6 +206,79 @@ async fn the_event_stream_follows_a_live_run_until_it_ends() {
     assert_eq!(frames[1].2["status"], "ok");
 }
 
+/// An SSE request under a host deadline `in_ms` from now (what the streaming Lambda adds).
+fn sse_request_until(run_id: &str, last_event_id: Option<&str>, in_ms: u64) -> Request<Body> {
+    let mut request = sse_request(run_id, last_event_id);
+    let deadline = std::time::SystemTime::now() + std::time::Duration::from_millis(in_ms);
+    request
+        .extensions_mut()
+        .insert(agentlane_api::ResponseDeadline(deadline));
+    request
+}
+
+#[tokio::test]
+async fn a_stream_cut_by_its_deadline_says_reconnect_and_a_reconnect_resumes_after_it() {
+    let h = Arc::new(Harness::new().await);
+    let run_id = submitted(&h).await;
+    // The runner has written one event and is still going.
+    let fence = h.lock(&acme(), "main").await;
+    let mut run = h.run(&acme(), &run_id).await;
+    run.status = RunStatus::Running;
+    run.started_at = Some(T0);
+    h.commit(&fence, run.clone(), vec![event(1, "a")], vec![], false)
+        .await;
+
+    // A stream whose host ends it in 400 ms sends the event, then `reconnect` with a retry
+    // hint and the last id, and closes without `end` although the run goes on.
+    let started = std::time::Instant::now();
+    let cut = within(10, h.send(sse_request_until(&run_id, None, 400))).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let got = frames(&cut.text);
+    assert_eq!(got.len(), 2, "{}", cut.text);
+    assert_eq!(got[0].1.as_deref(), Some("1"));
+    assert_eq!(got[1].0, "reconnect");
+    assert_eq!(got[1].1.as_deref(), Some("1"), "the last id is repeated");
+    assert_eq!(
+        got[1].2,
+        json!({"runId": run_id, "reason": "deadline", "lastEventId": 1})
+    );
+    assert!(cut.text.contains("retry: 500"), "{}", cut.text);
+
+    // The run goes on and ends; the reconnect gets exactly what came after.
+    run.status = RunStatus::Ok;
+    run.ended_at = Some(T0 + 10);
+    h.commit(&fence, run, vec![event(2, "b")], vec![], true)
+        .await;
+    let resumed = within(10, h.send(sse_request_until(&run_id, Some("1"), 60_000))).await;
+    assert_eq!(frames_ids(&resumed.text), vec![Some("2".to_owned()), None]);
+    assert_eq!(frames(&resumed.text)[1].0, "end");
+}
+
+#[tokio::test]
+async fn a_wait_ends_at_the_host_deadline_with_the_run_as_it_is() {
+    let h = Harness::new().await;
+    let run_id = submitted(&h).await;
+    let mut request = Harness::request(
+        axum::http::Method::POST,
+        "/v1/agent.wait",
+        Some(ACME_KEY),
+        Body::from(json!({"runId": run_id, "timeoutMs": 20_000}).to_string()),
+    );
+    let deadline = std::time::SystemTime::now() + std::time::Duration::from_millis(300);
+    request
+        .extensions_mut()
+        .insert(agentlane_api::ResponseDeadline(deadline));
+    let started = std::time::Instant::now();
+    let reply = within(10, h.send(request)).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the wait outlived the host deadline"
+    );
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.json["status"], "pending", "{}", reply.text);
+    assert_eq!(reply.json["timeoutPhase"], "queue", "{}", reply.text);
+}
+
 #[tokio::test]
 async fn the_event_stream_of_an_unknown_run_is_a_json_404() {
     let h = Harness::new().await;

@@ -23,6 +23,7 @@ mod order;
 mod retry_loop;
 mod supervisor;
 mod support;
+mod tenant_fairness;
 mod text_turn;
 mod tool_round_trip;
 mod validation;

@@ -110,7 +110,7 @@ pub fn run_end(run: &Run) {
         event = "run_end",
         tenant = %run.tenant,
         run = %run.run_id,
-        session = %run.session_key,
+        session = %run.session_key.fingerprint(),
         status = run.status.as_str(),
         error_code = run.error.as_ref().map(|e| e.code.as_str()).unwrap_or(""),
         model = run.model.as_deref().unwrap_or(""),

@@ -75,7 +75,7 @@ pub fn spawn_heartbeat(
             {
                 Ok(()) => {}
                 Err(StoreError::FenceLost) => {
-                    tracing::warn!(session = %fence.session_key, "session lock lost; stopping the run");
+                    tracing::warn!(session = %fence.session_key.fingerprint(), "session lock lost; stopping the run");
                     lost.cancel();
                     return;
                 }

@@ -170,6 +170,9 @@ impl From<StoreError> for ApiError {
             StoreError::Throttled(_) => {
                 ApiError::RateLimited("the store is throttling requests; retry shortly".into())
             }
+            StoreError::SessionFull { open, cap } => ApiError::RateLimited(format!(
+                "this session already has {open} runs queued or running (at most {cap})"
+            )),
             StoreError::Busy => ApiError::SessionBusy(
                 "the session is locked by a running turn; retry when it is idle".into(),
             ),

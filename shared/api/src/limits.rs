@@ -58,6 +58,11 @@ pub struct Limits {
     /// The models (`provider/model`) every tenant may ask for. Empty: the configured default
     /// model and its fallbacks ([`crate::ApiConfig::configured_models`]).
     pub allowed_models: Vec<String>,
+    /// The share of the lane workers (percent) one tenant's runs may hold at once on the
+    /// embedded queue, so that a tenant flooding many sessions leaves workers for the others
+    /// (whatever the share, the queue serves tenants with ready turns round robin). At least
+    /// one worker; `0` or `100`: no cap. Default 75.
+    pub tenant_worker_share_percent: u32,
     /// What every tenant gets.
     pub tenant: TenantLimits,
     /// Per-tenant replacements of `tenant`'s keys, by tenant name.
@@ -77,6 +82,7 @@ impl Default for Limits {
             max_run_timeout_seconds: 7 * 24 * 3600,
             allow_unlimited_runs: true,
             allowed_models: Vec::new(),
+            tenant_worker_share_percent: 75,
             tenant: TenantLimits::default(),
             tenants: BTreeMap::new(),
         }
@@ -166,6 +172,17 @@ impl Limits {
         configured
     }
 
+    /// Runs one tenant may have in flight on `workers` lane workers
+    /// ([`Limits::tenant_worker_share_percent`] of them, at least one); `0`: no cap.
+    pub fn tenant_in_flight_cap(&self, workers: usize) -> u32 {
+        let share = u64::from(self.tenant_worker_share_percent);
+        if share == 0 || share >= 100 {
+            return 0;
+        }
+        let workers = u64::try_from(workers).unwrap_or(u64::MAX);
+        u32::try_from((workers.saturating_mul(share) / 100).max(1)).unwrap_or(u32::MAX)
+    }
+
     /// [`Limits::header_read_timeout_ms`] as a duration.
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_millis(self.header_read_timeout_ms)
@@ -240,6 +257,19 @@ mod tests {
         );
         let plain = Limits::default();
         assert_eq!(plain.models_for(&beta, &configured), ["openai/default"]);
+    }
+
+    #[test]
+    fn a_tenant_gets_its_share_of_the_workers_and_at_least_one() {
+        let limits = Limits::default();
+        assert_eq!(limits.tenant_in_flight_cap(4), 3);
+        assert_eq!(limits.tenant_in_flight_cap(1), 1);
+        assert_eq!(limits.tenant_in_flight_cap(16), 12);
+        let all = Limits {
+            tenant_worker_share_percent: 100,
+            ..Limits::default()
+        };
+        assert_eq!(all.tenant_in_flight_cap(4), 0);
     }
 
     #[test]

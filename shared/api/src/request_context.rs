@@ -8,7 +8,6 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use axum::response::Response;
-use sha2::{Digest, Sha256};
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -68,23 +67,5 @@ pub async fn limit_uri(State(max): State<usize>, request: Request, next: Next) -
     next.run(request).await
 }
 
-/// A stable, non-reversible stand-in for a session key in logs: the first 12 hex digits of
-/// its SHA-256, so one session's lines can be followed without writing the key in clear.
-pub fn fingerprint(text: &str) -> String {
-    let digest = Sha256::digest(text.as_bytes());
-    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_are_stable_short_and_hide_the_key() {
-        let a = fingerprint("user:alice@example.com");
-        assert_eq!(a, fingerprint("user:alice@example.com"));
-        assert_ne!(a, fingerprint("user:bob@example.com"));
-        assert_eq!(a.len(), 12);
-        assert!(!a.contains("alice"));
-    }
-}
+/// A session key's stand-in in logs (the one helper of `agentlane_core`).
+pub use agentlane_core::fingerprint;

@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use crate::{bench, client, cron_cmd, serve};
+use crate::{bench, bench_abuse, client, cron_cmd, serve};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +31,9 @@ pub enum Command {
     Transcript(TranscriptArgs),
     /// Measure per-turn overhead of the embedded path with a zero-latency model.
     Bench(bench::BenchArgs),
+    /// Tenant B's turn latency idle, while tenant A holds 5,000 SSE streams, and while it
+    /// holds 1,000 slow-loris sockets (issue 12 §4); prints the ratios as JSON.
+    BenchAbuse(bench_abuse::AbuseArgs),
     /// Create the DynamoDB table and the SQS FIFO queues when absent (idempotent).
     SetupAws,
     /// Manage cron jobs: add, list, show, rm, run, enable, disable.
@@ -123,6 +126,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(a) => client::events(a).await,
         Command::Transcript(a) => client::transcript(a).await,
         Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
+        Command::BenchAbuse(a) => bench_abuse::run(a).await.map(|()| ExitCode::SUCCESS),
         Command::SetupAws => serve::setup_aws().await.map(|()| ExitCode::SUCCESS),
         Command::Cron(a) => cron_cmd::run(a).await,
         Command::Openapi => {

@@ -81,6 +81,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         tracing::info!(model = %models.default_model, "default model");
     }
+    if let Some(sqlite) = &embedded {
+        // Fair dispatch across tenants: one tenant's runs hold at most its share of the workers.
+        sqlite.set_tenant_in_flight_cap(
+            settings
+                .api
+                .limits
+                .tenant_in_flight_cap(args.workers.max(1)),
+        );
+    }
     let cron = host::cron::CronSettings::from_env()?;
     let mut config = settings.api_config(Duration::from_secs(15 * 60));
     config.max_cron_jobs = cron.max_jobs;

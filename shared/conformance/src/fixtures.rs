@@ -79,6 +79,7 @@ pub fn turn(tenant: &TenantId, key: &SessionKey, now: u64) -> NewTurn {
         idempotency_key: None,
         now,
         idempotency_ttl_ms: DAY_MS,
+        max_open_runs: 0,
     }
 }
 

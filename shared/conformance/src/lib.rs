@@ -112,6 +112,7 @@ macro_rules! __store_cases {
             case_reset_session_unknown_key_not_found,
             case_runs_are_numbered_in_session_order_across_resets,
             case_concurrent_accepts_get_distinct_session_seqs,
+            case_concurrent_accepts_stop_at_the_session_cap,
             case_acquire_answers_the_session_for_the_order_check,
             case_idempotency_key_with_a_different_request_conflicts,
             case_a_reset_that_waits_bars_the_runs_accepted_before_it,

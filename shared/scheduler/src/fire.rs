@@ -65,6 +65,7 @@ pub async fn submit(
             idempotency_key: Some(format!("cron:{}:{}", job.job_id, run_id)),
             now,
             idempotency_ttl_ms: FIRE_IDEMPOTENCY_TTL_MS,
+            max_open_runs: 0,
         })
         .await?;
     if outcome.run.status.is_terminal() {

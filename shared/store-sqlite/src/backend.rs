@@ -33,6 +33,8 @@ pub(crate) struct Inner {
     /// Failed deliveries after which a message is dead-lettered (see
     /// [`SqliteBackend::set_max_failed_deliveries`]).
     pub(crate) max_failed_deliveries: AtomicU32,
+    /// The queue's fair dispatch across tenants (taken with the connection held).
+    pub(crate) fair: Mutex<crate::fair::FairState>,
     path: PathBuf,
     /// Keeps a temporary database's directory alive; declared after `conn` so the connection is
     /// closed before the directory is removed.
@@ -82,6 +84,7 @@ impl SqliteBackend {
                 wakeup: Notify::new(),
                 acks: AtomicU64::new(0),
                 max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
+                fair: Mutex::new(crate::fair::FairState::default()),
                 path,
                 _temp: temp,
             }),

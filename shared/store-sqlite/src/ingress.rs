@@ -19,6 +19,7 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
 
     let (session, session_seq) = match load_session(&tx, &turn.tenant, &turn.session_key)? {
         Some(mut session) => {
+            turn.check_room(&session)?;
             let seq = session.runs_accepted;
             session.runs_accepted += 1;
             session.updated_at = session.updated_at.max(turn.now);
@@ -101,7 +102,7 @@ pub(crate) fn reset_session(
 ) -> Result<Session> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let Some(mut session) = load_session(&tx, tenant, key)? else {
-        return Err(StoreError::NotFound(format!("session {key}")).into());
+        return Err(StoreError::NotFound(format!("session {}", key.fingerprint())).into());
     };
     if session.lock_is_live(now) {
         // The runs accepted so far will not start: the reset comes once the lock is free.

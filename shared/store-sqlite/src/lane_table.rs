@@ -69,28 +69,27 @@ pub(crate) struct Received {
     pub(crate) next_due_at: Option<u64>,
 }
 
-/// Delivers up to `max` due lane heads (oldest first), each now invisible until
-/// `now + visibility_ms`.
+/// Delivers up to `max` due lane heads, fairly across tenants (see [`crate::fair`]), each now
+/// invisible until `now + visibility_ms`.
 pub(crate) fn receive(
     conn: &mut Connection,
     max: usize,
     visibility_ms: u64,
     max_failed: u32,
     now: u64,
+    fair: &mut crate::fair::FairState,
 ) -> Result<Received> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let heads: Vec<Head> = {
+        // Which heads, and in what order: fair across tenants (see `fair`).
+        let ids = crate::fair::pick_heads(&tx, max, now, fair)?;
         let mut stmt = tx.prepare_cached(
-            "SELECT m.id, m.lane, m.dedup_id, m.body, m.receive_count,
-                    m.failures + (m.receipt IS NOT NULL)
-             FROM lane_pending m
-             WHERE m.visible_at <= ?1
-               AND m.id = (SELECT MIN(h.id) FROM lane_pending h WHERE h.lane = m.lane)
-             ORDER BY m.id LIMIT ?2",
+            "SELECT id, lane, dedup_id, body, receive_count, failures + (receipt IS NOT NULL)
+             FROM lane_pending WHERE id = ?1",
         )?;
-        let rows = stmt.query_map(
-            params![int(now), i64::try_from(max).unwrap_or(i64::MAX)],
-            |row| {
+        let mut heads = Vec::with_capacity(ids.len());
+        for id in ids {
+            heads.push(stmt.query_row(params![id], |row| {
                 Ok(Head {
                     id: row.get(0)?,
                     lane: row.get(1)?,
@@ -99,9 +98,9 @@ pub(crate) fn receive(
                     receive_count: row.get(4)?,
                     failures: row.get(5)?,
                 })
-            },
-        )?;
-        rows.collect::<rusqlite::Result<_>>()?
+            })?);
+        }
+        heads
     };
 
     let mut deliveries = Vec::with_capacity(heads.len());
@@ -124,13 +123,13 @@ pub(crate) fn receive(
                 Ok(body) => body,
                 Err(e) => {
                     // A head that can never be decoded would block its lane forever.
-                    tracing::error!(id, %lane, error = %e, "dead-lettering a malformed lane message");
+                    tracing::error!(id, lane = %Lane::new(lane.clone()).fingerprint(), error = %e, "dead-lettering a malformed lane message");
                     dead_letter(&tx, &head, "malformed", now)?;
                     continue;
                 }
             };
             if failures >= i64::from(max_failed) {
-                tracing::error!(id, %lane, run = %body.run_id, failures, "dead-lettering a lane message whose deliveries keep failing");
+                tracing::error!(id, lane = %Lane::new(lane.clone()).fingerprint(), run = %body.run_id, failures, "dead-lettering a lane message whose deliveries keep failing");
                 dead_letter(&tx, &head, "failed_deliveries", now)?;
                 continue;
             }

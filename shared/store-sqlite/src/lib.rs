@@ -10,7 +10,9 @@
 //! - The lane queue keeps messages in a table: only a lane's oldest unacked message is
 //!   deliverable, visibility timeouts are wall-clock deadlines, so an in-flight message
 //!   becomes deliverable again after its timeout, also across restarts. Acked messages are kept
-//!   for [`DEDUP_RETENTION_MS`] so that a re-enqueued dedup id is ignored.
+//!   for [`DEDUP_RETENTION_MS`] so that a re-enqueued dedup id is ignored. Ready lane heads are
+//!   delivered fairly across tenants, with an optional cap on one tenant's messages in flight
+//!   ([`SqliteBackend::set_tenant_in_flight_cap`]).
 //!
 //! Commits follow core's rules ([`Commit::check`](agentlane_core::Commit::check)): a commit
 //! over the limits is refused, oversized records are stored cut by the same size rule as on
@@ -20,6 +22,7 @@
 mod backend;
 mod cron;
 mod error;
+mod fair;
 mod ingress;
 mod lane_table;
 mod lock;

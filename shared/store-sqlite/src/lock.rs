@@ -19,7 +19,7 @@ pub(crate) fn acquire(
 ) -> Result<LockAttempt> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let Some(mut session) = load_session(&tx, tenant, key)? else {
-        return Err(StoreError::NotFound(format!("session {key}")).into());
+        return Err(StoreError::NotFound(format!("session {}", key.fingerprint())).into());
     };
     if let Some(held) = session.lock_holder(now) {
         return Ok(held);

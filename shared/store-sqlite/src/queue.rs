@@ -8,6 +8,7 @@ use crate::backend::SqliteBackend;
 use crate::lane_table::{self, DeadLetter, QueueStats, Received};
 use agentlane_core::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt};
 use async_trait::async_trait;
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -30,8 +31,23 @@ impl SqliteBackend {
     async fn try_receive(&self, max: usize, visibility: Duration) -> QueueResult<Received> {
         let (visibility_ms, now) = (millis(visibility), self.now_ms());
         let max_failed = self.inner.max_failed_deliveries.load(Ordering::Relaxed);
-        self.with_conn(move |c| lane_table::receive(c, max, visibility_ms, max_failed, now))
-            .await
+        let inner = self.inner.clone();
+        self.with_conn(move |c| {
+            let mut fair = inner.fair.lock().unwrap_or_else(PoisonError::into_inner);
+            lane_table::receive(c, max, visibility_ms, max_failed, now, &mut fair)
+        })
+        .await
+    }
+
+    /// Messages one tenant may have in flight at once (its share of the lane workers); `0`
+    /// (the default): no cap. Whatever the cap, deliveries go round robin over the tenants
+    /// with ready lanes, the tenant with the fewest in flight first.
+    pub fn set_tenant_in_flight_cap(&self, cap: u32) {
+        self.inner
+            .fair
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .cap = cap;
     }
 
     /// Failed deliveries (visibility ran out: neither acked nor handed back) after which a lane

@@ -141,7 +141,7 @@ impl Supervisor {
                     if !run.status.is_terminal() && !run.abort_requested =>
                 {
                     tracing::warn!(
-                        tenant = %session.tenant, session = %session.session_key, run = %run.run_id,
+                        tenant = %session.tenant, session = %session.session_key.fingerprint(), run = %run.run_id,
                         age_ms = diagnostic.age_ms, "aborting a stalled run"
                     );
                     self.store.request_abort(&run.tenant, &run.run_id).await?;
@@ -307,7 +307,7 @@ impl Supervisor {
             return Err(e);
         }
         tracing::warn!(
-            tenant = %session.tenant, session = %session.session_key, run = %run_id,
+            tenant = %session.tenant, session = %session.session_key.fingerprint(), run = %run_id,
             code = writer.run().error.as_ref().map(|e| e.code.as_str()),
             "recovered a session: its run ended and its lane released"
         );
@@ -364,7 +364,7 @@ impl Supervisor {
             },
         );
         tracing::warn!(
-            tenant = %session.tenant, session = %session.session_key,
+            tenant = %session.tenant, session = %session.session_key.fingerprint(),
             class = d.class.as_str(), reason = %d.reason, age_ms = d.age_ms, repeat = times,
             "session diagnostic"
         );

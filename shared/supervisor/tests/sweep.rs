@@ -61,6 +61,7 @@ impl World {
                 idempotency_key: None,
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
+                max_open_runs: 0,
             })
             .await
             .unwrap()

@@ -24,6 +24,7 @@ mod retry_loop;
 mod streaming;
 mod supervisor;
 mod support;
+mod tenant_fairness;
 mod text_turn;
 mod thinking;
 mod tool_round_trip;

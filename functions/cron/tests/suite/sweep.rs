@@ -72,6 +72,7 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
                 idempotency_key: None,
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
+                max_open_runs: 0,
             })
             .await
             .unwrap();

@@ -35,6 +35,7 @@ async fn accept_fired(
             idempotency_key: None,
             now: SystemClock.now_ms(),
             idempotency_ttl_ms: 1000,
+            max_open_runs: 0,
         })
         .await
         .unwrap();

@@ -298,6 +298,7 @@ impl Fixture {
                 idempotency_key: None,
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
+                max_open_runs: 0,
             })
             .await
             .unwrap();

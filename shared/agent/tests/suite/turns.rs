@@ -200,6 +200,7 @@ async fn a_run_past_its_timeout_ends_with_status_timeout() {
             idempotency_key: None,
             now: SystemClock.now_ms(),
             idempotency_ttl_ms: 1000,
+            max_open_runs: 0,
         })
         .await
         .unwrap();

@@ -161,6 +161,41 @@ async fn a_session_with_its_cap_of_queued_runs_refuses_more_until_one_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_submits_to_one_session_stop_exactly_at_its_cap() {
+    // GIVEN at most 3 open runs per session
+    let server = LiveServer::start(config(tenant_limits(TenantLimits {
+        max_queued_runs_per_session: 3,
+        ..TenantLimits::default()
+    })))
+    .await;
+
+    // WHEN 13 turns for that session arrive at the same time
+    let replies = futures::future::join_all((0..13).map(|i| {
+        server.post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "crowded", "message": format!("turn {i}")}),
+        )
+    }))
+    .await;
+
+    // THEN exactly 3 are accepted, the 10 others get the cap's 429 JSON error with
+    // Retry-After, and the session counts 3 turns
+    let accepted = replies.iter().filter(|r| r.status == 202).count();
+    assert_eq!(accepted, 3, "{replies:?}");
+    for refused in replies.iter().filter(|r| r.status != 202) {
+        refused.assert_error(429, "rate_limited");
+        assert!(
+            refused.body.contains("3 runs queued or running"),
+            "{refused:?}"
+        );
+        assert!(refused.header("retry-after").is_some(), "{refused:?}");
+    }
+    let session = server.get("/v1/sessions/crowded", ACME_KEY).await.json();
+    assert_eq!(session["runsAccepted"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_asking_for_a_model_off_its_list_or_too_long_a_run_gets_400() {
     // GIVEN the configured models (default and fallback), and a tenant with a list of its own
     let mut limits = Limits {

@@ -10,8 +10,7 @@ use crate::validate::{AgentBody, validate_agent_body};
 use crate::views::{AcceptedView, WaitView};
 use crate::wait::wait_for_run;
 use agentlane_core::{
-    Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, SessionKey, StoreError, TenantId,
-    TurnMessage,
+    Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError, TurnMessage,
 };
 use axum::body::Body;
 use axum::extract::State;
@@ -21,8 +20,9 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Accepts a turn: validate, check the session's queue, write the run `queued`, enqueue it on
-/// its lane, answer 202.
+/// Accepts a turn: validate, write the run `queued` unless the session already has its cap of
+/// runs queued or running (`429 rate_limited`, checked in the store's accept transaction, so
+/// concurrent submits cannot pass it together), enqueue it on its lane, answer 202.
 #[utoipa::path(post, path = "/v1/agent", operation_id = "submitTurn", tag = "agent",
     request_body = AgentBody,
     responses(
@@ -51,7 +51,10 @@ pub async fn submit(
     )
     .await?;
     let turn = validate_agent_body(body, &state.config, &tenant)?;
-    check_session_queue(&state, &tenant, &turn.session_key).await?;
+    let max_open_runs = state
+        .admission
+        .limits_of(&tenant)
+        .max_queued_runs_per_session;
     let outcome = state
         .intake()
         .accept_turn(NewTurn {
@@ -63,11 +66,20 @@ pub async fn submit(
             idempotency_key: turn.idempotency_key,
             now: state.clock.now_ms(),
             idempotency_ttl_ms: state.config.idempotency_ttl_ms,
+            max_open_runs,
         })
         .await
         .map_err(|error| match error {
             // The idempotency key already names a different turn.
             StoreError::Conflict(detail) => ApiError::Conflict(detail),
+            // The session's cap of queued runs, checked in the accepting transaction.
+            StoreError::SessionFull { open, cap } => ApiError::rate_limited(
+                format!(
+                    "this session already has {open} runs queued or running (at most {cap}); \
+                     wait for one to end"
+                ),
+                Duration::from_secs(1),
+            ),
             other => ApiError::from(other),
         })?;
     let run = outcome.run;
@@ -102,37 +114,6 @@ pub async fn submit(
             deduplicated: !outcome.created,
         }),
     ))
-}
-
-/// `429 rate_limited` when the session already has its cap of runs queued or running (turns
-/// accepted and not yet finished). The count is read before the write: concurrent submits may
-/// pass it together, so the cap holds to within the tenant's concurrency.
-async fn check_session_queue(
-    state: &Shared,
-    tenant: &TenantId,
-    key: &SessionKey,
-) -> Result<(), ApiError> {
-    let cap = state
-        .admission
-        .limits_of(tenant)
-        .max_queued_runs_per_session;
-    if cap == 0 {
-        return Ok(());
-    }
-    let Some(session) = state.store.get_session(tenant, key).await? else {
-        return Ok(());
-    };
-    let open = session.runs_accepted.saturating_sub(session.runs_finished);
-    if open >= cap {
-        return Err(ApiError::rate_limited(
-            format!(
-                "this session already has {open} runs queued or running (at most {cap}); \
-                 wait for one to end"
-            ),
-            Duration::from_secs(1),
-        ));
-    }
-    Ok(())
 }
 
 /// The body of `POST /v1/agent.wait`.

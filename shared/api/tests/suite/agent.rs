@@ -88,6 +88,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
             idempotency_key: Some("k-crash".into()),
             now: T0,
             idempotency_ttl_ms: 86_400_000,
+            max_open_runs: 0,
         })
         .await
         .unwrap();

@@ -60,6 +60,9 @@ impl DynamoStore {
                 ),
                 Some(item) => {
                     let session = session_from_item(item)?;
+                    // The count is read consistently and the write below is conditional on it,
+                    // so concurrent accepts cannot pass the cap together.
+                    turn.check_room(&session)?;
                     let write = self.count_accepted(&turn, session_pk.clone(), &session)?;
                     (write, session.session_id, session.runs_accepted)
                 }

@@ -80,7 +80,8 @@ impl DynamoStore {
                             Some(old) => old,
                             None => {
                                 return Err(StoreError::NotFound(format!(
-                                    "session {key} of tenant {tenant}"
+                                    "session {} of tenant {tenant}",
+                                    key.fingerprint()
                                 )));
                             }
                         }
@@ -201,7 +202,8 @@ impl DynamoStore {
                         Err(StoreError::Busy)
                     } else {
                         Err(StoreError::NotFound(format!(
-                            "session {key} of tenant {tenant}"
+                            "session {} of tenant {tenant}",
+                            key.fingerprint()
                         )))
                     }
                 }

@@ -62,6 +62,7 @@ async fn fixture() -> Fixture {
         idempotency_key: Some(unique("idem")),
         now,
         idempotency_ttl_ms: 24 * 3600 * 1000,
+        max_open_runs: 0,
     };
     let run = store.accept_turn(turn).await.expect("accept_turn").run;
     Fixture {
@@ -417,6 +418,7 @@ async fn concurrent_accepts_with_one_idempotency_key_create_one_run() {
                 idempotency_key: Some(idem),
                 now,
                 idempotency_ttl_ms: 60_000,
+                max_open_runs: 0,
             };
             store.accept_turn(turn).await
         })

@@ -31,6 +31,7 @@ async fn accept(store: &DynamoStore, tenant: &TenantId, key: &str, now: u64) -> 
             idempotency_key: None,
             now,
             idempotency_ttl_ms: 1000,
+            max_open_runs: 0,
         })
         .await
         .expect("accept_turn")

@@ -191,3 +191,63 @@ pub async fn case_a_reset_that_waits_bars_the_runs_accepted_before_it(store: Arc
     assert_eq!(reset.reset_barrier, 2);
     assert!(reset.was_reset_under(&later), "accepted on the old id");
 }
+
+/// The cap on a session's open runs is hard: with room for `ROOM` more runs under
+/// `max_open_runs = CAP`, of `ROOM + 10` turns accepted at the same time on the key exactly
+/// `ROOM` are accepted and every other one is refused `SessionFull` with nothing written; a key
+/// with room (another session) is unaffected. The guard is the one that numbers runs (the
+/// accept is conditional on the count it read), so on moto this case shares the flakiness of
+/// the case above: moto's transactions are not isolated and now and then hand one count to
+/// two accepts, which real DynamoDB cannot.
+pub async fn case_concurrent_accepts_stop_at_the_session_cap(store: Arc<dyn Store>) {
+    const CAP: u64 = 4;
+    const ROOM: u64 = CAP - 1;
+    let (tenant, key, now) = fixtures::fresh();
+    fixtures::accept(&store, &tenant, &key, now).await;
+    let racers: Vec<_> = (0..ROOM + 10)
+        .map(|i| {
+            let (store, tenant, key) = (store.clone(), tenant.clone(), key.clone());
+            tokio::spawn(async move {
+                let turn = agentlane_core::NewTurn {
+                    max_open_runs: CAP,
+                    ..fixtures::turn(&tenant, &key, now + 1 + i)
+                };
+                let run_id = turn.run_id.clone();
+                (run_id, store.accept_turn(turn).await)
+            })
+        })
+        .collect();
+    let (mut accepted, mut refused) = (0, Vec::new());
+    for racer in racers {
+        let (run_id, outcome) = racer.await.expect("racer task");
+        match outcome {
+            Ok(outcome) => {
+                assert!(outcome.created);
+                accepted += 1;
+            }
+            Err(StoreError::SessionFull { open, cap }) => {
+                assert_eq!((open, cap), (CAP, CAP));
+                refused.push(run_id);
+            }
+            Err(other) => panic!("an accept failed otherwise: {other:?}"),
+        }
+    }
+    assert_eq!(accepted, ROOM, "exactly the room left is accepted");
+    assert_eq!(refused.len(), 10);
+    let session = fixtures::session(&store, &tenant, &key).await;
+    assert_eq!(session.runs_accepted, CAP);
+    for run_id in refused {
+        assert_eq!(
+            store.get_run(&tenant, &run_id).await.expect("get_run"),
+            None,
+            "a refused turn wrote no run"
+        );
+    }
+    // Another session of the tenant still has room.
+    let other = agentlane_core::SessionKey::new(format!("{}-other", key.as_str()));
+    let turn = agentlane_core::NewTurn {
+        max_open_runs: CAP,
+        ..fixtures::turn(&tenant, &other, now)
+    };
+    store.accept_turn(turn).await.expect("another session");
+}

@@ -30,6 +30,7 @@ pub use lanes::{
     case_a_reset_that_waits_bars_the_runs_accepted_before_it,
     case_acquire_answers_the_session_for_the_order_check,
     case_concurrent_accepts_get_distinct_session_seqs,
+    case_concurrent_accepts_stop_at_the_session_cap,
     case_idempotency_key_with_a_different_request_conflicts,
     case_runs_are_numbered_in_session_order_across_resets,
 };

@@ -32,6 +32,10 @@ pub enum StoreError {
     /// again.
     #[error("too large: {0}")]
     TooLarge(String),
+    /// The session already has `cap` runs queued or running (accepted, not finished): the turn
+    /// was not accepted (see [`NewTurn::max_open_runs`](crate::NewTurn::max_open_runs)).
+    #[error("session full: {open} runs queued or running (at most {cap})")]
+    SessionFull { open: u64, cap: u64 },
 }
 
 impl StoreError {
@@ -43,7 +47,8 @@ impl StoreError {
             | StoreError::Conflict(_)
             | StoreError::NotFound(_)
             | StoreError::Corrupt(_)
-            | StoreError::TooLarge(_) => false,
+            | StoreError::TooLarge(_)
+            | StoreError::SessionFull { .. } => false,
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct NewTurn {
     pub now: u64,
     /// How long an idempotency key maps to its run.
     pub idempotency_ttl_ms: u64,
+    /// Runs of the session that may be queued or running at once (accepted, not finished),
+    /// this one included; `0`: no cap. Checked in the accepting transaction, so concurrent
+    /// accepts cannot pass it together ([`StoreError::SessionFull`](super::StoreError::SessionFull)).
+    pub max_open_runs: u64,
 }
 
 impl NewTurn {
@@ -56,6 +60,20 @@ impl NewTurn {
             session_seq,
             request_fingerprint: Some(self.request.fingerprint(&self.session_key)),
         }
+    }
+
+    /// `SessionFull` when `session` already has [`max_open_runs`](Self::max_open_runs) runs
+    /// queued or running. Adapters call it on the session they read in the accepting
+    /// transaction (a new session always has room).
+    pub fn check_room(&self, session: &Session) -> super::StoreResult<()> {
+        let open = session.runs_accepted.saturating_sub(session.runs_finished);
+        if self.max_open_runs > 0 && open >= self.max_open_runs {
+            return Err(super::StoreError::SessionFull {
+                open,
+                cap: self.max_open_runs,
+            });
+        }
+        Ok(())
     }
 
     /// The session this turn creates when its key has none: [`Session::new`] with

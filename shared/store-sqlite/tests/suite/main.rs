@@ -4,5 +4,6 @@
 
 mod conformance;
 mod cron_retention;
+mod fairness;
 mod queue_details;
 mod restart;

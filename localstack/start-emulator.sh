@@ -54,7 +54,10 @@ if [ ! -x "$EMU_DIR/venv/bin/moto_server" ] || ! cmp -s "$REQS" "$EMU_DIR/requir
 fi
 
 # Detach from this shell's process group so the server outlives the caller.
-setsid "$EMU_DIR/venv/bin/moto_server" -H 127.0.0.1 -p "$EMU_PORT" >"$LOG_FILE" 2>&1 < /dev/null &
+# moto_serialized.py: moto server with DynamoDB requests one at a time (moto's transactions are
+# not isolated; see the file). SQS keeps moto's own concurrency and its faults.
+setsid "$EMU_DIR/venv/bin/python" "$HERE/moto_serialized.py" -H 127.0.0.1 -p "$EMU_PORT" \
+  >"$LOG_FILE" 2>&1 < /dev/null &
 echo $! >"$PID_FILE"
 PID=$(cat "$PID_FILE")
 

@@ -2,7 +2,8 @@
 //! system prompt as large as the run record allows, answered with a long reply. On both
 //! backends it ends `ok` with the whole reply (the finished run record is shrunk to fit one
 //! stored item: its request, which the transcript keeps, is elided), the model is called once,
-//! and the session's next turn answers.
+//! and the session's next turn answers. On DynamoDB the run item of such a turn (~320 KB) is
+//! replaced whole at each commit (see the aws store's commit).
 
 use crate::support::LONG;
 use agentlane_core::RunStatus;
@@ -62,14 +63,30 @@ async fn a_maximum_size_turn_with_a_long_reply_ends_ok_calling_the_model_once() 
     let text = run.reply_text();
     assert_eq!(text.len(), reply.len(), "the reply is whole");
     assert!(text == reply, "the reply is the model's");
-    // AND the model was called once for it
-    let calls = scn.mock.model_requests_for("BIGTURN")?.len();
+    // AND the model was called once for it (once per turn in all: the mock's journal does not
+    // always keep the text of a 256 KiB request, so the calls are counted, not searched)
+    let answered = a.wait_done(&next.run_id, LONG).await?;
+    let requests = scn.mock.model_requests()?;
+    let seen: Vec<String> = requests
+        .iter()
+        .map(|r| {
+            r.last_user_text()
+                .map_or("<none>".to_owned(), |t| t.chars().take(40).collect())
+        })
+        .collect();
+    // The next turn's history (~120 k tokens) is compacted first: one summary call, whose
+    // prompt renders the transcript ("User: BIGTURN ..."), then its own call.
+    let summaries = seen
+        .iter()
+        .filter(|t| t.starts_with("User: BIGTURN"))
+        .count();
+    assert!(summaries <= 1, "{seen:?}");
     assert_eq!(
-        calls, 1,
-        "the model is not called again for an answer it has"
+        requests.len() - summaries - 1,
+        1,
+        "one call for the big turn: the model is not called again for an answer it has: {seen:?}"
     );
     // AND the next turn answers
-    let answered = a.wait_done(&next.run_id, LONG).await?;
     assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
     assert_eq!(answered.reply_text(), "Hi there! How can I help you today?");
     Ok(())

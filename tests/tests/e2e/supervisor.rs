@@ -178,12 +178,6 @@ async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lett
     };
     let a = scn.a();
     let lost = a.agent("dlq", "stall-forever: hi").await?;
-    let next = a
-        .agent(
-            "dlq",
-            "recorded reasoning but no visible answer? answer now",
-        )
-        .await?;
 
     // WHEN both receives the queue allows die mid-turn (kill -9)
     for pickup in 1..=2u32 {
@@ -204,7 +198,15 @@ async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lett
     assert_eq!(error.code, "dead_lettered", "{error:?}");
     assert_eq!(run.pickups, 2, "no pickup after the DLQ: {run:?}");
 
-    // AND the session's next turn answers
+    // AND the session's next turn answers. (It is sent only now: the emulator hands out a FIFO
+    // group's next message while one is in flight, and with 2 receives allowed a turn queued
+    // behind the lost one would be dead-lettered too by its hand-backs.)
+    let next = a
+        .agent(
+            "dlq",
+            "recorded reasoning but no visible answer? answer now",
+        )
+        .await?;
     let answered = a.wait_done(&next.run_id, LONG).await?;
     assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
     assert_eq!(answered.reply_text(), "The answer is 42.");

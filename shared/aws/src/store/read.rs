@@ -81,6 +81,30 @@ impl DynamoStore {
         ))
     }
 
+    /// The run's `abortRequested` and `abortReason` attributes as stored (a small consistent
+    /// read), to carry them over when the run item is replaced whole.
+    pub(super) async fn load_abort_attributes(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<(Option<AttributeValue>, Option<AttributeValue>)> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
+            .key(SK, AttributeValue::S(RUN_SK.to_owned()))
+            .projection_expression("#a, #r")
+            .expression_attribute_names("#a", ABORT_REQUESTED)
+            .expression_attribute_names("#r", ABORT_REASON)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        let mut item = out.item.unwrap_or_default();
+        Ok((item.remove(ABORT_REQUESTED), item.remove(ABORT_REASON)))
+    }
+
     /// Sets `abortRequested`; a reason other than a plain request is recorded in
     /// `abortReason` (the first such reason stays). The supervisor only asks when it read no
     /// request.

@@ -423,6 +423,37 @@ pub async fn case_a_stuck_abort_keeps_its_reason_through_commits(store: Arc<dyn 
     assert_eq!(plain.abort_reason, None);
 }
 
+/// A run record of ~300 KB (a maximum-size turn) can be replaced again and again, and an abort
+/// requested in between survives the replaces.
+pub async fn case_a_large_run_record_is_replaced_and_keeps_the_abort_flag(store: Arc<dyn Store>) {
+    let now = fixtures::wall_ms();
+    let (run, fence) = locked_run(&store, now).await;
+    let mut big = fixtures::running(&run, now);
+    big.request.message = "m".repeat(300_000);
+    for round in 0..2u64 {
+        big.usage.output_tokens = round;
+        let commit = Commit {
+            run: Some(big.clone()),
+            ..Commit::default()
+        };
+        store
+            .commit(&fence, commit)
+            .await
+            .expect("a large run commit");
+        if round == 0 {
+            store
+                .request_abort_for(&run.tenant, &run.run_id, AbortReason::Stuck)
+                .await
+                .expect("request_abort_for");
+        }
+    }
+    let stored = stored_run(&store, &run).await;
+    assert_eq!(stored.request.message.len(), 300_000);
+    assert_eq!(stored.usage.output_tokens, 1);
+    assert!(stored.abort_requested, "the abort survives a whole replace");
+    assert_eq!(stored.abort_reason, Some(AbortReason::Stuck));
+}
+
 /// A commit's session update sets status, active run and progress time and adds to
 /// `runs_finished`.
 pub async fn case_commit_applies_session_update(store: Arc<dyn Store>) {

@@ -9,14 +9,16 @@ use agentlane_aws::queue::{message_body, message_group_id};
 use agentlane_aws::setup::{self, AwsConfig};
 use agentlane_aws::{DynamoStore, SqsDeadLetters, SqsLaneQueue, ensure_resources};
 use agentlane_core::{
-    Clock, Lane, LaneMessage, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId,
-    SessionKey, SessionStatus, Store, SystemClock, TenantId, TurnMessage, TurnRequest,
+    Clock, Lane, LaneMessage, Layered, LockAttempt, Message, NewTurn, ProcessingIndex, RunId,
+    RunStatus, SessionId, SessionKey, SessionStatus, Store, StoreCall, StoreLayer, SystemClock,
+    TenantId, TurnMessage, TurnRequest,
 };
 use agentlane_cron::CronFunction;
 use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
 use agentlane_supervisor::{Supervisor, Thresholds};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const FIXTURE: &str = include_str!("../fixtures/scheduled-event.json");
@@ -453,4 +455,163 @@ async fn a_dead_letter_whose_session_is_locked_by_a_live_runner_is_kept_for_a_la
         .cloned()
         .unwrap_or_default();
     assert_eq!(in_flight, "1", "kept, hidden until a later sweep");
+}
+
+/// Counts the store calls (each one DynamoDB request; a commit is one `TransactWriteItems`, plus
+/// one `GetItem` when it writes transcript entries) of the store it wraps.
+struct CountingStore {
+    inner: Arc<dyn Store>,
+    calls: Arc<Mutex<Vec<StoreCall>>>,
+}
+
+#[async_trait::async_trait]
+impl StoreLayer for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    async fn before(&self, call: StoreCall) -> agentlane_core::StoreResult<()> {
+        self.calls.lock().unwrap().push(call);
+        Ok(())
+    }
+}
+
+/// Counts the index queries of the processing index it wraps.
+struct CountingIndex {
+    inner: DynamoStore,
+    queries: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl ProcessingIndex for CountingIndex {
+    async fn processing_sessions(
+        &self,
+        progress_before: u64,
+        limit: usize,
+    ) -> agentlane_core::StoreResult<Vec<agentlane_core::Session>> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
+        self.inner.processing_sessions(progress_before, limit).await
+    }
+}
+
+/// The sweep's cost (issue 11's closing figure): on a table of idle sessions (the default 50;
+/// `AGENTLANE_SWEEP_COST_IDLE=10000` for the figure in the report) one sweep is one index query
+/// and no other request, whatever their number; one stuck session adds a fixed handful.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
+    let idle: usize = std::env::var("AGENTLANE_SWEEP_COST_IDLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    // GIVEN a table of `idle` idle sessions (each with a turn accepted)
+    let w = DeadLetterWorld::new().await;
+    let started = std::time::Instant::now();
+    // One at a time: the emulator answers 500 to concurrent transactions.
+    for i in 0..idle {
+        for attempt in 0.. {
+            let accepted = w
+                .store
+                .accept_turn(NewTurn {
+                    tenant: w.tenant.clone(),
+                    session_key: SessionKey::new(format!("idle-{i}")),
+                    run_id: RunId::generate(),
+                    new_session_id: SessionId::generate(),
+                    request: TurnRequest {
+                        message: "hi".into(),
+                        queue_mode: Default::default(),
+                        model: None,
+                        thinking: None,
+                        timeout_seconds: None,
+                        extra_system_prompt: None,
+                        deadline_at: None,
+                        model_idle_timeout_ms: None,
+                    },
+                    idempotency_key: None,
+                    now: SystemClock.now_ms(),
+                    idempotency_ttl_ms: 1000,
+                })
+                .await;
+            match accepted {
+                Ok(_) => break,
+                Err(e) if attempt < 3 => eprintln!("retrying an accept: {e}"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    eprintln!("{idle} idle sessions written in {:?}", started.elapsed());
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let queries = Arc::new(AtomicUsize::new(0));
+    let counted: Arc<dyn Store> = Arc::new(Layered(CountingStore {
+        inner: w.store.clone(),
+        calls: calls.clone(),
+    }));
+    let supervisor = Supervisor::new(
+        counted.clone(),
+        Arc::new(CountingIndex {
+            inner: w.dynamo.clone(),
+            queries: queries.clone(),
+        }),
+        Arc::new(SystemClock),
+        Thresholds::new(Duration::from_millis(100), Some(Duration::from_millis(200))),
+    );
+
+    // WHEN one sweep runs
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN it looked at no session: one index query, no other request
+    assert_eq!(report.swept, 0, "{report:?}");
+    assert_eq!(queries.load(Ordering::SeqCst), 1);
+    assert_eq!(*calls.lock().unwrap(), Vec::<StoreCall>::new());
+
+    // WHEN one session of the table is stuck (its runner died mid-run) and the sweep runs
+    let run = w.accept("stuck").await;
+    let LockAttempt::Acquired(fence, _) = w
+        .store
+        .acquire_lock(
+            &w.tenant,
+            &run.session_key,
+            "runner-1",
+            50,
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("lock held")
+    };
+    let mut writer = RunWriter::new(
+        w.store.clone(),
+        Arc::new(SystemClock),
+        fence,
+        run.clone(),
+        Positions {
+            next_seq: 0,
+            next_event_seq: 0,
+        },
+        DeltaFlush {
+            bytes: 512,
+            every: Duration::ZERO,
+        },
+    );
+    writer.begin_pickup("demo/m".into());
+    writer
+        .commit(CommitKind::Progress(vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    calls.lock().unwrap().clear();
+    queries.store(0, Ordering::SeqCst);
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN it recovered that one session at a fixed cost
+    assert_eq!((report.swept, report.recovered), (1, 1), "{report:?}");
+    let made = calls.lock().unwrap().clone();
+    eprintln!(
+        "sweep cost with {idle} idle sessions: no stuck session: 1 index query; one stuck \
+         session recovered: {} index query + {} store calls {made:?}",
+        queries.load(Ordering::SeqCst),
+        made.len()
+    );
+    assert_eq!(queries.load(Ordering::SeqCst), 1);
+    assert!(made.len() <= 8, "{made:?}");
 }

@@ -495,7 +495,7 @@ impl ProcessingIndex for CountingIndex {
 }
 
 /// The sweep's cost (issue 11's closing figure): on a table of idle sessions (the default 50;
-/// `AGENTLANE_SWEEP_COST_IDLE=10000` for the figure in the report) one sweep is one index query
+/// `AGENTLANE_SWEEP_COST_IDLE=n` for more; the report quotes n = 300) one sweep is one index query
 /// and no other request, whatever their number; one stuck session adds a fixed handful.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {

@@ -474,8 +474,11 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         "IngressRole": {"sqs:SendMessage"},
         "IngressStreamRole": set(),
         "RunnerRole": SQS_CONSUMER,
-        "CronRole": {"sqs:SendMessage"},
+        # the sweep reads the DLQ (turns that reached it end `dead_lettered`)
+        "CronRole": {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage"},
     }
+    # Who may touch the DLQ, and how: only the cron role's sweep, receive + delete.
+    dlq_access = {"CronRole": {"sqs:ReceiveMessage", "sqs:DeleteMessage"}}
     for role_name, sqs in expected_sqs.items():
         if not c.check(role_name in roles, f"role {role_name} exists"):
             continue
@@ -494,7 +497,15 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         )
         for st in statements(roles[role_name]):
             targets = {getatt(r) for r in as_list(st["Resource"])}
-            c.check(("TurnDlq", "Arn") not in targets, f"{role_name}: no access to the DLQ")
+            if ("TurnDlq", "Arn") not in targets:
+                continue
+            allowed = dlq_access.get(role_name)
+            c.check(
+                allowed is not None
+                and targets == {("TurnDlq", "Arn")}
+                and set(as_list(st["Action"])) == allowed,
+                f"{role_name}: DLQ access only {sorted(allowed or [])}, in a statement of its own",
+            )
 
 
 def check_logs(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:

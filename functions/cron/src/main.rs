@@ -13,12 +13,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let ticker = runtime::cron::ticker(&backends, &settings, &CronSettings::from_env()?);
     let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
         .map_err(lambda_runtime::Error::from)?;
-    let supervisor = agentlane_supervisor::Supervisor::new(
+    let mut supervisor = agentlane_supervisor::Supervisor::new(
         backends.store.clone(),
         backends.processing.clone(),
         backends.clock.clone(),
         thresholds,
     );
+    // Turns that reached the SQS dead-letter queue (AGENTLANE_DLQ_URL) end `dead_lettered`.
+    if let Some(dead_letters) = runtime::aws_dead_letters().await? {
+        supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead_letters));
+    }
     let handler = CronFunction::new(ticker, backends.clock.clone())
         .with_supervisor(std::sync::Arc::new(supervisor));
     lambda_runtime::run(service_fn(

@@ -23,7 +23,7 @@ pub mod queue;
 pub mod setup;
 pub mod store;
 
-pub use queue::{SqsLaneQueue, delivery_from_parts};
+pub use queue::{SqsDeadLetters, SqsLaneQueue, delivery_from_parts};
 pub use setup::{
     AwsConfig, Resources, SetupError, ensure_resources, ensure_table, resolve_queue_url, sdk_config,
 };

@@ -132,6 +132,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(sqlite) = embedded {
             // The embedded queue's dead letters (its `lane_dead` table), on the same backend.
             supervisor = supervisor.with_dead_letters(std::sync::Arc::new(sqlite));
+        } else if let Some(dead_letters) = host::aws_dead_letters().await? {
+            // The SQS lane queue's dead-letter queue.
+            supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead_letters));
         }
         tokio::spawn(agentlane_supervisor::run_every(
             std::sync::Arc::new(supervisor),

@@ -98,6 +98,8 @@ macro_rules! __store_cases {
             case_events_order_and_paging,
             case_commit_release_lock_frees_lock,
             case_commit_preserves_abort_requested,
+            case_a_stuck_abort_keeps_its_reason_through_commits,
+            case_a_large_run_record_is_replaced_and_keeps_the_abort_flag,
             case_commit_applies_session_update,
             case_events_go_to_the_named_run,
             case_next_event_seq_follows_the_newest_event,

@@ -28,8 +28,8 @@ pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
 pub use record_size::MAX_RECORD_BYTES;
 pub use run::{
-    AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run, RunError, RunStatus,
-    TurnRequest, Usage,
+    AbortReason, AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run,
+    RunError, RunStatus, TurnRequest, Usage,
 };
 pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their

@@ -177,6 +177,27 @@ impl RunError {
     }
 }
 
+/// Why a run was asked to abort, which decides the error code it ends with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbortReason {
+    /// `POST /runs/{id}/abort`, the scheduler's timeout: the run ends `aborted` (`aborted`).
+    Requested,
+    /// The supervisor saw the run stalled past the abort threshold: it ends `aborted`
+    /// (`stuck`, livenessState `abandoned`).
+    Stuck,
+}
+
+impl AbortReason {
+    /// The error code a run aborted for this reason ends with.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Requested => "aborted",
+            Self::Stuck => "stuck",
+        }
+    }
+}
+
 /// One accepted turn and everything the runner learned while running it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -213,6 +234,11 @@ pub struct Run {
     /// clear it.
     #[serde(default)]
     pub abort_requested: bool,
+    /// Why the abort was requested when it was not a plain request (`None`: a client, the
+    /// scheduler). Set together with `abort_requested`, which owns it: runner writes never
+    /// change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_reason: Option<AbortReason>,
     /// How many times a runner picked this run up (redeliveries and hand-backs included).
     #[serde(default)]
     pub pickups: u32,

@@ -100,6 +100,40 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     })
 }
 
+/// The lane queue's SQS dead-letter queue, for the sweep (SPEC §10): `AGENTLANE_DLQ_URL`, else
+/// the queue named `AGENTLANE_DLQ_NAME` (default: the lane queue's name with `-dlq`) when it
+/// exists. `None` when there is none: the sweep then reads no dead letters.
+#[cfg(feature = "aws")]
+pub async fn aws_dead_letters() -> anyhow::Result<Option<agentlane_aws::SqsDeadLetters>> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let sqs = agentlane_aws::aws_sdk_sqs::Client::new(&sdk);
+    if let Some(url) = std::env::var("AGENTLANE_DLQ_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    {
+        return Ok(Some(agentlane_aws::SqsDeadLetters::new(sqs, url.trim())));
+    }
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    match sqs
+        .get_queue_url()
+        .queue_name(&config.dlq_name)
+        .send()
+        .await
+    {
+        Ok(out) => Ok(out
+            .queue_url
+            .map(|url| agentlane_aws::SqsDeadLetters::new(sqs, url))),
+        Err(e) => {
+            tracing::warn!(
+                queue = %config.dlq_name,
+                error = %agentlane_aws::aws_sdk_sqs::error::DisplayErrorContext(&e),
+                "no dead-letter queue found; the sweep reads no dead letters (set AGENTLANE_DLQ_URL)"
+            );
+            Ok(None)
+        }
+    }
+}
+
 /// Creates the table and queues named by the environment when absent (idempotent).
 #[cfg(feature = "aws")]
 pub async fn setup_aws() -> anyhow::Result<agentlane_aws::Resources> {

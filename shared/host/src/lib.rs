@@ -16,7 +16,7 @@ pub mod settings;
 
 pub use backends::{BackendKind, Backends};
 #[cfg(feature = "aws")]
-pub use backends::{open_aws, setup_aws};
+pub use backends::{aws_dead_letters, open_aws, setup_aws};
 #[cfg(feature = "embedded")]
 pub use backends::{open_embedded, open_embedded_backend};
 pub use error::ConfigError;

@@ -2,10 +2,10 @@
 //! `IMMEDIATE` transaction.
 
 use crate::error::{Result, int, uint};
-use crate::records::{insert_run, load_run, load_session, save_session};
+use crate::records::{self, insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AcceptOutcome, Event, NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionStatus,
-    StoreError, TenantId, TranscriptEntry, record_size,
+    AbortReason, AcceptOutcome, Event, NewTurn, Run, RunId, Session, SessionId, SessionKey,
+    SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -75,15 +75,24 @@ fn live_idempotent_run(
     }
 }
 
+/// Sets the abort flag; the first request's reason stays.
 pub(crate) fn request_abort(
     conn: &mut Connection,
     tenant: &TenantId,
     run_id: &RunId,
+    reason: AbortReason,
 ) -> Result<Option<Run>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let changed = tx
-        .prepare_cached("UPDATE runs SET abort_requested = 1 WHERE tenant = ?1 AND run_id = ?2")?
-        .execute(params![tenant.as_str(), run_id.as_str()])?;
+        .prepare_cached(
+            "UPDATE runs SET abort_requested = CASE WHEN abort_requested = 0 THEN ?3
+             ELSE abort_requested END WHERE tenant = ?1 AND run_id = ?2",
+        )?
+        .execute(params![
+            tenant.as_str(),
+            run_id.as_str(),
+            records::abort_column(reason)
+        ])?;
     if changed == 0 {
         return Ok(None);
     }

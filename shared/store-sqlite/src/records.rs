@@ -2,7 +2,7 @@
 //! inside the caller's transaction.
 
 use crate::error::Result;
-use agentlane_core::{Run, RunId, Session, SessionKey, TenantId};
+use agentlane_core::{AbortReason, Run, RunId, Session, SessionKey, TenantId};
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub(crate) fn load_session(
@@ -38,7 +38,7 @@ pub(crate) fn load_run(
     tenant: &TenantId,
     run_id: &RunId,
 ) -> Result<Option<Run>> {
-    let row: Option<(String, bool)> = conn
+    let row: Option<(String, i64)> = conn
         .prepare_cached("SELECT body, abort_requested FROM runs WHERE tenant = ?1 AND run_id = ?2")?
         .query_row(params![tenant.as_str(), run_id.as_str()], |row| {
             Ok((row.get(0)?, row.get(1)?))
@@ -48,8 +48,24 @@ pub(crate) fn load_run(
         return Ok(None);
     };
     let mut run: Run = serde_json::from_str(&body)?;
-    run.abort_requested = abort_requested;
+    run.abort_requested = abort_requested != 0;
+    run.abort_reason = abort_reason_from_column(abort_requested);
     Ok(Some(run))
+}
+
+/// The `abort_requested` column: 0 no request, 1 a plain request, 2 the supervisor's (stuck).
+pub(crate) fn abort_column(reason: AbortReason) -> i64 {
+    match reason {
+        AbortReason::Requested => 1,
+        AbortReason::Stuck => 2,
+    }
+}
+
+fn abort_reason_from_column(value: i64) -> Option<AbortReason> {
+    match value {
+        2 => Some(AbortReason::Stuck),
+        _ => None,
+    }
 }
 
 /// Creates the run; `false` when a run with that id already exists (nothing written).
@@ -64,7 +80,10 @@ pub(crate) fn insert_run(conn: &Connection, run: &Run) -> Result<bool> {
             run.tenant.as_str(),
             run.run_id.as_str(),
             body,
-            run.abort_requested
+            match (run.abort_requested, run.abort_reason) {
+                (false, _) => 0,
+                (true, reason) => abort_column(reason.unwrap_or(AbortReason::Requested)),
+            }
         ])?;
     Ok(inserted == 1)
 }

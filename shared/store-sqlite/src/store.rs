@@ -5,9 +5,9 @@ use crate::backend::SqliteBackend;
 use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
-    RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, TenantId, TranscriptEntry,
-    TurnIntake,
+    AbortReason, AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt,
+    NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, TenantId,
+    TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 
@@ -17,9 +17,14 @@ impl TurnIntake for SqliteBackend {
         self.with_conn(move |c| ingress::accept_turn(c, turn)).await
     }
 
-    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+    async fn request_abort_for(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        reason: AbortReason,
+    ) -> StoreResult<Option<Run>> {
         let (tenant, run_id) = (tenant.clone(), run_id.clone());
-        self.with_conn(move |c| ingress::request_abort(c, &tenant, &run_id))
+        self.with_conn(move |c| ingress::request_abort(c, &tenant, &run_id, reason))
             .await
     }
 

@@ -1,7 +1,8 @@
 //! Dead-lettered turns (SPEC §10): a lane message that left its lane for a dead-letter store
-//! (the embedded queue's `lane_dead` table) still has its run `running`/`queued` and its
-//! session `processing`. The sweep ends each such run `error` (`dead_lettered`) and forgets the
-//! dead letter.
+//! (the embedded queue's `lane_dead` table, or the SQS dead-letter queue with feature `aws`)
+//! still has its run `running`/`queued` and its session `processing`. The sweep ends each such
+//! run `error` (`dead_lettered`) and only then forgets the dead letter, so a sweep that dies in
+//! between leaves it for the next one (which finds the run ended and just forgets it).
 
 use agentlane_core::TurnMessage;
 use agentlane_store_sqlite::SqliteBackend;
@@ -41,5 +42,24 @@ impl DeadLetterSource for SqliteBackend {
             .parse()
             .map_err(|_| format!("not a dead-letter id: {id}"))?;
         self.forget_dead_letter(id).await.map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(feature = "aws")]
+#[async_trait]
+impl DeadLetterSource for agentlane_aws::SqsDeadLetters {
+    async fn dead_turns(&self, limit: usize) -> Result<Vec<DeadTurn>, String> {
+        let letters = self.receive(limit).await.map_err(|e| e.to_string())?;
+        Ok(letters
+            .into_iter()
+            .map(|d| DeadTurn {
+                id: d.receipt_handle,
+                turn: d.turn,
+            })
+            .collect())
+    }
+
+    async fn forget(&self, id: &str) -> Result<(), String> {
+        self.delete(id).await.map_err(|e| e.to_string())
     }
 }

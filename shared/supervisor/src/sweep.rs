@@ -13,8 +13,9 @@ use agentlane_agent::context::repair::missing_results;
 use agentlane_agent::writer::record::Ending;
 use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::{
-    Clock, EventStream, LivenessState, LockAttempt, Message, ProcessingIndex, RunError, RunId,
-    RunStatus, Session, SessionKey, SessionStatus, Store, StoreResult, TenantId, TranscriptEntry,
+    AbortReason, Clock, EventStream, LivenessState, LockAttempt, Message, ProcessingIndex,
+    RunError, RunId, RunStatus, Session, SessionKey, SessionStatus, Store, StoreResult, TenantId,
+    TranscriptEntry,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -40,6 +41,17 @@ pub struct SweepReport {
     pub recovered: u32,
     /// Dead-lettered turns whose run was ended `dead_lettered`.
     pub dead_lettered: u32,
+}
+
+/// What reconciling one dead letter did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reconciled {
+    /// The run was ended `dead_lettered` now.
+    Ended,
+    /// Nothing to do: the run ended already (or is unknown). The dead letter can go.
+    Settled,
+    /// The session's lock is live or its state moved on: try again on a later sweep.
+    Busy,
 }
 
 /// When a session's diagnostic was last logged, to back repeated ones off exponentially.
@@ -144,7 +156,9 @@ impl Supervisor {
                         tenant = %session.tenant, session = %session.session_key.fingerprint(), run = %run.run_id,
                         age_ms = diagnostic.age_ms, "aborting a stalled run"
                     );
-                    self.store.request_abort(&run.tenant, &run.run_id).await?;
+                    self.store
+                        .request_abort_for(&run.tenant, &run.run_id, AbortReason::Stuck)
+                        .await?;
                     report.aborted += 1;
                 }
                 (DiagnosticClass::Stuck, Some(run)) if !run.status.is_terminal() => {
@@ -184,11 +198,18 @@ impl Supervisor {
         let mut ended = 0;
         for letter in letters {
             if let Some(turn) = &letter.turn {
-                if self
-                    .reconcile_dead_letter(&turn.tenant, &turn.run_id)
-                    .await?
-                {
-                    ended += 1;
+                match self.reconcile(&turn.tenant, &turn.run_id).await {
+                    Ok(Reconciled::Ended) => ended += 1,
+                    Ok(Reconciled::Settled) => {}
+                    Ok(Reconciled::Busy) => {
+                        // Kept: it comes back to a later sweep.
+                        tracing::info!(run = %turn.run_id, "a dead-lettered run's session is busy");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, run = %turn.run_id, "could not reconcile a dead letter");
+                        continue;
+                    }
                 }
             } else {
                 tracing::error!(id = %letter.id, "forgetting an unreadable dead letter");
@@ -207,21 +228,32 @@ impl Supervisor {
         tenant: &TenantId,
         run_id: &RunId,
     ) -> StoreResult<bool> {
+        Ok(self.reconcile(tenant, run_id).await? == Reconciled::Ended)
+    }
+
+    async fn reconcile(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Reconciled> {
         let Some(run) = self.store.get_run(tenant, run_id).await? else {
-            return Ok(false);
+            return Ok(Reconciled::Settled);
         };
         if run.status.is_terminal() {
-            return Ok(false);
+            return Ok(Reconciled::Settled);
         }
         let Some(session) = self.store.get_session(tenant, &run.session_key).await? else {
-            return Ok(false);
+            return Ok(Reconciled::Settled);
         };
         let error = RunError::new(
             "dead_lettered",
             "the turn's message reached the dead-letter queue; it will not be retried",
         );
-        self.recover(&session, run_id, RunStatus::Error, error)
-            .await
+        Ok(
+            match self
+                .recover(&session, run_id, RunStatus::Error, error)
+                .await?
+            {
+                true => Reconciled::Ended,
+                false => Reconciled::Busy,
+            },
+        )
     }
 
     /// Under the session's lock (one try: a live holder means a live runner, and nothing is

@@ -6,9 +6,9 @@
 
 use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::{
-    Clock, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt, Message, NewTurn, Run, RunId,
-    RunStatus, SessionId, SessionKey, SessionStatus, Store, SystemClock, TenantId, ToolCall,
-    TurnMessage, TurnRequest,
+    AbortReason, Clock, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt, Message, NewTurn,
+    Run, RunId, RunStatus, SessionId, SessionKey, SessionStatus, Store, SystemClock, TenantId,
+    ToolCall, TurnMessage, TurnRequest,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use agentlane_supervisor::{DiagnosticClass, Supervisor, SweepReport, Thresholds};
@@ -212,6 +212,11 @@ async fn a_stalled_run_with_a_live_owner_is_asked_to_abort_and_nothing_else_is_w
         .unwrap()
         .unwrap();
     assert!(after.abort_requested);
+    assert_eq!(
+        after.abort_reason,
+        Some(AbortReason::Stuck),
+        "its runner will end it `stuck`, not `aborted`"
+    );
     assert_eq!(after.status, RunStatus::Running);
     let session = w
         .store

@@ -1,7 +1,7 @@
 //! The supervisor seen from outside (SPEC §10): a model stream that goes silent under an idle
 //! timeout far longer than the abort threshold holds its lane until the sweep notices — the
-//! session shows `diagnostic: session.stalled`, the run is aborted (abandoned) through the
-//! normal abort path, and the session's next queued turn answers.
+//! session shows `diagnostic: session.stalled`, the run is aborted (code `stuck`, abandoned)
+//! through the normal abort path, and the session's next queued turn answers.
 
 use crate::support::{LONG, SERVER_BIN};
 use agentlane_core::{LivenessState, RunStatus};
@@ -60,6 +60,11 @@ async fn supervisor_a_stalled_stream_is_diagnosed_then_aborted_and_the_next_turn
     let run = a.wait_done(&stalled.run_id, LONG).await?;
     assert_eq!(run.status, RunStatus::Aborted, "{run:?}");
     assert_eq!(run.liveness_state, LivenessState::Abandoned);
+    let error = run.error.clone().expect("an aborted run says why");
+    assert_eq!(
+        error.code, "stuck",
+        "the supervisor's abort, not a user's: {error:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "{:?}",
@@ -143,5 +148,69 @@ async fn supervisor_a_turn_failing_every_delivery_ends_poisoned_after_the_cap_an
         3,
         "two stalls and the next turn"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lettered_and_the_next_answers()
+-> anyhow::Result<()> {
+    // Only the AWS backend has an SQS dead-letter queue (the embedded one is covered by the
+    // supervisor crate's tests).
+    if !agentlane_tests::server::backend_is_aws() {
+        return Ok(());
+    }
+    // GIVEN a lane queue that dead-letters a message after 2 receives, a poison cap far above
+    // that (so only the DLQ can end the turn), short leases and visibility, a sweep every
+    // 100 ms, and a turn whose model call hangs, so every delivery of it dies with the server
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
+    let mock = Aimock::start(Fixtures::File(fixtures))?;
+    let options = ServerOptions::new(SERVER_BIN)
+        .model_server(&mock)
+        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
+        .env("AGENTLANE_MAX_RECEIVE_COUNT", "2")
+        .env("AGENTLANE_MAX_FAILED_PICKUPS", "10")
+        .env("AGENTLANE_LOCK_LEASE_MS", "300")
+        .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
+        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100");
+    let mut scn = Scenario {
+        server: Server::start(options)?,
+        mock,
+    };
+    let a = scn.a();
+    let lost = a.agent("dlq", "stall-forever: hi").await?;
+
+    // WHEN both receives the queue allows die mid-turn (kill -9)
+    for pickup in 1..=2u32 {
+        let a = scn.a();
+        a.poll_run(&lost.run_id, LONG, "picked up", |r| {
+            r.status == RunStatus::Running && r.pickups >= pickup
+        })
+        .await?;
+        scn.server.kill_hard();
+        scn.server.restart()?;
+    }
+
+    // THEN SQS moves the message to the DLQ, and the sweep ends its run `dead_lettered`
+    let a = scn.a();
+    let run = a.wait_done(&lost.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Error, "{run:?}");
+    let error = run.error.clone().expect("a dead-lettered run says why");
+    assert_eq!(error.code, "dead_lettered", "{error:?}");
+    assert_eq!(run.pickups, 2, "no pickup after the DLQ: {run:?}");
+
+    // AND the session's next turn answers. (It is sent only now: the emulator hands out a FIFO
+    // group's next message while one is in flight, and with 2 receives allowed a turn queued
+    // behind the lost one would be dead-lettered too by its hand-backs.)
+    let next = a
+        .agent(
+            "dlq",
+            "recorded reasoning but no visible answer? answer now",
+        )
+        .await?;
+    let answered = a.wait_done(&next.run_id, LONG).await?;
+    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
+    assert_eq!(answered.reply_text(), "The answer is 42.");
+    let (_, session) = a.json(Method::GET, "/v1/sessions/dlq", None).await?;
+    assert_eq!(session["status"], "idle");
     Ok(())
 }

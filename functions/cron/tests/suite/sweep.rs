@@ -1,18 +1,24 @@
-//! The cron handler sweeps stuck sessions once per invocation (SPEC §10), against DynamoDB on
-//! the emulator: a session whose runner died mid-run is recovered and the report says so.
+//! The cron handler sweeps stuck sessions once per invocation (SPEC §10), against DynamoDB and
+//! SQS on the emulator: a session whose runner died mid-run is recovered and the report says
+//! so; a turn found in the SQS dead-letter queue ends `dead_lettered`, once, and its message is
+//! deleted only after that (kept while its session is locked by a live runner).
 
 use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_aws::aws_sdk_sqs::types::QueueAttributeName;
+use agentlane_aws::queue::{message_body, message_group_id};
 use agentlane_aws::setup::{self, AwsConfig};
-use agentlane_aws::{DynamoStore, SqsLaneQueue, ensure_resources};
+use agentlane_aws::{DynamoStore, SqsDeadLetters, SqsLaneQueue, ensure_resources};
 use agentlane_core::{
-    Clock, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId, SessionKey, SessionStatus,
-    Store, SystemClock, TenantId, TurnRequest,
+    Clock, Lane, LaneMessage, Layered, LockAttempt, Message, NewTurn, ProcessingIndex, RunId,
+    RunStatus, SessionId, SessionKey, SessionStatus, Store, StoreCall, StoreLayer, SystemClock,
+    TenantId, TurnMessage, TurnRequest,
 };
 use agentlane_cron::CronFunction;
 use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
 use agentlane_supervisor::{Supervisor, Thresholds};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const FIXTURE: &str = include_str!("../fixtures/scheduled-event.json");
@@ -161,4 +167,452 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["sweep"]["recovered"], 1);
     assert_eq!(json["sweep"]["swept"], 1);
+}
+
+/// A turn whose lane message sits in the SQS dead-letter queue.
+struct DeadLetterWorld {
+    store: Arc<dyn Store>,
+    dynamo: DynamoStore,
+    queue: SqsLaneQueue,
+    sqs: agentlane_aws::aws_sdk_sqs::Client,
+    dlq_url: String,
+    tenant: TenantId,
+}
+
+impl DeadLetterWorld {
+    async fn new() -> Self {
+        let endpoint = std::env::var("AWS_ENDPOINT_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "http://127.0.0.1:4566".to_owned());
+        let sdk = setup::emulator_sdk_config(&endpoint).await;
+        let id = &uuid::Uuid::new_v4().simple().to_string()[..12];
+        let config = AwsConfig {
+            table: format!("agentlane-dlq-{id}"),
+            queue_name: format!("agentlane-dlq-{id}.fifo"),
+            dlq_name: format!("agentlane-dlq-{id}-dlq.fifo"),
+            ..AwsConfig::default()
+        };
+        let resources = ensure_resources(&sdk, &config)
+            .await
+            .expect("emulator resources");
+        let dynamo = DynamoStore::new(
+            agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+            resources.table,
+        );
+        let sqs = agentlane_aws::aws_sdk_sqs::Client::new(&sdk);
+        Self {
+            store: Arc::new(dynamo.clone()),
+            dynamo,
+            queue: SqsLaneQueue::new(sqs.clone(), resources.queue_url),
+            sqs,
+            dlq_url: resources.dlq_url.expect("a dead-letter queue"),
+            tenant: TenantId::new("acme"),
+        }
+    }
+
+    async fn accept(&self, key: &str) -> agentlane_core::Run {
+        self.store
+            .accept_turn(NewTurn {
+                tenant: self.tenant.clone(),
+                session_key: SessionKey::new(key),
+                run_id: RunId::generate(),
+                new_session_id: SessionId::generate(),
+                request: TurnRequest {
+                    message: "hi".into(),
+                    queue_mode: Default::default(),
+                    model: None,
+                    thinking: None,
+                    timeout_seconds: None,
+                    extra_system_prompt: None,
+                    deadline_at: None,
+                    model_idle_timeout_ms: None,
+                },
+                idempotency_key: None,
+                now: SystemClock.now_ms(),
+                idempotency_ttl_ms: 1000,
+            })
+            .await
+            .unwrap()
+            .run
+    }
+
+    /// Puts the run's lane message straight into the DLQ (as SQS does once its receive count
+    /// ran out), with a fresh deduplication id.
+    async fn dead_letter(&self, run: &agentlane_core::Run) {
+        let message = LaneMessage {
+            lane: Lane::for_session(&run.tenant, &run.session_key),
+            dedup_id: run.run_id.to_string(),
+            body: TurnMessage {
+                tenant: run.tenant.clone(),
+                run_id: run.run_id.clone(),
+                session_key: Some(run.session_key.clone()),
+            },
+        };
+        self.sqs
+            .send_message()
+            .queue_url(&self.dlq_url)
+            .message_group_id(message_group_id(&message.lane))
+            .message_deduplication_id(uuid::Uuid::new_v4().simple().to_string())
+            .message_body(message_body(&message))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    fn handler(&self) -> CronFunction {
+        let ticker = Ticker::new(
+            Arc::new(self.dynamo.clone()),
+            Arc::new(self.dynamo.clone()),
+            Arc::new(self.queue.clone()),
+            Arc::new(SystemClock),
+            TickerConfig {
+                tick: Duration::from_millis(200),
+                ..TickerConfig::default()
+            },
+            WebhookSender::new(agentlane_tools::ssrf::SsrfPolicy::default()),
+        );
+        let supervisor = Supervisor::new(
+            self.store.clone(),
+            Arc::new(self.dynamo.clone()),
+            Arc::new(SystemClock),
+            Thresholds::new(Duration::from_secs(60), None),
+        )
+        .with_dead_letters(Arc::new(SqsDeadLetters::new(
+            self.sqs.clone(),
+            self.dlq_url.clone(),
+        )));
+        CronFunction::new(ticker, Arc::new(SystemClock)).with_supervisor(Arc::new(supervisor))
+    }
+
+    /// Messages visible in the DLQ now (received with a zero visibility, so they stay).
+    async fn dlq_depth(&self) -> usize {
+        self.sqs
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+            .len()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_its_session() {
+    // GIVEN a run whose runner crashed mid-turn (lock lease run out) and whose lane message
+    // then reached the SQS DLQ, and a second turn queued behind it on the same session
+    let w = DeadLetterWorld::new().await;
+    let run = w.accept("lost").await;
+    let next = w.accept("lost").await;
+    let LockAttempt::Acquired(fence, _) = w
+        .store
+        .acquire_lock(
+            &w.tenant,
+            &run.session_key,
+            "runner-1",
+            50,
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("lock held")
+    };
+    let mut writer = RunWriter::new(
+        w.store.clone(),
+        Arc::new(SystemClock),
+        fence,
+        run.clone(),
+        Positions {
+            next_seq: 0,
+            next_event_seq: 0,
+        },
+        DeltaFlush {
+            bytes: 512,
+            every: Duration::ZERO,
+        },
+    );
+    writer.begin_pickup("demo/m".into());
+    writer
+        .commit(CommitKind::Progress(vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.dead_letter(&run).await;
+
+    // WHEN a cron invocation sweeps
+    let handler = w.handler();
+    let report = handler
+        .handle(event_sent(Duration::from_secs(59)), None)
+        .await
+        .unwrap();
+
+    // THEN the run ended `error` (`dead_lettered`), abandoned, and its session is free for
+    // the next turn (idle, lock released, one run finished)
+    assert_eq!(report.sweep.dead_lettered, 1, "{report:?}");
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.status, RunStatus::Error);
+    assert_eq!(ended.error.as_ref().unwrap().code, "dead_lettered");
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.status, SessionStatus::Idle);
+    assert_eq!(session.lock_owner, None);
+    assert_eq!(session.runs_finished, 1, "the next turn may start");
+    let queued = w
+        .store
+        .get_run(&w.tenant, &next.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        queued.status,
+        RunStatus::Queued,
+        "only the dead-lettered run ended"
+    );
+    // AND the dead letter is gone
+    assert_eq!(w.dlq_depth().await, 0);
+
+    // WHEN the same message reaches the DLQ again (a duplicate) and the sweep runs again
+    w.dead_letter(&run).await;
+    let again = handler
+        .handle(event_sent(Duration::from_secs(59)), None)
+        .await
+        .unwrap();
+
+    // THEN nothing is ended twice, and the duplicate is deleted too
+    assert_eq!(again.sweep.dead_lettered, 0, "{again:?}");
+    let same = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(same, ended);
+    assert_eq!(w.dlq_depth().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_whose_session_is_locked_by_a_live_runner_is_kept_for_a_later_sweep() {
+    // GIVEN a run in the DLQ whose session lock is held with a live lease
+    let w = DeadLetterWorld::new().await;
+    let run = w.accept("busy").await;
+    let LockAttempt::Acquired(..) = w
+        .store
+        .acquire_lock(
+            &w.tenant,
+            &run.session_key,
+            "runner-1",
+            60_000,
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("lock held")
+    };
+    w.dead_letter(&run).await;
+
+    // WHEN a cron invocation sweeps
+    let report = w
+        .handler()
+        .handle(event_sent(Duration::from_secs(59)), None)
+        .await
+        .unwrap();
+
+    // THEN the run is untouched and the dead letter is not deleted (it comes back once its
+    // visibility runs out)
+    assert_eq!(report.sweep.dead_lettered, 0, "{report:?}");
+    let same = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(same.status, RunStatus::Queued);
+    let attributes = w
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&w.dlq_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let in_flight = attributes
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(in_flight, "1", "kept, hidden until a later sweep");
+}
+
+/// Counts the store calls (each one DynamoDB request; a commit is one `TransactWriteItems`, plus
+/// one `GetItem` when it writes transcript entries) of the store it wraps.
+struct CountingStore {
+    inner: Arc<dyn Store>,
+    calls: Arc<Mutex<Vec<StoreCall>>>,
+}
+
+#[async_trait::async_trait]
+impl StoreLayer for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    async fn before(&self, call: StoreCall) -> agentlane_core::StoreResult<()> {
+        self.calls.lock().unwrap().push(call);
+        Ok(())
+    }
+}
+
+/// Counts the index queries of the processing index it wraps.
+struct CountingIndex {
+    inner: DynamoStore,
+    queries: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl ProcessingIndex for CountingIndex {
+    async fn processing_sessions(
+        &self,
+        progress_before: u64,
+        limit: usize,
+    ) -> agentlane_core::StoreResult<Vec<agentlane_core::Session>> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
+        self.inner.processing_sessions(progress_before, limit).await
+    }
+}
+
+/// The sweep's cost (issue 11's closing figure): on a table of idle sessions (the default 50;
+/// `AGENTLANE_SWEEP_COST_IDLE=n` for more; the report quotes n = 300) one sweep is one index query
+/// and no other request, whatever their number; one stuck session adds a fixed handful.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
+    let idle: usize = std::env::var("AGENTLANE_SWEEP_COST_IDLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    // GIVEN a table of `idle` idle sessions (each with a turn accepted)
+    let w = DeadLetterWorld::new().await;
+    let started = std::time::Instant::now();
+    // One at a time: the emulator answers 500 to concurrent transactions.
+    for i in 0..idle {
+        for attempt in 0.. {
+            let accepted = w
+                .store
+                .accept_turn(NewTurn {
+                    tenant: w.tenant.clone(),
+                    session_key: SessionKey::new(format!("idle-{i}")),
+                    run_id: RunId::generate(),
+                    new_session_id: SessionId::generate(),
+                    request: TurnRequest {
+                        message: "hi".into(),
+                        queue_mode: Default::default(),
+                        model: None,
+                        thinking: None,
+                        timeout_seconds: None,
+                        extra_system_prompt: None,
+                        deadline_at: None,
+                        model_idle_timeout_ms: None,
+                    },
+                    idempotency_key: None,
+                    now: SystemClock.now_ms(),
+                    idempotency_ttl_ms: 1000,
+                })
+                .await;
+            match accepted {
+                Ok(_) => break,
+                Err(e) if attempt < 3 => eprintln!("retrying an accept: {e}"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    eprintln!("{idle} idle sessions written in {:?}", started.elapsed());
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let queries = Arc::new(AtomicUsize::new(0));
+    let counted: Arc<dyn Store> = Arc::new(Layered(CountingStore {
+        inner: w.store.clone(),
+        calls: calls.clone(),
+    }));
+    let supervisor = Supervisor::new(
+        counted.clone(),
+        Arc::new(CountingIndex {
+            inner: w.dynamo.clone(),
+            queries: queries.clone(),
+        }),
+        Arc::new(SystemClock),
+        Thresholds::new(Duration::from_millis(100), Some(Duration::from_millis(200))),
+    );
+
+    // WHEN one sweep runs
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN it looked at no session: one index query, no other request
+    assert_eq!(report.swept, 0, "{report:?}");
+    assert_eq!(queries.load(Ordering::SeqCst), 1);
+    assert_eq!(*calls.lock().unwrap(), Vec::<StoreCall>::new());
+
+    // WHEN one session of the table is stuck (its runner died mid-run) and the sweep runs
+    let run = w.accept("stuck").await;
+    let LockAttempt::Acquired(fence, _) = w
+        .store
+        .acquire_lock(
+            &w.tenant,
+            &run.session_key,
+            "runner-1",
+            50,
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("lock held")
+    };
+    let mut writer = RunWriter::new(
+        w.store.clone(),
+        Arc::new(SystemClock),
+        fence,
+        run.clone(),
+        Positions {
+            next_seq: 0,
+            next_event_seq: 0,
+        },
+        DeltaFlush {
+            bytes: 512,
+            every: Duration::ZERO,
+        },
+    );
+    writer.begin_pickup("demo/m".into());
+    writer
+        .commit(CommitKind::Progress(vec![Message::user("hi")]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    calls.lock().unwrap().clear();
+    queries.store(0, Ordering::SeqCst);
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN it recovered that one session at a fixed cost
+    assert_eq!((report.swept, report.recovered), (1, 1), "{report:?}");
+    let made = calls.lock().unwrap().clone();
+    eprintln!(
+        "sweep cost with {idle} idle sessions: no stuck session: 1 index query; one stuck \
+         session recovered: {} index query + {} store calls {made:?}",
+        queries.load(Ordering::SeqCst),
+        made.len()
+    );
+    assert_eq!(queries.load(Ordering::SeqCst), 1);
+    assert!(made.len() <= 8, "{made:?}");
 }

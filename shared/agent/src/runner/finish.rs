@@ -11,7 +11,7 @@ use crate::hooks::{AgentEndEvent, HookPoint, MessageEvent, ReplyClaimed, SendDec
 use crate::writer::CommitKind;
 use crate::writer::record::Ending;
 use agentlane_core::{
-    EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError,
+    AbortReason, EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError,
 };
 use serde_json::json;
 
@@ -19,6 +19,10 @@ impl Turn<'_> {
     /// Writes the terminal state (or the hand-back state) and releases the lock.
     pub(super) async fn finish(mut self, end: LoopEnd) -> Result<TurnExit, StoreError> {
         let mut final_messages = Vec::new();
+        let abort_reason = match end {
+            LoopEnd::Stopped(StopReason::Abort) => self.abort_reason().await,
+            _ => AbortReason::Requested,
+        };
         let ending = match end {
             LoopEnd::Final {
                 text,
@@ -45,7 +49,16 @@ impl Turn<'_> {
             LoopEnd::Stopped(StopReason::Abort) => ending(
                 RunStatus::Aborted,
                 LivenessState::Abandoned,
-                Some(RunError::new("aborted", "the run was aborted on request")),
+                Some(match abort_reason {
+                    AbortReason::Requested => {
+                        RunError::new(abort_reason.code(), "the run was aborted on request")
+                    }
+                    AbortReason::Stuck => RunError::new(
+                        abort_reason.code(),
+                        "the run made no progress past the stuck-abort threshold; the \
+                         supervisor aborted it",
+                    ),
+                }),
             ),
             LoopEnd::Stopped(StopReason::SessionReset) => ending(
                 RunStatus::Aborted,
@@ -81,6 +94,20 @@ impl Turn<'_> {
         audit::run_end(self.writer.run());
         self.after_reply().await;
         Ok(TurnExit::Finished(status))
+    }
+
+    /// Why the run was asked to abort: the reason on the run record (the copy read at pickup,
+    /// else a fresh read, since the request usually came later). A failed read counts as a
+    /// plain request.
+    async fn abort_reason(&self) -> AbortReason {
+        if let Some(reason) = self.writer.run().abort_reason {
+            return reason;
+        }
+        let run = self.writer.run();
+        match self.runner.store.get_run(&run.tenant, &run.run_id).await {
+            Ok(Some(fresh)) => fresh.abort_reason.unwrap_or(AbortReason::Requested),
+            _ => AbortReason::Requested,
+        }
     }
 
     /// Shutdown: the run is paused, its lock released, and a later pickup resumes it.

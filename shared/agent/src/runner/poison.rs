@@ -89,6 +89,7 @@ mod tests {
             payloads: Vec::new(),
             error: None,
             abort_requested: false,
+            abort_reason: None,
             pickups,
             hand_backs,
             checkpoint: None,

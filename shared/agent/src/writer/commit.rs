@@ -95,7 +95,10 @@ impl RunWriter {
             run_id: Some(self.run.run_id.clone()),
             transcript,
             events: self.events.pending().to_vec(),
-            run: shape.with_run.then(|| self.run.clone()),
+            run: shape.with_run.then(|| match self.run.status.is_terminal() {
+                true => super::fit::fit_finished(self.run.clone()),
+                false => self.run.clone(),
+            }),
             session: shape.session.map(|status| SessionUpdate {
                 status,
                 active_run_id: match status {

@@ -10,6 +10,7 @@
 
 pub mod commit;
 mod events;
+pub mod fit;
 pub mod record;
 
 pub use commit::CommitKind;

@@ -1,7 +1,10 @@
 //! [`SqsLaneQueue`]: the `LaneQueue` on one SQS FIFO queue. A lane is a message group, so SQS
 //! itself keeps a lane's messages in order and holds its next message while one is in flight.
 
+mod dead_letters;
 mod wire;
+
+pub use dead_letters::{DEAD_LETTER_VISIBILITY, SqsDeadLetter, SqsDeadLetters};
 
 pub use wire::{
     MAX_SQS_ID_LEN, deduplication_id, delivery_from_parts, is_valid_sqs_id, message_body,

@@ -3,9 +3,10 @@
 //! it stays within DynamoDB's 100 items (and 4 MB); a larger commit is refused, never split here.
 
 use super::item::{
-    ACTIVE_RUN_ID, ENTRY_JSON, EVENT_JSON, EXPIRES_AT, Item, LAST_PROGRESS_AT, LOCK_OWNER,
-    LOCK_UNTIL, PROC_AT, PROC_PK, PROC_PK_VALUE, RUN_ID, RUN_JSON, RUNS_FINISHED, SEQ, SESSION_ID,
-    STATUS, UPDATED_AT, entry_json, event_json, n, run_json, s, status_str,
+    ABORT_REASON, ABORT_REQUESTED, ACTIVE_RUN_ID, ENTRY_JSON, EVENT_JSON, EXPIRES_AT, Item,
+    LAST_PROGRESS_AT, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, PROC_PK_VALUE, RUN_ID, RUN_JSON,
+    RUNS_FINISHED, SEQ, SESSION_ID, STATUS, UPDATED_AT, entry_json, event_json, n, run_json, s,
+    status_str,
 };
 use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
@@ -15,7 +16,7 @@ use agentlane_core::{
     StoreError, StoreResult,
 };
 use aws_sdk_dynamodb::error::BuildError;
-use aws_sdk_dynamodb::types::{ConditionCheck, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
 
 /// DynamoDB's limit on items per transaction: a commit's entries and events, the run record and
@@ -33,6 +34,22 @@ struct Write {
     label: String,
 }
 
+/// How a run write is named in a `Conflict`.
+const RUN_LABEL: &str = "run ";
+
+/// A run record whose JSON is over this is written by replacing its item whole (a `Put`
+/// conditioned on the abort attributes read just before, which it carries over) rather than by
+/// an `UpdateItem` of its `run` attribute. Same result on DynamoDB; the emulator (moto) counts
+/// an updated attribute's old and new values together against the 400 KB item limit, so an
+/// update of a run record over ~200 KB would fail there every time.
+const WHOLE_RUN_PUT_BYTES: usize = 190_000;
+
+/// Attempts of a commit whose whole-item run write lost a race with an abort request.
+const WHOLE_RUN_PUT_TRIES: u32 = 3;
+
+/// The stored abort attributes (`abortRequested`, `abortReason`) of a run replaced whole.
+type AbortAttributes = (Option<AttributeValue>, Option<AttributeValue>);
+
 impl DynamoStore {
     pub(super) async fn apply_commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let commit = commit.check(fence)?;
@@ -41,16 +58,43 @@ impl DynamoStore {
         } else {
             Some(self.fenced_session_id(fence).await?)
         };
-        let writes = self.non_session_writes(fence, &commit, session_id.as_ref())?;
+        let whole_run = match commit.run() {
+            Some(run) if run_json(run)?.len() > WHOLE_RUN_PUT_BYTES => Some(run.clone()),
+            _ => None,
+        };
+        let Some(run) = whole_run else {
+            return self
+                .apply_checked(fence, &commit, session_id.as_ref(), None)
+                .await;
+        };
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let abort = self.load_abort_attributes(&run.tenant, &run.run_id).await?;
+            match self
+                .apply_checked(fence, &commit, session_id.as_ref(), Some(abort))
+                .await
+            {
+                // The run write's condition failed: an abort request came in between.
+                Err(StoreError::Conflict(what))
+                    if what.starts_with(RUN_LABEL) && tries < WHOLE_RUN_PUT_TRIES => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn apply_checked(
+        &self,
+        fence: &Fence,
+        commit: &CheckedCommit,
+        session_id: Option<&SessionId>,
+        abort: Option<AbortAttributes>,
+    ) -> StoreResult<()> {
+        let writes = self.non_session_writes(fence, commit, session_id, abort)?;
         let head = if commit.session().is_some() || commit.release_lock() {
-            self.session_write(
-                fence,
-                commit.session(),
-                commit.release_lock(),
-                session_id.as_ref(),
-            )?
+            self.session_write(fence, commit.session(), commit.release_lock(), session_id)?
         } else {
-            self.session_check(fence, session_id.as_ref())?
+            self.session_check(fence, session_id)?
         };
         self.transact_fenced(fence, head, &writes).await?;
         if commit.release_lock() {
@@ -181,6 +225,7 @@ impl DynamoStore {
         fence: &Fence,
         commit: &CheckedCommit,
         session_id: Option<&SessionId>,
+        abort: Option<AbortAttributes>,
     ) -> StoreResult<Vec<Write>> {
         let mut writes = Vec::new();
         if let Some(session_id) = session_id {
@@ -216,7 +261,45 @@ impl DynamoStore {
                 });
             }
         }
-        if let Some(run) = commit.run() {
+        if let (Some(run), Some((requested, reason))) = (commit.run(), abort) {
+            // Replaced whole, with the abort attributes as read, and only if they are still so.
+            let mut item: Item = HashMap::from([
+                (PK.to_owned(), s(keys::run_pk(&fence.tenant, &run.run_id))),
+                (SK.to_owned(), s(RUN_SK)),
+                (RUN_JSON.to_owned(), s(run_json(run)?)),
+                (STATUS.to_owned(), s(run.status.as_str())),
+                (SESSION_ID.to_owned(), s(run.session_id.as_str())),
+            ]);
+            let mut conditions = vec![format!("attribute_exists({PK})")];
+            let mut values: Item = HashMap::new();
+            match requested {
+                Some(value) => {
+                    conditions.push(format!("{ABORT_REQUESTED} = :ab"));
+                    values.insert(":ab".to_owned(), value.clone());
+                    item.insert(ABORT_REQUESTED.to_owned(), value);
+                }
+                None => conditions.push(format!("attribute_not_exists({ABORT_REQUESTED})")),
+            }
+            match reason {
+                Some(value) => {
+                    conditions.push(format!("{ABORT_REASON} = :ar"));
+                    values.insert(":ar".to_owned(), value.clone());
+                    item.insert(ABORT_REASON.to_owned(), value);
+                }
+                None => conditions.push(format!("attribute_not_exists({ABORT_REASON})")),
+            }
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression(conditions.join(" AND "))
+                .set_expression_attribute_values((!values.is_empty()).then_some(values))
+                .build()
+                .map_err(build_error)?;
+            writes.push(Write {
+                item: TransactWriteItem::builder().put(put).build(),
+                label: format!("{RUN_LABEL}{}", run.run_id),
+            });
+        } else if let Some(run) = commit.run() {
             // Replaces the run but never `abortRequested`: only the API sets that.
             let update = Update::builder()
                 .table_name(&self.table)
@@ -233,7 +316,7 @@ impl DynamoStore {
                 .map_err(build_error)?;
             writes.push(Write {
                 item: TransactWriteItem::builder().update(update).build(),
-                label: format!("run {}", run.run_id),
+                label: format!("{RUN_LABEL}{}", run.run_id),
             });
         }
         Ok(writes)

@@ -1,8 +1,8 @@
 //! Conversions between domain records and DynamoDB items, and the attribute names they use.
 
 use agentlane_core::{
-    Event, Run, RunId, Session, SessionId, SessionKey, SessionStatus, StoreError, StoreResult,
-    TenantId, TranscriptEntry, record_size,
+    AbortReason, Event, Run, RunId, Session, SessionId, SessionKey, SessionStatus, StoreError,
+    StoreResult, TenantId, TranscriptEntry, record_size,
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -37,6 +37,9 @@ pub(crate) const PROC_PK_VALUE: &str = "PROCESSING";
 // Run item attributes (besides STATUS, SESSION_ID, UPDATED_AT).
 pub(crate) const RUN_JSON: &str = "run";
 pub(crate) const ABORT_REQUESTED: &str = "abortRequested";
+/// Why the abort was requested, when not a plain request (`stuck`): set once, with
+/// `abortRequested`, by the supervisor.
+pub(crate) const ABORT_REASON: &str = "abortReason";
 
 // Transcript entry, event and idempotency attributes.
 pub(crate) const ENTRY_JSON: &str = "entry";
@@ -174,6 +177,10 @@ pub(crate) fn run_from_item(item: &Item) -> StoreResult<Run> {
     let mut run: Run = serde_json::from_str(get_str(item, RUN_JSON)?)
         .map_err(|e| corrupt(item, &format!("run JSON: {e}")))?;
     run.abort_requested = matches!(item.get(ABORT_REQUESTED), Some(AttributeValue::Bool(true)));
+    run.abort_reason = match item.get(ABORT_REASON) {
+        Some(AttributeValue::S(r)) if r == "stuck" => Some(AbortReason::Stuck),
+        _ => None,
+    };
     Ok(run)
 }
 

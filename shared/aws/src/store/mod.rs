@@ -61,9 +61,9 @@ mod processing;
 mod read;
 
 use agentlane_core::{
-    AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn,
-    Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, SystemClock, TenantId,
-    TranscriptEntry, TurnIntake, backoff,
+    AbortReason, AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader,
+    LockAttempt, NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult,
+    SystemClock, TenantId, TranscriptEntry, TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -247,8 +247,13 @@ impl TurnIntake for DynamoStore {
         self.accept(turn).await
     }
 
-    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
-        self.set_abort_requested(tenant, run_id).await
+    async fn request_abort_for(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        reason: AbortReason,
+    ) -> StoreResult<Option<Run>> {
+        self.set_abort_requested(tenant, run_id, reason).await
     }
 
     async fn reset_session(

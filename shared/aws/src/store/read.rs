@@ -3,14 +3,15 @@
 use super::DynamoStore;
 use super::error::{DdbError, classify};
 use super::item::{
-    ABORT_REQUESTED, Item, SEQ, entry_from_item, event_from_item, get_u64, run_from_item,
-    session_from_item,
+    ABORT_REASON, ABORT_REQUESTED, Item, SEQ, entry_from_item, event_from_item, get_u64,
+    run_from_item, session_from_item,
 };
 use super::keys::{
     self, ENTRY_PREFIX, EVENT_PREFIX, PK, RUN_SK, SESSION_SK, SK, after_bound, entry_sk, event_sk,
 };
 use agentlane_core::{
-    Event, Run, RunId, Session, SessionId, SessionKey, StoreResult, TenantId, TranscriptEntry,
+    AbortReason, Event, Run, RunId, Session, SessionId, SessionKey, StoreResult, TenantId,
+    TranscriptEntry,
 };
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
@@ -80,23 +81,59 @@ impl DynamoStore {
         ))
     }
 
+    /// The run's `abortRequested` and `abortReason` attributes as stored (a small consistent
+    /// read), to carry them over when the run item is replaced whole.
+    pub(super) async fn load_abort_attributes(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<(Option<AttributeValue>, Option<AttributeValue>)> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
+            .key(SK, AttributeValue::S(RUN_SK.to_owned()))
+            .projection_expression("#a, #r")
+            .expression_attribute_names("#a", ABORT_REQUESTED)
+            .expression_attribute_names("#r", ABORT_REASON)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        let mut item = out.item.unwrap_or_default();
+        Ok((item.remove(ABORT_REQUESTED), item.remove(ABORT_REASON)))
+    }
+
+    /// Sets `abortRequested`; a reason other than a plain request is recorded in
+    /// `abortReason` (the first such reason stays). The supervisor only asks when it read no
+    /// request.
     pub(super) async fn set_abort_requested(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
+        reason: AbortReason,
     ) -> StoreResult<Option<Run>> {
-        let result = self
+        let mut update = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
             .key(SK, AttributeValue::S(RUN_SK.to_owned()))
-            .update_expression(format!("SET {ABORT_REQUESTED} = :yes"))
             .condition_expression(format!("attribute_exists({PK})"))
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
+            .return_values(ReturnValue::AllNew);
+        update = match reason {
+            AbortReason::Requested => {
+                update.update_expression(format!("SET {ABORT_REQUESTED} = :yes"))
+            }
+            AbortReason::Stuck => update
+                .update_expression(format!(
+                    "SET {ABORT_REQUESTED} = :yes, {ABORT_REASON} = if_not_exists({ABORT_REASON}, :reason)"
+                ))
+                .expression_attribute_values(":reason", AttributeValue::S("stuck".to_owned())),
+        };
+        let result = update.send().await;
         match result {
             Ok(out) => out.attributes.as_ref().map(run_from_item).transpose(),
             Err(err) => match DdbError::from(err) {

@@ -40,6 +40,7 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         payloads: vec![],
         error: None,
         abort_requested: false,
+        abort_reason: None,
         pickups: 0,
         hand_backs: 0,
         checkpoint: None,

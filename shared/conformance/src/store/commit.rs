@@ -3,7 +3,8 @@
 
 use crate::fixtures;
 use agentlane_core::{
-    Commit, Fence, Payload, Run, RunStatus, SessionStatus, SessionUpdate, Store, StoreError, Usage,
+    AbortReason, Commit, Fence, Payload, Run, RunStatus, SessionStatus, SessionUpdate, Store,
+    StoreError, Usage,
 };
 use std::sync::Arc;
 
@@ -361,9 +362,96 @@ pub async fn case_commit_preserves_abort_requested(store: Arc<dyn Store>) {
         stored,
         Run {
             abort_requested: true,
+            abort_reason: None,
             ..progressed
         }
     );
+}
+
+/// The supervisor's abort (`request_abort_for(Stuck)`) is read back with its reason, which a
+/// runner's later replace of the run (from a copy without it) keeps, as does a later plain
+/// request; a plain request alone has no reason.
+pub async fn case_a_stuck_abort_keeps_its_reason_through_commits(store: Arc<dyn Store>) {
+    let now = fixtures::wall_ms();
+    let (run, fence) = locked_run(&store, now).await;
+    let started = fixtures::running(&run, now);
+    let commit = Commit {
+        run: Some(started.clone()),
+        ..Commit::default()
+    };
+    store.commit(&fence, commit).await.expect("commit");
+
+    // WHEN the supervisor asks the run to abort because it is stuck
+    let asked = store
+        .request_abort_for(&run.tenant, &run.run_id, AbortReason::Stuck)
+        .await
+        .expect("request_abort_for")
+        .expect("the run exists");
+    assert!(asked.abort_requested);
+    assert_eq!(asked.abort_reason, Some(AbortReason::Stuck));
+    assert!(
+        store
+            .abort_requested(&run.tenant, &run.run_id)
+            .await
+            .expect("abort_requested")
+    );
+
+    // AND the runner then writes its stale copy, and a client asks again
+    let commit = Commit {
+        run: Some(started.clone()),
+        ..Commit::default()
+    };
+    store.commit(&fence, commit).await.expect("commit");
+    store
+        .request_abort(&run.tenant, &run.run_id)
+        .await
+        .expect("request_abort");
+
+    // THEN the stored run still says why it was first asked to abort
+    let stored = stored_run(&store, &run).await;
+    assert!(stored.abort_requested);
+    assert_eq!(stored.abort_reason, Some(AbortReason::Stuck));
+
+    // AND a plain request on another run has no reason
+    let (other, _) = locked_run(&store, now).await;
+    let plain = store
+        .request_abort(&other.tenant, &other.run_id)
+        .await
+        .expect("request_abort")
+        .expect("the run exists");
+    assert!(plain.abort_requested);
+    assert_eq!(plain.abort_reason, None);
+}
+
+/// A run record of ~300 KB (a maximum-size turn) can be replaced again and again, and an abort
+/// requested in between survives the replaces.
+pub async fn case_a_large_run_record_is_replaced_and_keeps_the_abort_flag(store: Arc<dyn Store>) {
+    let now = fixtures::wall_ms();
+    let (run, fence) = locked_run(&store, now).await;
+    let mut big = fixtures::running(&run, now);
+    big.request.message = "m".repeat(300_000);
+    for round in 0..2u64 {
+        big.usage.output_tokens = round;
+        let commit = Commit {
+            run: Some(big.clone()),
+            ..Commit::default()
+        };
+        store
+            .commit(&fence, commit)
+            .await
+            .expect("a large run commit");
+        if round == 0 {
+            store
+                .request_abort_for(&run.tenant, &run.run_id, AbortReason::Stuck)
+                .await
+                .expect("request_abort_for");
+        }
+    }
+    let stored = stored_run(&store, &run).await;
+    assert_eq!(stored.request.message.len(), 300_000);
+    assert_eq!(stored.usage.output_tokens, 1);
+    assert!(stored.abort_requested, "the abort survives a whole replace");
+    assert_eq!(stored.abort_reason, Some(AbortReason::Stuck));
 }
 
 /// A commit's session update sets status, active run and progress time and adds to

@@ -17,10 +17,11 @@ pub use accept::{
     case_second_turn_keeps_session_id, case_tenant_isolation,
 };
 pub use commit::{
-    case_commit_applies_session_update, case_commit_is_atomic_on_seq_conflict,
-    case_commit_preserves_abort_requested, case_commit_release_lock_frees_lock,
-    case_events_order_and_paging, case_stale_fence_commit_writes_nothing,
-    case_transcript_order_and_paging,
+    case_a_large_run_record_is_replaced_and_keeps_the_abort_flag,
+    case_a_stuck_abort_keeps_its_reason_through_commits, case_commit_applies_session_update,
+    case_commit_is_atomic_on_seq_conflict, case_commit_preserves_abort_requested,
+    case_commit_release_lock_frees_lock, case_events_order_and_paging,
+    case_stale_fence_commit_writes_nothing, case_transcript_order_and_paging,
 };
 pub use events::{
     case_commit_cannot_write_another_tenants_run, case_events_go_to_the_named_run,

@@ -3,7 +3,7 @@
 
 use super::StoreResult;
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
-use crate::run::{LivenessState, Run, RunStatus, TurnRequest, Usage};
+use crate::run::{AbortReason, LivenessState, Run, RunStatus, TurnRequest, Usage};
 use crate::session::Session;
 use async_trait::async_trait;
 
@@ -54,6 +54,7 @@ impl NewTurn {
             payloads: Vec::new(),
             error: None,
             abort_requested: false,
+            abort_reason: None,
             pickups: 0,
             hand_backs: 0,
             checkpoint: None,
@@ -133,7 +134,20 @@ pub trait TurnIntake: Send + Sync + 'static {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome>;
 
     /// Sets `abort_requested` on a run. Returns the run after the change, `None` if unknown.
-    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
+    async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
+        self.request_abort_for(tenant, run_id, AbortReason::Requested)
+            .await
+    }
+
+    /// Sets `abort_requested` on a run, with `reason` as its `abort_reason` unless an abort was
+    /// already requested (the first request's reason stays). Returns the run after the change,
+    /// `None` if unknown.
+    async fn request_abort_for(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        reason: AbortReason,
+    ) -> StoreResult<Option<Run>>;
 
     /// Gives the key a new session id, unless a live lock is held: then it raises the
     /// session's `reset_barrier` to `runs_accepted` (the runs accepted so far will not start)

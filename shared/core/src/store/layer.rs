@@ -6,7 +6,7 @@ use super::{
     TurnIntake,
 };
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
-use crate::run::{Event, Run};
+use crate::run::{AbortReason, Event, Run};
 use crate::session::{Fence, LockAttempt, Session};
 use crate::transcript::TranscriptEntry;
 use async_trait::async_trait;
@@ -54,6 +54,16 @@ pub trait StoreLayer: Send + Sync + 'static {
         self.inner().request_abort(tenant, run_id).await
     }
 
+    /// An abort request with a reason (after `before`).
+    async fn request_abort_for(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        reason: AbortReason,
+    ) -> StoreResult<Option<Run>> {
+        self.inner().request_abort_for(tenant, run_id, reason).await
+    }
+
     /// A session reset (after `before`).
     async fn reset_session(
         &self,
@@ -81,6 +91,16 @@ impl<L: StoreLayer> TurnIntake for Layered<L> {
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.0.before(StoreCall::RequestAbort).await?;
         StoreLayer::request_abort(&self.0, tenant, run_id).await
+    }
+
+    async fn request_abort_for(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        reason: AbortReason,
+    ) -> StoreResult<Option<Run>> {
+        self.0.before(StoreCall::RequestAbort).await?;
+        StoreLayer::request_abort_for(&self.0, tenant, run_id, reason).await
     }
 
     async fn reset_session(

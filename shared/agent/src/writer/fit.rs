@@ -1,0 +1,154 @@
+//! The terminal run record always fits one stored record ([`MAX_RECORD_BYTES`]), so no size
+//! the API accepts can make a run's final commit fail for good (and its turn be run — and the
+//! model called — again). A finished run no longer needs what only a resumed run reads, so
+//! when its JSON is too large, in this order until it fits:
+//! 1. its checkpoint is dropped (a finished run is never resumed);
+//! 2. the request's message, then its extra system prompt, are replaced by a marker (the
+//!    message is in the transcript; runs are matched to idempotent retries by their
+//!    fingerprint, and the run view shows neither);
+//! 3. the longest payload text is cut from the end with a marker (the transcript keeps the
+//!    answer as its own record).
+
+use agentlane_core::{MAX_RECORD_BYTES, Run};
+
+/// Room for a marker line.
+const MARKER_ROOM: usize = 128;
+
+fn json_len(run: &Run) -> usize {
+    serde_json::to_string(run).map_or(usize::MAX, |j| j.len())
+}
+
+/// `run` (terminal) shrunk until its JSON fits [`MAX_RECORD_BYTES`]; unchanged when it does.
+pub fn fit_finished(mut run: Run) -> Run {
+    if json_len(&run) <= MAX_RECORD_BYTES {
+        return run;
+    }
+    let original = json_len(&run);
+    run.checkpoint = None;
+    if json_len(&run) > MAX_RECORD_BYTES {
+        elide(&mut run.request.message, "message");
+    }
+    if json_len(&run) > MAX_RECORD_BYTES
+        && let Some(prompt) = run.request.extra_system_prompt.as_mut()
+    {
+        elide(prompt, "extra system prompt");
+    }
+    // A cut scales the excess by the text's raw/JSON ratio (escapes make JSON longer), so one
+    // or two cuts per payload are enough; the bound only guards against a loop.
+    for _ in 0..run.payloads.len() * 4 {
+        let len = json_len(&run);
+        if len <= MAX_RECORD_BYTES {
+            break;
+        }
+        let Some(longest) = run.payloads.iter_mut().max_by_key(|p| p.text.len()) else {
+            break;
+        };
+        let raw = longest.text.len().max(1);
+        let json = serde_json::to_string(&longest.text).map_or(raw, |j| j.len().max(1));
+        let excess = (len - MAX_RECORD_BYTES) * raw / json + 1;
+        cut(&mut longest.text, excess);
+    }
+    tracing::warn!(
+        run = %run.run_id,
+        bytes = original,
+        now = json_len(&run),
+        "the finished run record was too large to store whole; shrunk to fit"
+    );
+    run
+}
+
+fn elide(text: &mut String, what: &str) {
+    let bytes = text.len();
+    *text = format!(
+        "[agentlane: the {what} ({bytes} bytes) is not kept in the finished run record; see the transcript]"
+    );
+}
+
+fn cut(text: &mut String, excess: usize) {
+    let mut keep = text.len().saturating_sub(excess + MARKER_ROOM);
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let omitted = text.len() - keep;
+    text.truncate(keep);
+    text.push_str(&format!(
+        "\n[agentlane: {omitted} bytes truncated to fit the store's item size limit; the transcript has the whole answer]"
+    ));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use agentlane_core::{
+        LivenessState, NewTurn, Payload, RunId, RunStatus, SessionId, SessionKey, TenantId,
+        TurnRequest,
+    };
+
+    fn finished(message: usize, prompt: usize, reply: usize) -> Run {
+        let turn = NewTurn {
+            tenant: TenantId::new("acme"),
+            session_key: SessionKey::new("s"),
+            run_id: RunId::generate(),
+            new_session_id: SessionId::generate(),
+            request: TurnRequest {
+                message: "m".repeat(message),
+                queue_mode: Default::default(),
+                model: None,
+                thinking: None,
+                timeout_seconds: None,
+                extra_system_prompt: Some("p".repeat(prompt)),
+                deadline_at: None,
+                model_idle_timeout_ms: None,
+            },
+            idempotency_key: None,
+            now: 1,
+            idempotency_ttl_ms: 1,
+        };
+        let mut run = turn.queued_run(SessionId::generate(), 0);
+        run.status = RunStatus::Ok;
+        run.liveness_state = LivenessState::Working;
+        run.checkpoint = Some(serde_json::json!({"answer": "x".repeat(1000)}));
+        run.payloads = vec![Payload {
+            text: "r\"".repeat(reply / 2),
+            is_error: false,
+        }];
+        run
+    }
+
+    #[test]
+    fn a_run_that_fits_is_kept_whole() {
+        let run = finished(1000, 1000, 1000);
+        assert_eq!(fit_finished(run.clone()), run);
+    }
+
+    #[test]
+    fn a_max_size_turn_with_a_long_reply_fits_and_keeps_its_reply() {
+        // 256 KiB message + 90 KB system prompt (accepted: the queued run fits) + 200 KB reply
+        let run = finished(256 * 1024, 90_000, 200_000);
+        let fitted = fit_finished(run.clone());
+        assert!(serde_json::to_string(&fitted).unwrap().len() <= MAX_RECORD_BYTES);
+        assert_eq!(fitted.payloads, run.payloads, "the reply is whole");
+        assert!(
+            fitted.request.message.contains("not kept"),
+            "{}",
+            fitted.request.message
+        );
+        assert_eq!(fitted.request_fingerprint, run.request_fingerprint);
+        assert_eq!(fitted.checkpoint, None);
+    }
+
+    #[test]
+    fn a_reply_too_long_for_the_record_is_cut_with_a_marker() {
+        let run = finished(10, 10, 800_000);
+        let fitted = fit_finished(run);
+        assert!(serde_json::to_string(&fitted).unwrap().len() <= MAX_RECORD_BYTES);
+        let text = &fitted.payloads[0].text;
+        assert!(text.starts_with("r\"r\""));
+        assert!(
+            text.ends_with("the transcript has the whole answer]"),
+            "{}",
+            &text[text.len() - 200..]
+        );
+    }
+}

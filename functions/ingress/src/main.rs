@@ -9,10 +9,11 @@ use std::time::Duration;
 async fn main() -> Result<(), lambda_http::Error> {
     host::init_tracing(true);
     let backends = host::open_aws().await?;
-    let settings = host::load()?;
-    let keys = host::api_keys_from_env()?.ok_or_else(|| {
-        anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
-    })?;
+    // Provider keys come from Secrets Manager / SSM (the ingress checks model names against
+    // the configured providers), never from plaintext variables.
+    let settings = host::load_deployed().await?;
+    // Store-backed keys (`agentlane keys create`); `AGENTLANE_API_KEYS` is optional.
+    let keys = host::api_keys_with_store(&backends, host::api_keys_from_env()?)?;
     // API Gateway ends requests at 30 s: waits are capped below that.
     let mut config = settings.api_config(Duration::from_secs(25));
     config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;

@@ -388,15 +388,26 @@ mod tests {
                 Some(TenantId::new("acme"))
             );
         }
-        assert_eq!(store.finds.load(Ordering::SeqCst), 1, "one read, then the cache");
+        assert_eq!(
+            store.finds.load(Ordering::SeqCst),
+            1,
+            "one read, then the cache"
+        );
         assert_eq!(
             keys.authenticate("0123456789abcdef").await.unwrap(),
             Some(TenantId::new("conf")),
             "configured keys still work"
         );
-        assert_eq!(store.finds.load(Ordering::SeqCst), 1, "configured keys read no store");
+        assert_eq!(
+            store.finds.load(Ordering::SeqCst),
+            1,
+            "configured keys read no store"
+        );
         // A non-`al_` unknown key never reaches the store either.
-        assert_eq!(keys.authenticate("not-a-store-key-at-all").await.unwrap(), None);
+        assert_eq!(
+            keys.authenticate("not-a-store-key-at-all").await.unwrap(),
+            None
+        );
         assert_eq!(store.finds.load(Ordering::SeqCst), 1);
     }
 

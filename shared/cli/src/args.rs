@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use crate::{bench, client, cron_cmd, serve};
+use crate::{bench, client, cron_cmd, keys_cmd, serve};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +35,8 @@ pub enum Command {
     SetupAws,
     /// Manage cron jobs: add, list, show, rm, run, enable, disable.
     Cron(cron_cmd::CronArgs),
+    /// Manage store-backed API keys of a tenant: create (shown once), list, revoke.
+    Keys(keys_cmd::KeysArgs),
 }
 
 #[derive(Args, Debug)]
@@ -123,5 +125,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
         Command::SetupAws => serve::setup_aws().await.map(|()| ExitCode::SUCCESS),
         Command::Cron(a) => cron_cmd::run(a).await,
+        Command::Keys(a) => keys_cmd::run(a).await,
     }
 }

@@ -7,6 +7,7 @@ mod args;
 pub mod bench;
 mod client;
 mod cron_cmd;
+mod keys_cmd;
 pub mod serve;
 
 use clap::Parser;

@@ -49,6 +49,8 @@ pub struct ServerOptions {
     workers: Option<u32>,
     /// Another server's data directory (a sibling on the embedded backend).
     shared_data_dir: Option<PathBuf>,
+    /// Runs on DynamoDB + SQS whatever `AGENTLANE_E2E_BACKEND` says.
+    aws: bool,
 }
 
 impl ServerOptions {
@@ -70,6 +72,7 @@ impl ServerOptions {
             env,
             workers: None,
             shared_data_dir: None,
+            aws: false,
         }
     }
 
@@ -82,6 +85,13 @@ impl ServerOptions {
     /// Sets one environment variable (e.g. a timing knob such as `AGENTLANE_LOCK_LEASE_MS`).
     pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Runs on DynamoDB + SQS FIFO on the emulator (a table and queue of its own) even when
+    /// `AGENTLANE_E2E_BACKEND` is not `aws`: for scenarios about the AWS deployment itself.
+    pub fn aws_backend(mut self) -> Self {
+        self.aws = true;
         self
     }
 
@@ -111,7 +121,7 @@ impl Server {
             .tempdir()
             .map_err(|e| HarnessError::io("create server temp dir", e))?;
         let mut options = options;
-        if backend_is_aws() {
+        if backend_is_aws() || options.aws {
             options = on_aws(options, dir.path())?;
         }
         let (child, url, logs) = spawn(&options, dir.path(), 0)?;
@@ -143,6 +153,18 @@ impl Server {
     /// The data directory (kept across restarts).
     pub fn data_dir(&self) -> PathBuf {
         data_dir(self.dir.path())
+    }
+
+    /// The server's binary as a command-line tool (`agentlane keys …`) with the server's
+    /// environment (backend, table, queue; nothing from the developer's shell) and
+    /// `AGENTLANE_DATA_DIR` set to its data directory. Add the arguments and run it.
+    pub fn cli(&self) -> Command {
+        let mut command = Command::new(&self.options.binary);
+        clear_shell_env(&mut command);
+        command
+            .envs(&self.options.env)
+            .env("AGENTLANE_DATA_DIR", self.data_dir());
+        command
     }
 
     /// `kill -9`: no graceful stop, nothing flushed.
@@ -178,7 +200,7 @@ impl Server {
             .tempdir()
             .map_err(|e| HarnessError::io("create server temp dir", e))?;
         let mut options = self.options.clone();
-        if !backend_is_aws() {
+        if !backend_is_aws() && !options.aws {
             options.shared_data_dir = Some(self.data_dir());
         }
         let (child, url, logs) = spawn(&options, dir.path(), 0)?;
@@ -259,6 +281,19 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
     Ok(options)
 }
 
+/// Nothing from the developer's shell may change what the server talks to.
+fn clear_shell_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if ["AGENTLANE_", "OPENAI_", "ANTHROPIC_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+}
+
 fn data_dir(root: &Path) -> PathBuf {
     root.join("data")
 }
@@ -280,16 +315,7 @@ fn spawn(
     if let Some(workers) = options.workers {
         command.args(["--workers", &workers.to_string()]);
     }
-    // Nothing from the developer's shell may change what the server talks to.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if ["AGENTLANE_", "OPENAI_", "ANTHROPIC_"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
-        {
-            command.env_remove(name.as_ref());
-        }
-    }
+    clear_shell_env(&mut command);
     command.envs(&options.env);
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("AGENTLANE_LOG", "info");

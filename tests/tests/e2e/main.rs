@@ -18,6 +18,7 @@ mod edge_limits;
 mod events_sse;
 mod harness;
 mod idempotency;
+mod keys;
 mod lanes;
 mod order;
 mod retry_loop;

@@ -51,7 +51,7 @@ pub enum KeysCommand {
 async fn key_store(args: &KeysArgs) -> anyhow::Result<Arc<dyn KeyStore>> {
     Ok(match BackendKind::from_env()? {
         BackendKind::Embedded => host::open_embedded(&args.data_dir)?.keys,
-        BackendKind::Aws => host::open_aws().await?.keys,
+        BackendKind::Aws => host::open_aws_keys().await?,
     })
 }
 

@@ -104,6 +104,18 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     })
 }
 
+/// The store-backed API keys of the AWS backend named by the environment (`AGENTLANE_TABLE`,
+/// standard SDK settings): the table only, no queue (for `agentlane keys`).
+#[cfg(feature = "aws")]
+pub async fn open_aws_keys() -> anyhow::Result<Arc<dyn agentlane_core::KeyStore>> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    Ok(Arc::new(agentlane_aws::DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    )))
+}
+
 /// Creates the table and queues named by the environment when absent (idempotent).
 #[cfg(feature = "aws")]
 pub async fn setup_aws() -> anyhow::Result<agentlane_aws::Resources> {

@@ -61,16 +61,26 @@ async fn status_of(client: &Client) -> anyhow::Result<StatusCode> {
 async fn keys_created_with_the_cli_authenticate_and_a_revoked_key_stops_within_the_ttl()
 -> anyhow::Result<()> {
     // GIVEN a server on DynamoDB + SQS whose key cache keeps answers for 1 s
+    cli_keys_scenario(true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_users_manage_keys_the_same_way_on_the_embedded_store() -> anyhow::Result<()> {
+    // GIVEN a server on the embedded store (on the emulator under AGENTLANE_E2E_BACKEND=aws)
+    cli_keys_scenario(false).await
+}
+
+/// The key life cycle through the CLI against a server whose key cache TTL is [`KEY_TTL`].
+async fn cli_keys_scenario(aws: bool) -> anyhow::Result<()> {
     let mock = Aimock::start(Fixtures::scenarios())?;
-    let server = Server::start(
-        ServerOptions::new(SERVER_BIN)
-            .model_server(&mock)
-            .aws_backend()
-            .env(
-                "AGENTLANE_API_KEY_CACHE_TTL_MS",
-                KEY_TTL.as_millis().to_string(),
-            ),
-    )?;
+    let mut options = ServerOptions::new(SERVER_BIN).model_server(&mock).env(
+        "AGENTLANE_API_KEY_CACHE_TTL_MS",
+        KEY_TTL.as_millis().to_string(),
+    );
+    if aws {
+        options = options.aws_backend();
+    }
+    let server = Server::start(options)?;
 
     // WHEN an operator creates two keys for tenant `keyed` with the CLI
     let (first_id, first) = create_key(&server, "keyed")?;

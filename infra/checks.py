@@ -37,11 +37,20 @@ BINARIES = {
     "RunnerFunction": "agentlane-runner",
     "CronFunction": "agentlane-cron",
 }
-SECRET_ENV = {
-    "IngressFunction": ["AGENTLANE_API_KEYS"],
-    "IngressStreamFunction": ["AGENTLANE_API_KEYS"],
-    "RunnerFunction": ["OPENAI_API_KEY"],
-    "CronFunction": ["OPENAI_API_KEY"],
+# Variables that name where provider keys are (an ARN, a parameter path), never a key: every
+# function reads the keys themselves at init (SPEC §13, README "Keys").
+SECRET_REFERENCE_ENV = {
+    "AGENTLANE_PROVIDER_KEYS_SECRET_ARN": "ProviderKeysSecretArn",
+    "AGENTLANE_PROVIDER_KEYS_SSM_PATH": "ProviderKeysSsmPath",
+}
+# Non-secret settings whose names look secret-ish.
+NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS"}
+# The provider-key reads each role may make, beyond logs, sqs and dynamodb: action → the
+# parameter its resource is built from.
+SECRET_ACTIONS = {
+    "secretsmanager:GetSecretValue": "ProviderKeysSecretArn",
+    "ssm:GetParametersByPath": "ProviderKeysSsmPath",
+    "kms:Decrypt": "ProviderKeysKmsKeyArn",
 }
 SQS_CONSUMER = {
     "sqs:ReceiveMessage",
@@ -95,7 +104,7 @@ def translate(src: str, out: str) -> None:
         if res["Type"] == "AWS::Serverless::Function" and "CodeUri" in res.get("Properties", {}):
             res["Properties"]["CodeUri"] = f"s3://agentlane-validate-artifacts/{name}.zip"
     # Parameters without a default need a value, as `sam deploy` would ask for.
-    values = {"ApiKeysSecretId": "agentlane/dev/api-keys"}
+    values: dict[str, str] = {}
     translated = transform(template, values, RefusingPolicyLoader())
     Path(out).write_text(json.dumps(translated, indent=1, sort_keys=True) + "\n")
     kinds: dict[str, int] = {}
@@ -345,14 +354,22 @@ def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> Non
             env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
             f"{name}: AGENTLANE_QUEUE_URL = the turn queue",
         )
-        for var in SECRET_ENV[name]:
+        for var, param_name in SECRET_REFERENCE_ENV.items():
             c.check(
-                is_dynamic_secret(env.get(var)),
-                f"{name}: {var} comes from a Secrets Manager dynamic reference: {env.get(var)}",
+                param_name in json.dumps(env.get(var)),
+                f"{name}: {var} names the {param_name} parameter: {env.get(var)}",
             )
         for var, value in env.items():
-            if re.search(r"KEY|SECRET|TOKEN|PASSWORD", var):
-                c.check(is_dynamic_secret(value), f"{name}: secret-looking {var} is not plain text")
+            c.check(
+                not is_dynamic_secret(value) and "resolve:secretsmanager" not in json.dumps(value),
+                f"{name}: {var} is no secret resolved into a plain variable",
+            )
+            if var in SECRET_REFERENCE_ENV or var in NOT_SECRET_ENV:
+                continue
+            c.check(
+                not re.search(r"KEY|SECRET|TOKEN|PASSWORD", var),
+                f"{name}: no secret-looking variable {var} (keys come from Secrets Manager / SSM)",
+            )
     c.check(
         archs == {json.dumps([{"Ref": "Architecture"}])}
         and set(sam["Parameters"]["Architecture"]["AllowedValues"]) == {"x86_64", "arm64"},
@@ -435,9 +452,14 @@ def check_stream(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
 
 
 def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every statement, conditional ones (Fn::If [cond, statement, AWS::NoValue]) included."""
     out = []
     for policy in role["Properties"].get("Policies", []):
-        out.extend(as_list(policy["PolicyDocument"]["Statement"]))
+        for st in as_list(policy["PolicyDocument"]["Statement"]):
+            if isinstance(st, dict) and "Fn::If" in st:
+                out.extend(b for b in st["Fn::If"][1:] if b != {"Ref": "AWS::NoValue"})
+            else:
+                out.append(st)
     return out
 
 
@@ -492,9 +514,26 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         if role_name == "IngressStreamRole":
             c.check(ddb == {"dynamodb:GetItem", "dynamodb:Query"}, f"{role_name}: reads only: {ddb}")
         c.check(
-            {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb"},
-            f"{role_name}: nothing beyond logs, sqs, dynamodb: {sorted(actions)}",
+            {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb", "secretsmanager", "ssm", "kms"},
+            f"{role_name}: nothing beyond logs, sqs, dynamodb and the provider-key reads: {sorted(actions)}",
         )
+        secret_reads = {a for a in actions if a.split(":")[0] in {"secretsmanager", "ssm", "kms"}}
+        c.check(
+            secret_reads == set(SECRET_ACTIONS),
+            f"{role_name}: provider-key reads exactly {sorted(SECRET_ACTIONS)}: {sorted(secret_reads)}",
+        )
+        for st in statements(roles[role_name]):
+            for action in as_list(st["Action"]):
+                if action in SECRET_ACTIONS:
+                    c.check(
+                        all(SECRET_ACTIONS[action] in json.dumps(r) for r in as_list(st["Resource"])),
+                        f"{role_name}: {action} only on the {SECRET_ACTIONS[action]} resource",
+                    )
+                if action == "kms:Decrypt":
+                    c.check(
+                        "kms:ViaService" in json.dumps(st.get("Condition")),
+                        f"{role_name}: kms:Decrypt only through Secrets Manager / SSM",
+                    )
         for st in statements(roles[role_name]):
             targets = {getatt(r) for r in as_list(st["Resource"])}
             if ("TurnDlq", "Arn") not in targets:
@@ -702,8 +741,17 @@ MUTATIONS = {
     "wildcard action": ("- dynamodb:Query", "- dynamodb:*"),
     "renamed GSI": ("IndexName: cronDue", "IndexName: cron_due"),
     "plain-text key": (
-        'AGENTLANE_API_KEYS: !Sub "{{resolve:secretsmanager:${ApiKeysSecretId}:SecretString}}"',
-        "AGENTLANE_API_KEYS: acme:0123456789abcdef0123",
+        "        AGENTLANE_LOG: !Ref LogLevel\n",
+        "        AGENTLANE_LOG: !Ref LogLevel\n        OPENAI_API_KEY: sk-0123456789abcdef0123\n",
+    ),
+    "resolved secret": (
+        "          AGENTLANE_API_KEY_CACHE_TTL_MS: !Ref ApiKeyCacheTtlMs\n",
+        "          AGENTLANE_API_KEY_CACHE_TTL_MS: !Ref ApiKeyCacheTtlMs\n"
+        '          AGENTLANE_API_KEYS: "{{resolve:secretsmanager:agentlane/dev/api-keys:SecretString}}"\n',
+    ),
+    "secret read on any secret": (
+        "Action: secretsmanager:GetSecretValue\n                  Resource: !Ref ProviderKeysSecretArn",
+        "Action: secretsmanager:GetSecretValue\n                  Resource: !Sub arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:*",
     ),
     "managed policy": (
         "      Description: agentlane cron (scheduled) function\n",

@@ -95,6 +95,13 @@ impl ServerOptions {
         self
     }
 
+    /// Runs on DynamoDB + SQS FIFO on the emulator (a table and queue of its own) even when
+    /// `AGENTLANE_E2E_BACKEND` is not `aws`: for scenarios about the AWS deployment itself.
+    pub fn aws_backend(mut self) -> Self {
+        self.force_aws = true;
+        self
+    }
+
     /// `--workers N`.
     pub fn workers(mut self, workers: u32) -> Self {
         self.workers = Some(workers);
@@ -153,6 +160,18 @@ impl Server {
     /// The data directory (kept across restarts).
     pub fn data_dir(&self) -> PathBuf {
         data_dir(self.dir.path())
+    }
+
+    /// The server's binary as a command-line tool (`agentlane keys …`) with the server's
+    /// environment (backend, table, queue; nothing from the developer's shell) and
+    /// `AGENTLANE_DATA_DIR` set to its data directory. Add the arguments and run it.
+    pub fn cli(&self) -> Command {
+        let mut command = Command::new(&self.options.binary);
+        clear_shell_env(&mut command);
+        command
+            .envs(&self.options.env)
+            .env("AGENTLANE_DATA_DIR", self.data_dir());
+        command
     }
 
     /// `kill -9`: no graceful stop, nothing flushed.
@@ -289,6 +308,19 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
     Ok(options)
 }
 
+/// Nothing from the developer's shell may change what the server talks to.
+fn clear_shell_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if ["AGENTLANE_", "OPENAI_", "ANTHROPIC_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+}
+
 fn data_dir(root: &Path) -> PathBuf {
     root.join("data")
 }
@@ -310,16 +342,7 @@ fn spawn(
     if let Some(workers) = options.workers {
         command.args(["--workers", &workers.to_string()]);
     }
-    // Nothing from the developer's shell may change what the server talks to.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if ["AGENTLANE_", "OPENAI_", "ANTHROPIC_"]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
-        {
-            command.env_remove(name.as_ref());
-        }
-    }
+    clear_shell_env(&mut command);
     command.envs(&options.env);
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("AGENTLANE_LOG", "info");

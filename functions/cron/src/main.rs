@@ -9,7 +9,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 async fn main() -> Result<(), lambda_runtime::Error> {
     runtime::init_tracing(true);
     let backends = runtime::open_aws().await?;
-    let settings = runtime::load()?;
+    let settings = runtime::load_deployed().await?;
     let ticker = runtime::cron::ticker(&backends, &settings, &CronSettings::from_env()?);
     let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
         .map_err(lambda_runtime::Error::from)?;

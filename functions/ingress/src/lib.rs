@@ -75,10 +75,11 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     host::init_tracing(true);
     let mode = Mode::from_env()?;
     let backends = host::open_aws().await?;
-    let settings = host::load()?;
-    let keys = host::api_keys_from_env()?.ok_or_else(|| {
-        anyhow::anyhow!("AGENTLANE_API_KEYS must be set for the ingress function")
-    })?;
+    // Provider keys come from Secrets Manager / SSM (the ingress checks model names against
+    // the configured providers), never from plaintext variables.
+    let settings = host::load_deployed().await?;
+    // Store-backed keys (`agentlane keys create`); `AGENTLANE_API_KEYS` is optional.
+    let keys = host::api_keys_with_store(&backends, host::api_keys_from_env()?)?;
     let max_wait = match mode {
         Mode::Buffered => BUFFERED_MAX_WAIT,
         Mode::Streaming => STREAMING_MAX_WAIT,

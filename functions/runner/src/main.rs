@@ -12,7 +12,8 @@ use std::time::Duration;
 async fn main() -> Result<(), lambda_runtime::Error> {
     host::init_tracing(true);
     let backends = host::open_aws().await?;
-    let runner = host::runner_with(&backends, &host::load()?)?;
+    // Provider keys from Secrets Manager / SSM, read once per cold start.
+    let runner = host::runner_with(&backends, &host::load_deployed().await?)?;
     let margin = host::env_ms("AGENTLANE_HANDBACK_MARGIN_MS", Duration::from_secs(30))?;
     let function = RunnerFunction::new(
         LaneWorker::new(backends.queue.clone(), runner),

@@ -20,6 +20,7 @@
 
 mod hash;
 pub mod queue;
+pub mod secrets;
 pub mod setup;
 pub mod store;
 
@@ -32,4 +33,6 @@ pub use store::DynamoStore;
 /// The SDK crates, so users need no direct dependency of their own.
 pub use aws_config;
 pub use aws_sdk_dynamodb;
+pub use aws_sdk_secretsmanager;
 pub use aws_sdk_sqs;
+pub use aws_sdk_ssm;

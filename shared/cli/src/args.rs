@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use crate::{bench, bench_abuse, client, cron_cmd, serve};
+use crate::{bench, bench_abuse, client, cron_cmd, keys_cmd, serve};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +40,8 @@ pub enum Command {
     Cron(cron_cmd::CronArgs),
     /// Print the OpenAPI 3.1 document of the HTTP API (`agentlane openapi > docs/openapi.json`).
     Openapi,
+    /// Manage store-backed API keys of a tenant: create (shown once), list, revoke.
+    Keys(keys_cmd::KeysArgs),
 }
 
 #[derive(Args, Debug)]
@@ -133,5 +135,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", agentlane_api::openapi_json());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Keys(a) => keys_cmd::run(a).await,
     }
 }

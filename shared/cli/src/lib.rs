@@ -8,6 +8,7 @@ pub mod bench;
 pub mod bench_abuse;
 mod client;
 mod cron_cmd;
+mod keys_cmd;
 pub mod serve;
 
 use clap::Parser;

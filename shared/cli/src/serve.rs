@@ -68,10 +68,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Every commit of this process wakes its waiters and event streams at once.
     let notifier = Notifier::new();
     backends.store = std::sync::Arc::new(NotifyingStore::new(backends.store, notifier.clone()));
-    let settings = host::load()?;
+    // Provider keys: the environment, plus a Secrets Manager secret / SSM path when one is
+    // named (as the functions read them).
+    let settings = host::read_provider_secrets().await?.load_settings()?;
     let runner = host::runner_with(&backends, &settings)?;
     let models = &settings.models;
-    let keys = api_keys(&args.data_dir)?;
+    // Configured (or generated) keys, then the store's (`agentlane keys create`).
+    let keys = host::api_keys_with_store(&backends, Some(api_keys(&args.data_dir)?))?;
     if models.demo {
         tracing::warn!(
             model = host::DEMO_MODEL,

@@ -29,6 +29,7 @@
 
 pub mod cron;
 pub mod fixtures;
+pub mod keys;
 pub mod queue;
 pub mod store;
 

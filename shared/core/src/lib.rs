@@ -5,6 +5,7 @@
 //! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
 
+pub mod api_key;
 pub mod backoff;
 pub mod clock;
 pub mod commit_parts;
@@ -20,6 +21,7 @@ pub mod thinking;
 pub mod transcript;
 pub mod validate;
 
+pub use api_key::{ApiKeyRecord, KeyStore, NewApiKey};
 pub use clock::{Clock, SystemClock};
 pub use commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
 pub use cron::{CronJob, CronStore, JobId, JobRun, JobRunStatus, Schedule};

@@ -21,6 +21,8 @@ pub struct Backends {
     pub cron: Arc<dyn agentlane_core::cron::CronStore>,
     /// The processing sessions, for the stuck-session sweep (the same database or table).
     pub processing: Arc<dyn agentlane_core::ProcessingIndex>,
+    /// Store-backed API keys (`agentlane keys`; the same database or table).
+    pub keys: Arc<dyn agentlane_core::KeyStore>,
 }
 
 /// Which backend `AGENTLANE_BACKEND` names.
@@ -70,6 +72,7 @@ pub fn open_embedded_backend(
         store: Arc::new(backend.clone()),
         cron: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
+        keys: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
     };
@@ -91,6 +94,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     Ok(Backends {
         store: Arc::new(store.clone()),
         processing: Arc::new(store.clone()),
+        keys: Arc::new(store.clone()),
         cron: Arc::new(store),
         queue: Arc::new(SqsLaneQueue::new(
             agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
@@ -132,6 +136,18 @@ pub async fn aws_dead_letters() -> anyhow::Result<Option<agentlane_aws::SqsDeadL
             Ok(None)
         }
     }
+}
+
+/// The store-backed API keys of the AWS backend named by the environment (`AGENTLANE_TABLE`,
+/// standard SDK settings): the table only, no queue (for `agentlane keys`).
+#[cfg(feature = "aws")]
+pub async fn open_aws_keys() -> anyhow::Result<Arc<dyn agentlane_core::KeyStore>> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    Ok(Arc::new(agentlane_aws::DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    )))
 }
 
 /// Creates the table and queues named by the environment when absent (idempotent).

@@ -10,16 +10,20 @@ mod backends;
 pub mod cron;
 mod error;
 mod file;
+mod provider_secrets;
 mod resolve;
 mod secret;
 pub mod settings;
 
 pub use backends::{BackendKind, Backends};
 #[cfg(feature = "aws")]
-pub use backends::{aws_dead_letters, open_aws, setup_aws};
+pub use backends::{aws_dead_letters, open_aws, open_aws_keys, setup_aws};
 #[cfg(feature = "embedded")]
 pub use backends::{open_embedded, open_embedded_backend};
 pub use error::ConfigError;
+pub use provider_secrets::{ProviderSecrets, SECRET_ARN_ENV, SSM_PATH_ENV};
+#[cfg(feature = "aws")]
+pub use provider_secrets::{load_deployed, read_provider_secrets};
 pub use resolve::CONFIG_ENV;
 pub use secret::Secret;
 pub use settings::{
@@ -31,6 +35,7 @@ use agentlane_agent::hooks::{HookRegistry, WebhookHook};
 use agentlane_agent::models::Profile;
 use agentlane_agent::{ModelRouter, Runner};
 use agentlane_api::ApiKeys;
+use agentlane_api::auth::{DEFAULT_KEY_CACHE_CAPACITY, DEFAULT_KEY_CACHE_TTL, StoreKeyCache};
 use agentlane_providers::ModelProvider;
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::demo::DemoModel;
@@ -180,6 +185,26 @@ pub fn api_keys_from_env() -> anyhow::Result<Option<ApiKeys>> {
     env("AGENTLANE_API_KEYS")
         .map(|spec| ApiKeys::parse(&spec).map_err(|e| anyhow::anyhow!("AGENTLANE_API_KEYS: {e}")))
         .transpose()
+}
+
+/// The API keys a host authenticates with: `configured` (the environment's, the generated
+/// local key) first, then the store-backed keys of `backends` (`agentlane keys create`), whose
+/// answers are cached for `AGENTLANE_API_KEY_CACHE_TTL_MS` (default 30 s: a revoked key stops
+/// working within it), at most `AGENTLANE_API_KEY_CACHE_SIZE` (default 10,000) of them.
+pub fn api_keys_with_store(
+    backends: &Backends,
+    configured: Option<ApiKeys>,
+) -> anyhow::Result<ApiKeys> {
+    let ttl = env_ms("AGENTLANE_API_KEY_CACHE_TTL_MS", DEFAULT_KEY_CACHE_TTL)?;
+    let capacity = match env("AGENTLANE_API_KEY_CACHE_SIZE") {
+        None => DEFAULT_KEY_CACHE_CAPACITY,
+        Some(v) => v.trim().parse::<usize>().with_context(|| {
+            format!("AGENTLANE_API_KEY_CACHE_SIZE must be a whole number, got {v:?}")
+        })?,
+    };
+    Ok(configured
+        .unwrap_or_default()
+        .with_store(StoreKeyCache::new(backends.keys.clone(), ttl, capacity)))
 }
 
 /// Logs to stderr; JSON lines when `json` (Lambda/CloudWatch). Filter from `AGENTLANE_LOG`.

@@ -14,7 +14,14 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[V1, V2, crate::cron::SCHEMA, V4, crate::fair::SCHEMA];
+const MIGRATIONS: &[&str] = &[
+    V1,
+    V2,
+    crate::cron::SCHEMA,
+    V4,
+    crate::fair::SCHEMA,
+    crate::api_keys::SCHEMA,
+];
 
 const V1: &str = "
 CREATE TABLE sessions (

@@ -19,6 +19,7 @@ mod edge_limits;
 mod events_sse;
 mod harness;
 mod idempotency;
+mod keys;
 mod lanes;
 mod max_size;
 mod order;

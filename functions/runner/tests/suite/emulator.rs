@@ -54,6 +54,7 @@ impl Emulator {
         let backends = Backends {
             store: Arc::new(store.clone()),
             processing: Arc::new(store.clone()),
+            keys: Arc::new(store.clone()),
             cron: Arc::new(store),
             queue: Arc::new(SqsLaneQueue::new(sqs.clone(), resources.queue_url.clone())),
             clock: Arc::new(SystemClock),

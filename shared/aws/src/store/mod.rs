@@ -12,6 +12,7 @@
 //! | event | `T#{t}#R#{runId}` | `V#{seq:08}` | `event` (JSON), `seq`, `expiresAt` (TTL, 30 days) |
 //! | transcript entry | `T#{t}#SID#{sessionId}` | `E#{seq:012}` | `entry` (JSON), `seq`, `runId` |
 //! | idempotency | `T#{t}#K#{key}` (`K#h#{sha256}` when > 512 bytes) | `IDEM` | `runId`, `expiresAtMs` (checked), `expiresAt` (TTL) |
+//! | API key (lookup), API key (listing) | `KEY#{keyId}`, `T#{t}#KEYS` | `KEY`, `K#{keyId}` | see [`api_keys`](self::api_keys): `tenant`, `hash` (lookup only), `createdAt`, `revokedAt`? |
 //! | cron job, job count | `T#{t}#CRON` | `J#{jobId}`, `COUNT` | see [`cron`](self::cron): `job` JSON, `version`; `dueBucket`/`dueAt` while due |
 //!
 //! - `abortRequested` lives only in its own attribute: the API sets it ([`TurnIntake::request_abort`]),
@@ -51,6 +52,7 @@
 //!   `Limit = 1`, projecting `seq`.
 
 mod accept;
+mod api_keys;
 mod commit;
 mod cron;
 mod error;

@@ -15,3 +15,7 @@ agentlane_conformance::queue_conformance!(async {
 agentlane_conformance::cron_conformance!(async {
     Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::cron::CronStore>
 });
+
+agentlane_conformance::keys_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::KeyStore>
+});

@@ -8,5 +8,6 @@ mod conformance;
 mod cron_retention;
 mod dynamo_store;
 mod processing_index;
+mod secrets;
 mod setup;
 mod sqs_queue;

@@ -21,3 +21,7 @@ async fn store_cases_share_one_database() {
 agentlane_conformance::cron_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_core::cron::CronStore>
 });
+
+agentlane_conformance::keys_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_core::KeyStore>
+});

@@ -445,9 +445,9 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
                 )
     # What each function may do, beyond logs.
     expected_sqs = {
-        "IngressRole": {"sqs:SendMessage"},
-        "RunnerRole": SQS_CONSUMER,
-        "CronRole": {"sqs:SendMessage"},
+        "IngressRole": {"sqs:SendMessage", "sqs:GetQueueUrl"},
+        "RunnerRole": SQS_CONSUMER | {"sqs:GetQueueUrl"},
+        "CronRole": {"sqs:SendMessage", "sqs:GetQueueUrl"},
     }
     for role_name, sqs in expected_sqs.items():
         if not c.check(role_name in roles, f"role {role_name} exists"):

@@ -16,6 +16,8 @@ async fn main() -> Result<(), lambda_http::Error> {
     // API Gateway ends requests at 30 s: waits are capped below that.
     let mut config = settings.api_config(Duration::from_secs(25));
     config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;
+    // Metrics go to CloudWatch (EMF from the runner and cron functions), not to a route.
+    config.expose_metrics = false;
     let app = agentlane_api::app(ApiState {
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue,

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod commit_parts;
 pub mod cron;
 pub mod ids;
+pub mod metrics;
 pub mod queue;
 pub mod record_size;
 pub mod run;

@@ -10,6 +10,7 @@ mod backends;
 pub mod cron;
 mod error;
 mod file;
+pub mod metrics;
 mod resolve;
 mod secret;
 pub mod settings;

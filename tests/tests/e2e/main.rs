@@ -19,6 +19,7 @@ mod events_sse;
 mod harness;
 mod idempotency;
 mod lanes;
+mod metrics;
 mod order;
 mod retry_loop;
 mod supervisor;

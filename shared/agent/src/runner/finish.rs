@@ -11,7 +11,7 @@ use crate::hooks::{AgentEndEvent, HookPoint, MessageEvent, ReplyClaimed, SendDec
 use crate::writer::CommitKind;
 use crate::writer::record::Ending;
 use agentlane_core::{
-    EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError,
+    EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError, metrics,
 };
 use serde_json::json;
 
@@ -79,6 +79,7 @@ impl Turn<'_> {
             .commit(CommitKind::Finish(final_messages))
             .await?;
         audit::run_end(self.writer.run());
+        metrics::incr(metrics::TURNS, &[("status", status.as_str())]);
         self.after_reply().await;
         Ok(TurnExit::Finished(status))
     }

@@ -14,11 +14,14 @@ How the inventory is derived (no hand list of operations):
    it makes. A call `.batch_get_item()` on a client, in a crate that depends on that SDK, is an
    AWS operation at that source line.
 3. From the function's `main` (and its own crate), calls are followed by name: `foo(` to free
-   functions named foo, `Type::foo(` to foo in `impl Type` (or any foo when Type is a trait or a
-   workspace type alias), `.foo(` to every method named foo (so a call through `dyn Store` reaches
-   every implementation: an over-approximation, never an under-approximation). A path into a
-   non-workspace crate (`lambda_http::run`) is not followed. Functions passed by name
-   (`.map(Self::foo)`) count as calls.
+   functions named foo, `module::foo(` to foo in a file or directory of that module,
+   `Type::foo(` / `Self::foo(` / `self.foo(` to foo of that impl (or trait), `x.foo(` to foo of
+   x's declared type when the field, parameter or `let` declares it (`dyn Store`: every
+   implementation), else to every method named foo; a type of another crate is not followed
+   (`next.run(req)` is axum's). A candidate must take as many arguments as the call passes and
+   be visible (`pub`, or in the caller's crate); functions passed by name (`.map(Self::foo)`)
+   count as calls; `#[cfg(test)]` modules are skipped. It over-approximates (never misses a
+   call path it can see) except through closures stored in fields or macros hiding calls.
 4. Operations map to IAM actions as AWS documents them (TransactWriteItems is authorised per
    item by PutItem/UpdateItem/DeleteItem/ConditionCheckItem; SendMessageBatch by SendMessage;
    ...). The runner's event source mapping polls its queue with the runner's role, so the

@@ -20,8 +20,9 @@ How the inventory is derived (no hand list of operations):
    implementation), else to every method named foo; a type of another crate is not followed
    (`next.run(req)` is axum's). A candidate must take as many arguments as the call passes and
    be visible (`pub`, or in the caller's crate); functions passed by name (`.map(Self::foo)`)
-   count as calls; `#[cfg(test)]` modules are skipped. It over-approximates (never misses a
-   call path it can see) except through closures stored in fields or macros hiding calls.
+   count as calls; `#[cfg(test)]` modules are skipped. Where it cannot tell, it follows more
+   paths, not fewer; what it cannot see at all: calls hidden in macros, and generic
+   parameters with longer names than `T`/`S2` taken for another crate's type.
 4. Operations map to IAM actions as AWS documents them (TransactWriteItems is authorised per
    item by PutItem/UpdateItem/DeleteItem/ConditionCheckItem; SendMessageBatch by SendMessage;
    ...). The runner's event source mapping polls its queue with the runner's role, so the
@@ -468,6 +469,8 @@ class Program:
                     ok = paren is not None and (g.owner == f.owner or g.owner in self.traits)
                 elif dot:
                     ty = self.receiver_type(f, m.start())
+                    if ty is not None and re.fullmatch(r"[A-Z][A-Z0-9]?", ty):
+                        ty = None  # a generic parameter (`store: &S`): any method of that name
                     if ty is None:
                         ok = g.owner is not None and paren is not None
                     elif ty in self.traits:

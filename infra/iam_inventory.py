@@ -115,14 +115,17 @@ def action_of(prefix: str, op: str) -> list[str]:
 
 
 def metadata() -> dict[str, Any]:
-    out = subprocess.run(
-        ["cargo", "metadata", "--format-version", "1", "--offline"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(out.stdout)
+    # Offline first (CI has fetched the crates); online only if something is missing.
+    for flags in (["--offline"], []):
+        out = subprocess.run(
+            ["cargo", "metadata", "--format-version", "1", *flags],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode == 0:
+            return json.loads(out.stdout)
+    raise SystemExit(f"cargo metadata failed: {out.stderr.strip()}")
 
 
 @dataclass

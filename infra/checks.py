@@ -493,11 +493,11 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
                 )
     # What each function may do, beyond logs.
     expected_sqs = {
-        "IngressRole": {"sqs:SendMessage"},
+        "IngressRole": {"sqs:SendMessage", "sqs:GetQueueUrl"},
         "IngressStreamRole": set(),
-        "RunnerRole": SQS_CONSUMER,
+        "RunnerRole": SQS_CONSUMER | {"sqs:GetQueueUrl"},
         # the sweep reads the DLQ (turns that reached it end `dead_lettered`)
-        "CronRole": {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage"},
+        "CronRole": {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueUrl"},
     }
     # Who may touch the DLQ, and how: only the cron role's sweep, receive + delete.
     dlq_access = {"CronRole": {"sqs:ReceiveMessage", "sqs:DeleteMessage"}}
@@ -640,6 +640,55 @@ def check_samconfig(c: Checker, sam: dict[str, Any]) -> None:
     )
 
 
+def check_operations(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
+    """Alarms (DLQ not empty, runner errors, stuck sessions), API throttling and access logs,
+    the EMF namespace the alarms read, the concurrency knobs."""
+    alarms = list(of_type(cfn, "AWS::CloudWatch::Alarm").values())
+
+    def alarm(namespace: Any, metric: str) -> dict[str, Any] | None:
+        for a in alarms:
+            p = a["Properties"]
+            if p.get("Namespace") == namespace and p.get("MetricName") == metric:
+                return p
+        return None
+
+    dlq = alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    if c.check(dlq is not None, "an alarm on the DLQ's visible messages"):
+        dims = {d["Name"]: d["Value"] for d in dlq.get("Dimensions", [])}
+        c.check(getatt(dims.get("QueueName")) == ("TurnDlq", "QueueName"), f"it watches TurnDlq: {dims}")
+        c.check(
+            dlq.get("Threshold") == 0 and dlq.get("ComparisonOperator") == "GreaterThanThreshold",
+            "it fires on one message (> 0)",
+        )
+    errors = alarm("AWS/Lambda", "Errors")
+    if c.check(errors is not None, "an alarm on Lambda errors"):
+        dims = {d["Name"]: d["Value"] for d in errors.get("Dimensions", [])}
+        c.check(dims.get("FunctionName") == {"Ref": "RunnerFunction"}, f"it watches the runner: {dims}")
+    namespace = sam["Globals"]["Function"]["Environment"]["Variables"].get("AGENTLANE_METRICS_NAMESPACE")
+    c.check(namespace is not None, "the functions get AGENTLANE_METRICS_NAMESPACE (EMF)")
+    stuck = alarm(namespace, "stuck_sessions")
+    c.check(stuck is not None, f"an alarm on stuck_sessions in the functions' namespace {namespace}")
+    api = sam["Resources"]["HttpApi"]["Properties"]
+    route = api.get("DefaultRouteSettings", {})
+    c.check(
+        "ThrottlingRateLimit" in route and "ThrottlingBurstLimit" in route,
+        f"the HTTP API throttles its default route: {route}",
+    )
+    logs = api.get("AccessLogSettings", {})
+    dest = getatt(logs.get("DestinationArn"))
+    c.check(
+        dest is not None and sam["Resources"].get(dest[0], {}).get("Type") == "AWS::Logs::LogGroup",
+        f"the HTTP API writes access logs to a log group of the stack: {logs.get('DestinationArn')}",
+    )
+    fmt = str(logs.get("Format", ""))
+    c.check("$context.requestId" in fmt and "$context.status" in fmt, "access log lines carry request id and status")
+    runner = sam["Resources"]["RunnerFunction"]["Properties"]
+    c.check(
+        "ReservedConcurrentExecutions" in runner,
+        "the runner's reserved concurrency is a parameter (its share of the account)",
+    )
+
+
 def structure(src: str, translated: str) -> int:
     sam = load_sam(src)
     cfn = json.loads(Path(translated).read_text())
@@ -652,6 +701,7 @@ def structure(src: str, translated: str) -> int:
     check_stream(c, sam, cfn)
     check_iam(c, cfn)
     check_logs(c, sam, cfn)
+    check_operations(c, sam, cfn)
     check_outputs(c, sam)
     check_hook_defaults(c)
     check_compose(c)
@@ -759,6 +809,12 @@ MUTATIONS = {
         "        - arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole\n",
     ),
     "short visibility": ("    MinValue: 900\n", "    MinValue: 30\n"),
+    "no DLQ alarm": ("      MetricName: ApproximateNumberOfMessagesVisible\n", "      MetricName: NumberOfMessagesSent\n"),
+    "no API throttling": ("        ThrottlingRateLimit: !Ref ApiThrottlingRateLimit\n", ""),
+    "stuck alarm in another namespace": (
+        "      Namespace: !Sub agentlane/${StageName}\n      MetricName: stuck_sessions",
+        "      Namespace: agentlane\n      MetricName: stuck_sessions",
+    ),
 }
 
 

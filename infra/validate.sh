@@ -7,7 +7,11 @@
 #      MaximumConcurrency, least-privilege IAM without "*", secrets never in plain text, the
 #      table exactly as shared/aws creates it, ...), plus a self-test that templates broken on
 #      purpose are rejected
-#   4. localstack/init/ready.d/10-agentlane.sh, run twice against a private moto server
+#   4. IAM proven from the code (infra/iam_inventory.py): the AWS operations each function's code
+#      paths can call, derived from the sources and `cargo metadata`, against its role both ways
+#      (a missing grant fails naming function, operation and source file; an unused grant fails),
+#      plus a self-test that a removed grant and an extra grant are both rejected
+#   5. localstack/init/ready.d/10-agentlane.sh, run twice against a private moto server
 #      (localstack/start-emulator.sh on a free loopback port), creates what the template declares
 # Prints `infra: N passed, N failed` and exits non-zero on any failure.
 #
@@ -85,6 +89,14 @@ structure() {
   return $rc
 }
 
+iam_from_code() {
+  local rc=0
+  "$PY" "$HERE/iam_inventory.py" check "$TEMPLATE" || rc=1
+  mkdir -p "$WORK/iam-selftest"
+  "$PY" "$HERE/iam_inventory.py" selftest "$TEMPLATE" "$WORK/iam-selftest" || rc=1
+  return $rc
+}
+
 init_hook_on_emulator() {
   local emu_dir=${AGENTLANE_INFRA_EMULATOR_DIR:-$HOME/.cache/agentlane/infra-emulator} port url
   mkdir -p "$emu_dir"
@@ -109,6 +121,8 @@ init_hook_on_emulator() {
 run "cfn-lint infra/template.yaml (SAM)" lint_sam
 run "SAM transform offline + cfn-lint of the CloudFormation output" translate_and_lint
 run "structural facts (+ self-test on broken templates)" structure
+run "IAM proven from the code: each function's role grants exactly what its code calls (+ self-test)" \
+  iam_from_code
 if [ "${INFRA_SKIP_EMULATOR:-}" = 1 ]; then
   echo "SKIP LocalStack init hook on a private moto server (INFRA_SKIP_EMULATOR=1)"
   skipped=$((skipped + 1))

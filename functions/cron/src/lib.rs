@@ -13,6 +13,7 @@
 //! the minute plus the last deliveries.
 
 use agentlane_core::Clock;
+use agentlane_host::metrics::EmfWriter;
 use agentlane_scheduler::{TickReport, Ticker};
 use agentlane_supervisor::{Supervisor, SweepReport};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -98,6 +99,7 @@ pub struct CronFunction {
     ticker: Ticker,
     clock: Arc<dyn Clock>,
     supervisor: Option<Arc<Supervisor>>,
+    emf: EmfWriter,
 }
 
 impl CronFunction {
@@ -107,7 +109,14 @@ impl CronFunction {
             ticker,
             clock,
             supervisor: None,
+            emf: EmfWriter::from_env(),
         }
+    }
+
+    /// Where the invocation's metrics go (default: EMF lines on stdout).
+    pub fn with_emf(mut self, emf: EmfWriter) -> Self {
+        self.emf = emf;
+        self
     }
 
     /// Sweeps stuck sessions once per invocation (every minute) with `supervisor`.
@@ -160,6 +169,8 @@ impl CronFunction {
             aborted = report.sweep.aborted,
             "cron invocation done"
         );
+        // Cron fires, stuck sessions, and the turns' metrics, as EMF log lines.
+        self.emf.flush(self.clock.now_ms());
         Ok(report)
     }
 }

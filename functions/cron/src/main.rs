@@ -1,18 +1,18 @@
 //! The cron Lambda: wiring only.
 
 use agentlane_cron::CronFunction;
-use agentlane_host::{self as runtime, cron::CronSettings};
+use agentlane_host::{self as host, cron::CronSettings};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use lambda_runtime::{LambdaEvent, service_fn};
+use lambda_host::{LambdaEvent, service_fn};
 
 #[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    runtime::init_tracing(true);
-    let backends = runtime::open_aws().await?;
-    let settings = runtime::load_deployed().await?;
-    let ticker = runtime::cron::ticker(&backends, &settings, &CronSettings::from_env()?);
+async fn main() -> Result<(), lambda_host::Error> {
+    host::init_tracing(true);
+    let backends = host::open_aws().await?;
+    let settings = host::load_deployed().await?;
+    let ticker = host::cron::ticker(&backends, &settings, &CronSettings::from_env()?);
     let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
-        .map_err(lambda_runtime::Error::from)?;
+        .map_err(lambda_host::Error::from)?;
     let mut supervisor = agentlane_supervisor::Supervisor::new(
         backends.store.clone(),
         backends.processing.clone(),
@@ -20,12 +20,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         thresholds,
     );
     // Turns that reached the SQS dead-letter queue (AGENTLANE_DLQ_URL) end `dead_lettered`.
-    if let Some(dead_letters) = runtime::aws_dead_letters().await? {
+    if let Some(dead_letters) = host::aws_dead_letters().await? {
         supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead_letters));
     }
     let handler = CronFunction::new(ticker, backends.clock.clone())
         .with_supervisor(std::sync::Arc::new(supervisor));
-    lambda_runtime::run(service_fn(
+    lambda_host::run(service_fn(
         |event: LambdaEvent<EventBridgeEvent<serde_json::Value>>| {
             let handler = handler.clone();
             async move {

@@ -86,6 +86,8 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     };
     let mut config = settings.api_config(max_wait);
     config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;
+    // Metrics go to CloudWatch (EMF from the runner and cron functions), not to a route.
+    config.expose_metrics = false;
     if mode == Mode::Streaming {
         config.sse_poll_ms = millis_env(POLL_ENV, DEFAULT_STREAM_POLL)?.as_millis() as u64;
         let keep_alive = Duration::from_millis(config.sse_keep_alive_ms);

@@ -3,6 +3,7 @@
 use crate::handle_batch;
 use agentlane_agent::LaneWorker;
 use agentlane_core::{Clock, LaneQueue};
+use agentlane_host::metrics::EmfWriter;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ pub struct RunnerFunction {
     queue: Arc<dyn LaneQueue>,
     clock: Arc<dyn Clock>,
     handback_margin: Duration,
+    emf: EmfWriter,
 }
 
 impl RunnerFunction {
@@ -32,7 +34,14 @@ impl RunnerFunction {
             queue,
             clock,
             handback_margin,
+            emf: EmfWriter::from_env(),
         }
+    }
+
+    /// Where the invocation's metrics go (default: EMF lines on stdout).
+    pub fn with_emf(mut self, emf: EmfWriter) -> Self {
+        self.emf = emf;
+        self
     }
 
     /// Handles one invocation whose deadline is `deadline_ms` (milliseconds since the epoch, as
@@ -64,6 +73,8 @@ impl RunnerFunction {
         })
         .await;
         timer.abort();
+        // The invocation's metrics (turns, attempts, queue age, ...) as EMF log lines.
+        self.emf.flush(self.clock.now_ms());
         response
     }
 }

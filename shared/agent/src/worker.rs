@@ -35,7 +35,28 @@ impl LaneWorker {
 
     /// Runs one delivery's turn, extending its visibility every third of the visibility timeout
     /// while it works. Does not ack: the caller does (the Lambda runtime acks by success).
+    ///
+    /// Everything it logs carries the run, tenant and receive count (a `turn` span: JSON logs
+    /// show them on every line).
     pub async fn process(
+        &self,
+        delivery: &Delivery,
+        shutdown: &CancellationToken,
+    ) -> DeliveryOutcome {
+        use tracing::Instrument as _;
+        let body = &delivery.message.body;
+        let span = tracing::info_span!(
+            "turn",
+            run_id = %body.run_id,
+            tenant = %body.tenant,
+            receive_count = delivery.receive_count,
+        );
+        self.process_in_span(delivery, shutdown)
+            .instrument(span)
+            .await
+    }
+
+    async fn process_in_span(
         &self,
         delivery: &Delivery,
         shutdown: &CancellationToken,

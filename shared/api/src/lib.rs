@@ -120,6 +120,9 @@ pub struct ApiConfig {
     /// The configured default model and its fallbacks (`provider/model`): what a tenant may
     /// ask for when `limits` names no allow-list. Empty: any model of a known provider.
     pub configured_models: Vec<String>,
+    /// `GET /metrics` answers the process's metrics (Prometheus text). Default true; the
+    /// ingress Lambda turns it off (per-instance counts mean nothing there; it writes EMF).
+    pub expose_metrics: bool,
 }
 
 /// Default largest message: 256 KiB.
@@ -141,6 +144,7 @@ impl Default for ApiConfig {
             max_cron_jobs: agentlane_core::cron::DEFAULT_MAX_JOBS_PER_TENANT,
             limits: Limits::default(),
             configured_models: Vec::new(),
+            expose_metrics: true,
         }
     }
 }
@@ -187,6 +191,7 @@ pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
     let routes = Router::new()
         .route("/healthz", get(routes::health))
         .route("/v1/openapi.json", get(openapi::serve_document))
+        .route("/metrics", get(routes::metrics))
         .route("/v1/agent", post(routes::agent::submit))
         .route("/v1/runs/{run_id}", get(routes::runs::get_run))
         // The timeout ends at the response head: an SSE body streams on past it.

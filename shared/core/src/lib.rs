@@ -12,6 +12,7 @@ pub mod commit_parts;
 pub mod cron;
 pub mod fingerprint;
 pub mod ids;
+pub mod metrics;
 pub mod queue;
 pub mod record_size;
 pub mod run;

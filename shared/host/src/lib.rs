@@ -10,6 +10,7 @@ mod backends;
 pub mod cron;
 mod error;
 mod file;
+pub mod metrics;
 mod provider_secrets;
 mod resolve;
 mod secret;

@@ -233,6 +233,14 @@ impl Ticker {
             next.version = job.version + 1;
             match self.cron.replace_job(&next, job.version).await {
                 Ok(()) => {
+                    use agentlane_core::metrics;
+                    // Counted once the claim is written: a lost write claimed nothing.
+                    for _ in &report.fired {
+                        metrics::incr(metrics::CRON_FIRES, &[("outcome", "fired")]);
+                    }
+                    for _ in 0..report.skipped {
+                        metrics::incr(metrics::CRON_FIRES, &[("outcome", "skipped")]);
+                    }
                     self.act(&next, actions, now).await;
                     return Ok(report);
                 }

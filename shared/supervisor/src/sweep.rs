@@ -179,6 +179,11 @@ impl Supervisor {
                 _ => {}
             }
         }
+        agentlane_core::metrics::gauge(
+            agentlane_core::metrics::STUCK_SESSIONS,
+            &[],
+            f64::from(report.stuck),
+        );
         Ok(report)
     }
 

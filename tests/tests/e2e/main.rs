@@ -22,6 +22,7 @@ mod idempotency;
 mod keys;
 mod lanes;
 mod max_size;
+mod metrics;
 mod order;
 mod retry_loop;
 mod streaming;

@@ -14,6 +14,7 @@ use agentlane_core::{
     TenantId, TurnMessage, TurnRequest,
 };
 use agentlane_cron::CronFunction;
+use agentlane_host::metrics::EmfWriter;
 use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
 use agentlane_supervisor::{Supervisor, Thresholds};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -137,8 +138,13 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
         Arc::new(SystemClock),
         Thresholds::new(Duration::from_millis(100), Some(Duration::from_millis(200))),
     );
-    let handler =
-        CronFunction::new(ticker, Arc::new(SystemClock)).with_supervisor(Arc::new(supervisor));
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let captured = lines.clone();
+    let handler = CronFunction::new(ticker, Arc::new(SystemClock))
+        .with_supervisor(Arc::new(supervisor))
+        .with_emf(EmfWriter::with_sink("agentlane/test", move |line: &str| {
+            captured.lock().unwrap().push(line.to_owned())
+        }));
     let report = handler
         .handle(event_sent(Duration::from_secs(59)), None)
         .await
@@ -167,6 +173,27 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["sweep"]["recovered"], 1);
     assert_eq!(json["sweep"]["swept"], 1);
+    // AND the invocation printed the stuck-session count as an EMF record (the stuck-sessions
+    // alarm reads it)
+    let records: Vec<serde_json::Value> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stuck = records
+        .iter()
+        .find(|r| r.get("stuck_sessions").is_some())
+        .unwrap_or_else(|| panic!("no stuck_sessions record: {records:#?}"));
+    assert_eq!(stuck["stuck_sessions"], 1.0);
+    assert_eq!(
+        stuck["_aws"]["CloudWatchMetrics"][0],
+        serde_json::json!({
+            "Namespace": "agentlane/test",
+            "Dimensions": [[]],
+            "Metrics": [{"Name": "stuck_sessions", "Unit": "Count"}],
+        })
+    );
 }
 
 /// A turn whose lane message sits in the SQS dead-letter queue.

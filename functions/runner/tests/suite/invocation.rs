@@ -4,6 +4,7 @@
 use crate::emulator::Emulator;
 use agentlane_agent::LaneWorker;
 use agentlane_host::Settings;
+use agentlane_host::metrics::EmfWriter;
 use agentlane_runner::RunnerFunction;
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use http::Method;
@@ -119,4 +120,72 @@ async fn an_invocation_already_past_its_deadline_hands_every_record_back_untouch
         again.extend(emulator.receive_event(Duration::from_secs(2)).await.records);
     }
     assert_eq!(again.len(), 2, "both records are visible again");
+}
+
+#[tokio::test]
+async fn an_invocation_writes_its_turn_metrics_as_cloudwatch_emf_lines() {
+    // GIVEN a turn accepted on the emulator and a function whose EMF lines are captured
+    let emulator = Emulator::start().await;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let captured = lines.clone();
+    let function = function(&emulator)
+        .with_emf(EmfWriter::with_sink("agentlane/test", move |line: &str| {
+            captured.lock().unwrap().push(line.to_owned())
+        }));
+    let run_id = emulator.submit("metered", "hello").await;
+    let event = emulator.receive_event(Duration::from_secs(5)).await;
+
+    // WHEN one invocation runs it to the end
+    let now = emulator.backends.clock.now_ms();
+    let response = function.handle(event, now + 120_000).await;
+    assert!(failed_ids(&response).is_empty(), "{response:?}");
+    assert_eq!(emulator.run(&run_id).await["status"], "ok");
+
+    // THEN the invocation printed one EMF record per metric, in the configured namespace:
+    // the ok turn, its answered attempt, and the turn's queue age in milliseconds
+    let first = lines.lock().unwrap().clone();
+    let records: Vec<serde_json::Value> = first
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    let find = |metric: &str| {
+        records
+            .iter()
+            .find(|r| r.get(metric).is_some())
+            .unwrap_or_else(|| panic!("no {metric} record in {first:#?}"))
+    };
+    let turns = find("turns");
+    assert_eq!(turns["turns"], 1.0);
+    assert_eq!(turns["status"], "ok");
+    let directive = &turns["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(directive["Namespace"], "agentlane/test");
+    assert_eq!(directive["Dimensions"], serde_json::json!([["status"]]));
+    assert_eq!(
+        directive["Metrics"],
+        serde_json::json!([{"Name": "turns", "Unit": "Count"}])
+    );
+    assert!(turns["_aws"]["Timestamp"].as_u64().unwrap() >= now);
+    let attempts = find("attempts");
+    assert_eq!(
+        (attempts["attempts"].as_f64(), attempts["outcome"].as_str()),
+        (Some(1.0), Some("ok"))
+    );
+    let age = find("queue_age_ms");
+    assert_eq!(
+        age["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"],
+        "Milliseconds"
+    );
+    assert!(age["queue_age_ms"].as_f64().unwrap() >= 0.0);
+
+    // AND a second invocation with nothing new reports nothing again (counters are deltas)
+    let empty = aws_lambda_events::event::sqs::SqsEvent::default();
+    function
+        .handle(empty, emulator.backends.clock.now_ms() + 60_000)
+        .await;
+    assert_eq!(
+        lines.lock().unwrap().len(),
+        first.len(),
+        "{:#?}",
+        lines.lock().unwrap()
+    );
 }

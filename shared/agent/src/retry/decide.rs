@@ -102,6 +102,7 @@ impl RetryState {
             .breaker
             .step(error.reason == FailoverReason::Timeout, s.progress)
         {
+            agentlane_core::metrics::incr(agentlane_core::metrics::BREAKER_TRIPS, &[]);
             return fail(
                 "idle_timeout_breaker",
                 format!(

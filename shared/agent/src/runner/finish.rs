@@ -12,6 +12,7 @@ use crate::writer::CommitKind;
 use crate::writer::record::Ending;
 use agentlane_core::{
     AbortReason, EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError,
+    metrics,
 };
 use serde_json::json;
 
@@ -92,6 +93,7 @@ impl Turn<'_> {
             .commit(CommitKind::Finish(final_messages))
             .await?;
         audit::run_end(self.writer.run());
+        metrics::incr(metrics::TURNS, &[("status", status.as_str())]);
         self.after_reply().await;
         Ok(TurnExit::Finished(status))
     }

@@ -14,6 +14,7 @@ use crate::hooks::{
 use crate::lock::{self, AcquireError};
 use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::backoff::jittered;
+use agentlane_core::metrics;
 use agentlane_core::{
     EventStream, Fence, Message, Run, RunError, RunStatus, StoreError, TranscriptEntry, TurnMessage,
 };
@@ -103,6 +104,14 @@ impl Runner {
                 };
             }
         };
+        if run.status == RunStatus::Queued && run.pickups == 0 {
+            // Queue age: from accept to the first pickup under the lock.
+            let age = self.clock.now_ms().saturating_sub(run.accepted_at);
+            metrics::gauge(metrics::QUEUE_AGE_MS, &[], age as f64);
+        } else if run.status == RunStatus::Running && run.failed_pickups() > 0 {
+            // An earlier pickup left it running without handing it back: its lock was taken over.
+            metrics::incr(metrics::LOCK_TAKEOVERS, &[]);
+        }
         if !session.is_turn_of(run.session_seq) {
             // The queue delivered this message ahead of an earlier, unfinished run of the
             // session (a redelivery, a misbehaving queue): run nothing, hand it back.

@@ -45,6 +45,7 @@ impl Turn<'_> {
         }
         let error = poisoned_error(run);
         tracing::error!(run = %run.run_id, failed = run.failed_pickups(), "poisoned turn: ending it");
+        agentlane_core::metrics::incr(agentlane_core::metrics::POISONED_RUNS, &[]);
         let dangling = missing_results(&self.history);
         if !dangling.is_empty() {
             self.history.extend(dangling.iter().cloned());

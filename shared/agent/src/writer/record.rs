@@ -57,6 +57,10 @@ impl RunWriter {
 
     /// Appends an attempt to the run's ledger, adding its usage to the run's.
     pub fn record_attempt(&mut self, record: AttemptRecord) {
+        agentlane_core::metrics::incr(
+            agentlane_core::metrics::ATTEMPTS,
+            &[("outcome", record.outcome.as_str())],
+        );
         self.run.usage.add(record.usage);
         self.run.attempts.push(record);
     }

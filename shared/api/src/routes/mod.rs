@@ -17,6 +17,30 @@ pub async fn health() -> Json<Value> {
     Json(json!({"ok": true}))
 }
 
+/// `GET /metrics`: this process's metrics (turns, attempts, breaker trips, lock takeovers,
+/// queue age, stuck sessions, cron fires, poisoned runs) in the Prometheus text format, behind
+/// the same API-key auth as `/v1/...` (scrape with `authorization: Bearer <key>`). The counts
+/// are the process's, across tenants. `404` where [`crate::ApiConfig::expose_metrics`] is off
+/// (the ingress Lambda: its metrics go to CloudWatch as EMF instead).
+pub async fn metrics(
+    axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::Shared>>,
+    _tenant: crate::auth::Tenant,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    if !state.config.expose_metrics {
+        return Err(ApiError::NotFound("no such route".into()));
+    }
+    let text = agentlane_core::metrics::global().render_prometheus();
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
 /// Any unknown route.
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())

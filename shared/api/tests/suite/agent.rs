@@ -576,3 +576,43 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
         .await;
     assert_eq!(run.request.thinking.as_deref(), Some("high"));
 }
+
+#[tokio::test]
+async fn metrics_answer_prometheus_text_with_a_key_and_404_where_turned_off() {
+    // GIVEN a counter the runner would have moved
+    agentlane_core::metrics::incr(agentlane_core::metrics::TURNS, &[("status", "ok")]);
+    let h = Harness::new().await;
+
+    // WHEN /metrics is read with a key: the Prometheus text, with that counter
+    let reply = h.get("/metrics", ACME_KEY).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(
+        reply
+            .text
+            .contains("agentlane_turns_total{status=\"ok\"} 1\n"),
+        "{}",
+        reply.text
+    );
+    assert!(
+        reply.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"),
+        "{:?}",
+        reply.headers
+    );
+    // THEN without a key it is refused like the rest of the API
+    h.send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .assert_error(401, "unauthorized");
+
+    // AND where the host turns it off (the ingress Lambda) it is not there
+    let off = Harness::with_config(ApiConfig {
+        expose_metrics: false,
+        ..ApiConfig::default()
+    })
+    .await;
+    off.get("/metrics", ACME_KEY)
+        .await
+        .assert_error(404, "not_found");
+}

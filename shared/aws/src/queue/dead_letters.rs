@@ -44,7 +44,7 @@ impl SqsDeadLetters {
 
     /// Up to `limit` dead letters (short polls of up to ten, until the queue has none
     /// visible), each hidden for [`DEAD_LETTER_VISIBILITY`] until deleted.
-    pub async fn receive(&self, limit: usize) -> QueueResult<Vec<SqsDeadLetter>> {
+    pub async fn receive_letters(&self, limit: usize) -> QueueResult<Vec<SqsDeadLetter>> {
         let mut letters = Vec::new();
         while letters.len() < limit {
             let batch = (limit - letters.len()).min(MAX_RECEIVE_BATCH);
@@ -87,7 +87,7 @@ impl SqsDeadLetters {
 
     /// Deletes a dead letter once its run is recorded. A receipt that is no longer current (the
     /// message came back to another sweep) is `StaleReceipt`.
-    pub async fn delete(&self, receipt_handle: &str) -> QueueResult<()> {
+    pub async fn delete_letter(&self, receipt_handle: &str) -> QueueResult<()> {
         self.client
             .delete_message()
             .queue_url(&self.queue_url)

@@ -121,16 +121,22 @@ fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `followup` (the default) is the only mode implemented; the others are named but refused.
+/// A queue mode by name or OpenClaw alias ([`QueueMode::parse`]). `followup` (the default)
+/// and `steer` are implemented; `collect` and `interrupt` are recognised and refused, naming
+/// the mode an alias stands for.
 pub fn parse_queue_mode(value: Option<&str>) -> Result<QueueMode, ApiError> {
-    match value {
-        None | Some("followup") => Ok(QueueMode::Followup),
-        Some(mode @ ("collect" | "steer" | "interrupt")) => Err(invalid(format!(
-            "queueMode {mode:?} is not supported yet; only \"followup\" is implemented"
+    let Some(name) = value else {
+        return Ok(QueueMode::Followup);
+    };
+    match QueueMode::parse(name) {
+        Some(mode @ (QueueMode::Followup | QueueMode::Steer)) => Ok(mode),
+        Some(mode @ (QueueMode::Collect | QueueMode::Interrupt)) => Err(invalid(format!(
+            "queueMode {name:?} ({}) is not supported yet; use \"followup\" or \"steer\"",
+            mode.as_str()
         ))),
-        Some(other) => Err(invalid(format!(
-            "queueMode {other:?} is unknown; use \"followup\" (collect, steer and interrupt are \
-             not supported yet)"
+        None => Err(invalid(format!(
+            "queueMode {name:?} is unknown; use followup, collect, steer or interrupt (or an \
+             alias: follow-ups, coalesce, steering, abort, ...)"
         ))),
     }
 }
@@ -320,8 +326,10 @@ mod tests {
                 "invalid_request",
             ),
             (with(|b| b.queue_mode = Some("followup".into())), "ok"),
+            (with(|b| b.queue_mode = Some("steer".into())), "ok"),
+            (with(|b| b.queue_mode = Some("steering".into())), "ok"),
             (
-                with(|b| b.queue_mode = Some("steer".into())),
+                with(|b| b.queue_mode = Some("collect".into())),
                 "invalid_request",
             ),
             (
@@ -431,6 +439,19 @@ mod tests {
     fn unsupported_queue_modes_say_so() {
         let err = parse_queue_mode(Some("collect")).unwrap_err();
         assert!(err.public_message().contains("not supported yet"), "{err}");
+        let err = parse_queue_mode(Some("abort")).unwrap_err();
+        assert!(err.public_message().contains("(interrupt)"), "{err}");
+    }
+
+    #[test]
+    fn followup_and_steer_answer_to_their_aliases() {
+        for name in ["followup", "followups", "follow-ups", "steer+backlog"] {
+            assert_eq!(parse_queue_mode(Some(name)).unwrap(), QueueMode::Followup);
+        }
+        for name in ["steer", "steering", "queue", "Queued"] {
+            assert_eq!(parse_queue_mode(Some(name)).unwrap(), QueueMode::Steer);
+        }
+        assert_eq!(parse_queue_mode(None).unwrap(), QueueMode::Followup);
     }
 
     #[test]

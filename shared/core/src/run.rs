@@ -70,6 +70,47 @@ pub enum QueueMode {
     Interrupt,
 }
 
+impl QueueMode {
+    /// The canonical name (`followup`, `collect`, `steer`, `interrupt`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMode::Followup => "followup",
+            QueueMode::Collect => "collect",
+            QueueMode::Steer => "steer",
+            QueueMode::Interrupt => "interrupt",
+        }
+    }
+
+    /// A mode by its name or one of OpenClaw's aliases (case-insensitive, surrounding blanks
+    /// ignored): `followup|follow-up|follow-ups|followups|steer+backlog`,
+    /// `collect|coalesce`, `steer|steering|queue|queued`, `interrupt|interrupts|abort`.
+    /// `None` for anything else.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "followup" | "follow-up" | "follow-ups" | "followups" | "steer+backlog" => {
+                QueueMode::Followup
+            }
+            "collect" | "coalesce" => QueueMode::Collect,
+            "steer" | "steering" | "queue" | "queued" => QueueMode::Steer,
+            "interrupt" | "interrupts" | "abort" => QueueMode::Interrupt,
+            _ => return None,
+        })
+    }
+}
+
+/// What became of an accepted message (SPEC §4): it ran as its own turn, was steered into or
+/// collected into another run (`Run::into_run_id`), or was the running turn an `interrupt`
+/// message aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueOutcome {
+    #[default]
+    Ran,
+    Steered,
+    Collected,
+    Interrupted,
+}
+
 /// What the client asked for in `POST /v1/agent`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -221,6 +262,12 @@ pub struct Run {
     /// with the same idempotency key must match it. `None` on runs accepted before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_fingerprint: Option<String>,
+    /// What became of the message (SPEC §4); `ran` unless another run carried it.
+    #[serde(default)]
+    pub queue_outcome: QueueOutcome,
+    /// The run that carried this one (`steered`, `collected`), or the run that interrupted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub into_run_id: Option<RunId>,
 }
 
 impl Run {
@@ -285,4 +332,56 @@ pub struct Event {
     pub stream: EventStream,
     pub ts: u64,
     pub data: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_modes_answer_to_their_names_and_openclaws_aliases() {
+        let table = [
+            ("followup", Some(QueueMode::Followup)),
+            ("follow-ups", Some(QueueMode::Followup)),
+            ("Followups", Some(QueueMode::Followup)),
+            ("steer+backlog", Some(QueueMode::Followup)),
+            ("collect", Some(QueueMode::Collect)),
+            ("coalesce", Some(QueueMode::Collect)),
+            ("steer", Some(QueueMode::Steer)),
+            (" steering ", Some(QueueMode::Steer)),
+            ("queued", Some(QueueMode::Steer)),
+            ("interrupt", Some(QueueMode::Interrupt)),
+            ("interrupts", Some(QueueMode::Interrupt)),
+            ("ABORT", Some(QueueMode::Interrupt)),
+            ("sideways", None),
+            ("", None),
+        ];
+        for (name, mode) in table {
+            assert_eq!(QueueMode::parse(name), mode, "{name:?}");
+        }
+        for mode in [
+            QueueMode::Followup,
+            QueueMode::Collect,
+            QueueMode::Steer,
+            QueueMode::Interrupt,
+        ] {
+            assert_eq!(QueueMode::parse(mode.as_str()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn a_run_without_an_outcome_ran() {
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "runId": "r", "tenant": "t", "sessionKey": "k", "sessionId": "s",
+            "status": "queued", "livenessState": "working",
+            "request": { "message": "hello" }, "acceptedAt": 1
+        }))
+        .expect("run");
+        assert_eq!(
+            (run.queue_outcome, run.into_run_id.clone()),
+            (QueueOutcome::Ran, None)
+        );
+        let shown = serde_json::to_value(&run).expect("json");
+        assert_eq!(shown["queueOutcome"], "ran");
+    }
 }

@@ -4,8 +4,8 @@
 use crate::error::{Result, int, uint};
 use crate::records::{insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AcceptOutcome, Event, NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionStatus,
-    StoreError, TenantId, TranscriptEntry, record_size,
+    AcceptOutcome, Event, NewTurn, QueueMode, Run, RunId, Session, SessionId, SessionKey,
+    SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -31,6 +31,9 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
     save_session(&tx, &session)?;
     if !insert_run(&tx, &run)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
+    }
+    if run.request.queue_mode == QueueMode::Steer {
+        crate::steer::record_pending(&tx, &run)?;
     }
     if let Some(key) = &turn.idempotency_key {
         tx.prepare_cached(
@@ -106,6 +109,7 @@ pub(crate) fn reset_session(
     if session.lock_is_live(now) {
         // The runs accepted so far will not start: the reset comes once the lock is free.
         session.reset_barrier = session.reset_barrier.max(session.runs_accepted);
+        session.reset_barrier_until = now + agentlane_core::RESET_HOLD_MS;
         save_session(&tx, &session)?;
         tx.commit()?;
         return Err(StoreError::Busy.into());

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[V1, V2, crate::cron::SCHEMA, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, crate::cron::SCHEMA, V4, V5];
 
 const V1: &str = "
 CREATE TABLE sessions (
@@ -110,6 +110,18 @@ CREATE TABLE lane_dead (
 );
 CREATE INDEX sessions_processing ON sessions (json_extract(body, '$.status'))
     WHERE json_extract(body, '$.status') = 'processing';
+";
+
+/// Steer messages waiting for the running run of their session (SPEC §4 `steer`): one row per
+/// run accepted in `steer` mode, found by the carrier with one indexed read, deleted when taken.
+const V5: &str = "
+CREATE TABLE pending_steers (
+    tenant      TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    session_seq INTEGER NOT NULL,
+    run_id      TEXT NOT NULL,
+    PRIMARY KEY (tenant, session_key, session_seq)
+);
 ";
 
 /// The schema version this build writes.

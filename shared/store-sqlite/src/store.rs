@@ -6,8 +6,8 @@ use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
     AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
-    RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, TenantId, TranscriptEntry,
-    TurnIntake,
+    RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult, TenantId,
+    TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 
@@ -117,6 +117,12 @@ impl FencedWriter for SqliteBackend {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let fence = fence.clone();
         self.with_conn(move |c| lock::commit(c, &fence, commit))
+            .await
+    }
+
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
+        let fence = fence.clone();
+        self.with_conn(move |c| crate::steer::take(c, &fence, take))
             .await
     }
 }

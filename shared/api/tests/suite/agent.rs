@@ -237,7 +237,7 @@ async fn bad_bodies_answer_4xx_in_the_error_shape() {
         ),
         (
             "unsupported queue mode",
-            json!({"sessionKey": "main", "message": "hi", "queueMode": "steer"}).to_string(),
+            json!({"sessionKey": "main", "message": "hi", "queueMode": "interrupt"}).to_string(),
             400,
             "invalid_request",
             "not supported yet",

@@ -7,7 +7,9 @@ use super::item::{
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
-use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, Session, StoreError, StoreResult};
+use agentlane_core::{
+    AcceptOutcome, NewTurn, QueueMode, Run, RunId, Session, StoreError, StoreResult,
+};
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -80,6 +82,9 @@ impl DynamoStore {
                 session: writes.len() - 2,
                 run: writes.len() - 1,
             };
+            if run.request.queue_mode == QueueMode::Steer {
+                writes.push(self.pending_steer_put(&run)?);
+            }
             let failed = match self.transact_once(writes, "accept_turn").await? {
                 Transact::Done => return Ok(AcceptOutcome { run, created: true }),
                 Transact::Conflict => {

@@ -27,6 +27,8 @@ pub(crate) const LOCK_UNTIL: &str = "lockUntil";
 pub(crate) const FENCE: &str = "fence";
 /// [`Session::reset_barrier`](agentlane_core::Session::reset_barrier); absent = 0.
 pub(crate) const RESET_BARRIER: &str = "resetBarrier";
+/// [`Session::reset_barrier_until`](agentlane_core::Session::reset_barrier_until); absent = 0.
+pub(crate) const RESET_UNTIL: &str = "resetBarrierUntil";
 /// Sparse GSI `processing` partition key: present only while the session is processing.
 pub(crate) const PROC_PK: &str = "procPk";
 /// Sparse GSI `processing` sort key: the session's last progress time (ms).
@@ -158,6 +160,7 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
         lock_until: opt_u64(item, LOCK_UNTIL)?.unwrap_or(0),
         fence: opt_u64(item, FENCE)?.unwrap_or(0),
         reset_barrier: opt_u64(item, RESET_BARRIER)?.unwrap_or(0),
+        reset_barrier_until: opt_u64(item, RESET_UNTIL)?.unwrap_or(0),
     })
 }
 

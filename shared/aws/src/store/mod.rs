@@ -59,11 +59,12 @@ mod keys;
 mod lock;
 mod processing;
 mod read;
+mod steer;
 
 use agentlane_core::{
     AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn,
-    Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, SystemClock, TenantId,
-    TranscriptEntry, TurnIntake, backoff,
+    Run, RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult, SystemClock,
+    TenantId, TranscriptEntry, TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -334,6 +335,10 @@ impl SessionLock for DynamoStore {
 impl FencedWriter for DynamoStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.apply_commit(fence, commit).await
+    }
+
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
+        self.take_pending_steers(fence, take).await
     }
 }
 

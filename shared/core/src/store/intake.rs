@@ -55,6 +55,8 @@ impl NewTurn {
             checkpoint: None,
             session_seq,
             request_fingerprint: Some(self.request.fingerprint(&self.session_key)),
+            queue_outcome: Default::default(),
+            into_run_id: None,
         }
     }
 

@@ -2,8 +2,8 @@
 //! abort does, without writing out every role method again.
 
 use super::{
-    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, Store, StoreResult,
-    TurnIntake,
+    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, SteerTake, Store,
+    StoreResult, TurnIntake,
 };
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
 use crate::run::{Event, Run};
@@ -27,6 +27,7 @@ pub enum StoreCall {
     RenewLock,
     ReleaseLock,
     Commit,
+    TakeSteers,
 }
 
 /// What a layer adds to the store it wraps ([`StoreLayer::inner`]). Every call passes
@@ -183,5 +184,10 @@ impl<L: StoreLayer> FencedWriter for Layered<L> {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.0.before(StoreCall::Commit).await?;
         StoreLayer::commit(&self.0, fence, commit).await
+    }
+
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
+        self.0.before(StoreCall::TakeSteers).await?;
+        self.0.inner().take_steers(fence, take).await
     }
 }

@@ -20,6 +20,7 @@ mod harness;
 mod idempotency;
 mod lanes;
 mod order;
+mod queue_modes;
 mod retry_loop;
 mod supervisor;
 mod support;

@@ -25,7 +25,8 @@ async fn a_steer_joins_the_turn_running_a_tool_and_the_answer_follows_it() -> an
             "latency": 200
         }),
         json!({
-            "match": {"userMessage": "steer-left", "hasToolResult": true},
+            // aimock's hasToolResult looks after the last user message: the steer is last
+            "match": {"userMessage": "steer-left"},
             "response": {"content": STEERED_ANSWER},
             "chunkSize": 8
         }),
@@ -60,6 +61,15 @@ async fn a_steer_joins_the_turn_running_a_tool_and_the_answer_follows_it() -> an
     assert_eq!(done.reply_text(), STEERED_ANSWER);
     let seen = scn.mock.model_requests_for("steer-left")?;
     assert_eq!(seen.len(), 1, "one model call saw the steer");
+    let roles: Vec<String> = seen[0]
+        .roles_and_texts()
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        roles.ends_with(&["assistant".into(), "tool".into(), "user".into()]),
+        "the steer comes after the tool result: {roles:?}"
+    );
     let transcript = a.transcript("steer-e2e").await?;
     assert_eq!(
         transcript.roles(),

@@ -121,13 +121,15 @@ fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A queue mode by name or OpenClaw alias ([`QueueMode::parse`]). `followup` (the default)
-/// and `steer` are implemented; `collect` and `interrupt` are recognised and refused, naming
-/// the mode an alias stands for.
-pub fn parse_queue_mode(value: Option<&str>) -> Result<QueueMode, ApiError> {
-    let Some(name) = value else {
-        return Ok(QueueMode::Followup);
-    };
+/// A queue mode by name or OpenClaw alias ([`QueueMode::parse`]); `None` when none is given
+/// (the session's default mode applies). `followup` and `steer` are implemented; `collect`
+/// and `interrupt` are recognised and refused, naming the mode an alias stands for.
+pub fn parse_queue_mode(value: Option<&str>) -> Result<Option<QueueMode>, ApiError> {
+    value.map(parse_queue_mode_name).transpose()
+}
+
+/// One queue mode name or alias (see [`parse_queue_mode`]).
+pub fn parse_queue_mode_name(name: &str) -> Result<QueueMode, ApiError> {
     match QueueMode::parse(name) {
         Some(mode @ (QueueMode::Followup | QueueMode::Steer)) => Ok(mode),
         Some(mode @ (QueueMode::Collect | QueueMode::Interrupt)) => Err(invalid(format!(
@@ -281,7 +283,7 @@ mod tests {
                 session_key: SessionKey::new("main"),
                 request: TurnRequest {
                     message: "hi".into(),
-                    queue_mode: QueueMode::Followup,
+                    queue_mode: None,
                     model: None,
                     thinking: None,
                     timeout_seconds: None,
@@ -446,12 +448,18 @@ mod tests {
     #[test]
     fn followup_and_steer_answer_to_their_aliases() {
         for name in ["followup", "followups", "follow-ups", "steer+backlog"] {
-            assert_eq!(parse_queue_mode(Some(name)).unwrap(), QueueMode::Followup);
+            assert_eq!(
+                parse_queue_mode(Some(name)).unwrap(),
+                Some(QueueMode::Followup)
+            );
         }
         for name in ["steer", "steering", "queue", "Queued"] {
-            assert_eq!(parse_queue_mode(Some(name)).unwrap(), QueueMode::Steer);
+            assert_eq!(
+                parse_queue_mode(Some(name)).unwrap(),
+                Some(QueueMode::Steer)
+            );
         }
-        assert_eq!(parse_queue_mode(None).unwrap(), QueueMode::Followup);
+        assert_eq!(parse_queue_mode(None).unwrap(), None);
     }
 
     #[test]

@@ -167,6 +167,9 @@ pub struct SessionView {
     /// `session.stuck`; SPEC §10).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostic: Option<agentlane_supervisor::Diagnostic>,
+    /// The mode of a turn that asks for none (`PATCH` sets it); absent: `followup`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<agentlane_core::QueueMode>,
 }
 
 impl SessionView {
@@ -186,6 +189,7 @@ impl SessionView {
             last_progress_at: session.last_progress_at,
             locked: session.lock_is_live(now),
             diagnostic: None,
+            queue_mode: session.queue_mode,
         }
     }
 }

@@ -118,6 +118,7 @@ macro_rules! __store_cases {
             case_a_reset_that_gives_up_changes_nothing,
             case_a_running_run_takes_the_steers_accepted_after_it,
             case_a_steer_from_before_a_reset_is_not_taken,
+            case_a_sessions_default_queue_mode_applies_to_turns_without_one,
         }
     };
 }

@@ -116,8 +116,10 @@ pub enum QueueOutcome {
 #[serde(rename_all = "camelCase")]
 pub struct TurnRequest {
     pub message: String,
-    #[serde(default)]
-    pub queue_mode: QueueMode,
+    /// The mode the client asked for; `None`: the session's default mode (else `followup`).
+    /// A run's stored request names the mode it was accepted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +140,11 @@ pub struct TurnRequest {
 }
 
 impl TurnRequest {
+    /// The queue mode: the one asked for, else `followup`.
+    pub fn mode(&self) -> QueueMode {
+        self.queue_mode.unwrap_or_default()
+    }
+
     /// A digest of the session key and everything the client asked for (SHA-256, hex): two
     /// accepts with the same idempotency key must agree on it.
     pub fn fingerprint(&self, key: &SessionKey) -> String {
@@ -145,8 +152,13 @@ impl TurnRequest {
         let mut hash = Sha256::new();
         hash.update(key.as_str().as_bytes());
         hash.update([0u8]);
+        // An unset mode hashes as `followup`, as it did before a session could have a default.
+        let request = TurnRequest {
+            queue_mode: Some(self.mode()),
+            ..self.clone()
+        };
         // Serializing a plain struct of strings and numbers cannot fail.
-        hash.update(serde_json::to_vec(self).unwrap_or_default());
+        hash.update(serde_json::to_vec(&request).unwrap_or_default());
         hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }

@@ -1,7 +1,7 @@
 //! Sessions and the session write lock (owner + lease + fencing token).
 
 use crate::ids::{FencingToken, RunId, SessionId, SessionKey, TenantId};
-use crate::run::{Run, RunStatus};
+use crate::run::{QueueMode, Run, RunStatus};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -52,6 +52,10 @@ pub struct Session {
     /// had been asked for.
     #[serde(default)]
     pub reset_barrier_until: u64,
+    /// The queue mode of a turn that asks for none (`PATCH /v1/sessions/{key}`); `None`:
+    /// `followup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
 }
 
 /// How long one busy answer to a waiting reset holds the runs accepted before it (longer than
@@ -79,6 +83,7 @@ impl Session {
             fence: 0,
             reset_barrier: 0,
             reset_barrier_until: 0,
+            queue_mode: None,
         }
     }
 

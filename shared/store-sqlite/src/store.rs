@@ -5,9 +5,9 @@ use crate::backend::SqliteBackend;
 use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
-    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn, Run,
-    RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult, TenantId,
-    TranscriptEntry, TurnIntake,
+    AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn,
+    QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult,
+    TenantId, TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 
@@ -32,6 +32,18 @@ impl TurnIntake for SqliteBackend {
     ) -> StoreResult<Session> {
         let (tenant, key) = (tenant.clone(), key.clone());
         self.with_conn(move |c| ingress::reset_session(c, &tenant, &key, new_session_id, now))
+            .await
+    }
+
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        let (tenant, key) = (tenant.clone(), key.clone());
+        self.with_conn(move |c| ingress::set_queue_mode(c, &tenant, &key, mode, now))
             .await
     }
 }

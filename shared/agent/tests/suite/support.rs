@@ -292,7 +292,7 @@ impl Fixture {
                 new_session_id: SessionId::generate(),
                 request: TurnRequest {
                     message: message.into(),
-                    queue_mode: mode,
+                    queue_mode: Some(mode),
                     model: None,
                     thinking: None,
                     timeout_seconds: None,

@@ -78,7 +78,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
             new_session_id: SessionId::generate(),
             request: TurnRequest {
                 message: "hi".into(),
-                queue_mode: QueueMode::Followup,
+                queue_mode: Some(QueueMode::Followup),
                 model: None,
                 thinking: None,
                 timeout_seconds: None,

@@ -3,15 +3,15 @@
 
 use super::error::DdbError;
 use super::item::{
-    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, RESET_BARRIER,
-    RESET_UNTIL, RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, n, s, session_from_item,
-    status_str,
+    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, QUEUE_MODE,
+    RESET_BARRIER, RESET_UNTIL, RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, n, s,
+    session_from_item, status_str,
 };
 use super::keys::{self, PK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
 use agentlane_core::{
-    Fence, FencingToken, LockAttempt, RESET_HOLD_MS, Session, SessionId, SessionKey, SessionStatus,
-    StoreError, StoreResult, TenantId,
+    Fence, FencingToken, LockAttempt, QueueMode, RESET_HOLD_MS, Session, SessionId, SessionKey,
+    SessionStatus, StoreError, StoreResult, TenantId,
 };
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -207,6 +207,40 @@ impl DynamoStore {
                     }
                 }
                 other => Err(other.into_store_error("reset_session")),
+            },
+        }
+    }
+
+    /// The key's default queue mode, set (`SET queueMode`) or cleared (`REMOVE`).
+    pub(super) async fn set_session_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        let update = self.session_update(tenant, key);
+        let update = match mode {
+            Some(mode) => update
+                .update_expression(format!("SET {QUEUE_MODE} = :mode, {UPDATED_AT} = :now"))
+                .expression_attribute_values(":mode", s(mode.as_str())),
+            None => {
+                update.update_expression(format!("SET {UPDATED_AT} = :now REMOVE {QUEUE_MODE}"))
+            }
+        };
+        let result = update
+            .condition_expression(format!("attribute_exists({PK})"))
+            .expression_attribute_values(":now", n(now))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => session_from_item(&out.attributes.unwrap_or_default()),
+            Err(err) => match DdbError::from(err) {
+                DdbError::ConditionFailed(_) => Err(StoreError::NotFound(format!(
+                    "session {key} of tenant {tenant}"
+                ))),
+                other => Err(other.into_store_error("set_queue_mode")),
             },
         }
     }

@@ -63,8 +63,8 @@ mod steer;
 
 use agentlane_core::{
     AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt, NewTurn,
-    Run, RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult, SystemClock,
-    TenantId, TranscriptEntry, TurnIntake, backoff,
+    QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult,
+    SystemClock, TenantId, TranscriptEntry, TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -260,6 +260,16 @@ impl TurnIntake for DynamoStore {
         now: u64,
     ) -> StoreResult<Session> {
         self.reset(tenant, key, new_session_id, now).await
+    }
+
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.set_session_queue_mode(tenant, key, mode, now).await
     }
 }
 

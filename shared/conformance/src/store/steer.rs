@@ -17,7 +17,7 @@ async fn accept_as(
     message: &str,
 ) -> Run {
     let mut turn = fixtures::turn(tenant, key, now);
-    turn.request.queue_mode = mode;
+    turn.request.queue_mode = Some(mode);
     turn.request.message = message.to_owned();
     store.accept_turn(turn).await.expect("accept_turn").run
 }
@@ -176,4 +176,89 @@ pub async fn case_a_steer_from_before_a_reset_is_not_taken(store: Arc<dyn Store>
         .expect("take_steers");
     assert!(taken.is_empty(), "{taken:?}");
     assert_eq!(run(&store, &tenant, &old.run_id).await.into_run_id, None);
+}
+
+/// A session's default queue mode applies to the turns accepted without one from then on; a
+/// turn that names its mode keeps it; clearing the default brings `followup` back; a key
+/// without a session is `NotFound`.
+pub async fn case_a_sessions_default_queue_mode_applies_to_turns_without_one(
+    store: Arc<dyn Store>,
+) {
+    let (tenant, key, now) = fixtures::fresh();
+    let before = store
+        .accept_turn(unset_mode(&tenant, &key, now))
+        .await
+        .expect("accept_turn")
+        .run;
+    assert_eq!(before.request.queue_mode, Some(QueueMode::Followup));
+
+    // WHEN the session's default becomes steer
+    let session = store
+        .set_queue_mode(&tenant, &key, Some(QueueMode::Steer), now + 1)
+        .await
+        .expect("set_queue_mode");
+    assert_eq!(session.queue_mode, Some(QueueMode::Steer));
+    assert_eq!(
+        fixtures::session(&store, &tenant, &key).await.queue_mode,
+        Some(QueueMode::Steer)
+    );
+
+    // THEN a turn without a mode is a steer (and is found as one), a turn with one keeps it
+    let steer = store
+        .accept_turn(unset_mode(&tenant, &key, now + 2))
+        .await
+        .expect("accept_turn")
+        .run;
+    assert_eq!(steer.request.queue_mode, Some(QueueMode::Steer));
+    let explicit = accept_as(&store, &tenant, &key, now + 3, QueueMode::Followup, "f").await;
+    assert_eq!(explicit.request.queue_mode, Some(QueueMode::Followup));
+    let fence = fixtures::lock(&store, &tenant, &key, "runner", 30_000, now + 4).await;
+    let taken = store
+        .take_steers(
+            &fence,
+            SteerTake {
+                carrier: before.run_id.clone(),
+                carrier_seq: before.session_seq,
+                session_id: before.session_id.clone(),
+                next_seq: 0,
+                now: now + 4,
+            },
+        )
+        .await
+        .expect("take_steers");
+    let ids: Vec<_> = taken.iter().map(|r| &r.run_id).collect();
+    assert_eq!(ids, [&steer.run_id]);
+
+    // AND cleared, the default is followup again
+    let cleared = store
+        .set_queue_mode(&tenant, &key, None, now + 5)
+        .await
+        .expect("set_queue_mode");
+    assert_eq!(cleared.queue_mode, None);
+    let after = store
+        .accept_turn(unset_mode(&tenant, &key, now + 6))
+        .await
+        .expect("accept_turn")
+        .run;
+    assert_eq!(after.request.queue_mode, Some(QueueMode::Followup));
+
+    // AND a key without a session is not found
+    let unknown = store
+        .set_queue_mode(
+            &tenant,
+            &fixtures::session_key(),
+            Some(QueueMode::Steer),
+            now,
+        )
+        .await;
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound(_))),
+        "{unknown:?}"
+    );
+}
+
+fn unset_mode(tenant: &TenantId, key: &SessionKey, now: u64) -> agentlane_core::NewTurn {
+    let mut turn = fixtures::turn(tenant, key, now);
+    turn.request.queue_mode = None;
+    turn
 }

@@ -6,7 +6,7 @@ use super::{
     StoreResult, TurnIntake,
 };
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
-use crate::run::{Event, Run};
+use crate::run::{Event, QueueMode, Run};
 use crate::session::{Fence, LockAttempt, Session};
 use crate::transcript::TranscriptEntry;
 use async_trait::async_trait;
@@ -28,6 +28,7 @@ pub enum StoreCall {
     ReleaseLock,
     Commit,
     TakeSteers,
+    SetQueueMode,
 }
 
 /// What a layer adds to the store it wraps ([`StoreLayer::inner`]). Every call passes
@@ -82,6 +83,17 @@ impl<L: StoreLayer> TurnIntake for Layered<L> {
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.0.before(StoreCall::RequestAbort).await?;
         StoreLayer::request_abort(&self.0, tenant, run_id).await
+    }
+
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.0.before(StoreCall::SetQueueMode).await?;
+        self.0.inner().set_queue_mode(tenant, key, mode, now).await
     }
 
     async fn reset_session(

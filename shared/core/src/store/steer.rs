@@ -31,7 +31,7 @@ impl SteerTake {
     /// carrier takes: accepted in `steer` mode after the carrier on the same session id, never
     /// picked up, not taken yet, and not asked to abort.
     pub fn takes(&self, run: &Run) -> bool {
-        run.request.queue_mode == QueueMode::Steer
+        run.request.queue_mode == Some(QueueMode::Steer)
             && run.status == RunStatus::Queued
             && run.pickups == 0
             && run.queue_outcome == QueueOutcome::Ran

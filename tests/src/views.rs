@@ -123,6 +123,12 @@ pub struct RunView {
     /// The runner's resumable state (e.g. `{"retry": {...}}`), as stored with the run.
     #[serde(default)]
     pub checkpoint: Option<serde_json::Value>,
+    /// What became of the message: `ran`, `steered`, `collected` or `interrupted`.
+    #[serde(default)]
+    pub queue_outcome: Option<String>,
+    /// The run that carried it (steered, collected).
+    #[serde(default)]
+    pub into_run_id: Option<String>,
 }
 
 impl RunView {

@@ -3,16 +3,16 @@
 use agentlane_cron::CronFunction;
 use agentlane_host::{self as host, cron::CronSettings};
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
-use lambda_host::{LambdaEvent, service_fn};
+use lambda_runtime::{LambdaEvent, service_fn};
 
 #[tokio::main]
-async fn main() -> Result<(), lambda_host::Error> {
+async fn main() -> Result<(), lambda_runtime::Error> {
     host::init_tracing(true);
     let backends = host::open_aws().await?;
     let settings = host::load_deployed().await?;
     let ticker = host::cron::ticker(&backends, &settings, &CronSettings::from_env()?);
     let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
-        .map_err(lambda_host::Error::from)?;
+        .map_err(lambda_runtime::Error::from)?;
     let mut supervisor = agentlane_supervisor::Supervisor::new(
         backends.store.clone(),
         backends.processing.clone(),
@@ -25,7 +25,7 @@ async fn main() -> Result<(), lambda_host::Error> {
     }
     let handler = CronFunction::new(ticker, backends.clock.clone())
         .with_supervisor(std::sync::Arc::new(supervisor));
-    lambda_host::run(service_fn(
+    lambda_runtime::run(service_fn(
         |event: LambdaEvent<EventBridgeEvent<serde_json::Value>>| {
             let handler = handler.clone();
             async move {

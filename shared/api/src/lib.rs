@@ -199,7 +199,7 @@ pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
         .route("/v1/runs/{run_id}/abort", post(routes::runs::abort))
         .route(
             "/v1/sessions/{session_key}",
-            get(routes::sessions::get_session),
+            get(routes::sessions::get_session).patch(routes::sessions::patch_session),
         )
         .route(
             "/v1/sessions/{session_key}/transcript",

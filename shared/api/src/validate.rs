@@ -143,16 +143,24 @@ fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `followup` (the default) is the only mode implemented; the others are named but refused.
-pub fn parse_queue_mode(value: Option<&str>) -> Result<QueueMode, ApiError> {
-    match value {
-        None | Some("followup") => Ok(QueueMode::Followup),
-        Some(mode @ ("collect" | "steer" | "interrupt")) => Err(invalid(format!(
-            "queueMode {mode:?} is not supported yet; only \"followup\" is implemented"
+/// A queue mode by name or OpenClaw alias ([`QueueMode::parse`]); `None` when none is given
+/// (the session's default mode applies). `followup` and `steer` are implemented; `collect`
+/// and `interrupt` are recognised and refused, naming the mode an alias stands for.
+pub fn parse_queue_mode(value: Option<&str>) -> Result<Option<QueueMode>, ApiError> {
+    value.map(parse_queue_mode_name).transpose()
+}
+
+/// One queue mode name or alias (see [`parse_queue_mode`]).
+pub fn parse_queue_mode_name(name: &str) -> Result<QueueMode, ApiError> {
+    match QueueMode::parse(name) {
+        Some(mode @ (QueueMode::Followup | QueueMode::Steer)) => Ok(mode),
+        Some(mode @ (QueueMode::Collect | QueueMode::Interrupt)) => Err(invalid(format!(
+            "queueMode {name:?} ({}) is not supported yet; use \"followup\" or \"steer\"",
+            mode.as_str()
         ))),
-        Some(other) => Err(invalid(format!(
-            "queueMode {other:?} is unknown; use \"followup\" (collect, steer and interrupt are \
-             not supported yet)"
+        None => Err(invalid(format!(
+            "queueMode {name:?} is unknown; use followup, collect, steer or interrupt (or an \
+             alias: follow-ups, coalesce, steering, abort, ...)"
         ))),
     }
 }
@@ -315,7 +323,7 @@ mod tests {
                 session_key: SessionKey::new("main"),
                 request: TurnRequest {
                     message: "hi".into(),
-                    queue_mode: QueueMode::Followup,
+                    queue_mode: None,
                     model: None,
                     thinking: None,
                     timeout_seconds: None,
@@ -360,8 +368,10 @@ mod tests {
                 "invalid_request",
             ),
             (with(|b| b.queue_mode = Some("followup".into())), "ok"),
+            (with(|b| b.queue_mode = Some("steer".into())), "ok"),
+            (with(|b| b.queue_mode = Some("steering".into())), "ok"),
             (
-                with(|b| b.queue_mode = Some("steer".into())),
+                with(|b| b.queue_mode = Some("collect".into())),
                 "invalid_request",
             ),
             (
@@ -471,6 +481,25 @@ mod tests {
     fn unsupported_queue_modes_say_so() {
         let err = parse_queue_mode(Some("collect")).unwrap_err();
         assert!(err.public_message().contains("not supported yet"), "{err}");
+        let err = parse_queue_mode(Some("abort")).unwrap_err();
+        assert!(err.public_message().contains("(interrupt)"), "{err}");
+    }
+
+    #[test]
+    fn followup_and_steer_answer_to_their_aliases() {
+        for name in ["followup", "followups", "follow-ups", "steer+backlog"] {
+            assert_eq!(
+                parse_queue_mode(Some(name)).unwrap(),
+                Some(QueueMode::Followup)
+            );
+        }
+        for name in ["steer", "steering", "queue", "Queued"] {
+            assert_eq!(
+                parse_queue_mode(Some(name)).unwrap(),
+                Some(QueueMode::Steer)
+            );
+        }
+        assert_eq!(parse_queue_mode(None).unwrap(), None);
     }
 
     #[test]

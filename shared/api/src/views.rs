@@ -168,6 +168,9 @@ pub struct SessionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<DiagnosticSchema>)]
     pub diagnostic: Option<agentlane_supervisor::Diagnostic>,
+    /// The mode of a turn that asks for none (`PATCH` sets it); absent: `followup`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<agentlane_core::QueueMode>,
 }
 
 /// The shape of a supervisor [`agentlane_supervisor::Diagnostic`] (documentation only).
@@ -199,6 +202,7 @@ impl SessionView {
             last_progress_at: session.last_progress_at,
             locked: session.lock_is_live(now),
             diagnostic: None,
+            queue_mode: session.queue_mode,
         }
     }
 }

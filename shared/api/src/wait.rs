@@ -102,6 +102,9 @@ pub async fn wait_for_run(
         if run.status.is_terminal() || Instant::now() >= deadline {
             return Ok(run);
         }
+        if let Some(ended) = carried_end(store, &run).await? {
+            return Ok(ended);
+        }
         watch.next_change(Some(deadline)).await;
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {
@@ -118,4 +121,27 @@ pub async fn wait_for_run(
             Err(other) => return Err(other.into()),
         }
     }
+}
+
+/// A run steered into another resolves with the run that carried it (SPEC §2): once the
+/// carrier ended, `run` as it will end (the carrier's status, payloads, error and end time),
+/// before its own message comes to record that. `None` while it was not carried or the
+/// carrier still runs.
+async fn carried_end(store: &dyn HistoryReader, run: &Run) -> Result<Option<Run>, ApiError> {
+    let Some(carrier_id) = &run.into_run_id else {
+        return Ok(None);
+    };
+    let carrier = match store.get_run(&run.tenant, carrier_id).await {
+        Ok(Some(carrier)) if carrier.status.is_terminal() => carrier,
+        Ok(_) | Err(StoreError::Throttled(_)) => return Ok(None),
+        Err(other) => return Err(other.into()),
+    };
+    Ok(Some(Run {
+        status: carrier.status,
+        liveness_state: carrier.liveness_state,
+        ended_at: carrier.ended_at,
+        error: carrier.error,
+        payloads: carrier.payloads,
+        ..run.clone()
+    }))
 }

@@ -58,7 +58,7 @@ pub fn wall_ms() -> u64 {
 pub fn request(message: &str) -> TurnRequest {
     TurnRequest {
         message: message.to_owned(),
-        queue_mode: QueueMode::Followup,
+        queue_mode: Some(QueueMode::Followup),
         model: None,
         thinking: None,
         timeout_seconds: None,

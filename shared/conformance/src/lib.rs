@@ -118,7 +118,11 @@ macro_rules! __store_cases {
             case_concurrent_accepts_stop_at_the_session_cap,
             case_acquire_answers_the_session_for_the_order_check,
             case_idempotency_key_with_a_different_request_conflicts,
-            case_a_reset_that_waits_bars_the_runs_accepted_before_it,
+            case_a_reset_that_waits_holds_the_runs_accepted_before_it,
+            case_a_reset_that_gives_up_changes_nothing,
+            case_a_running_run_takes_the_steers_accepted_after_it,
+            case_a_steer_from_before_a_reset_is_not_taken,
+            case_a_sessions_default_queue_mode_applies_to_turns_without_one,
         }
     };
 }

@@ -31,16 +31,16 @@ pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
 pub use record_size::MAX_RECORD_BYTES;
 pub use run::{
-    AbortReason, AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode, Run,
-    RunError, RunStatus, TurnRequest, Usage,
+    AbortReason, AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode,
+    QueueOutcome, Run, RunError, RunStatus, TurnRequest, Usage,
 };
-pub use session::{Fence, LockAttempt, Session, SessionStatus, SessionUpdate};
+pub use session::{Fence, LockAttempt, RESET_HOLD_MS, Session, SessionStatus, SessionUpdate};
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.
 pub use store::{
-    AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, Layered, NewTurn,
-    ProcessingIndex, SessionLock, Store, StoreCall, StoreError, StoreLayer, StoreResult,
-    TurnIntake,
+    AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, Layered,
+    MAX_STEERS_PER_TAKE, NewTurn, ProcessingIndex, SessionLock, SteerTake, Store, StoreCall,
+    StoreError, StoreLayer, StoreResult, TurnIntake,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

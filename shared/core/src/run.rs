@@ -73,14 +73,58 @@ pub enum QueueMode {
     Interrupt,
 }
 
+impl QueueMode {
+    /// The canonical name (`followup`, `collect`, `steer`, `interrupt`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMode::Followup => "followup",
+            QueueMode::Collect => "collect",
+            QueueMode::Steer => "steer",
+            QueueMode::Interrupt => "interrupt",
+        }
+    }
+
+    /// A mode by its name or one of OpenClaw's aliases (case-insensitive, surrounding blanks
+    /// ignored): `followup|follow-up|follow-ups|followups|steer+backlog`,
+    /// `collect|coalesce`, `steer|steering|queue|queued`, `interrupt|interrupts|abort`.
+    /// `None` for anything else.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "followup" | "follow-up" | "follow-ups" | "followups" | "steer+backlog" => {
+                QueueMode::Followup
+            }
+            "collect" | "coalesce" => QueueMode::Collect,
+            "steer" | "steering" | "queue" | "queued" => QueueMode::Steer,
+            "interrupt" | "interrupts" | "abort" => QueueMode::Interrupt,
+            _ => return None,
+        })
+    }
+}
+
+/// What became of an accepted message (SPEC §4): it ran as its own turn, was steered into or
+/// collected into another run (`Run::into_run_id`), or was the running turn an `interrupt`
+/// message aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub enum QueueOutcome {
+    #[default]
+    Ran,
+    Steered,
+    Collected,
+    Interrupted,
+}
+
 /// What the client asked for in `POST /v1/agent`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct TurnRequest {
     pub message: String,
-    #[serde(default)]
-    pub queue_mode: QueueMode,
+    /// The mode the client asked for; `None`: the session's default mode (else `followup`).
+    /// A run's stored request names the mode it was accepted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,6 +145,11 @@ pub struct TurnRequest {
 }
 
 impl TurnRequest {
+    /// The queue mode: the one asked for, else `followup`.
+    pub fn mode(&self) -> QueueMode {
+        self.queue_mode.unwrap_or_default()
+    }
+
     /// A digest of the session key and everything the client asked for (SHA-256, hex): two
     /// accepts with the same idempotency key must agree on it.
     pub fn fingerprint(&self, key: &SessionKey) -> String {
@@ -108,8 +157,13 @@ impl TurnRequest {
         let mut hash = Sha256::new();
         hash.update(key.as_str().as_bytes());
         hash.update([0u8]);
+        // An unset mode hashes as `followup`, as it did before a session could have a default.
+        let request = TurnRequest {
+            queue_mode: Some(self.mode()),
+            ..self.clone()
+        };
         // Serializing a plain struct of strings and numbers cannot fail.
-        hash.update(serde_json::to_vec(self).unwrap_or_default());
+        hash.update(serde_json::to_vec(&request).unwrap_or_default());
         hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }
@@ -180,6 +234,7 @@ impl RunError {
 /// Why a run was asked to abort, which decides the error code it ends with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum AbortReason {
     /// `POST /runs/{id}/abort`, the scheduler's timeout: the run ends `aborted` (`aborted`).
     Requested,
@@ -259,6 +314,12 @@ pub struct Run {
     /// with the same idempotency key must match it. `None` on runs accepted before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_fingerprint: Option<String>,
+    /// What became of the message (SPEC §4); `ran` unless another run carried it.
+    #[serde(default)]
+    pub queue_outcome: QueueOutcome,
+    /// The run that carried this one (`steered`, `collected`), or the run that interrupted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub into_run_id: Option<RunId>,
 }
 
 impl Run {
@@ -325,4 +386,56 @@ pub struct Event {
     pub stream: EventStream,
     pub ts: u64,
     pub data: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_modes_answer_to_their_names_and_openclaws_aliases() {
+        let table = [
+            ("followup", Some(QueueMode::Followup)),
+            ("follow-ups", Some(QueueMode::Followup)),
+            ("Followups", Some(QueueMode::Followup)),
+            ("steer+backlog", Some(QueueMode::Followup)),
+            ("collect", Some(QueueMode::Collect)),
+            ("coalesce", Some(QueueMode::Collect)),
+            ("steer", Some(QueueMode::Steer)),
+            (" steering ", Some(QueueMode::Steer)),
+            ("queued", Some(QueueMode::Steer)),
+            ("interrupt", Some(QueueMode::Interrupt)),
+            ("interrupts", Some(QueueMode::Interrupt)),
+            ("ABORT", Some(QueueMode::Interrupt)),
+            ("sideways", None),
+            ("", None),
+        ];
+        for (name, mode) in table {
+            assert_eq!(QueueMode::parse(name), mode, "{name:?}");
+        }
+        for mode in [
+            QueueMode::Followup,
+            QueueMode::Collect,
+            QueueMode::Steer,
+            QueueMode::Interrupt,
+        ] {
+            assert_eq!(QueueMode::parse(mode.as_str()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn a_run_without_an_outcome_ran() {
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "runId": "r", "tenant": "t", "sessionKey": "k", "sessionId": "s",
+            "status": "queued", "livenessState": "working",
+            "request": { "message": "hello" }, "acceptedAt": 1
+        }))
+        .expect("run");
+        assert_eq!(
+            (run.queue_outcome, run.into_run_id.clone()),
+            (QueueOutcome::Ran, None)
+        );
+        let shown = serde_json::to_value(&run).expect("json");
+        assert_eq!(shown["queueOutcome"], "ran");
+    }
 }

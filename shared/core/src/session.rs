@@ -1,7 +1,7 @@
 //! Sessions and the session write lock (owner + lease + fencing token).
 
 use crate::ids::{FencingToken, RunId, SessionId, SessionKey, TenantId};
-use crate::run::{Run, RunStatus};
+use crate::run::{QueueMode, Run, RunStatus};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -43,11 +43,25 @@ pub struct Session {
     /// The last fencing token handed out; only grows.
     pub fence: u64,
     /// Set by a reset that had to wait for the lock: runs of this key numbered below it that
-    /// have not started end `aborted` (`session_reset`) instead of running on the session
-    /// about to be reset. Only grows.
+    /// have not started are held (not started, not ended) until `reset_barrier_until`, so the
+    /// reset gets the lock before them. Only grows.
     #[serde(default)]
     pub reset_barrier: u64,
+    /// When the hold of `reset_barrier` ends (ms since the epoch; 0 = no hold). Every busy
+    /// answer to a waiting reset moves it to `now +` [`RESET_HOLD_MS`]: a reset that gives up
+    /// (or whose caller dies) stops holding the runs soon after, and they run as if no reset
+    /// had been asked for.
+    #[serde(default)]
+    pub reset_barrier_until: u64,
+    /// The queue mode of a turn that asks for none (`PATCH /v1/sessions/{key}`); `None`:
+    /// `followup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
 }
+
+/// How long one busy answer to a waiting reset holds the runs accepted before it (longer than
+/// the pause between two tries of a waiting reset).
+pub const RESET_HOLD_MS: u64 = 3_000;
 
 impl Session {
     /// A new session of `key`: idle, no runs yet, unlocked, fence 0. The one constructor every
@@ -69,6 +83,8 @@ impl Session {
             lock_until: 0,
             fence: 0,
             reset_barrier: 0,
+            reset_barrier_until: 0,
+            queue_mode: None,
         }
     }
 
@@ -97,12 +113,19 @@ impl Session {
         session_seq <= self.runs_finished
     }
 
-    /// Whether `run` belongs to a reset: accepted on another session id than the current one,
-    /// or not started and numbered below a pending reset's barrier. Such a run ends `aborted`
-    /// (`session_reset`) without reading or writing the session.
+    /// Whether `run` belongs to a reset: accepted on another session id than the current one.
+    /// Such a run ends `aborted` (`session_reset`) without reading or writing the session.
     pub fn was_reset_under(&self, run: &Run) -> bool {
+        run.session_id != self.session_id
+    }
+
+    /// Whether `run` must wait at `now` for a reset that is waiting for the lock: not started,
+    /// numbered below the reset's barrier, and the barrier's hold not over. Such a run is
+    /// handed back untouched: if the reset goes through it is a [reset run](Self::was_reset_under),
+    /// if the reset gives up it runs as usual.
+    pub fn holds_for_reset(&self, run: &Run, now: u64) -> bool {
         let unstarted = run.status == RunStatus::Queued && run.pickups == 0;
-        run.session_id != self.session_id || (unstarted && run.session_seq < self.reset_barrier)
+        unstarted && run.session_seq < self.reset_barrier && now <= self.reset_barrier_until
     }
 
     /// Whether `fence` is the current lock: the session names its owner and token (whatever the

@@ -30,7 +30,7 @@ pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
     let timeout = job.effective_timeout_seconds();
     TurnRequest {
         message: job.message.clone(),
-        queue_mode: QueueMode::Followup,
+        queue_mode: Some(QueueMode::Followup),
         model: job.model.clone(),
         thinking: None,
         timeout_seconds: Some(timeout.unwrap_or(0)),

@@ -4,8 +4,8 @@
 use crate::error::{Result, int, uint};
 use crate::records::{self, insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Event, NewTurn, Run, RunId, Session, SessionId, SessionKey,
-    SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
+    AbortReason, AcceptOutcome, Event, NewTurn, QueueMode, Run, RunId, Session, SessionId,
+    SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -27,11 +27,14 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         }
         None => (turn.first_session(), 0),
     };
-    let run = turn.queued_run(session.session_id.clone(), session_seq);
+    let run = turn.queued_run(session.session_id.clone(), session_seq, session.queue_mode);
     record_size::check_run(&run)?;
     save_session(&tx, &session)?;
     if !insert_run(&tx, &run)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
+    }
+    if run.request.queue_mode == Some(QueueMode::Steer) {
+        crate::steer::record_pending(&tx, &run)?;
     }
     if let Some(key) = &turn.idempotency_key {
         tx.prepare_cached(
@@ -116,6 +119,7 @@ pub(crate) fn reset_session(
     if session.lock_is_live(now) {
         // The runs accepted so far will not start: the reset comes once the lock is free.
         session.reset_barrier = session.reset_barrier.max(session.runs_accepted);
+        session.reset_barrier_until = now + agentlane_core::RESET_HOLD_MS;
         save_session(&tx, &session)?;
         tx.commit()?;
         return Err(StoreError::Busy.into());
@@ -126,6 +130,25 @@ pub(crate) fn reset_session(
     session.active_run_id = None;
     session.lock_owner = None;
     session.lock_until = 0;
+    session.updated_at = session.updated_at.max(now);
+    save_session(&tx, &session)?;
+    tx.commit()?;
+    Ok(session)
+}
+
+/// The key's default queue mode, set or cleared.
+pub(crate) fn set_queue_mode(
+    conn: &mut Connection,
+    tenant: &TenantId,
+    key: &SessionKey,
+    mode: Option<QueueMode>,
+    now: u64,
+) -> Result<Session> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let Some(mut session) = load_session(&tx, tenant, key)? else {
+        return Err(StoreError::NotFound(format!("session {key}")).into());
+    };
+    session.queue_mode = mode;
     session.updated_at = session.updated_at.max(now);
     save_session(&tx, &session)?;
     tx.commit()?;

@@ -31,6 +31,7 @@ mod processing;
 mod queue;
 mod records;
 mod schema;
+mod steer;
 mod store;
 
 pub use backend::{DB_FILE_NAME, SqliteBackend};

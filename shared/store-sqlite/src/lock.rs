@@ -88,7 +88,7 @@ pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Re
 }
 
 /// The session, if `fence` is still the current lock; `FenceLost` otherwise.
-fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
+pub(crate) fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
     let session = load_session(tx, &fence.tenant, &fence.session_key)?;
     match session {
         Some(s) if s.is_fenced_by(fence) => Ok(s),
@@ -101,7 +101,7 @@ fn unlock(session: &mut Session) {
     session.lock_until = 0;
 }
 
-fn put_transcript(
+pub(crate) fn put_transcript(
     tx: &Transaction<'_>,
     tenant: &TenantId,
     session_id: &SessionId,

@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     V4,
     crate::fair::SCHEMA,
     crate::api_keys::SCHEMA,
+    PENDING_STEERS,
 ];
 
 const V1: &str = "
@@ -117,6 +118,18 @@ CREATE TABLE lane_dead (
 );
 CREATE INDEX sessions_processing ON sessions (json_extract(body, '$.status'))
     WHERE json_extract(body, '$.status') = 'processing';
+";
+
+/// Steer messages waiting for the running run of their session (SPEC §4 `steer`): one row per
+/// run accepted in `steer` mode, found by the carrier with one indexed read, deleted when taken.
+const PENDING_STEERS: &str = "
+CREATE TABLE pending_steers (
+    tenant      TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    session_seq INTEGER NOT NULL,
+    run_id      TEXT NOT NULL,
+    PRIMARY KEY (tenant, session_key, session_seq)
+);
 ";
 
 /// The schema version this build writes.

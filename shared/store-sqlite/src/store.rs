@@ -6,8 +6,8 @@ use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
     AbortReason, AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt,
-    NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult, TenantId,
-    TranscriptEntry, TurnIntake,
+    NewTurn, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock, SteerTake,
+    StoreResult, TenantId, TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 
@@ -37,6 +37,18 @@ impl TurnIntake for SqliteBackend {
     ) -> StoreResult<Session> {
         let (tenant, key) = (tenant.clone(), key.clone());
         self.with_conn(move |c| ingress::reset_session(c, &tenant, &key, new_session_id, now))
+            .await
+    }
+
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        let (tenant, key) = (tenant.clone(), key.clone());
+        self.with_conn(move |c| ingress::set_queue_mode(c, &tenant, &key, mode, now))
             .await
     }
 }
@@ -122,6 +134,12 @@ impl FencedWriter for SqliteBackend {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let fence = fence.clone();
         self.with_conn(move |c| lock::commit(c, &fence, commit))
+            .await
+    }
+
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
+        let fence = fence.clone();
+        self.with_conn(move |c| crate::steer::take(c, &fence, take))
             .await
     }
 }

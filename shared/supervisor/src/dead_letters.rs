@@ -49,7 +49,10 @@ impl DeadLetterSource for SqliteBackend {
 #[async_trait]
 impl DeadLetterSource for agentlane_aws::SqsDeadLetters {
     async fn dead_turns(&self, limit: usize) -> Result<Vec<DeadTurn>, String> {
-        let letters = self.receive_letters(limit).await.map_err(|e| e.to_string())?;
+        let letters = self
+            .receive_letters(limit)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(letters
             .into_iter()
             .map(|d| DeadTurn {

@@ -24,6 +24,7 @@ mod lanes;
 mod max_size;
 mod metrics;
 mod order;
+mod queue_modes;
 mod retry_loop;
 mod streaming;
 mod supervisor;

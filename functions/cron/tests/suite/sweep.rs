@@ -258,6 +258,7 @@ impl DeadLetterWorld {
                 idempotency_key: None,
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
+                max_open_runs: 0,
             })
             .await
             .unwrap()
@@ -557,6 +558,7 @@ async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
                     idempotency_key: None,
                     now: SystemClock.now_ms(),
                     idempotency_ttl_ms: 1000,
+                    max_open_runs: 0,
                 })
                 .await;
             match accepted {

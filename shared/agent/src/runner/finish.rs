@@ -11,8 +11,8 @@ use crate::hooks::{AgentEndEvent, HookPoint, MessageEvent, ReplyClaimed, SendDec
 use crate::writer::CommitKind;
 use crate::writer::record::Ending;
 use agentlane_core::{
-    AbortReason, EventStream, LivenessState, Message, Payload, RunError, RunStatus, StoreError,
-    metrics,
+    AbortReason, EventStream, LivenessState, Message, Payload, Run, RunError, RunStatus,
+    StoreError, metrics,
 };
 use serde_json::json;
 
@@ -110,6 +110,31 @@ impl Turn<'_> {
             Ok(Some(fresh)) => fresh.abort_reason.unwrap_or(AbortReason::Requested),
             _ => AbortReason::Requested,
         }
+    }
+
+    /// A run steered into `carrier` (which ended) ends as it did: same status, payloads and
+    /// error; one more finished run of the session, and the lock released.
+    pub(super) async fn finish_carried(mut self, carrier: &Run) -> Result<TurnExit, StoreError> {
+        let status = carrier.status;
+        self.writer.end(Ending {
+            status,
+            liveness: carrier.liveness_state,
+            error: carrier.error.clone(),
+            payloads: carrier.payloads.clone(),
+        });
+        let run = self.writer.run();
+        let event = json!({
+            "phase": if status == RunStatus::Ok { "end" } else { "error" },
+            "status": status.as_str(),
+            "endedAt": run.ended_at,
+            "error": run.error,
+            "queueOutcome": run.queue_outcome,
+            "intoRunId": run.into_run_id,
+        });
+        self.writer.event(EventStream::Lifecycle, event);
+        self.writer.commit(CommitKind::Finish(Vec::new())).await?;
+        audit::run_end(self.writer.run());
+        Ok(TurnExit::Finished(status))
     }
 
     /// Shutdown: the run is paused, its lock released, and a later pickup resumes it.

@@ -132,6 +132,22 @@ impl Runner {
             }
             return Ok(TurnExit::HandBack);
         }
+        if run.into_run_id.is_some() && run.status == RunStatus::Queued {
+            // Steered into an earlier run, which has ended (every earlier run has): this run
+            // ends as that one did.
+            return match self.end_carried(run, fence).await {
+                Ok(exit) => Ok(exit),
+                Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
+                Err(e) => Err(e.into()),
+            };
+        }
+        if session.holds_for_reset(&run, self.clock.now_ms()) {
+            // A reset accepted after this run waits for the lock: let it have it. If it goes
+            // through, this run comes back as a reset run; if it gives up, it runs as usual.
+            self.store.release_lock(&fence).await.ok();
+            tracing::info!(run = %run.run_id, "a reset of the session is waiting; the turn comes back later");
+            return Ok(TurnExit::OutOfOrder);
+        }
         let reset = session.was_reset_under(&run);
 
         let stop = StopSignal::default();
@@ -181,6 +197,22 @@ impl Runner {
         let turn = self.open(run, fence, &[], stop).await?;
         turn.finish(LoopEnd::Stopped(StopReason::SessionReset))
             .await
+    }
+
+    /// A run another run carried (`steered`): it ends with the carrier's status, payloads and
+    /// error, counted as finished in its session's order, without a model call.
+    async fn end_carried(&self, run: Run, fence: Fence) -> Result<TurnExit, StoreError> {
+        let Some(carrier_id) = run.into_run_id.clone() else {
+            return Ok(TurnExit::AlreadyDone);
+        };
+        let carrier = self.store.get_run(&run.tenant, &carrier_id).await?;
+        let Some(carrier) = carrier.filter(|c| c.status.is_terminal()) else {
+            // Cannot happen while the order rule holds (the carrier is numbered earlier).
+            self.store.release_lock(&fence).await.ok();
+            return Ok(TurnExit::OutOfOrder);
+        };
+        let turn = self.open(run, fence, &[], StopSignal::default()).await?;
+        turn.finish_carried(&carrier).await
     }
 
     /// Whether the run of `message` is numbered after a run of its session that is not

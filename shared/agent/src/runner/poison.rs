@@ -96,6 +96,8 @@ mod tests {
             checkpoint: None,
             session_seq: 0,
             request_fingerprint: None,
+            queue_outcome: Default::default(),
+            into_run_id: None,
         };
         run.attempts.push(AttemptRecord {
             index: 0,

@@ -57,10 +57,34 @@ impl Turn<'_> {
         self.history.extend(messages.iter().cloned());
         self.writer.checkpoint(&self.retry);
         self.writer.commit(CommitKind::Progress(messages)).await?;
+        if tool_loop.is_none() {
+            self.take_steers().await?;
+        }
         Ok(match tool_loop {
             Some(error) => Step::End(LoopEnd::Failed(error)),
             None => Step::Continue,
         })
+    }
+
+    /// The model boundary after a tool batch: steer messages accepted meanwhile join the run
+    /// (SPEC §4), so the next model call sees them and the answer comes after them.
+    async fn take_steers(&mut self) -> Result<(), StoreError> {
+        let steered = self.writer.take_steers().await?;
+        if steered.is_empty() {
+            return Ok(());
+        }
+        let run_ids: Vec<&str> = steered.iter().map(|r| r.run_id.as_str()).collect();
+        tracing::info!(run = %self.writer.run().run_id, steered = ?run_ids, "steer messages joined the run");
+        self.writer.event(
+            EventStream::Lifecycle,
+            json!({ "phase": "steered", "runIds": run_ids }),
+        );
+        self.history.extend(
+            steered
+                .iter()
+                .map(|run| Message::user(run.request.message.clone())),
+        );
+        Ok(())
     }
 
     /// Every call's outcome, in call order. Calls whose arguments could not be repaired, and

@@ -104,8 +104,9 @@ mod tests {
             idempotency_key: None,
             now: 1,
             idempotency_ttl_ms: 1,
+            max_open_runs: 0,
         };
-        let mut run = turn.queued_run(SessionId::generate(), 0);
+        let mut run = turn.queued_run(SessionId::generate(), 0, None);
         run.status = RunStatus::Ok;
         run.liveness_state = LivenessState::Working;
         run.checkpoint = Some(serde_json::json!({"answer": "x".repeat(1000)}));

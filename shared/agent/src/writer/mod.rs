@@ -15,7 +15,7 @@ pub mod record;
 
 pub use commit::CommitKind;
 
-use agentlane_core::{Clock, EventStream, Fence, Run, Store, StoreResult};
+use agentlane_core::{Clock, EventStream, Fence, Run, SteerTake, Store, StoreResult};
 use events::EventBuffer;
 use serde_json::Value;
 use std::sync::Arc;
@@ -123,6 +123,21 @@ impl RunWriter {
     /// Shows held-back text after all: the answer was ordinary text.
     pub fn release_held(&mut self) {
         self.events.release_held();
+    }
+
+    /// Takes the steer messages waiting for this run (SPEC §4 `steer`), appended to the
+    /// transcript as its next entries in one fenced write; answers their runs, oldest first.
+    pub async fn take_steers(&mut self) -> StoreResult<Vec<Run>> {
+        let take = SteerTake {
+            carrier: self.run.run_id.clone(),
+            carrier_seq: self.run.session_seq,
+            session_id: self.run.session_id.clone(),
+            next_seq: self.next_seq,
+            now: self.now(),
+        };
+        let taken = self.store.take_steers(&self.fence, take).await?;
+        self.next_seq += taken.len() as u64;
+        Ok(taken)
     }
 
     /// Drops held-back text: it was a tool call written as text, or the silent token.

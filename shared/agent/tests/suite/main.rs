@@ -13,6 +13,7 @@ mod poison;
 mod retry_loop;
 mod runner_hooks;
 mod scheduled;
+mod steer;
 mod support;
 mod tool_calls;
 mod turns;

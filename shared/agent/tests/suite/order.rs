@@ -448,3 +448,50 @@ async fn a_turn_behind_the_run_holding_the_lane_comes_back_later_without_waiting
         .unwrap();
     assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
 }
+
+#[tokio::test]
+async fn a_turn_waits_for_a_reset_that_waits_and_runs_when_the_reset_gives_up() {
+    let f = fixture(vec![Script::Text("queued answer")], quick());
+    let queued = f.accept("queued").await;
+    // another writer holds the lane while a reset asks for it; its hold ends in 700 ms
+    let now = agentlane_core::SystemClock.now_ms();
+    let holder = f
+        .store
+        .acquire_lock(&f.tenant, &f.key, "other-writer", 30_000, now)
+        .await
+        .unwrap();
+    let agentlane_core::LockAttempt::Acquired(fence, _) = holder else {
+        panic!("lock not taken: {holder:?}");
+    };
+    let refused_at = now + 700 - agentlane_core::RESET_HOLD_MS;
+    let busy = f
+        .store
+        .reset_session(&f.tenant, &f.key, SessionId::generate(), refused_at)
+        .await;
+    assert_eq!(busy, Err(agentlane_core::StoreError::Busy));
+    f.store.release_lock(&fence).await.unwrap();
+
+    // WHEN the queued turn comes while the reset may still come back
+    // THEN it is sent back untouched: not run, not aborted
+    assert_eq!(f.execute(&queued).await, TurnExit::OutOfOrder);
+    assert!(f.model.requests().is_empty());
+    let run = f
+        .store
+        .get_run(&f.tenant, &queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
+
+    // AND once the reset gave up, the turn runs on the session as if no reset was asked for
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(f.execute(&queued).await, TurnExit::Finished(RunStatus::Ok));
+    let run = f
+        .store
+        .get_run(&f.tenant, &queued.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.payloads[0].text, "queued answer");
+    assert_eq!(f.roles().await, vec!["user", "assistant"]);
+}

@@ -278,6 +278,11 @@ pub fn fixture_on(
 
 impl Fixture {
     pub async fn accept(&self, message: &str) -> TurnMessage {
+        self.accept_as(message, Default::default()).await
+    }
+
+    /// Accepts `message` in queue mode `mode`.
+    pub async fn accept_as(&self, message: &str, mode: agentlane_core::QueueMode) -> TurnMessage {
         let out = self
             .store
             .accept_turn(NewTurn {
@@ -287,7 +292,7 @@ impl Fixture {
                 new_session_id: SessionId::generate(),
                 request: TurnRequest {
                     message: message.into(),
-                    queue_mode: Default::default(),
+                    queue_mode: Some(mode),
                     model: None,
                     thinking: None,
                     timeout_seconds: None,

@@ -134,6 +134,70 @@ pub async fn transcript(
     }))
 }
 
+/// The body of `PATCH /v1/sessions/{key}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PatchSessionBody {
+    /// A mode name or alias sets the session's default queue mode; `null` clears it
+    /// (`followup` again); absent leaves it.
+    #[serde(default, deserialize_with = "present")]
+    queue_mode: Option<serde_json::Value>,
+}
+
+/// A field that is present, `null` included (`Option` alone reads `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(deserializer).map(Some)
+}
+
+/// Sets the session's default queue mode (SPEC §2): the mode of a turn accepted without one.
+/// `404` for a key without a session.
+pub async fn patch_session(
+    State(state): State<Arc<Shared>>,
+    Tenant(tenant): Tenant,
+    ApiPath(raw): ApiPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<SessionView>, ApiError> {
+    let key = session_key(raw)?;
+    let PatchSessionBody { queue_mode } = read_json(
+        &headers,
+        body,
+        state.config.max_body_bytes,
+        EmptyBody::AsEmptyObject,
+    )
+    .await?;
+    let mode = match queue_mode {
+        None => {
+            return Ok(Json(SessionView::of(
+                &load_session(&state, &tenant, &key).await?,
+                state.clock.now_ms(),
+            )));
+        }
+        Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(name)) => {
+            Some(crate::validate::parse_queue_mode_name(&name)?)
+        }
+        Some(other) => {
+            return Err(ApiError::InvalidRequest(format!(
+                "queueMode must be a mode name or null, not {other}"
+            )));
+        }
+    };
+    let now = state.clock.now_ms();
+    let session = match state
+        .intake()
+        .set_queue_mode(&tenant, &key, mode, now)
+        .await
+    {
+        Ok(session) => session,
+        Err(StoreError::NotFound(_)) => return Err(ApiError::not_found(format!("session {key}"))),
+        Err(other) => return Err(other.into()),
+    };
+    Ok(Json(SessionView::of(&session, now)))
+}
+
 /// The (empty) body of a reset.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

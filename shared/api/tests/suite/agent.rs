@@ -3,7 +3,8 @@
 use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{
-    Lane, NewTurn, QueueMode, RunId, RunStatus, SessionId, SessionKey, TurnMessage, TurnRequest,
+    Clock, Lane, NewTurn, QueueMode, RunId, RunStatus, SessionId, SessionKey, TurnMessage,
+    TurnRequest,
 };
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
@@ -77,7 +78,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
             new_session_id: SessionId::generate(),
             request: TurnRequest {
                 message: "hi".into(),
-                queue_mode: QueueMode::Followup,
+                queue_mode: Some(QueueMode::Followup),
                 model: None,
                 thinking: None,
                 timeout_seconds: None,
@@ -238,7 +239,7 @@ async fn bad_bodies_answer_4xx_in_the_error_shape() {
         ),
         (
             "unsupported queue mode",
-            json!({"sessionKey": "main", "message": "hi", "queueMode": "steer"}).to_string(),
+            json!({"sessionKey": "main", "message": "hi", "queueMode": "interrupt"}).to_string(),
             400,
             "invalid_request",
             "not supported yet",
@@ -615,4 +616,77 @@ async fn metrics_answer_prometheus_text_with_a_key_and_404_where_turned_off() {
     off.get("/metrics", ACME_KEY)
         .await
         .assert_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn a_steered_run_resolves_with_the_run_that_carried_it() {
+    // GIVEN a running turn, a followup behind it, and a steer the turn took at a boundary
+    let h = Harness::new().await;
+    let carrier = h.submit(ACME_KEY, "main", "drive").await["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.submit(ACME_KEY, "main", "later").await;
+    let steer = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "main", "message": "turn left", "queueMode": "steering"}),
+        )
+        .await;
+    assert_eq!(steer.status, StatusCode::ACCEPTED, "{}", steer.text);
+    let steer_id = steer.json["runId"].as_str().unwrap().to_owned();
+    let fence = h.lock(&acme(), "main").await;
+    let mut run = h.run(&acme(), &carrier).await;
+    let taken = h
+        .store
+        .take_steers(
+            &fence,
+            agentlane_core::SteerTake {
+                carrier: run.run_id.clone(),
+                carrier_seq: run.session_seq,
+                session_id: run.session_id.clone(),
+                next_seq: 0,
+                now: h.clock.now_ms(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+
+    // WHILE the carrier runs, a wait on the steer is still pending
+    let reply = h
+        .post(
+            "/v1/agent.wait",
+            ACME_KEY,
+            json!({"runId": steer_id, "timeoutMs": 100}),
+        )
+        .await;
+    assert_eq!(reply.json["status"], "pending", "{}", reply.text);
+
+    // WHEN the carrier ends with its answer (the followup still queued, the steer's own
+    // message not delivered yet)
+    run.status = RunStatus::Ok;
+    run.ended_at = Some(h.clock.now_ms());
+    run.payloads = vec![agentlane_core::Payload {
+        text: "left it is".into(),
+        is_error: false,
+    }];
+    h.commit(&fence, run, vec![], vec![], true).await;
+
+    // THEN a wait on the steer answers what the carrier answered
+    let reply = h
+        .post(
+            "/v1/agent.wait",
+            ACME_KEY,
+            json!({"runId": steer_id, "timeoutMs": 2000}),
+        )
+        .await;
+    assert_eq!(reply.json["status"], "ok", "{}", reply.text);
+    assert_eq!(reply.json["runId"], steer_id.as_str());
+    assert_eq!(reply.json["payloads"][0]["text"], "left it is");
+    // AND the run record says where it went
+    let shown = h.get(&format!("/v1/runs/{steer_id}"), ACME_KEY).await;
+    assert_eq!(shown.json["queueOutcome"], "steered", "{}", shown.text);
+    assert_eq!(shown.json["intoRunId"], carrier.as_str());
 }

@@ -2,8 +2,9 @@
 
 use crate::common::*;
 use agentlane_api::ApiConfig;
-use agentlane_core::{Message, RunStatus};
-use axum::http::StatusCode;
+use agentlane_core::{Message, QueueMode, RunStatus};
+use axum::body::Body;
+use axum::http::{Method, StatusCode};
 use serde_json::json;
 use std::time::Duration;
 
@@ -237,4 +238,69 @@ async fn a_reset_waits_for_the_running_turn_to_release_the_lock() {
         )
         .await;
     assert_eq!(old.json["entries"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
+    let h = Harness::new().await;
+    h.submit(ACME_KEY, "main", "hi").await;
+
+    // WHEN the session's default mode is set by an alias
+    let reply = h
+        .send(Harness::request(
+            Method::PATCH,
+            "/v1/sessions/main",
+            Some(ACME_KEY),
+            Body::from(json!({"queueMode": "steering"}).to_string()),
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert_eq!(reply.json["queueMode"], "steer");
+
+    // THEN a turn without a mode is accepted as a steer, one with a mode keeps it
+    let steer = h.submit(ACME_KEY, "main", "turn left").await;
+    let run = h.run(&acme(), steer["runId"].as_str().unwrap()).await;
+    assert_eq!(run.request.queue_mode, Some(QueueMode::Steer));
+    let explicit = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "main", "message": "then", "queueMode": "followup"}),
+        )
+        .await;
+    let run = h
+        .run(&acme(), explicit.json["runId"].as_str().unwrap())
+        .await;
+    assert_eq!(run.request.queue_mode, Some(QueueMode::Followup));
+    assert_eq!(
+        h.get("/v1/sessions/main", ACME_KEY).await.json["queueMode"],
+        "steer"
+    );
+
+    // AND null clears it; bad values, unknown fields and unknown sessions are refused
+    let patch = |body: serde_json::Value, key: &'static str| {
+        Harness::request(
+            Method::PATCH,
+            key,
+            Some(ACME_KEY),
+            Body::from(body.to_string()),
+        )
+    };
+    let reply = h
+        .send(patch(json!({"queueMode": null}), "/v1/sessions/main"))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(reply.json.get("queueMode").is_none(), "{}", reply.text);
+    h.send(patch(json!({"queueMode": "sideways"}), "/v1/sessions/main"))
+        .await
+        .assert_error(400, "invalid_request");
+    h.send(patch(json!({"queueMode": 3}), "/v1/sessions/main"))
+        .await
+        .assert_error(400, "invalid_request");
+    h.send(patch(json!({"mode": "steer"}), "/v1/sessions/main"))
+        .await
+        .assert_error(400, "invalid_request");
+    h.send(patch(json!({"queueMode": "steer"}), "/v1/sessions/nobody"))
+        .await
+        .assert_error(404, "not_found");
 }

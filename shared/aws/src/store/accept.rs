@@ -7,7 +7,9 @@ use super::item::{
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
-use agentlane_core::{AcceptOutcome, NewTurn, Run, RunId, Session, StoreError, StoreResult};
+use agentlane_core::{
+    AcceptOutcome, NewTurn, QueueMode, Run, RunId, Session, StoreError, StoreResult,
+};
 use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -52,11 +54,12 @@ impl DynamoStore {
             if let Some(record) = record.filter(|r| is_live(r, turn.now)) {
                 return self.replay(&turn, &record).await;
             }
-            let (session_write, session_id, session_seq) = match &existing {
+            let (session_write, session_id, session_seq, default_mode) = match &existing {
                 None => (
                     self.create_session(&turn, session_pk.clone())?,
                     turn.new_session_id.clone(),
                     0,
+                    None,
                 ),
                 Some(item) => {
                     let session = session_from_item(item)?;
@@ -64,10 +67,15 @@ impl DynamoStore {
                     // so concurrent accepts cannot pass the cap together.
                     turn.check_room(&session)?;
                     let write = self.count_accepted(&turn, session_pk.clone(), &session)?;
-                    (write, session.session_id, session.runs_accepted)
+                    (
+                        write,
+                        session.session_id,
+                        session.runs_accepted,
+                        session.queue_mode,
+                    )
                 }
             };
-            let run = turn.queued_run(session_id, session_seq);
+            let run = turn.queued_run(session_id, session_seq, default_mode);
             let mut writes = Vec::with_capacity(3);
             let idempotency = match &turn.idempotency_key {
                 Some(key) => {
@@ -83,6 +91,9 @@ impl DynamoStore {
                 session: writes.len() - 2,
                 run: writes.len() - 1,
             };
+            if run.request.queue_mode == Some(QueueMode::Steer) {
+                writes.push(self.pending_steer_put(&run)?);
+            }
             let failed = match self.transact_once(writes, "accept_turn").await? {
                 Transact::Done => return Ok(AcceptOutcome { run, created: true }),
                 Transact::Conflict => {

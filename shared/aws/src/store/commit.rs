@@ -29,9 +29,9 @@ fn build_error(err: BuildError) -> StoreError {
 }
 
 /// One non-session write of a commit, and what to call it in a `Conflict`.
-struct Write {
-    item: TransactWriteItem,
-    label: String,
+pub(super) struct Write {
+    pub(super) item: TransactWriteItem,
+    pub(super) label: String,
 }
 
 /// How a run write is named in a `Conflict`.
@@ -104,7 +104,7 @@ impl DynamoStore {
     }
 
     /// Runs one fenced transaction: `head` (the session condition) first, then `part`.
-    async fn transact_fenced(
+    pub(super) async fn transact_fenced(
         &self,
         fence: &Fence,
         head: TransactWriteItem,
@@ -143,7 +143,7 @@ impl DynamoStore {
         (condition, values)
     }
 
-    fn session_check(
+    pub(super) fn session_check(
         &self,
         fence: &Fence,
         session_id: Option<&SessionId>,
@@ -220,7 +220,7 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    fn non_session_writes(
+    pub(super) fn non_session_writes(
         &self,
         fence: &Fence,
         commit: &CheckedCommit,

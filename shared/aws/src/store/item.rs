@@ -1,8 +1,8 @@
 //! Conversions between domain records and DynamoDB items, and the attribute names they use.
 
 use agentlane_core::{
-    AbortReason, Event, Run, RunId, Session, SessionId, SessionKey, SessionStatus, StoreError,
-    StoreResult, TenantId, TranscriptEntry, record_size,
+    AbortReason, Event, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionStatus,
+    StoreError, StoreResult, TenantId, TranscriptEntry, record_size,
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
@@ -27,6 +27,10 @@ pub(crate) const LOCK_UNTIL: &str = "lockUntil";
 pub(crate) const FENCE: &str = "fence";
 /// [`Session::reset_barrier`](agentlane_core::Session::reset_barrier); absent = 0.
 pub(crate) const RESET_BARRIER: &str = "resetBarrier";
+/// [`Session::reset_barrier_until`](agentlane_core::Session::reset_barrier_until); absent = 0.
+pub(crate) const RESET_UNTIL: &str = "resetBarrierUntil";
+/// [`Session::queue_mode`](agentlane_core::Session::queue_mode); absent = none.
+pub(crate) const QUEUE_MODE: &str = "queueMode";
 /// Sparse GSI `processing` partition key: present only while the session is processing.
 pub(crate) const PROC_PK: &str = "procPk";
 /// Sparse GSI `processing` sort key: the session's last progress time (ms).
@@ -161,6 +165,14 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
         lock_until: opt_u64(item, LOCK_UNTIL)?.unwrap_or(0),
         fence: opt_u64(item, FENCE)?.unwrap_or(0),
         reset_barrier: opt_u64(item, RESET_BARRIER)?.unwrap_or(0),
+        reset_barrier_until: opt_u64(item, RESET_UNTIL)?.unwrap_or(0),
+        queue_mode: match opt_str(item, QUEUE_MODE)? {
+            None => None,
+            Some(name) => Some(
+                QueueMode::parse(name)
+                    .ok_or_else(|| corrupt(item, &format!("unknown queue mode {name}")))?,
+            ),
+        },
     })
 }
 

@@ -19,6 +19,9 @@ pub(crate) const ENTRY_PREFIX: &str = "E#";
 /// Sort-key prefix of run events.
 pub(crate) const EVENT_PREFIX: &str = "V#";
 
+/// Sort-key prefix of a session's pending steer messages (in its session partition).
+pub(crate) const PENDING_STEER_PREFIX: &str = "PS#";
+
 /// Idempotency keys longer than this are stored under their SHA-256 (DynamoDB keys are limited
 /// to 2 KB).
 const MAX_VERBATIM_IDEMPOTENCY_KEY: usize = 512;
@@ -46,6 +49,11 @@ pub(crate) fn idempotency_pk(tenant: &TenantId, key: &str) -> String {
 
 pub(crate) fn entry_sk(seq: u64) -> String {
     format!("{ENTRY_PREFIX}{seq:012}")
+}
+
+/// A pending steer message, by its run's `session_seq`.
+pub(crate) fn pending_steer_sk(session_seq: u64) -> String {
+    format!("{PENDING_STEER_PREFIX}{session_seq:012}")
 }
 
 pub(crate) fn event_sk(seq: u64) -> String {

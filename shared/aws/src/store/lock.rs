@@ -3,14 +3,15 @@
 
 use super::error::DdbError;
 use super::item::{
-    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, RESET_BARRIER,
-    RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, n, s, session_from_item, status_str,
+    ACTIVE_RUN_ID, FENCE, GENERATION, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, QUEUE_MODE,
+    RESET_BARRIER, RESET_UNTIL, RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, n, s,
+    session_from_item, status_str,
 };
 use super::keys::{self, PK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, conflict_backoff};
 use agentlane_core::{
-    Fence, FencingToken, LockAttempt, Session, SessionId, SessionKey, SessionStatus, StoreError,
-    StoreResult, TenantId,
+    Fence, FencingToken, LockAttempt, QueueMode, RESET_HOLD_MS, Session, SessionId, SessionKey,
+    SessionStatus, StoreError, StoreResult, TenantId,
 };
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -198,7 +199,7 @@ impl DynamoStore {
                             .is_some(),
                     };
                     if exists {
-                        self.raise_reset_barrier(tenant, key).await?;
+                        self.raise_reset_barrier(tenant, key, now).await?;
                         Err(StoreError::Busy)
                     } else {
                         Err(StoreError::NotFound(format!(
@@ -212,22 +213,61 @@ impl DynamoStore {
         }
     }
 
-    /// A reset waits for the lock: the runs accepted so far will not start
-    /// (`resetBarrier` = `runsAccepted`, never lowered).
-    async fn raise_reset_barrier(&self, tenant: &TenantId, key: &SessionKey) -> StoreResult<()> {
+    /// The key's default queue mode, set (`SET queueMode`) or cleared (`REMOVE`).
+    pub(super) async fn set_session_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        let update = self.session_update(tenant, key);
+        let update = match mode {
+            Some(mode) => update
+                .update_expression(format!("SET {QUEUE_MODE} = :mode, {UPDATED_AT} = :now"))
+                .expression_attribute_values(":mode", s(mode.as_str())),
+            None => {
+                update.update_expression(format!("SET {UPDATED_AT} = :now REMOVE {QUEUE_MODE}"))
+            }
+        };
+        let result = update
+            .condition_expression(format!("attribute_exists({PK})"))
+            .expression_attribute_values(":now", n(now))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => session_from_item(&out.attributes.unwrap_or_default()),
+            Err(err) => match DdbError::from(err) {
+                DdbError::ConditionFailed(_) => Err(StoreError::NotFound(format!(
+                    "session {key} of tenant {tenant}"
+                ))),
+                other => Err(other.into_store_error("set_queue_mode")),
+            },
+        }
+    }
+
+    /// A reset waits for the lock: the runs accepted so far are held
+    /// (`resetBarrier` = `runsAccepted`, never lowered) until `now +` [`RESET_HOLD_MS`].
+    async fn raise_reset_barrier(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        now: u64,
+    ) -> StoreResult<()> {
         let result = self
             .session_update(tenant, key)
-            .update_expression(format!("SET {RESET_BARRIER} = {RUNS_ACCEPTED}"))
-            .condition_expression(format!(
-                "attribute_exists({PK}) AND (attribute_not_exists({RESET_BARRIER}) \
-                 OR {RESET_BARRIER} < {RUNS_ACCEPTED})"
+            .update_expression(format!(
+                "SET {RESET_BARRIER} = {RUNS_ACCEPTED}, {RESET_UNTIL} = :until"
             ))
+            .condition_expression(format!("attribute_exists({PK})"))
+            .expression_attribute_values(":until", n(now + RESET_HOLD_MS))
             .send()
             .await;
         match result {
             Ok(_) => Ok(()),
             Err(err) => match DdbError::from(err) {
-                // Already raised as far (or the session is gone): nothing to do.
+                // The session is gone: nothing to hold.
                 DdbError::ConditionFailed(_) => Ok(()),
                 other => Err(other.into_store_error("reset_session")),
             },

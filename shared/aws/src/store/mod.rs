@@ -61,11 +61,12 @@ mod keys;
 mod lock;
 mod processing;
 mod read;
+mod steer;
 
 use agentlane_core::{
     AbortReason, AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader,
-    LockAttempt, NewTurn, Run, RunId, Session, SessionId, SessionKey, SessionLock, StoreResult,
-    SystemClock, TenantId, TranscriptEntry, TurnIntake, backoff,
+    LockAttempt, NewTurn, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock,
+    SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry, TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -267,6 +268,16 @@ impl TurnIntake for DynamoStore {
     ) -> StoreResult<Session> {
         self.reset(tenant, key, new_session_id, now).await
     }
+
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.set_session_queue_mode(tenant, key, mode, now).await
+    }
 }
 
 #[async_trait]
@@ -341,6 +352,10 @@ impl SessionLock for DynamoStore {
 impl FencedWriter for DynamoStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.apply_commit(fence, commit).await
+    }
+
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
+        self.take_pending_steers(fence, take).await
     }
 }
 

@@ -51,7 +51,7 @@ async fn fixture() -> Fixture {
         new_session_id: SessionId::generate(),
         request: TurnRequest {
             message: "hello".into(),
-            queue_mode: QueueMode::Followup,
+            queue_mode: Some(QueueMode::Followup),
             model: None,
             thinking: None,
             timeout_seconds: None,
@@ -407,7 +407,7 @@ async fn concurrent_accepts_with_one_idempotency_key_create_one_run() {
                 request: TurnRequest {
                     // The same request each time (a retried submit): a different one is a conflict.
                     message: "try".to_owned(),
-                    queue_mode: QueueMode::Followup,
+                    queue_mode: Some(QueueMode::Followup),
                     model: None,
                     thinking: None,
                     timeout_seconds: None,

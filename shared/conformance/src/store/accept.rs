@@ -46,6 +46,8 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         checkpoint: None,
         session_seq: 0,
         request_fingerprint: Some(turn.request.fingerprint(&key)),
+        queue_outcome: Default::default(),
+        into_run_id: None,
     };
     assert_eq!(outcome.run, expected);
     let stored = store.get_run(&tenant, &turn.run_id).await.expect("get_run");

@@ -3,7 +3,9 @@
 //! for a different turn.
 
 use crate::fixtures;
-use agentlane_core::{Commit, LockAttempt, RunStatus, SessionId, SessionUpdate, Store, StoreError};
+use agentlane_core::{
+    Commit, LockAttempt, RESET_HOLD_MS, RunStatus, SessionId, SessionUpdate, Store, StoreError,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -157,10 +159,11 @@ pub async fn case_idempotency_key_with_a_different_request_conflicts(store: Arc<
     assert_eq!(session.runs_accepted, 1);
 }
 
-/// A reset refused because a turn holds the lock bars the runs accepted before it: they are
-/// reset runs from then on ([`Session::was_reset_under`](agentlane_core::Session::was_reset_under)),
-/// a run accepted after it is not, and the barrier never goes down.
-pub async fn case_a_reset_that_waits_bars_the_runs_accepted_before_it(store: Arc<dyn Store>) {
+/// A reset refused because a turn holds the lock holds the runs accepted before it for
+/// [`RESET_HOLD_MS`] ([`Session::holds_for_reset`](agentlane_core::Session::holds_for_reset)),
+/// not a run accepted after it, nor a run already started; once the reset goes through they
+/// are reset runs ([`Session::was_reset_under`](agentlane_core::Session::was_reset_under)).
+pub async fn case_a_reset_that_waits_holds_the_runs_accepted_before_it(store: Arc<dyn Store>) {
     let (tenant, key, now) = fixtures::fresh();
     let running = fixtures::accept(&store, &tenant, &key, now).await;
     let queued = fixtures::accept(&store, &tenant, &key, now + 1).await;
@@ -173,22 +176,24 @@ pub async fn case_a_reset_that_waits_bars_the_runs_accepted_before_it(store: Arc
     assert_eq!(busy, Err(StoreError::Busy));
     let later = fixtures::accept(&store, &tenant, &key, now + 4).await;
 
-    // THEN the session still has its id, and bars the two runs accepted before the reset
+    // THEN the session still has its id, and holds the two runs accepted before the reset
     let session = fixtures::session(&store, &tenant, &key).await;
     assert_eq!(session.session_id, running.session_id);
     assert_eq!(session.reset_barrier, 2);
-    assert!(session.was_reset_under(&queued));
-    assert!(!session.was_reset_under(&later));
-    // a run already started is not barred: it ends as it would have
-    assert!(!session.was_reset_under(&fixtures::running(&running, now + 2)));
+    assert_eq!(session.reset_barrier_until, now + 3 + RESET_HOLD_MS);
+    assert!(session.holds_for_reset(&queued, now + 4));
+    assert!(!session.was_reset_under(&queued), "nothing is reset yet");
+    assert!(!session.holds_for_reset(&later, now + 4));
+    // a run already started is not held: it ends as it would have
+    assert!(!session.holds_for_reset(&fixtures::running(&running, now + 2), now + 4));
 
-    // AND once the lock is free the reset goes through, the barrier kept
+    // AND once the lock is free the reset goes through: the runs before it are reset runs
     store.release_lock(&fence).await.expect("release_lock");
     let reset = store
         .reset_session(&tenant, &key, SessionId::generate(), now + 5)
         .await
         .expect("reset_session");
-    assert_eq!(reset.reset_barrier, 2);
+    assert!(reset.was_reset_under(&queued));
     assert!(reset.was_reset_under(&later), "accepted on the old id");
 }
 
@@ -250,4 +255,30 @@ pub async fn case_concurrent_accepts_stop_at_the_session_cap(store: Arc<dyn Stor
         ..fixtures::turn(&tenant, &other, now)
     };
     store.accept_turn(turn).await.expect("another session");
+}
+
+/// A reset that gives up changes nothing: every busy answer holds the runs accepted before it
+/// only for [`RESET_HOLD_MS`] from that answer; once the last hold is over they are neither
+/// held nor reset runs.
+pub async fn case_a_reset_that_gives_up_changes_nothing(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let running = fixtures::accept(&store, &tenant, &key, now).await;
+    let queued = fixtures::accept(&store, &tenant, &key, now + 1).await;
+    let _fence = fixtures::lock(&store, &tenant, &key, "runner-a", 60_000, now + 2).await;
+
+    // WHEN a reset is refused twice (it keeps trying), then gives up
+    for at in [now + 3, now + 1_000] {
+        let busy = store
+            .reset_session(&tenant, &key, SessionId::generate(), at)
+            .await;
+        assert_eq!(busy, Err(StoreError::Busy));
+    }
+
+    // THEN the hold runs from the last refusal, and after it the queued run is free to run
+    let session = fixtures::session(&store, &tenant, &key).await;
+    assert_eq!(session.session_id, running.session_id);
+    assert!(session.holds_for_reset(&queued, now + 3 + RESET_HOLD_MS + 1));
+    let after = now + 1_000 + RESET_HOLD_MS + 1;
+    assert!(!session.holds_for_reset(&queued, after));
+    assert!(!session.was_reset_under(&queued));
 }

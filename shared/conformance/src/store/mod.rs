@@ -9,6 +9,7 @@ mod lock;
 mod parts;
 mod reset;
 mod sizes;
+mod steer;
 
 pub use accept::{
     case_abort_requested_reads_the_flag, case_accept_turn_creates_session_and_queued_run,
@@ -28,7 +29,8 @@ pub use events::{
     case_next_event_seq_follows_the_newest_event,
 };
 pub use lanes::{
-    case_a_reset_that_waits_bars_the_runs_accepted_before_it,
+    case_a_reset_that_gives_up_changes_nothing,
+    case_a_reset_that_waits_holds_the_runs_accepted_before_it,
     case_acquire_answers_the_session_for_the_order_check,
     case_concurrent_accepts_get_distinct_session_seqs,
     case_concurrent_accepts_stop_at_the_session_cap,
@@ -52,6 +54,11 @@ pub use reset::{
 };
 pub use sizes::{
     case_a_turn_too_large_to_store_is_refused, case_oversized_records_are_stored_by_the_size_rule,
+};
+pub use steer::{
+    case_a_running_run_takes_the_steers_accepted_after_it,
+    case_a_sessions_default_queue_mode_applies_to_turns_without_one,
+    case_a_steer_from_before_a_reset_is_not_taken,
 };
 
 use agentlane_core::Store;

@@ -3,7 +3,7 @@
 
 use super::StoreResult;
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
-use crate::run::{AbortReason, LivenessState, Run, RunStatus, TurnRequest, Usage};
+use crate::run::{AbortReason, LivenessState, QueueMode, Run, RunStatus, TurnRequest, Usage};
 use crate::session::Session;
 use async_trait::async_trait;
 
@@ -34,8 +34,16 @@ pub struct NewTurn {
 
 impl NewTurn {
     /// The run this turn creates on `session_id`: `queued`, nothing done yet, `session_seq`-th
-    /// of its key (the session's `runs_accepted` before this turn).
-    pub fn queued_run(&self, session_id: SessionId, session_seq: u64) -> Run {
+    /// of its key (the session's `runs_accepted` before this turn), in the mode the request
+    /// asked for, else the session's `default_mode`, else `followup`.
+    pub fn queued_run(
+        &self,
+        session_id: SessionId,
+        session_seq: u64,
+        default_mode: Option<QueueMode>,
+    ) -> Run {
+        let mut request = self.request.clone();
+        request.queue_mode = Some(request.queue_mode.or(default_mode).unwrap_or_default());
         Run {
             run_id: self.run_id.clone(),
             tenant: self.tenant.clone(),
@@ -43,7 +51,7 @@ impl NewTurn {
             session_id,
             status: RunStatus::Queued,
             liveness_state: LivenessState::Working,
-            request: self.request.clone(),
+            request,
             idempotency_key: self.idempotency_key.clone(),
             accepted_at: self.now,
             started_at: None,
@@ -60,6 +68,8 @@ impl NewTurn {
             checkpoint: None,
             session_seq,
             request_fingerprint: Some(self.request.fingerprint(&self.session_key)),
+            queue_outcome: Default::default(),
+            into_run_id: None,
         }
     }
 
@@ -160,6 +170,17 @@ pub trait TurnIntake: Send + Sync + 'static {
         tenant: &TenantId,
         key: &SessionKey,
         new_session_id: SessionId,
+        now: u64,
+    ) -> StoreResult<Session>;
+
+    /// Sets (or with `None` clears) the key's default queue mode: the mode of a turn accepted
+    /// without one from then on. Answers the session after the change; `NotFound` when the key
+    /// has no session.
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
         now: u64,
     ) -> StoreResult<Session>;
 }

@@ -2,11 +2,11 @@
 //! abort does, without writing out every role method again.
 
 use super::{
-    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, Store, StoreResult,
-    TurnIntake,
+    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, SteerTake, Store,
+    StoreResult, TurnIntake,
 };
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
-use crate::run::{AbortReason, Event, Run};
+use crate::run::{AbortReason, Event, QueueMode, Run};
 use crate::session::{Fence, LockAttempt, Session};
 use crate::transcript::TranscriptEntry;
 use async_trait::async_trait;
@@ -27,6 +27,8 @@ pub enum StoreCall {
     RenewLock,
     ReleaseLock,
     Commit,
+    TakeSteers,
+    SetQueueMode,
 }
 
 /// What a layer adds to the store it wraps ([`StoreLayer::inner`]). Every call passes
@@ -101,6 +103,17 @@ impl<L: StoreLayer> TurnIntake for Layered<L> {
     ) -> StoreResult<Option<Run>> {
         self.0.before(StoreCall::RequestAbort).await?;
         StoreLayer::request_abort_for(&self.0, tenant, run_id, reason).await
+    }
+
+    async fn set_queue_mode(
+        &self,
+        tenant: &TenantId,
+        key: &SessionKey,
+        mode: Option<QueueMode>,
+        now: u64,
+    ) -> StoreResult<Session> {
+        self.0.before(StoreCall::SetQueueMode).await?;
+        self.0.inner().set_queue_mode(tenant, key, mode, now).await
     }
 
     async fn reset_session(
@@ -203,5 +216,10 @@ impl<L: StoreLayer> FencedWriter for Layered<L> {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.0.before(StoreCall::Commit).await?;
         StoreLayer::commit(&self.0, fence, commit).await
+    }
+
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
+        self.0.before(StoreCall::TakeSteers).await?;
+        self.0.inner().take_steers(fence, take).await
     }
 }

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | [`TurnIntake`] | the API edge | `accept_turn`, `request_abort`, `reset_session` |
 //! | [`SessionLock`] | a runner | `acquire_lock`, `renew_lock`, `release_lock` |
-//! | [`FencedWriter`] | a runner holding the lock | `commit` |
+//! | [`FencedWriter`] | a runner holding the lock | `commit`, `take_steers` |
 //! | [`HistoryReader`] | both | `get_run`, `get_session`, `read_transcript`, `read_events`, `abort_requested`, `next_event_seq` |
 //!
 //! Two kinds of writes exist:
@@ -28,6 +28,7 @@ mod layer;
 mod lock;
 mod processing;
 mod reader;
+mod steer;
 mod writer;
 
 pub use error::{StoreError, StoreResult};
@@ -36,6 +37,7 @@ pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
 pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;
+pub use steer::{MAX_STEERS_PER_TAKE, SteerTake};
 pub use writer::{CheckedCommit, Commit, FencedWriter};
 
 /// Persistent state of agentlane: all four roles. Every key starts with the tenant: isolation

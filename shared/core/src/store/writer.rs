@@ -2,6 +2,7 @@
 //! current, and the rules every adapter applies to a commit before it writes it
 //! ([`Commit::check`]).
 
+use super::SteerTake;
 use super::{StoreError, StoreResult};
 use crate::commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
 use crate::ids::RunId;
@@ -191,6 +192,17 @@ pub trait FencedWriter: Send + Sync + 'static {
     ///   data replaced by a size note), and read back that way;
     /// - a run record over that size is refused with `TooLarge`.
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()>;
+
+    /// Takes the steer messages waiting for a running run (SPEC §4 `steer`), in one atomic
+    /// write applied only if `fence` is current (else `FenceLost`, nothing written): every run
+    /// that [`SteerTake::takes`], in `session_seq` order and at most
+    /// [`MAX_STEERS_PER_TAKE`](super::MAX_STEERS_PER_TAKE), is replaced by
+    /// [`SteerTake::mark`] and its message appended to the transcript as
+    /// [`SteerTake::entry`]; pending-steer records that can no longer be taken are dropped.
+    /// Answers the taken runs (as marked), oldest first; none when nothing waits (then nothing
+    /// is written). A steer is found by a cheap read of its session's pending steers, recorded
+    /// when it was accepted, never by scanning runs or reading the queue.
+    async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>>;
 }
 
 #[cfg(test)]

@@ -1,0 +1,139 @@
+//! Queue mode `steer` (SPEC §4): a message accepted while a run of its session is active joins
+//! that run at its next model boundary (after the current tool batch), the model sees it, and
+//! the answer comes after it; its own run ends as the carrier did. With no boundary left, or
+//! nothing running, it runs as a followup.
+
+use crate::support::*;
+use agentlane_agent::{RunnerConfig, TurnExit};
+use agentlane_core::{Message, QueueMode, QueueOutcome, Run, RunStatus, TurnMessage};
+use std::time::Duration;
+
+fn quick() -> RunnerConfig {
+    RunnerConfig {
+        out_of_order_pause: Duration::from_millis(5),
+        ..config()
+    }
+}
+
+async fn run(f: &Fixture, msg: &TurnMessage) -> Run {
+    f.store
+        .get_run(&f.tenant, &msg.run_id)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_steer_joins_the_running_turn_after_its_tool_batch_and_the_answer_follows_it() {
+    // GIVEN a turn that calls a tool, a followup and two steers accepted behind it
+    let f = fixture(
+        vec![
+            Script::Tools(vec![("c1", "echo", r#"{"x":1}"#)]),
+            Script::Text("turned left, then right"),
+            Script::Text("followup answer"),
+        ],
+        quick(),
+    );
+    let carrier = f.accept("drive somewhere").await;
+    let followup = f.accept("and then?").await;
+    let left = f.accept_as("turn left", QueueMode::Steer).await;
+    let right = f.accept_as("then right", QueueMode::Steer).await;
+
+    // WHEN the turn runs
+    assert_eq!(f.execute(&carrier).await, TurnExit::Finished(RunStatus::Ok));
+
+    // THEN the model's second call saw both steers, in acceptance order, after the tool result
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 2);
+    let tail: Vec<_> = requests[1]
+        .messages
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .cloned()
+        .collect();
+    assert!(matches!(tail[0], Message::Tool { .. }), "{tail:?}");
+    assert_eq!(
+        tail[1..],
+        [Message::user("turn left"), Message::user("then right")]
+    );
+    // AND the answer comes after them in the transcript
+    assert_eq!(
+        f.roles().await,
+        ["user", "assistant", "tool", "user", "user", "assistant"]
+    );
+    // AND each steer's run says where it went
+    for steer in [&left, &right] {
+        let r = run(&f, steer).await;
+        assert_eq!(r.queue_outcome, QueueOutcome::Steered);
+        assert_eq!(r.into_run_id.as_ref(), Some(&carrier.run_id));
+    }
+
+    // AND the followup still runs next; a steer delivered before it waits its turn
+    assert_eq!(f.execute(&left).await, TurnExit::HandBack);
+    assert_eq!(
+        f.execute(&followup).await,
+        TurnExit::Finished(RunStatus::Ok)
+    );
+    // AND then each steer ends as its carrier did, without a model call
+    for steer in [&left, &right] {
+        assert_eq!(f.execute(steer).await, TurnExit::Finished(RunStatus::Ok));
+        let r = run(&f, steer).await;
+        assert_eq!(r.status, RunStatus::Ok);
+        assert_eq!(r.payloads[0].text, "turned left, then right");
+        assert_eq!(r.queue_outcome, QueueOutcome::Steered);
+    }
+    assert_eq!(f.model.requests().len(), 3);
+    // AND a redelivery changes nothing
+    assert_eq!(f.execute(&left).await, TurnExit::AlreadyDone);
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((session.runs_accepted, session.runs_finished), (4, 4));
+}
+
+#[tokio::test]
+async fn a_steer_runs_as_a_followup_when_the_turn_ends_before_a_boundary_or_nothing_runs() {
+    let f = fixture(
+        vec![
+            Script::Text("first answer"),
+            Script::Text("steer answered on its own"),
+            Script::Text("idle steer answered"),
+        ],
+        quick(),
+    );
+    // GIVEN a turn without tools and a steer behind it
+    let first = f.accept("hello").await;
+    let steer = f.accept_as("also this", QueueMode::Steer).await;
+
+    // WHEN the turn ends (no model boundary came) and the steer's message comes
+    assert_eq!(f.execute(&first).await, TurnExit::Finished(RunStatus::Ok));
+    assert_eq!(f.execute(&steer).await, TurnExit::Finished(RunStatus::Ok));
+
+    // THEN the steer ran as its own turn
+    let r = run(&f, &steer).await;
+    assert_eq!((r.queue_outcome, r.into_run_id), (QueueOutcome::Ran, None));
+    assert_eq!(r.payloads[0].text, "steer answered on its own");
+
+    // AND a steer on an idle session runs at once, as its own turn
+    let idle = f.accept_as("anyone there?", QueueMode::Steer).await;
+    assert_eq!(f.execute(&idle).await, TurnExit::Finished(RunStatus::Ok));
+    let r = run(&f, &idle).await;
+    assert_eq!(r.queue_outcome, QueueOutcome::Ran);
+    assert_eq!(r.payloads[0].text, "idle steer answered");
+    assert_eq!(
+        f.roles().await,
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+}

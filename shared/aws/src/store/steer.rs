@@ -1,0 +1,108 @@
+//! Steer messages (SPEC §4 `steer`): a `PS#<seq>` item in the session's partition per run
+//! accepted in `steer` mode (written by the accept's transaction), found by the running run
+//! with one `Query` on that partition and taken in one fenced transaction.
+
+use super::DynamoStore;
+use super::commit::Write;
+use super::error::classify;
+use super::item::{Item, RUN_ID, get_str, s};
+use super::keys::{self, PENDING_STEER_PREFIX, PK, SK};
+use agentlane_core::{
+    Commit, Fence, MAX_STEERS_PER_TAKE, Run, RunId, SteerTake, StoreError, StoreResult,
+};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
+use std::collections::HashMap;
+
+/// Stale pending items dropped by one take at most (the rest go with the next).
+const MAX_STALE_PER_TAKE: usize = 20;
+
+fn build_error(err: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
+}
+
+impl DynamoStore {
+    /// The pending item of `run` (accepted in `steer` mode), for the accept's transaction.
+    pub(super) fn pending_steer_put(&self, run: &Run) -> StoreResult<TransactWriteItem> {
+        let item: Item = HashMap::from([
+            (
+                PK.to_owned(),
+                s(keys::session_pk(&run.tenant, &run.session_key)),
+            ),
+            (SK.to_owned(), s(keys::pending_steer_sk(run.session_seq))),
+            (RUN_ID.to_owned(), s(run.run_id.as_str())),
+        ]);
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// [`FencedWriter::take_steers`](agentlane_core::FencedWriter::take_steers): one `Query`
+    /// (nothing else when no steer waits), one `GetItem` per waiting run, one transaction.
+    pub(super) async fn take_pending_steers(
+        &self,
+        fence: &Fence,
+        take: SteerTake,
+    ) -> StoreResult<Vec<Run>> {
+        let session_pk = keys::session_pk(&fence.tenant, &fence.session_key);
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :ps)"))
+            .expression_attribute_values(":pk", AttributeValue::S(session_pk.clone()))
+            .expression_attribute_values(":ps", AttributeValue::S(PENDING_STEER_PREFIX.into()))
+            .consistent_read(true)
+            .scan_index_forward(true)
+            .limit(i32::try_from(MAX_STEERS_PER_TAKE + MAX_STALE_PER_TAKE).unwrap_or(40))
+            .send()
+            .await
+            .map_err(classify)?;
+        let pending = out.items.unwrap_or_default();
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut taken = Vec::new();
+        let mut done = Vec::new();
+        for item in &pending {
+            if taken.len() == MAX_STEERS_PER_TAKE {
+                break;
+            }
+            let run_id = RunId::new(get_str(item, RUN_ID)?);
+            let run = self.load_run(&fence.tenant, &run_id).await?;
+            if let Some(run) = run.filter(|run| take.takes(run)) {
+                taken.push(take.mark(&run));
+            }
+            // Taken now, or never takeable again.
+            done.push(get_str(item, SK)?.to_owned());
+        }
+        let session_id = self.fenced_session_id(fence).await?;
+        let mut writes: Vec<Write> = Vec::new();
+        for (index, run) in taken.iter().enumerate() {
+            let part = Commit {
+                transcript: vec![take.entry(run, index)],
+                run: Some(run.clone()),
+                ..Commit::default()
+            }
+            .check(fence)?;
+            writes.extend(self.non_session_writes(fence, &part, Some(&session_id), None)?);
+        }
+        for sk in done {
+            let delete = Delete::builder()
+                .table_name(&self.table)
+                .key(PK, s(session_pk.clone()))
+                .key(SK, s(sk.clone()))
+                .build()
+                .map_err(build_error)?;
+            writes.push(Write {
+                item: TransactWriteItem::builder().delete(delete).build(),
+                label: format!("pending steer {sk}"),
+            });
+        }
+        let head = self.session_check(fence, Some(&session_id))?;
+        self.transact_fenced(fence, head, &writes).await?;
+        Ok(taken)
+    }
+}

@@ -1,0 +1,264 @@
+//! Steering (SPEC §4): the running run takes the steer messages accepted after it, in one fenced
+//! write, and nothing else.
+
+use crate::fixtures;
+use agentlane_core::{
+    Message, QueueMode, QueueOutcome, Run, RunId, RunStatus, SessionKey, SteerTake, Store,
+    StoreError, TenantId,
+};
+use std::sync::Arc;
+
+async fn accept_as(
+    store: &Arc<dyn Store>,
+    tenant: &TenantId,
+    key: &SessionKey,
+    now: u64,
+    mode: QueueMode,
+    message: &str,
+) -> Run {
+    let mut turn = fixtures::turn(tenant, key, now);
+    turn.request.queue_mode = Some(mode);
+    turn.request.message = message.to_owned();
+    store.accept_turn(turn).await.expect("accept_turn").run
+}
+
+async fn run(store: &Arc<dyn Store>, tenant: &TenantId, id: &RunId) -> Run {
+    store
+        .get_run(tenant, id)
+        .await
+        .expect("get_run")
+        .expect("the run exists")
+}
+
+/// GIVEN a steer accepted before the carrier, the carrier, a followup, two steers and a steer
+/// asked to abort, WHEN the carrier takes its steers, THEN exactly the two steers after it are
+/// taken, oldest first: appended to the transcript as the carrier's user entries from its next
+/// seq, their runs `steered` into it (still `queued`); a second take finds nothing, and a take
+/// with a stale fence writes nothing.
+pub async fn case_a_running_run_takes_the_steers_accepted_after_it(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let early = accept_as(&store, &tenant, &key, now, QueueMode::Steer, "early").await;
+    let carrier = accept_as(&store, &tenant, &key, now + 1, QueueMode::Followup, "go").await;
+    let followup = accept_as(&store, &tenant, &key, now + 2, QueueMode::Followup, "later").await;
+    let first = accept_as(
+        &store,
+        &tenant,
+        &key,
+        now + 3,
+        QueueMode::Steer,
+        "turn left",
+    )
+    .await;
+    let second = accept_as(
+        &store,
+        &tenant,
+        &key,
+        now + 4,
+        QueueMode::Steer,
+        "then right",
+    )
+    .await;
+    let aborted = accept_as(
+        &store,
+        &tenant,
+        &key,
+        now + 5,
+        QueueMode::Steer,
+        "never mind",
+    )
+    .await;
+    store
+        .request_abort(&tenant, &aborted.run_id)
+        .await
+        .expect("request_abort");
+    let take = SteerTake {
+        carrier: carrier.run_id.clone(),
+        carrier_seq: carrier.session_seq,
+        session_id: carrier.session_id.clone(),
+        next_seq: 0,
+        now: now + 6,
+    };
+
+    // A writer whose fence is stale takes nothing.
+    let stale = fixtures::lock(&store, &tenant, &key, "runner-a", 10, now + 6).await;
+    let fence = fixtures::lock(&store, &tenant, &key, "runner-b", 30_000, now + 20).await;
+    assert_eq!(
+        store.take_steers(&stale, take.clone()).await,
+        Err(StoreError::FenceLost)
+    );
+    assert_eq!(run(&store, &tenant, &first.run_id).await.into_run_id, None);
+
+    // WHEN the carrier takes its steers
+    let taken = store
+        .take_steers(&fence, take.clone())
+        .await
+        .expect("take_steers");
+
+    // THEN the two steers after it, oldest first, marked steered into it
+    let ids: Vec<_> = taken.iter().map(|r| r.run_id.clone()).collect();
+    assert_eq!(ids, [first.run_id.clone(), second.run_id.clone()]);
+    for id in [&first.run_id, &second.run_id] {
+        let stored = run(&store, &tenant, id).await;
+        assert_eq!(stored.queue_outcome, QueueOutcome::Steered);
+        assert_eq!(stored.into_run_id.as_ref(), Some(&carrier.run_id));
+        assert_eq!(stored.status, RunStatus::Queued);
+    }
+    // AND their messages are the carrier's next transcript entries
+    let transcript = store
+        .read_transcript(&tenant, &carrier.session_id, None, 10)
+        .await
+        .expect("read_transcript");
+    let seen: Vec<_> = transcript
+        .iter()
+        .map(|e| (e.seq, e.run_id.clone(), e.message.clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (0, carrier.run_id.clone(), Message::user("turn left")),
+            (1, carrier.run_id.clone(), Message::user("then right")),
+        ]
+    );
+    // AND the others are untouched
+    for other in [&early, &followup, &aborted] {
+        let stored = run(&store, &tenant, &other.run_id).await;
+        assert_eq!(
+            (stored.queue_outcome, stored.into_run_id, stored.status),
+            (QueueOutcome::Ran, None, RunStatus::Queued),
+            "{}",
+            other.request.message
+        );
+    }
+
+    // AND a second take finds nothing to take
+    let again = store
+        .take_steers(
+            &fence,
+            SteerTake {
+                next_seq: 2,
+                ..take
+            },
+        )
+        .await
+        .expect("take_steers");
+    assert!(again.is_empty(), "{again:?}");
+}
+
+/// A steer accepted on a session id that was reset since is not taken by a run of the new one.
+pub async fn case_a_steer_from_before_a_reset_is_not_taken(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let old = accept_as(&store, &tenant, &key, now, QueueMode::Steer, "old").await;
+    let reset = store
+        .reset_session(
+            &tenant,
+            &key,
+            agentlane_core::SessionId::generate(),
+            now + 1,
+        )
+        .await
+        .expect("reset_session");
+    let carrier = accept_as(&store, &tenant, &key, now + 2, QueueMode::Followup, "new").await;
+    assert_eq!(carrier.session_id, reset.session_id);
+    let fence = fixtures::lock(&store, &tenant, &key, "runner", 30_000, now + 3).await;
+    let taken = store
+        .take_steers(
+            &fence,
+            SteerTake {
+                carrier: carrier.run_id.clone(),
+                // as if the old run were numbered after the carrier: the session id still keeps it out
+                carrier_seq: 0,
+                session_id: carrier.session_id.clone(),
+                next_seq: 0,
+                now: now + 3,
+            },
+        )
+        .await
+        .expect("take_steers");
+    assert!(taken.is_empty(), "{taken:?}");
+    assert_eq!(run(&store, &tenant, &old.run_id).await.into_run_id, None);
+}
+
+/// A session's default queue mode applies to the turns accepted without one from then on; a
+/// turn that names its mode keeps it; clearing the default brings `followup` back; a key
+/// without a session is `NotFound`.
+pub async fn case_a_sessions_default_queue_mode_applies_to_turns_without_one(
+    store: Arc<dyn Store>,
+) {
+    let (tenant, key, now) = fixtures::fresh();
+    let before = store
+        .accept_turn(unset_mode(&tenant, &key, now))
+        .await
+        .expect("accept_turn")
+        .run;
+    assert_eq!(before.request.queue_mode, Some(QueueMode::Followup));
+
+    // WHEN the session's default becomes steer
+    let session = store
+        .set_queue_mode(&tenant, &key, Some(QueueMode::Steer), now + 1)
+        .await
+        .expect("set_queue_mode");
+    assert_eq!(session.queue_mode, Some(QueueMode::Steer));
+    assert_eq!(
+        fixtures::session(&store, &tenant, &key).await.queue_mode,
+        Some(QueueMode::Steer)
+    );
+
+    // THEN a turn without a mode is a steer (and is found as one), a turn with one keeps it
+    let steer = store
+        .accept_turn(unset_mode(&tenant, &key, now + 2))
+        .await
+        .expect("accept_turn")
+        .run;
+    assert_eq!(steer.request.queue_mode, Some(QueueMode::Steer));
+    let explicit = accept_as(&store, &tenant, &key, now + 3, QueueMode::Followup, "f").await;
+    assert_eq!(explicit.request.queue_mode, Some(QueueMode::Followup));
+    let fence = fixtures::lock(&store, &tenant, &key, "runner", 30_000, now + 4).await;
+    let taken = store
+        .take_steers(
+            &fence,
+            SteerTake {
+                carrier: before.run_id.clone(),
+                carrier_seq: before.session_seq,
+                session_id: before.session_id.clone(),
+                next_seq: 0,
+                now: now + 4,
+            },
+        )
+        .await
+        .expect("take_steers");
+    let ids: Vec<_> = taken.iter().map(|r| &r.run_id).collect();
+    assert_eq!(ids, [&steer.run_id]);
+
+    // AND cleared, the default is followup again
+    let cleared = store
+        .set_queue_mode(&tenant, &key, None, now + 5)
+        .await
+        .expect("set_queue_mode");
+    assert_eq!(cleared.queue_mode, None);
+    let after = store
+        .accept_turn(unset_mode(&tenant, &key, now + 6))
+        .await
+        .expect("accept_turn")
+        .run;
+    assert_eq!(after.request.queue_mode, Some(QueueMode::Followup));
+
+    // AND a key without a session is not found
+    let unknown = store
+        .set_queue_mode(
+            &tenant,
+            &fixtures::session_key(),
+            Some(QueueMode::Steer),
+            now,
+        )
+        .await;
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound(_))),
+        "{unknown:?}"
+    );
+}
+
+fn unset_mode(tenant: &TenantId, key: &SessionKey, now: u64) -> agentlane_core::NewTurn {
+    let mut turn = fixtures::turn(tenant, key, now);
+    turn.request.queue_mode = None;
+    turn
+}

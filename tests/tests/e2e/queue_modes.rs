@@ -1,0 +1,120 @@
+//! Queue modes (SPEC §4): a `steer` message joins the running turn at its next model boundary
+//! (after the tool batch) and the answer comes after it; with nothing running it is an
+//! ordinary turn.
+
+use crate::support::{GREETING, LONG, scenario};
+use agentlane_core::RunStatus;
+use serde_json::json;
+
+const STEERED_ANSWER: &str = "Left it is, right after the clock check.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_joins_the_turn_running_a_tool_and_the_answer_follows_it() -> anyhow::Result<()> {
+    // GIVEN a turn whose first answer streams for about two seconds and then calls a tool
+    let scn = scenario()?;
+    let a = scn.a();
+    scn.mock.add_fixtures(vec![
+        json!({
+            "match": {"userMessage": "steer-drive", "hasToolResult": false},
+            "response": {
+                "content": "Checking the clock before we drive off.",
+                "toolCalls": [{"id": "call_clock", "name": "current_time",
+                               "arguments": {"timezone": "UTC"}}]
+            },
+            "chunkSize": 4,
+            "latency": 200
+        }),
+        json!({
+            // aimock's hasToolResult looks after the last user message: the steer is last
+            "match": {"userMessage": "steer-left"},
+            "response": {"content": STEERED_ANSWER},
+            "chunkSize": 8
+        }),
+        json!({
+            "match": {"userMessage": "steer-drive", "hasToolResult": true},
+            "response": {"content": "Driving straight on."},
+            "chunkSize": 8
+        }),
+    ])?;
+    let carrier = a.agent("steer-e2e", "steer-drive please").await?;
+    a.poll_run(&carrier.run_id, LONG, "running", |r| {
+        r.status == RunStatus::Running
+    })
+    .await?;
+
+    // WHEN a steer message arrives while it runs
+    let steer = a
+        .agent_with(json!({
+            "sessionKey": "steer-e2e",
+            "message": "steer-left now",
+            "queueMode": "steer"
+        }))
+        .await?;
+    assert_ne!(
+        steer.run_id, carrier.run_id,
+        "every message keeps its own runId"
+    );
+
+    // THEN the running turn answers it, after the tool result
+    let done = a.wait_done(&carrier.run_id, LONG).await?;
+    assert_eq!(done.status, RunStatus::Ok, "{done:?}");
+    assert_eq!(done.reply_text(), STEERED_ANSWER);
+    let seen = scn.mock.model_requests_for("steer-left")?;
+    assert_eq!(seen.len(), 1, "one model call saw the steer");
+    let roles: Vec<String> = seen[0]
+        .roles_and_texts()
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert!(
+        roles.ends_with(&["assistant".into(), "tool".into(), "user".into()]),
+        "the steer comes after the tool result: {roles:?}"
+    );
+    let transcript = a.transcript("steer-e2e").await?;
+    assert_eq!(
+        transcript.roles(),
+        ["user", "assistant", "tool", "user", "assistant"]
+    );
+    assert_eq!(
+        transcript.user_texts(),
+        ["steer-drive please", "steer-left now"]
+    );
+
+    // AND the steer's own run says where it went and ends with the carrier's answer
+    let steered = a.wait_done(&steer.run_id, LONG).await?;
+    assert_eq!(steered.status, RunStatus::Ok, "{steered:?}");
+    assert_eq!(steered.queue_outcome.as_deref(), Some("steered"));
+    assert_eq!(
+        steered.into_run_id.as_deref(),
+        Some(carrier.run_id.as_str())
+    );
+    assert_eq!(steered.reply_text(), STEERED_ANSWER);
+    assert!(steered.attempts.is_empty(), "no model call of its own");
+    assert_eq!(
+        a.run(&carrier.run_id).await?.queue_outcome.as_deref(),
+        Some("ran")
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_on_an_idle_session_is_an_ordinary_turn() -> anyhow::Result<()> {
+    // GIVEN a session with nothing running
+    let scn = scenario()?;
+    let a = scn.a();
+
+    // WHEN a steer message arrives (by one of OpenClaw's aliases)
+    let steer = a
+        .agent_with(
+            json!({"sessionKey": "steer-idle", "message": "hello", "queueMode": "steering"}),
+        )
+        .await?;
+
+    // THEN it runs as its own turn
+    let run = a.wait_done(&steer.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.reply_text(), GREETING);
+    assert_eq!(run.queue_outcome.as_deref(), Some("ran"));
+    assert_eq!(run.into_run_id, None);
+    Ok(())
+}

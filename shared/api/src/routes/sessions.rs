@@ -135,12 +135,13 @@ pub async fn transcript(
 }
 
 /// The body of `PATCH /v1/sessions/{key}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PatchSessionBody {
     /// A mode name or alias sets the session's default queue mode; `null` clears it
     /// (`followup` again); absent leaves it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable = true, example = "steer")]
     queue_mode: Option<serde_json::Value>,
 }
 
@@ -153,6 +154,10 @@ fn present<'de, D: serde::Deserializer<'de>>(
 
 /// Sets the session's default queue mode (SPEC §2): the mode of a turn accepted without one.
 /// `404` for a key without a session.
+#[utoipa::path(patch, path = "/v1/sessions/{session_key}", operation_id = "patchSession", tag = "sessions",
+    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")),
+    request_body = PatchSessionBody,
+    responses((status = 200, description = "The session, with its default queue mode", body = SessionView)))]
 pub async fn patch_session(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,

@@ -53,6 +53,7 @@ async fn the_document_is_served_without_a_key_and_lists_every_route() {
         ("/v1/runs/{run_id}/events", "get"),
         ("/v1/runs/{run_id}/abort", "post"),
         ("/v1/sessions/{session_key}", "get"),
+        ("/v1/sessions/{session_key}", "patch"),
         ("/v1/sessions/{session_key}/transcript", "get"),
         ("/v1/sessions/{session_key}/reset", "post"),
         ("/v1/cron/jobs", "get"),

@@ -112,6 +112,13 @@ CREATE INDEX sessions_processing ON sessions (json_extract(body, '$.status'))
     WHERE json_extract(body, '$.status') = 'processing';
 ";
 
+/// WAL pages after which a commit checkpoints itself (the checkpoint thread normally keeps the
+/// WAL well below this).
+const WRITER_AUTOCHECKPOINT_PAGES: i64 = 8192;
+
+/// Size the WAL file is cut back to after a checkpoint let it restart.
+const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
+
 /// The schema version this build writes.
 pub(crate) const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
@@ -129,8 +136,27 @@ pub(crate) fn open(path: &Path) -> Result<Connection> {
         ))));
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Checkpoints run on the backend's checkpoint thread, not inside a commit. Under writes
+    // without pause that thread never sees the WAL fully copied (new frames keep coming), so a
+    // commit still checkpoints, as SQLite does by default, once the WAL passes this many pages
+    // (mostly copied already by then); the file is cut back to the size limit afterwards.
+    conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)?;
     conn.set_prepared_statement_cache_capacity(64);
     migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+/// Another connection to the database [`open`] prepared (WAL, schema up to date), for reads and
+/// checkpoints.
+pub(crate) fn open_reader(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    // A small page cache each: the writer's holds the hot pages, the OS caches the file.
+    conn.pragma_update(None, "cache_size", -512)?;
+    conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
 

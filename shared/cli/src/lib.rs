@@ -5,6 +5,7 @@
 pub mod api_client;
 mod args;
 pub mod bench;
+pub mod bench_http;
 mod client;
 mod cron_cmd;
 pub mod serve;

@@ -42,7 +42,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 pub(crate) struct Inner {
     /// Every write transaction runs on this one connection (SQLite has one writer at a time).
     writer: Mutex<Connection>,
-    /// Reads (a consistent WAL snapshot each) run on these, beside the writer.
+    /// Reads (a consistent WAL snapshot each) run on these when the writer is busy.
     readers: Vec<Mutex<Connection>>,
     /// Where the next read starts looking for a free reader.
     next_reader: AtomicUsize,
@@ -143,7 +143,7 @@ impl SqliteBackend {
         work(&mut conn).map_err(E::from)
     }
 
-    /// Runs `work` (reads only) on a reader connection: a free one if there is one.
+    /// Runs `work` (reads only) on a free connection, the writer's if it is free.
     pub(crate) async fn with_reader<T, E>(
         &self,
         work: impl FnOnce(&Connection) -> Result<T>,
@@ -157,7 +157,13 @@ impl SqliteBackend {
 }
 
 impl Inner {
+    /// The connection for a read: the writer's when it is free (its page cache is the one the
+    /// writes keep warm; another connection's cache is emptied by every write), else a free
+    /// reader, else the next reader in turn.
     fn reader(&self) -> MutexGuard<'_, Connection> {
+        if let Ok(conn) = self.writer.try_lock() {
+            return conn;
+        }
         let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
         let n = self.readers.len();
         for i in 0..n {

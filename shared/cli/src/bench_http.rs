@@ -177,6 +177,7 @@ pub async fn run(bench: HttpBench) -> anyhow::Result<()> {
     let ready = Arc::new(Mutex::new(ready));
     let turns = Arc::new(Mutex::new(Vec::with_capacity(bench.turns)));
     let cpu_before = pid.and_then(cpu_seconds_of);
+    let client_cpu_before = cpu_seconds_of(std::process::id());
     let started = Instant::now();
     let mut clients = Vec::new();
     for _ in 0..bench.concurrency {
@@ -241,6 +242,9 @@ pub async fn run(bench: HttpBench) -> anyhow::Result<()> {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
     };
+    let client_cpu = cpu_seconds_of(std::process::id())
+        .zip(client_cpu_before)
+        .map(|(after, before)| after - before);
     let peak = pid.and_then(peak_rss_of);
     let turns = std::mem::take(&mut *turns.lock().unwrap_or_else(PoisonError::into_inner));
 
@@ -292,6 +296,12 @@ pub async fn run(bench: HttpBench) -> anyhow::Result<()> {
         println!(
             "server CPU: {cpu:.2} s ({:.0} turns per CPU-second)",
             turns.len() as f64 / cpu.max(f64::EPSILON)
+        );
+    }
+    if let Some(client) = client_cpu {
+        println!(
+            "client CPU: {client:.2} s (this process: the {} HTTP clients)",
+            bench.concurrency
         );
     }
     if let Some(kib) = peak {

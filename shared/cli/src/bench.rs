@@ -1,4 +1,5 @@
-//! `agentlane bench`: the per-turn overhead of the embedded path.
+//! `agentlane bench`: the per-turn overhead of the embedded path (in process), or with
+//! `--http` the throughput of a real `serve` over real HTTP ([`crate::bench_http`]).
 //!
 //! Runs N turns through the real pieces, in process: the API router accepts each message
 //! (auth, validation, store write, enqueue), a lane worker receives it, runs the turn against a
@@ -30,6 +31,25 @@ pub struct BenchArgs {
     /// Where to put the benchmark's database (default: a fresh temporary directory).
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
+    /// Benchmark a real `agentlane serve` (a child process, or `--url`) over HTTP, with
+    /// whatever provider the environment configures (the unpaced demo model by default).
+    #[arg(long)]
+    pub http: bool,
+    /// `--http`: concurrent clients.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// `--http`: the child server's `--workers`.
+    #[arg(long, default_value_t = 32)]
+    pub workers: usize,
+    /// `--http`: benchmark this running server instead of starting one.
+    #[arg(long, requires = "http")]
+    pub url: Option<String>,
+    /// `--http --url`: its API key.
+    #[arg(long, env = "AGENTLANE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// `--http`: the model every turn asks for (`provider/model`; default: the server's).
+    #[arg(long)]
+    pub model: Option<String>,
 }
 
 /// Wraps a provider and adds up the time spent inside it (opening the call and producing each
@@ -105,7 +125,21 @@ pub fn peak_rss_kib() -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Runs the benchmark `args` asks for and prints its figures.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.http {
+        return crate::bench_http::run(crate::bench_http::HttpBench {
+            turns: args.turns,
+            sessions: args.sessions,
+            concurrency: args.concurrency,
+            workers: args.workers,
+            url: args.url,
+            api_key: args.api_key,
+            data_dir: args.data_dir,
+            model: args.model,
+        })
+        .await;
+    }
     if args.turns == 0 {
         bail!("--turns must be at least 1");
     }

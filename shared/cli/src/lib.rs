@@ -6,6 +6,7 @@ pub mod api_client;
 mod args;
 pub mod bench;
 pub mod bench_abuse;
+pub mod bench_http;
 mod client;
 mod cron_cmd;
 mod keys_cmd;

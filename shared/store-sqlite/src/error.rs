@@ -1,4 +1,4 @@
-//! One internal error for the blocking SQLite code, mapped onto the seams' error kinds at the
+//! One internal error for the SQLite code, mapped onto the seams' error kinds at the
 //! async boundary.
 
 use agentlane_core::{QueueError, StoreError};
@@ -14,8 +14,6 @@ pub(crate) enum Error {
     Store(StoreError),
     /// A queue answer decided inside the transaction (`StaleReceipt`, ...).
     Queue(QueueError),
-    /// The blocking task did not complete (panic or runtime shutdown).
-    Task(String),
 }
 
 impl From<rusqlite::Error> for Error {
@@ -49,7 +47,6 @@ impl From<Error> for StoreError {
             Error::Json(e) => StoreError::Corrupt(e.to_string()),
             Error::Store(e) => e,
             Error::Queue(e) => StoreError::Unavailable(e.to_string()),
-            Error::Task(e) => StoreError::Unavailable(e),
         }
     }
 }
@@ -61,7 +58,6 @@ impl From<Error> for QueueError {
             Error::Json(e) => QueueError::Malformed(e.to_string()),
             Error::Store(e) => QueueError::Unavailable(e.to_string()),
             Error::Queue(e) => e,
-            Error::Task(e) => QueueError::Unavailable(e),
         }
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! - One file (`agentlane.sqlite3`) under the data directory, WAL journal, `synchronous=NORMAL`,
 //!   a busy timeout; schema changes are numbered migrations tracked in `user_version`.
-//! - One connection behind a mutex; every call runs on tokio's blocking pool, and every write is
-//!   one `IMMEDIATE` transaction with cached prepared statements.
+//! - One writer connection, plus reader connections for reads while the writer is busy, each
+//!   behind a mutex; calls run on the caller's thread (each is one short transaction: a hop to
+//!   tokio's blocking pool cost more than the work), every write is one `IMMEDIATE` transaction
+//!   with cached prepared statements, and WAL checkpoints run on a background thread.
 //! - Fenced commits re-check the session's lock owner and fencing token inside the same
 //!   transaction that writes, so a writer that lost its lease writes nothing.
 //! - The lane queue keeps messages in a table: only a lane's oldest unacked message is

@@ -15,7 +15,7 @@ impl ProcessingIndex for SqliteBackend {
         limit: usize,
     ) -> StoreResult<Vec<Session>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.with_conn::<_, StoreError>(move |c| {
+        self.with_reader::<_, StoreError>(move |c| {
             let mut stmt = c.prepare_cached(
                 "SELECT body FROM sessions
                  WHERE json_extract(body, '$.status') = 'processing'

@@ -1,7 +1,7 @@
 //! `LaneQueue` for `SqliteBackend`: the table operations of [`lane_table`] plus long polling.
 //!
 //! `receive` tries once, and when nothing is due waits for a wake-up (an enqueue, ack or
-//! visibility change in this process), for the moment the next in-flight head becomes due, or for
+//! visibility change in this process wakes one waiting receiver), for the moment the next in-flight head becomes due, or for
 //! [`RECHECK`], whichever comes first, until its `wait` runs out.
 
 use crate::backend::SqliteBackend;
@@ -61,7 +61,7 @@ impl SqliteBackend {
 
     /// Up to `limit` dead-lettered lane messages, oldest first.
     pub async fn dead_letters(&self, limit: usize) -> QueueResult<Vec<DeadLetter>> {
-        self.with_conn(move |c| lane_table::dead_letters(c, limit))
+        self.with_reader(move |c| lane_table::dead_letters(c, limit))
             .await
     }
 
@@ -74,7 +74,7 @@ impl SqliteBackend {
     /// How many lane messages are waiting, in flight, and kept as done.
     pub async fn queue_stats(&self) -> QueueResult<QueueStats> {
         let now = self.now_ms();
-        self.with_conn(move |c| lane_table::stats(c, now)).await
+        self.with_reader(move |c| lane_table::stats(c, now)).await
     }
 }
 
@@ -86,7 +86,9 @@ impl LaneQueue for SqliteBackend {
             .with_conn::<_, QueueError>(move |c| lane_table::enqueue(c, &message, now))
             .await?;
         if stored {
-            self.inner.wakeup.notify_waiters();
+            // One new message needs one receiver; waking every idle worker would have them all
+            // race through a receive transaction for it.
+            self.inner.wakeup.notify_one();
         }
         Ok(())
     }
@@ -109,6 +111,8 @@ impl LaneQueue for SqliteBackend {
 
             let received = self.try_receive(max, visibility).await?;
             if !received.deliveries.is_empty() {
+                // A wake-up `woken` got but did not use goes on to another waiter when it is
+                // dropped (tokio forwards an unconsumed `notify_one`).
                 return Ok(received.deliveries);
             }
             let now = Instant::now();
@@ -139,7 +143,8 @@ impl LaneQueue for SqliteBackend {
             Ok(())
         })
         .await?;
-        self.inner.wakeup.notify_waiters();
+        // The lane's next message (if any) is now its head: one receiver for it.
+        self.inner.wakeup.notify_one();
         Ok(())
     }
 
@@ -149,8 +154,8 @@ impl LaneQueue for SqliteBackend {
             lane_table::set_visibility(c, &receipt, visibility_ms, now)
         })
         .await?;
-        // Waiters recompute when the next head is due (now, for a hand-back).
-        self.inner.wakeup.notify_waiters();
+        // A waiter recomputes when the next head is due (now, for a hand-back).
+        self.inner.wakeup.notify_one();
         Ok(())
     }
 }

@@ -10,6 +10,7 @@
 use crate::error::{Error, Result};
 use agentlane_core::StoreError;
 use rusqlite::Connection;
+use rusqlite::config::DbConfig;
 use std::path::Path;
 use std::time::Duration;
 
@@ -132,6 +133,13 @@ CREATE TABLE pending_steers (
 );
 ";
 
+/// WAL pages after which a commit checkpoints itself (the checkpoint thread normally keeps the
+/// WAL well below this).
+const WRITER_AUTOCHECKPOINT_PAGES: i64 = 8192;
+
+/// Size the WAL file is cut back to after a checkpoint let it restart.
+const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
+
 /// The schema version this build writes.
 pub(crate) const SCHEMA_VERSION: usize = MIGRATIONS.len();
 
@@ -149,9 +157,39 @@ pub(crate) fn open(path: &Path) -> Result<Connection> {
         ))));
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    plan_once(&conn)?;
+    // Checkpoints run on the backend's checkpoint thread, not inside a commit. Under writes
+    // without pause that thread never sees the WAL fully copied (new frames keep coming), so a
+    // commit still checkpoints, as SQLite does by default, once the WAL passes this many pages
+    // (mostly copied already by then); the file is cut back to the size limit afterwards.
+    conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)?;
     conn.set_prepared_statement_cache_capacity(64);
     migrate(&mut conn, path)?;
     Ok(conn)
+}
+
+/// Another connection to the database [`open`] prepared (WAL, schema up to date), for reads and
+/// checkpoints.
+pub(crate) fn open_reader(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    plan_once(&conn)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    // A small page cache each: the writer's holds the hot pages, the OS caches the file.
+    conn.pragma_update(None, "cache_size", -512)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+/// A cached statement keeps the plan it was prepared with. The bundled SQLite is built with
+/// STAT4, which otherwise re-prepares a statement whenever a bound value (here: the current time,
+/// different at every call) might change its plan; the lane queue's receive was re-parsed and
+/// re-planned on every call.
+fn plan_once(conn: &Connection) -> Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
 }
 
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
@@ -240,6 +278,40 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         assert_eq!(done, vec![("acked".to_owned(), 20)]);
+    }
+
+    #[test]
+    fn a_cached_statement_keeps_its_plan_when_its_bound_values_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("db.sqlite")).unwrap();
+        conn.execute_batch(
+            "INSERT INTO lane_pending (lane, dedup_id, body, visible_at, enqueued_at)
+             VALUES ('a', 'd1', '{}', 5, 1), ('b', 'd2', '{}', 50, 1);",
+        )
+        .unwrap();
+        // The lane queue's receive binds the current time, different at every call.
+        let sql = "SELECT m.id FROM lane_pending m
+                   WHERE m.visible_at <= ?1
+                     AND m.id = (SELECT MIN(h.id) FROM lane_pending h WHERE h.lane = m.lane)
+                   ORDER BY m.id LIMIT ?2";
+        for now in 0..20_i64 {
+            let mut stmt = conn.prepare_cached(sql).unwrap();
+            let ids: Vec<i64> = stmt
+                .query_map(rusqlite::params![now * 3, 10], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert_eq!(
+                ids.len(),
+                usize::from(now * 3 >= 5) + usize::from(now * 3 >= 50)
+            );
+        }
+        let stmt = conn.prepare_cached(sql).unwrap();
+        assert_eq!(
+            stmt.get_status(rusqlite::StatementStatus::RePrepare),
+            0,
+            "the statement was parsed and planned again"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The `Store` roles for `SqliteBackend`: each method hands one transaction (or one read) to the
-//! blocking pool.
+//! The `Store` roles for `SqliteBackend`: each write is one transaction on the writer connection,
+//! each read one statement on a reader connection.
 
 use crate::backend::SqliteBackend;
 use crate::records::{load_run, load_session};
@@ -57,7 +57,8 @@ impl TurnIntake for SqliteBackend {
 impl HistoryReader for SqliteBackend {
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         let (tenant, run_id) = (tenant.clone(), run_id.clone());
-        self.with_conn(move |c| load_run(c, &tenant, &run_id)).await
+        self.with_reader(move |c| load_run(c, &tenant, &run_id))
+            .await
     }
 
     async fn get_session(
@@ -66,7 +67,7 @@ impl HistoryReader for SqliteBackend {
         key: &SessionKey,
     ) -> StoreResult<Option<Session>> {
         let (tenant, key) = (tenant.clone(), key.clone());
-        self.with_conn(move |c| load_session(c, &tenant, &key))
+        self.with_reader(move |c| load_session(c, &tenant, &key))
             .await
     }
 
@@ -78,7 +79,7 @@ impl HistoryReader for SqliteBackend {
         limit: usize,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         let (tenant, session_id) = (tenant.clone(), session_id.clone());
-        self.with_conn(move |c| ingress::read_transcript(c, &tenant, &session_id, after, limit))
+        self.with_reader(move |c| ingress::read_transcript(c, &tenant, &session_id, after, limit))
             .await
     }
 
@@ -90,14 +91,14 @@ impl HistoryReader for SqliteBackend {
         limit: usize,
     ) -> StoreResult<Vec<Event>> {
         let (tenant, run_id) = (tenant.clone(), run_id.clone());
-        self.with_conn(move |c| ingress::read_events(c, &tenant, &run_id, after, limit))
+        self.with_reader(move |c| ingress::read_events(c, &tenant, &run_id, after, limit))
             .await
     }
 
     /// `MAX(seq)` over the run's events: one index lookup.
     async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {
         let (tenant, run_id) = (tenant.clone(), run_id.clone());
-        self.with_conn(move |c| ingress::next_event_seq(c, &tenant, &run_id))
+        self.with_reader(move |c| ingress::next_event_seq(c, &tenant, &run_id))
             .await
     }
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod conformance;
+mod connections;
 mod cron_retention;
 mod fairness;
 mod queue_details;

@@ -207,6 +207,44 @@ struct DeadLetterWorld {
 }
 
 impl DeadLetterWorld {
+    /// A runner that died mid-turn: it took the lock with a 50 ms lease, picked the run up and
+    /// committed its first progress, then nothing more.
+    async fn abandon_mid_turn(&self, run: &agentlane_core::Run) {
+        let LockAttempt::Acquired(fence, _) = self
+            .store
+            .acquire_lock(
+                &self.tenant,
+                &run.session_key,
+                "runner-1",
+                50,
+                SystemClock.now_ms(),
+            )
+            .await
+            .unwrap()
+        else {
+            panic!("lock held")
+        };
+        let mut writer = RunWriter::new(
+            self.store.clone(),
+            Arc::new(SystemClock),
+            fence,
+            run.clone(),
+            Positions {
+                next_seq: 0,
+                next_event_seq: 0,
+            },
+            DeltaFlush {
+                bytes: 512,
+                every: Duration::ZERO,
+            },
+        );
+        writer.begin_pickup("demo/m".into());
+        writer
+            .commit(CommitKind::Progress(vec![Message::user("hi")]))
+            .await
+            .unwrap();
+    }
+
     async fn new() -> Self {
         let endpoint = std::env::var("AWS_ENDPOINT_URL")
             .ok()
@@ -336,39 +374,7 @@ async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_i
     let w = DeadLetterWorld::new().await;
     let run = w.accept("lost").await;
     let next = w.accept("lost").await;
-    let LockAttempt::Acquired(fence, _) = w
-        .store
-        .acquire_lock(
-            &w.tenant,
-            &run.session_key,
-            "runner-1",
-            50,
-            SystemClock.now_ms(),
-        )
-        .await
-        .unwrap()
-    else {
-        panic!("lock held")
-    };
-    let mut writer = RunWriter::new(
-        w.store.clone(),
-        Arc::new(SystemClock),
-        fence,
-        run.clone(),
-        Positions {
-            next_seq: 0,
-            next_event_seq: 0,
-        },
-        DeltaFlush {
-            bytes: 512,
-            every: Duration::ZERO,
-        },
-    );
-    writer.begin_pickup("demo/m".into());
-    writer
-        .commit(CommitKind::Progress(vec![Message::user("hi")]))
-        .await
-        .unwrap();
+    w.abandon_mid_turn(&run).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     w.dead_letter(&run).await;
 
@@ -595,39 +601,7 @@ async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
 
     // WHEN one session of the table is stuck (its runner died mid-run) and the sweep runs
     let run = w.accept("stuck").await;
-    let LockAttempt::Acquired(fence, _) = w
-        .store
-        .acquire_lock(
-            &w.tenant,
-            &run.session_key,
-            "runner-1",
-            50,
-            SystemClock.now_ms(),
-        )
-        .await
-        .unwrap()
-    else {
-        panic!("lock held")
-    };
-    let mut writer = RunWriter::new(
-        w.store.clone(),
-        Arc::new(SystemClock),
-        fence,
-        run.clone(),
-        Positions {
-            next_seq: 0,
-            next_event_seq: 0,
-        },
-        DeltaFlush {
-            bytes: 512,
-            every: Duration::ZERO,
-        },
-    );
-    writer.begin_pickup("demo/m".into());
-    writer
-        .commit(CommitKind::Progress(vec![Message::user("hi")]))
-        .await
-        .unwrap();
+    w.abandon_mid_turn(&run).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     calls.lock().unwrap().clear();
     queries.store(0, Ordering::SeqCst);

@@ -1,5 +1,6 @@
 //! `accept_turn`: idempotency record, session upsert and queued run in one transaction.
 
+use super::error::build_error;
 use super::error::classify;
 use super::item::{
     ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID,
@@ -10,7 +11,6 @@ use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
 use agentlane_core::{
     AcceptOutcome, NewTurn, QueueMode, Run, RunId, Session, StoreError, StoreResult,
 };
-use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -33,10 +33,6 @@ fn is_live(record: &Item, now: u64) -> bool {
         .ok()
         .flatten()
         .is_some_and(|until| until >= now)
-}
-
-fn build_error(err: BuildError) -> StoreError {
-    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
 }
 
 impl DynamoStore {

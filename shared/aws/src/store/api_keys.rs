@@ -15,6 +15,7 @@
 //!   can revoke only its own keys.
 
 use super::DynamoStore;
+use super::error::build_error;
 use super::error::classify;
 use super::item::{Item, get_str, get_u64, n, opt_str, opt_u64, s};
 use super::keys::{PK, SK};
@@ -41,10 +42,6 @@ fn list_pk(tenant: &TenantId) -> String {
 
 fn list_sk(key_id: &str) -> String {
     format!("{LIST_PREFIX}{key_id}")
-}
-
-fn build_error(err: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
 }
 
 fn common(item: &mut Item, record: &ApiKeyRecord) {

@@ -2,6 +2,7 @@
 //! commit to `MAX_COMMIT_WRITES` entries and events, so with the run record and the session item
 //! it stays within DynamoDB's 100 items (and 4 MB); a larger commit is refused, never split here.
 
+use super::error::build_error;
 use super::item::{
     ABORT_REASON, ABORT_REQUESTED, ACTIVE_RUN_ID, ENTRY_JSON, EVENT_JSON, EXPIRES_AT, Item,
     LAST_PROGRESS_AT, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, PROC_PK_VALUE, RUN_ID, RUN_JSON,
@@ -15,7 +16,6 @@ use agentlane_core::{
     CheckedCommit, Commit, Fence, MAX_COMMIT_WRITES, SessionId, SessionStatus, SessionUpdate,
     StoreError, StoreResult,
 };
-use aws_sdk_dynamodb::error::BuildError;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
 
@@ -23,10 +23,6 @@ use std::collections::HashMap;
 /// the session item (update or condition check) must fit in one.
 const MAX_TRANSACTION_ITEMS: usize = 100;
 const _: () = assert!(MAX_COMMIT_WRITES + 2 <= MAX_TRANSACTION_ITEMS);
-
-fn build_error(err: BuildError) -> StoreError {
-    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
-}
 
 /// One non-session write of a commit, and what to call it in a `Conflict`.
 pub(super) struct Write {

@@ -15,6 +15,7 @@
 //!   earliest first — never a scan. GSI reads are eventually consistent; a stale copy only makes
 //!   the conditional replace fail, and the ticker re-reads the job.
 
+use super::error::build_error;
 use super::error::{DdbError, classify};
 use super::item::{EXPIRES_AT, Item, get_str, n, s};
 use super::keys::{self, PK, SESSION_SK, SK};
@@ -41,10 +42,6 @@ fn cron_pk(tenant: &TenantId) -> String {
 
 fn job_sk(job_id: &JobId) -> String {
     format!("{JOB_PREFIX}{job_id}")
-}
-
-fn build_error(err: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
 }
 
 fn job_item(job: &CronJob) -> StoreResult<Item> {

@@ -10,6 +10,11 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::CancellationReason;
 
+/// A request that could not be built (a required field missing): a bug, reported as unavailable.
+pub(crate) fn build_error(err: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
+}
+
 /// A DynamoDB failure, classified.
 #[derive(Debug)]
 pub(crate) enum DdbError {

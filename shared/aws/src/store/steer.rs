@@ -4,21 +4,16 @@
 
 use super::DynamoStore;
 use super::commit::Write;
+use super::error::build_error;
 use super::error::classify;
 use super::item::{Item, RUN_ID, get_str, s};
 use super::keys::{self, PENDING_STEER_PREFIX, PK, SK};
-use agentlane_core::{
-    Commit, Fence, MAX_STEERS_PER_TAKE, Run, RunId, SteerTake, StoreError, StoreResult,
-};
+use agentlane_core::{Commit, Fence, MAX_STEERS_PER_TAKE, Run, RunId, SteerTake, StoreResult};
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use std::collections::HashMap;
 
 /// Stale pending items dropped by one take at most (the rest go with the next).
 const MAX_STALE_PER_TAKE: usize = 20;
-
-fn build_error(err: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::Unavailable(format!("building a DynamoDB request: {err}"))
-}
 
 impl DynamoStore {
     /// The pending item of `run` (accepted in `steer` mode), for the accept's transaction.

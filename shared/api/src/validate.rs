@@ -144,8 +144,8 @@ fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
 }
 
 /// A queue mode by name or OpenClaw alias ([`QueueMode::parse`]); `None` when none is given
-/// (the session's default mode applies). `followup` and `steer` are implemented; `collect`
-/// and `interrupt` are recognised and refused, naming the mode an alias stands for.
+/// (the session's default mode applies). `followup`, `steer` and `collect` are implemented;
+/// `interrupt` is recognised and refused, naming the mode an alias stands for.
 pub fn parse_queue_mode(value: Option<&str>) -> Result<Option<QueueMode>, ApiError> {
     value.map(parse_queue_mode_name).transpose()
 }
@@ -153,9 +153,9 @@ pub fn parse_queue_mode(value: Option<&str>) -> Result<Option<QueueMode>, ApiErr
 /// One queue mode name or alias (see [`parse_queue_mode`]).
 pub fn parse_queue_mode_name(name: &str) -> Result<QueueMode, ApiError> {
     match QueueMode::parse(name) {
-        Some(mode @ (QueueMode::Followup | QueueMode::Steer)) => Ok(mode),
-        Some(mode @ (QueueMode::Collect | QueueMode::Interrupt)) => Err(invalid(format!(
-            "queueMode {name:?} ({}) is not supported yet; use \"followup\" or \"steer\"",
+        Some(mode @ (QueueMode::Followup | QueueMode::Steer | QueueMode::Collect)) => Ok(mode),
+        Some(mode @ QueueMode::Interrupt) => Err(invalid(format!(
+            "queueMode {name:?} ({}) is not supported yet; use followup, steer or collect",
             mode.as_str()
         ))),
         None => Err(invalid(format!(
@@ -370,8 +370,10 @@ mod tests {
             (with(|b| b.queue_mode = Some("followup".into())), "ok"),
             (with(|b| b.queue_mode = Some("steer".into())), "ok"),
             (with(|b| b.queue_mode = Some("steering".into())), "ok"),
+            (with(|b| b.queue_mode = Some("collect".into())), "ok"),
+            (with(|b| b.queue_mode = Some("coalesce".into())), "ok"),
             (
-                with(|b| b.queue_mode = Some("collect".into())),
+                with(|b| b.queue_mode = Some("interrupt".into())),
                 "invalid_request",
             ),
             (
@@ -479,8 +481,12 @@ mod tests {
 
     #[test]
     fn unsupported_queue_modes_say_so() {
-        let err = parse_queue_mode(Some("collect")).unwrap_err();
+        let err = parse_queue_mode(Some("interrupt")).unwrap_err();
         assert!(err.public_message().contains("not supported yet"), "{err}");
+        assert_eq!(
+            parse_queue_mode(Some("coalesce")).unwrap(),
+            Some(QueueMode::Collect)
+        );
         let err = parse_queue_mode(Some("abort")).unwrap_err();
         assert!(err.public_message().contains("(interrupt)"), "{err}");
     }

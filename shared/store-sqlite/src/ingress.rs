@@ -33,7 +33,10 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
     if !insert_run(&tx, &run)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
     }
-    if run.request.queue_mode == Some(QueueMode::Steer) {
+    if matches!(
+        run.request.queue_mode,
+        Some(QueueMode::Steer | QueueMode::Collect)
+    ) {
         crate::steer::record_pending(&tx, &run)?;
     }
     if let Some(key) = &turn.idempotency_key {

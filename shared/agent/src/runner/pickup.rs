@@ -259,6 +259,9 @@ impl Runner {
                 .await;
         }
         turn.start(has_user).await?;
+        if turn.collects() {
+            turn.collect(has_user).await?;
+        }
         let end = turn.run_before_deadline().await?;
         turn.finish(end).await
     }

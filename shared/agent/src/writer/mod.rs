@@ -128,7 +128,19 @@ impl RunWriter {
     /// Takes the steer messages waiting for this run (SPEC §4 `steer`), appended to the
     /// transcript as its next entries in one fenced write; answers their runs, oldest first.
     pub async fn take_steers(&mut self) -> StoreResult<Vec<Run>> {
+        self.take_pending(agentlane_core::QueueMode::Steer).await
+    }
+
+    /// Takes the `collect` messages accepted after this run (SPEC §4 `collect`), at most
+    /// [`MAX_STEERS_PER_TAKE`](agentlane_core::MAX_STEERS_PER_TAKE) per write: they join the
+    /// run as user entries and their runs end `collected` into it.
+    pub async fn take_collects(&mut self) -> StoreResult<Vec<Run>> {
+        self.take_pending(agentlane_core::QueueMode::Collect).await
+    }
+
+    async fn take_pending(&mut self, mode: agentlane_core::QueueMode) -> StoreResult<Vec<Run>> {
         let take = SteerTake {
+            mode,
             carrier: self.run.run_id.clone(),
             carrier_seq: self.run.session_seq,
             session_id: self.run.session_id.clone(),

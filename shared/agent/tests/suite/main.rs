@@ -3,6 +3,7 @@
 //! `tests/` package), and the hooks of SPEC §11.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod collect;
 mod commit_parts;
 mod context;
 mod hook_failures;

@@ -67,6 +67,7 @@ pub async fn submit(
             now: state.clock.now_ms(),
             idempotency_ttl_ms: state.config.idempotency_ttl_ms,
             max_open_runs,
+            default_mode: state.config.default_queue_mode,
         })
         .await
         .map_err(|error| match error {

@@ -91,7 +91,10 @@ impl DynamoStore {
                 session: writes.len() - 2,
                 run: writes.len() - 1,
             };
-            if run.request.queue_mode == Some(QueueMode::Steer) {
+            if matches!(
+                run.request.queue_mode,
+                Some(QueueMode::Steer | QueueMode::Collect)
+            ) {
                 writes.push(self.pending_steer_put(&run)?);
             }
             let failed = match self.transact_once(writes, "accept_turn").await? {

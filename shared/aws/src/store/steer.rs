@@ -21,7 +21,7 @@ fn build_error(err: aws_sdk_dynamodb::error::BuildError) -> StoreError {
 }
 
 impl DynamoStore {
-    /// The pending item of `run` (accepted in `steer` mode), for the accept's transaction.
+    /// The pending item of `run` (accepted in `steer` or `collect` mode), for the accept's transaction.
     pub(super) fn pending_steer_put(&self, run: &Run) -> StoreResult<TransactWriteItem> {
         let item: Item = HashMap::from([
             (
@@ -72,6 +72,10 @@ impl DynamoStore {
             }
             let run_id = RunId::new(get_str(item, RUN_ID)?);
             let run = self.load_run(&fence.tenant, &run_id).await?;
+            if take.keeps(run.as_ref()) {
+                // A message of the other mode (steer / collect), still waiting for its take.
+                continue;
+            }
             if let Some(run) = run.filter(|run| take.takes(run)) {
                 taken.push(take.mark(&run));
             }

@@ -118,3 +118,89 @@ async fn a_steer_on_an_idle_session_is_an_ordinary_turn() -> anyhow::Result<()> 
     assert_eq!(run.into_run_id, None);
     Ok(())
 }
+
+const COLLECTED_ANSWER: &str = "All five noted, answering them together.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_collects_while_busy_become_one_turn_containing_all_five() -> anyhow::Result<()> {
+    // GIVEN a turn that streams for about two seconds
+    let scn = scenario()?;
+    let a = scn.a();
+    scn.mock.add_fixtures(vec![
+        json!({
+            "match": {"userMessage": "collect-busy"},
+            "response": {"content": "Busy answering the first message, slowly."},
+            "chunkSize": 4,
+            "latency": 200
+        }),
+        json!({
+            // the collected turn's last user message is the fifth
+            "match": {"userMessage": "collect-c5"},
+            "response": {"content": COLLECTED_ANSWER},
+            "chunkSize": 8
+        }),
+    ])?;
+    let busy = a.agent("collect-e2e", "collect-busy please").await?;
+    a.poll_run(&busy.run_id, LONG, "running", |r| {
+        r.status == RunStatus::Running
+    })
+    .await?;
+
+    // WHEN five collect messages arrive while it runs (by the mode and its alias)
+    let mut collects = Vec::new();
+    for i in 1..=5 {
+        let mode = if i % 2 == 0 { "coalesce" } else { "collect" };
+        collects.push(
+            a.agent_with(json!({
+                "sessionKey": "collect-e2e",
+                "message": format!("collect-c{i}"),
+                "queueMode": mode
+            }))
+            .await?,
+        );
+    }
+
+    // THEN after the busy turn, one turn answers all five: one model call saw them, in order
+    let first = a.wait_done(&collects[0].run_id, LONG).await?;
+    assert_eq!(first.status, RunStatus::Ok, "{first:?}");
+    assert_eq!(first.reply_text(), COLLECTED_ANSWER);
+    assert_eq!(first.queue_outcome.as_deref(), Some("ran"));
+    let seen = scn.mock.model_requests_for("collect-c")?;
+    assert_eq!(seen.len(), 1, "one model call for the five messages");
+    let texts: Vec<String> = seen[0]
+        .roles_and_texts()
+        .into_iter()
+        .filter(|(role, _)| role == "user")
+        .map(|(_, text)| text)
+        .collect();
+    let expected: Vec<String> = (1..=5).map(|i| format!("collect-c{i}")).collect();
+    assert!(texts.ends_with(&expected), "{texts:?}");
+    let transcript = a.transcript("collect-e2e").await?;
+    assert_eq!(
+        transcript.roles(),
+        [
+            "user",
+            "assistant",
+            "user",
+            "user",
+            "user",
+            "user",
+            "user",
+            "assistant"
+        ]
+    );
+
+    // AND every other message's run ends collected into the first, with its answer
+    for other in &collects[1..] {
+        let run = a.wait_done(&other.run_id, LONG).await?;
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        assert_eq!(run.queue_outcome.as_deref(), Some("collected"));
+        assert_eq!(
+            run.into_run_id.as_deref(),
+            Some(collects[0].run_id.as_str())
+        );
+        assert_eq!(run.reply_text(), COLLECTED_ANSWER);
+        assert!(run.attempts.is_empty(), "no model call of its own");
+    }
+    Ok(())
+}

@@ -152,6 +152,17 @@ impl RunWriter {
         Ok(taken)
     }
 
+    /// What became of the run's message (an interrupted run says so).
+    pub fn set_queue_outcome(&mut self, outcome: agentlane_core::QueueOutcome) {
+        self.run.queue_outcome = outcome;
+    }
+
+    /// Whether this pickup runs ahead of earlier runs of the session (an interrupt): its end is
+    /// then not counted in the session's `runs_finished` (its own message counts it later).
+    pub fn set_out_of_turn(&mut self, out_of_turn: bool) {
+        self.run.out_of_turn = out_of_turn;
+    }
+
     /// Drops held-back text: it was a tool call written as text, or the silent token.
     pub fn discard_held(&mut self) {
         self.events.discard_held();

@@ -9,6 +9,7 @@ mod context;
 mod hook_failures;
 mod hook_merges;
 mod hook_support;
+mod interrupt;
 mod order;
 mod poison;
 mod retry_loop;

@@ -239,13 +239,6 @@ async fn bad_bodies_answer_4xx_in_the_error_shape() {
             "sessionKey",
         ),
         (
-            "unsupported queue mode",
-            json!({"sessionKey": "main", "message": "hi", "queueMode": "interrupt"}).to_string(),
-            400,
-            "invalid_request",
-            "not supported yet",
-        ),
-        (
             "unknown queue mode",
             json!({"sessionKey": "main", "message": "hi", "queueMode": "soon"}).to_string(),
             400,

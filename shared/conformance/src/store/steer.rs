@@ -3,8 +3,8 @@
 
 use crate::fixtures;
 use agentlane_core::{
-    Message, QueueMode, QueueOutcome, Run, RunId, RunStatus, SessionKey, SteerTake, Store,
-    StoreError, TenantId,
+    AbortReason, Message, QueueMode, QueueOutcome, Run, RunId, RunStatus, SessionKey, SteerTake,
+    Store, StoreError, TenantId,
 };
 use std::sync::Arc;
 
@@ -376,4 +376,56 @@ pub async fn case_a_collect_carrier_takes_the_collects_and_leaves_the_steers(
         run(&store, &tenant, &steer.run_id).await.queue_outcome,
         QueueOutcome::Steered
     );
+}
+
+/// An `interrupt` accepted behind unfinished runs marks the session in its accept (its run,
+/// its seq, and the seq of the run it interrupts); one on a session with nothing unfinished
+/// leaves the mark as it was; a later interrupt replaces it.
+pub async fn case_an_interrupt_behind_unfinished_runs_marks_the_session(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let lone = accept_as(&store, &tenant, &key, now, QueueMode::Interrupt, "alone").await;
+    assert_eq!(
+        fixtures::session(&store, &tenant, &key).await.interrupt,
+        None
+    );
+    let _followup = accept_as(&store, &tenant, &key, now + 1, QueueMode::Followup, "f").await;
+    let first = accept_as(&store, &tenant, &key, now + 2, QueueMode::Interrupt, "i1").await;
+    assert_eq!(
+        fixtures::session(&store, &tenant, &key).await.interrupt,
+        Some(agentlane_core::InterruptMark {
+            run_id: first.run_id.clone(),
+            session_seq: 2,
+            after: lone.session_seq,
+        })
+    );
+    let second = accept_as(&store, &tenant, &key, now + 3, QueueMode::Interrupt, "i2").await;
+    let session = fixtures::session(&store, &tenant, &key).await;
+    assert_eq!(
+        session
+            .interrupt
+            .map(|m| (m.run_id, m.session_seq, m.after)),
+        Some((second.run_id, 3, 0))
+    );
+    assert_eq!(session.runs_accepted, 4);
+}
+
+/// An abort requested for an interrupt keeps that reason (read back on the run), and a later
+/// plain request does not change it.
+pub async fn case_an_interrupt_abort_request_keeps_its_reason(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let active = accept_as(&store, &tenant, &key, now, QueueMode::Followup, "busy").await;
+    let asked = store
+        .request_abort_for(&tenant, &active.run_id, AbortReason::Interrupted)
+        .await
+        .expect("request_abort_for")
+        .expect("the run exists");
+    assert!(asked.abort_requested);
+    assert_eq!(asked.abort_reason, Some(AbortReason::Interrupted));
+    store
+        .request_abort(&tenant, &active.run_id)
+        .await
+        .expect("request_abort");
+    let stored = run(&store, &tenant, &active.run_id).await;
+    assert_eq!(stored.abort_reason, Some(AbortReason::Interrupted));
+    assert_eq!(AbortReason::Interrupted.code(), "interrupted");
 }

@@ -81,6 +81,7 @@ impl NewTurn {
             request_fingerprint: Some(self.request.fingerprint(&self.session_key)),
             queue_outcome: Default::default(),
             into_run_id: None,
+            out_of_turn: false,
         }
     }
 
@@ -96,6 +97,24 @@ impl NewTurn {
             });
         }
         Ok(())
+    }
+
+    /// The interrupt mark `run` (just made by [`queued_run`](Self::queued_run)) sets on
+    /// `session` (as read before this accept): a run accepted in `interrupt` mode behind runs
+    /// that are not finished goes next once the oldest of them is terminal. `None` for every
+    /// other run (the session's mark stays as it is).
+    pub fn interrupt_mark(
+        &self,
+        run: &Run,
+        session: &Session,
+    ) -> Option<crate::session::InterruptMark> {
+        (run.request.queue_mode == Some(QueueMode::Interrupt)
+            && session.runs_finished < run.session_seq)
+            .then(|| crate::session::InterruptMark {
+                run_id: run.run_id.clone(),
+                session_seq: run.session_seq,
+                after: session.runs_finished,
+            })
     }
 
     /// The session this turn creates when its key has none: [`Session::new`] with

@@ -192,7 +192,13 @@ async fn five_collects_while_busy_become_one_turn_containing_all_five() -> anyho
 
     // AND every other message's run ends collected into the first, with its answer
     for other in &collects[1..] {
-        let run = a.wait_done(&other.run_id, LONG).await?;
+        // agent.wait answers as the carrier once it ended; the run's own record follows when
+        // its message comes
+        let waited = a.wait_done(&other.run_id, LONG).await?;
+        assert_eq!(waited.queue_outcome.as_deref(), Some("collected"));
+        let run = a
+            .poll_run(&other.run_id, LONG, "ended", |r| r.status.is_terminal())
+            .await?;
         assert_eq!(run.status, RunStatus::Ok, "{run:?}");
         assert_eq!(run.queue_outcome.as_deref(), Some("collected"));
         assert_eq!(
@@ -202,5 +208,63 @@ async fn five_collects_while_busy_become_one_turn_containing_all_five() -> anyho
         assert_eq!(run.reply_text(), COLLECTED_ANSWER);
         assert!(run.attempts.is_empty(), "no model call of its own");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_mid_stream_aborts_the_turn_and_runs_before_the_queued_followup()
+-> anyhow::Result<()> {
+    // GIVEN a turn whose reply streams for several seconds, already streaming
+    let scn = scenario()?;
+    let a = scn.a();
+    let busy = a.agent("interrupt-e2e", "a glacial answer please").await?;
+    let deadline = std::time::Instant::now() + LONG;
+    while !a
+        .events(&busy.run_id)
+        .await?
+        .iter()
+        .any(|e| e.stream == agentlane_core::EventStream::Assistant)
+    {
+        assert!(std::time::Instant::now() < deadline, "never streamed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // AND a followup queued behind it
+    let followup = a.agent("interrupt-e2e", "hello from the followup").await?;
+
+    // WHEN an interrupt arrives
+    let interrupt = a
+        .agent_with(json!({
+            "sessionKey": "interrupt-e2e",
+            "message": "hello, stop that",
+            "queueMode": "interrupt"
+        }))
+        .await?;
+
+    // THEN the streaming turn ends aborted (interrupted), its transcript consistent
+    let aborted = a.wait_done(&busy.run_id, LONG).await?;
+    assert_eq!(aborted.status, RunStatus::Aborted, "{aborted:?}");
+    assert_eq!(aborted.queue_outcome.as_deref(), Some("interrupted"));
+    // AND the interrupt runs next, then the followup
+    let ran = a.wait_done(&interrupt.run_id, LONG).await?;
+    assert_eq!(ran.status, RunStatus::Ok, "{ran:?}");
+    assert_eq!(ran.reply_text(), GREETING);
+    let after = a.wait_done(&followup.run_id, LONG).await?;
+    assert_eq!(after.status, RunStatus::Ok, "{after:?}");
+    let transcript = a.transcript("interrupt-e2e").await?;
+    assert_eq!(
+        transcript.user_texts(),
+        [
+            "a glacial answer please",
+            "hello, stop that",
+            "hello from the followup"
+        ]
+    );
+    assert_eq!(
+        agentlane_tests::check_pairing(&agentlane_tests::transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    // AND the session is free afterwards (every run counted)
+    let next = a.agent("interrupt-e2e", "hello again").await?;
+    assert_eq!(a.wait_done(&next.run_id, LONG).await?.status, RunStatus::Ok);
     Ok(())
 }

@@ -45,6 +45,10 @@ pub struct RunnerConfig {
     /// Failed deliveries of one run (not clean hand-backs) before its next pickup ends it
     /// `error`/`poisoned` instead of running it again (`AGENTLANE_MAX_FAILED_PICKUPS`; 0: no cap).
     pub max_failed_pickups: u32,
+    /// `collect` mode: the quiet window a collect run waits for before it takes the collect
+    /// messages of its session (`[queue] collect_window_ms`, `AGENTLANE_COLLECT_WINDOW_MS`;
+    /// default 500 ms; 0: no wait).
+    pub collect_window: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -71,6 +75,7 @@ impl Default for RunnerConfig {
             delta_flush: Duration::from_millis(150),
             out_of_order_pause: Duration::from_secs(1),
             max_failed_pickups: 5,
+            collect_window: Duration::from_millis(500),
         }
     }
 }

@@ -123,6 +123,9 @@ pub struct ApiConfig {
     /// `GET /metrics` answers the process's metrics (Prometheus text). Default true; the
     /// ingress Lambda turns it off (per-instance counts mean nothing there; it writes EMF).
     pub expose_metrics: bool,
+    /// The mode of a turn that names none on a session without a default mode
+    /// (`[queue] default_mode`); `None`: `followup`.
+    pub default_queue_mode: Option<agentlane_core::QueueMode>,
 }
 
 /// Default largest message: 256 KiB.
@@ -145,6 +148,7 @@ impl Default for ApiConfig {
             limits: Limits::default(),
             configured_models: Vec::new(),
             expose_metrics: true,
+            default_queue_mode: None,
         }
     }
 }

@@ -144,8 +144,7 @@ fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
 }
 
 /// A queue mode by name or OpenClaw alias ([`QueueMode::parse`]); `None` when none is given
-/// (the session's default mode applies). `followup` and `steer` are implemented; `collect`
-/// and `interrupt` are recognised and refused, naming the mode an alias stands for.
+/// (the session's default mode applies).
 pub fn parse_queue_mode(value: Option<&str>) -> Result<Option<QueueMode>, ApiError> {
     value.map(parse_queue_mode_name).transpose()
 }
@@ -153,11 +152,7 @@ pub fn parse_queue_mode(value: Option<&str>) -> Result<Option<QueueMode>, ApiErr
 /// One queue mode name or alias (see [`parse_queue_mode`]).
 pub fn parse_queue_mode_name(name: &str) -> Result<QueueMode, ApiError> {
     match QueueMode::parse(name) {
-        Some(mode @ (QueueMode::Followup | QueueMode::Steer)) => Ok(mode),
-        Some(mode @ (QueueMode::Collect | QueueMode::Interrupt)) => Err(invalid(format!(
-            "queueMode {name:?} ({}) is not supported yet; use \"followup\" or \"steer\"",
-            mode.as_str()
-        ))),
+        Some(mode) => Ok(mode),
         None => Err(invalid(format!(
             "queueMode {name:?} is unknown; use followup, collect, steer or interrupt (or an \
              alias: follow-ups, coalesce, steering, abort, ...)"
@@ -370,10 +365,9 @@ mod tests {
             (with(|b| b.queue_mode = Some("followup".into())), "ok"),
             (with(|b| b.queue_mode = Some("steer".into())), "ok"),
             (with(|b| b.queue_mode = Some("steering".into())), "ok"),
-            (
-                with(|b| b.queue_mode = Some("collect".into())),
-                "invalid_request",
-            ),
+            (with(|b| b.queue_mode = Some("collect".into())), "ok"),
+            (with(|b| b.queue_mode = Some("coalesce".into())), "ok"),
+            (with(|b| b.queue_mode = Some("interrupt".into())), "ok"),
             (
                 with(|b| b.queue_mode = Some("later".into())),
                 "invalid_request",
@@ -478,11 +472,16 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_queue_modes_say_so() {
-        let err = parse_queue_mode(Some("collect")).unwrap_err();
-        assert!(err.public_message().contains("not supported yet"), "{err}");
-        let err = parse_queue_mode(Some("abort")).unwrap_err();
-        assert!(err.public_message().contains("(interrupt)"), "{err}");
+    fn every_queue_mode_is_accepted_by_name_or_alias() {
+        for (name, mode) in [
+            ("coalesce", QueueMode::Collect),
+            ("abort", QueueMode::Interrupt),
+            ("interrupt", QueueMode::Interrupt),
+        ] {
+            assert_eq!(parse_queue_mode(Some(name)).unwrap(), Some(mode));
+        }
+        let err = parse_queue_mode(Some("sideways")).unwrap_err();
+        assert!(err.public_message().contains("unknown"), "{err}");
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub fn turn(tenant: &TenantId, key: &SessionKey, now: u64) -> NewTurn {
         now,
         idempotency_ttl_ms: DAY_MS,
         max_open_runs: 0,
+        default_mode: None,
     }
 }
 

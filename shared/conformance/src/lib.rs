@@ -123,6 +123,9 @@ macro_rules! __store_cases {
             case_a_running_run_takes_the_steers_accepted_after_it,
             case_a_steer_from_before_a_reset_is_not_taken,
             case_a_sessions_default_queue_mode_applies_to_turns_without_one,
+            case_a_collect_carrier_takes_the_collects_and_leaves_the_steers,
+            case_an_interrupt_behind_unfinished_runs_marks_the_session,
+            case_an_interrupt_abort_request_keeps_its_reason,
         }
     };
 }

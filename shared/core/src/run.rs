@@ -241,6 +241,9 @@ pub enum AbortReason {
     /// The supervisor saw the run stalled past the abort threshold: it ends `aborted`
     /// (`stuck`, livenessState `abandoned`).
     Stuck,
+    /// A message accepted with `queueMode: interrupt` on its session: the run ends `aborted`
+    /// (`interrupted`) and the interrupting message runs next.
+    Interrupted,
 }
 
 impl AbortReason {
@@ -249,6 +252,7 @@ impl AbortReason {
         match self {
             Self::Requested => "aborted",
             Self::Stuck => "stuck",
+            Self::Interrupted => "interrupted",
         }
     }
 }
@@ -320,6 +324,11 @@ pub struct Run {
     /// The run that carried this one (`steered`, `collected`), or the run that interrupted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub into_run_id: Option<RunId>,
+    /// Ended ahead of earlier runs of its session (an `interrupt` message that ran next): not
+    /// yet counted in `Session::runs_finished`. When its own message comes in its turn, the
+    /// runner counts it then (and runs nothing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_turn: bool,
 }
 
 impl Run {

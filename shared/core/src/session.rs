@@ -57,6 +57,24 @@ pub struct Session {
     /// `followup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_mode: Option<QueueMode>,
+    /// The last `interrupt` message accepted behind unfinished runs (set by its accept): it
+    /// runs as soon as the run that was oldest unfinished then is terminal, ahead of the
+    /// runs accepted between them (see [`Session::interrupt_ahead_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<InterruptMark>,
+}
+
+/// Where an `interrupt` message goes in its session's order (SPEC §4 `interrupt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptMark {
+    /// The interrupting run.
+    pub run_id: RunId,
+    /// Its `session_seq`.
+    pub session_seq: u64,
+    /// `runs_finished` when it was accepted: the seq of the run it interrupts. Once that run
+    /// is terminal (`runs_finished > after`), the interrupting run goes next.
+    pub after: u64,
 }
 
 /// How long one busy answer to a waiting reset holds the runs accepted before it (longer than
@@ -85,6 +103,7 @@ impl Session {
             reset_barrier: 0,
             reset_barrier_until: 0,
             queue_mode: None,
+            interrupt: None,
         }
     }
 
@@ -111,6 +130,27 @@ impl Session {
     /// `runs_finished`, so that count is the seq of the only run allowed to go.
     pub fn is_turn_of(&self, session_seq: u64) -> bool {
         session_seq <= self.runs_finished
+    }
+
+    /// The run of the session's [interrupt mark](Self::interrupt) when it goes now, ahead of
+    /// the run numbered `session_seq` whose turn it otherwise is: the interrupted run is
+    /// terminal, the mark is numbered after `session_seq` and not counted yet. The caller
+    /// checks that run is not terminal.
+    pub fn interrupt_ahead_of(&self, session_seq: u64) -> Option<&InterruptMark> {
+        self.interrupt.as_ref().filter(|m| {
+            self.runs_finished > m.after
+                && m.session_seq > session_seq
+                && m.session_seq >= self.runs_finished
+        })
+    }
+
+    /// Whether the run numbered `session_seq` may go now: in its turn, or as the session's
+    /// pending [interrupt](Self::interrupt_ahead_of).
+    pub fn may_start(&self, run_id: &RunId, session_seq: u64) -> bool {
+        self.is_turn_of(session_seq)
+            || self
+                .interrupt_ahead_of(self.runs_finished)
+                .is_some_and(|m| m.run_id == *run_id)
     }
 
     /// Whether `run` belongs to a reset: accepted on another session id than the current one.
@@ -181,6 +221,31 @@ mod tests {
                 1,
             )
         }
+    }
+
+    #[test]
+    fn an_interrupt_goes_once_the_interrupted_run_is_terminal_ahead_of_the_ones_between() {
+        let mut session = locked(None, 0, 0);
+        session.runs_accepted = 4;
+        session.runs_finished = 0;
+        session.interrupt = Some(InterruptMark {
+            run_id: RunId::new("i"),
+            session_seq: 3,
+            after: 0,
+        });
+        // the interrupted run 0 is still running: nothing jumps the queue
+        assert_eq!(session.interrupt_ahead_of(0), None);
+        assert!(!session.may_start(&RunId::new("i"), 3));
+        // once it is terminal, the interrupt goes ahead of runs 1 and 2, and only it
+        session.runs_finished = 1;
+        assert!(session.interrupt_ahead_of(1).is_some());
+        assert!(session.may_start(&RunId::new("i"), 3));
+        assert!(!session.may_start(&RunId::new("other"), 3));
+        assert!(session.may_start(&RunId::new("f1"), 1));
+        assert!(!session.may_start(&RunId::new("f2"), 2));
+        // counted (its turn came): the mark is spent
+        session.runs_finished = 4;
+        assert_eq!(session.interrupt_ahead_of(4), None);
     }
 
     #[test]

@@ -31,9 +31,23 @@ pub(crate) struct ConfigFile {
     /// Limits of the HTTP edge (`[limits]`, `[limits.tenant]`, `[limits.tenants.<name>]`).
     #[serde(default)]
     pub limits: agentlane_api::Limits,
+    /// Queue modes (`[queue]`).
+    #[serde(default)]
+    pub queue: QueueEntry,
     /// HTTP webhook hooks (`[[hooks]]`: name, url, points, priority, timeoutMs, secretHeader).
     #[serde(default)]
     pub hooks: Vec<agentlane_agent::hooks::WebhookConfig>,
+}
+
+/// `[queue]`: how messages to a busy session are handled (SPEC §4).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueueEntry {
+    /// The mode of a turn that names none on a session without its own default
+    /// (`followup`, `collect`, `steer`, `interrupt` or an OpenClaw alias).
+    pub default_mode: Option<String>,
+    /// `collect` mode: the quiet window before a collect turn takes its messages, ms.
+    pub collect_window_ms: Option<u64>,
 }
 
 /// `[providers.<name>]`.

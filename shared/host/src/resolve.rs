@@ -67,8 +67,14 @@ fn resolve(
     Ok(Settings {
         config_path,
         models: ctx.models(&file)?,
-        runner: ctx.runner(&file.runner)?,
-        api: ctx.api(&file.api, &file.limits)?,
+        runner: RunnerSettings {
+            collect_window: ctx
+                .env
+                .ms("AGENTLANE_COLLECT_WINDOW_MS")?
+                .or(file.queue.collect_window_ms.map(Duration::from_millis)),
+            ..ctx.runner(&file.runner)?
+        },
+        api: ctx.api(&file.api, &file.limits, &file.queue)?,
         tools: ToolSettings {
             http_fetch_allow: env
                 .list("AGENTLANE_HTTP_FETCH_ALLOW")
@@ -278,6 +284,8 @@ impl Ctx<'_> {
                 "a whole number",
                 |_: &u32| true,
             )?,
+            // From `[queue]`: set by the caller.
+            collect_window: None,
         })
     }
 
@@ -317,6 +325,7 @@ impl Ctx<'_> {
         &self,
         file: &ApiEntry,
         limits: &agentlane_api::Limits,
+        queue: &crate::file::QueueEntry,
     ) -> Result<ApiSettings, ConfigError> {
         let max_message_bytes = self.checked(
             ("AGENTLANE_MAX_MESSAGE_BYTES", "api.max_message_bytes"),
@@ -339,7 +348,38 @@ impl Ctx<'_> {
                 .ms("AGENTLANE_MAX_WAIT_MS")?
                 .or(file.max_wait_ms.map(Duration::from_millis)),
             limits,
+            default_queue_mode: self.default_queue_mode(queue)?,
         })
+    }
+
+    /// `AGENTLANE_DEFAULT_QUEUE_MODE`, else `[queue] default_mode`: a mode name or alias.
+    fn default_queue_mode(
+        &self,
+        queue: &crate::file::QueueEntry,
+    ) -> Result<Option<agentlane_core::QueueMode>, ConfigError> {
+        const EXPECTED: &str = "followup, collect, steer or interrupt (or an OpenClaw alias)";
+        if let Some(name) = self.env.get("AGENTLANE_DEFAULT_QUEUE_MODE") {
+            return agentlane_core::QueueMode::parse(&name)
+                .map(Some)
+                .ok_or_else(|| {
+                    Self::env_error(
+                        "AGENTLANE_DEFAULT_QUEUE_MODE",
+                        format!("expected {EXPECTED}, got {name:?}"),
+                    )
+                });
+        }
+        queue
+            .default_mode
+            .as_deref()
+            .map(|name| {
+                agentlane_core::QueueMode::parse(name).ok_or_else(|| {
+                    self.invalid(
+                        "queue.default_mode",
+                        format!("expected {EXPECTED}, got {name:?}"),
+                    )
+                })
+            })
+            .transpose()
     }
 }
 

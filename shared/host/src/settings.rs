@@ -94,6 +94,8 @@ pub struct RunnerSettings {
     pub history_max_turns: Option<u32>,
     /// `AGENTLANE_MAX_FAILED_PICKUPS`.
     pub max_failed_pickups: Option<u32>,
+    /// `[queue] collect_window_ms` / `AGENTLANE_COLLECT_WINDOW_MS`.
+    pub collect_window: Option<Duration>,
 }
 
 /// HTTP edge knobs; `None` keeps the host's default.
@@ -105,6 +107,9 @@ pub struct ApiSettings {
     /// Limits of the HTTP edge (`[limits]`; `AGENTLANE_ALLOWED_MODELS` replaces
     /// `allowed_models`).
     pub limits: agentlane_api::Limits,
+    /// `[queue] default_mode` / `AGENTLANE_DEFAULT_QUEUE_MODE`: the mode of a turn that names
+    /// none on a session without its own default (`None`: `followup`).
+    pub default_queue_mode: Option<agentlane_core::QueueMode>,
 }
 
 /// Tool knobs.
@@ -167,6 +172,7 @@ impl RunnerSettings {
             bootstrap_context: self.bootstrap_context.clone(),
             history_max_turns: self.history_max_turns,
             max_failed_pickups: self.max_failed_pickups.unwrap_or(d.max_failed_pickups),
+            collect_window: self.collect_window.unwrap_or(d.collect_window),
             system_prompt: self
                 .system_prompt
                 .clone()
@@ -191,6 +197,7 @@ impl ApiSettings {
             max_body_bytes: max_message_bytes
                 .saturating_add(d.max_body_bytes - d.max_message_bytes),
             limits: self.limits.clone(),
+            default_queue_mode: self.default_queue_mode,
             ..d
         }
     }
@@ -257,6 +264,7 @@ mod tests {
             max_message_bytes: Some(1000),
             max_wait: Some(Duration::from_secs(10)),
             limits: agentlane_api::Limits::default(),
+            default_queue_mode: None,
         }
         .config(true, Duration::from_secs(25));
         assert_eq!(api.max_message_bytes, 1000);

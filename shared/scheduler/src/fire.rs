@@ -66,6 +66,7 @@ pub async fn submit(
             now,
             idempotency_ttl_ms: FIRE_IDEMPOTENCY_TTL_MS,
             max_open_runs: 0,
+            default_mode: None,
         })
         .await?;
     if outcome.run.status.is_terminal() {

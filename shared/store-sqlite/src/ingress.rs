@@ -27,13 +27,20 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         }
         None => (turn.first_session(), 0),
     };
+    let mut session = session;
     let run = turn.queued_run(session.session_id.clone(), session_seq, session.queue_mode);
     record_size::check_run(&run)?;
+    if let Some(mark) = turn.interrupt_mark(&run, &session) {
+        session.interrupt = Some(mark);
+    }
     save_session(&tx, &session)?;
     if !insert_run(&tx, &run)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
     }
-    if run.request.queue_mode == Some(QueueMode::Steer) {
+    if matches!(
+        run.request.queue_mode,
+        Some(QueueMode::Steer | QueueMode::Collect)
+    ) {
         crate::steer::record_pending(&tx, &run)?;
     }
     if let Some(key) = &turn.idempotency_key {

@@ -53,17 +53,20 @@ pub(crate) fn load_run(
     Ok(Some(run))
 }
 
-/// The `abort_requested` column: 0 no request, 1 a plain request, 2 the supervisor's (stuck).
+/// The `abort_requested` column: 0 no request, 1 a plain request, 2 the supervisor's (stuck),
+/// 3 an interrupt message's.
 pub(crate) fn abort_column(reason: AbortReason) -> i64 {
     match reason {
         AbortReason::Requested => 1,
         AbortReason::Stuck => 2,
+        AbortReason::Interrupted => 3,
     }
 }
 
 fn abort_reason_from_column(value: i64) -> Option<AbortReason> {
     match value {
         2 => Some(AbortReason::Stuck),
+        3 => Some(AbortReason::Interrupted),
         _ => None,
     }
 }

@@ -7,7 +7,7 @@ use crate::records::{load_run, replace_run};
 use agentlane_core::{Fence, MAX_STEERS_PER_TAKE, Run, RunId, SteerTake};
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
-/// Records `run` (accepted in `steer` mode) as waiting for its session's running run; part of
+/// Records `run` (accepted in `steer` or `collect` mode) as waiting for its session's running run; part of
 /// the accept's transaction.
 pub(crate) fn record_pending(tx: &Transaction<'_>, run: &Run) -> Result<()> {
     tx.prepare_cached(
@@ -49,6 +49,10 @@ pub(crate) fn take(conn: &mut Connection, fence: &Fence, take: SteerTake) -> Res
             break;
         }
         let run = load_run(&tx, &fence.tenant, &RunId::new(run_id))?;
+        if take.keeps(run.as_ref()) {
+            // A message of the other mode (steer / collect), still waiting for its own take.
+            continue;
+        }
         if let Some(run) = run.filter(|run| take.takes(run)) {
             taken.push(take.mark(&run));
         }

@@ -80,6 +80,7 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
                 max_open_runs: 0,
+                default_mode: None,
             })
             .await
             .unwrap();
@@ -297,6 +298,7 @@ impl DeadLetterWorld {
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
                 max_open_runs: 0,
+                default_mode: None,
             })
             .await
             .unwrap()
@@ -565,6 +567,7 @@ async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
                     now: SystemClock.now_ms(),
                     idempotency_ttl_ms: 1000,
                     max_open_runs: 0,
+                    default_mode: None,
                 })
                 .await;
             match accepted {

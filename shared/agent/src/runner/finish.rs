@@ -54,6 +54,10 @@ impl Turn<'_> {
                     AbortReason::Requested => {
                         RunError::new(abort_reason.code(), "the run was aborted on request")
                     }
+                    AbortReason::Interrupted => RunError::new(
+                        abort_reason.code(),
+                        "an interrupt message to the session ended the run",
+                    ),
                     AbortReason::Stuck => RunError::new(
                         abort_reason.code(),
                         "the run made no progress past the stuck-abort threshold; the \
@@ -78,6 +82,10 @@ impl Turn<'_> {
             LoopEnd::Stopped(StopReason::Shutdown) => return self.hand_back().await,
         };
         let status = ending.status;
+        if status == RunStatus::Aborted && abort_reason == AbortReason::Interrupted {
+            self.writer
+                .set_queue_outcome(agentlane_core::QueueOutcome::Interrupted);
+        }
         let payloads = self.shape_with_hooks(ending.payloads.clone()).await;
         self.writer.end(Ending { payloads, ..ending });
         let run = self.writer.run();

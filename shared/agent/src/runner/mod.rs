@@ -22,6 +22,7 @@
 
 mod action;
 mod attempt;
+pub mod collect;
 mod compaction;
 mod completion;
 mod finish;

@@ -96,6 +96,18 @@ impl Runner {
         // Read the run under the lock: it may have ended while we waited for the lock.
         let run = match self.store.get_run(&message.tenant, &message.run_id).await {
             Ok(Some(run)) if !run.status.is_terminal() && run.session_key == key => run,
+            Ok(Some(run))
+                if run.out_of_turn
+                    && run.session_key == key
+                    && run.session_seq == session.runs_finished =>
+            {
+                // An interrupt that ran ahead of earlier runs: its turn has come, count it.
+                return match self.count_out_of_turn(&run, &fence).await {
+                    Ok(()) => Ok(TurnExit::AlreadyDone),
+                    Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
+                    Err(e) => Err(e.into()),
+                };
+            }
             other => {
                 self.store.release_lock(&fence).await.ok();
                 return match other {
@@ -112,7 +124,24 @@ impl Runner {
             // An earlier pickup left it running without handing it back: its lock was taken over.
             metrics::incr(metrics::LOCK_TAKEOVERS, &[]);
         }
-        if !session.is_turn_of(run.session_seq) {
+        // An interrupt accepted behind this run goes first, in this delivery; this run's
+        // message comes back after it.
+        let (mut run, in_place_of) = match session.interrupt_ahead_of(run.session_seq) {
+            Some(mark) if mark.run_id != run.run_id && session.is_turn_of(run.session_seq) => {
+                match self.store.get_run(&run.tenant, &mark.run_id).await? {
+                    Some(interrupt)
+                        if !interrupt.status.is_terminal() && interrupt.session_key == key =>
+                    {
+                        tracing::info!(run = %interrupt.run_id, held = %run.run_id, "an interrupt goes ahead of the runs queued before it");
+                        (interrupt, Some(run.run_id))
+                    }
+                    _ => (run, None),
+                }
+            }
+            _ => (run, None),
+        };
+        run.out_of_turn = !session.is_turn_of(run.session_seq);
+        if !session.may_start(&run.run_id, run.session_seq) {
             // The queue delivered this message ahead of an earlier, unfinished run of the
             // session (a redelivery, a misbehaving queue): run nothing, hand it back.
             self.store.release_lock(&fence).await.ok();
@@ -179,10 +208,32 @@ impl Runner {
             self.pickup(run, fence, stop).await
         };
         match pickup {
+            // The interrupt ran in this delivery: the held run's message comes back.
+            Ok(_) if in_place_of.is_some() => Ok(TurnExit::HandBack),
             Ok(exit) => Ok(exit),
             Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Counts `run`, an interrupt that ended ahead of earlier runs, in its session's
+    /// `runs_finished` now that its turn has come, and releases the lock.
+    async fn count_out_of_turn(&self, run: &Run, fence: &Fence) -> Result<(), StoreError> {
+        let commit = agentlane_core::Commit {
+            run_id: None,
+            transcript: Vec::new(),
+            events: Vec::new(),
+            run: None,
+            session: Some(agentlane_core::SessionUpdate {
+                status: agentlane_core::SessionStatus::Idle,
+                active_run_id: None,
+                last_progress_at: self.clock.now_ms(),
+                finished_delta: 1,
+            }),
+            release_lock: true,
+        };
+        tracing::info!(run = %run.run_id, seq = run.session_seq, "an interrupt that ran ahead is counted in its turn");
+        self.store.commit(fence, commit).await
     }
 
     /// A run accepted before its session was reset: it ends `aborted` (`session_reset`), and
@@ -259,6 +310,9 @@ impl Runner {
                 .await;
         }
         turn.start(has_user).await?;
+        if turn.collects() {
+            turn.collect(has_user).await?;
+        }
         let end = turn.run_before_deadline().await?;
         turn.finish(end).await
     }

@@ -98,6 +98,7 @@ mod tests {
             request_fingerprint: None,
             queue_outcome: Default::default(),
             into_run_id: None,
+            out_of_turn: false,
         };
         run.attempts.push(AttemptRecord {
             index: 0,

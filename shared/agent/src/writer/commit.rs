@@ -106,7 +106,7 @@ impl RunWriter {
                     SessionStatus::Idle => None,
                 },
                 last_progress_at: now,
-                finished_delta: u64::from(finished),
+                finished_delta: u64::from(finished && !self.run.out_of_turn),
             }),
             release_lock: shape.release,
         }

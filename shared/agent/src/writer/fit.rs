@@ -105,6 +105,7 @@ mod tests {
             now: 1,
             idempotency_ttl_ms: 1,
             max_open_runs: 0,
+            default_mode: None,
         };
         let mut run = turn.queued_run(SessionId::generate(), 0, None);
         run.status = RunStatus::Ok;

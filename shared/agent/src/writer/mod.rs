@@ -128,7 +128,19 @@ impl RunWriter {
     /// Takes the steer messages waiting for this run (SPEC §4 `steer`), appended to the
     /// transcript as its next entries in one fenced write; answers their runs, oldest first.
     pub async fn take_steers(&mut self) -> StoreResult<Vec<Run>> {
+        self.take_pending(agentlane_core::QueueMode::Steer).await
+    }
+
+    /// Takes the `collect` messages accepted after this run (SPEC §4 `collect`), at most
+    /// [`MAX_STEERS_PER_TAKE`](agentlane_core::MAX_STEERS_PER_TAKE) per write: they join the
+    /// run as user entries and their runs end `collected` into it.
+    pub async fn take_collects(&mut self) -> StoreResult<Vec<Run>> {
+        self.take_pending(agentlane_core::QueueMode::Collect).await
+    }
+
+    async fn take_pending(&mut self, mode: agentlane_core::QueueMode) -> StoreResult<Vec<Run>> {
         let take = SteerTake {
+            mode,
             carrier: self.run.run_id.clone(),
             carrier_seq: self.run.session_seq,
             session_id: self.run.session_id.clone(),
@@ -138,6 +150,17 @@ impl RunWriter {
         let taken = self.store.take_steers(&self.fence, take).await?;
         self.next_seq += taken.len() as u64;
         Ok(taken)
+    }
+
+    /// What became of the run's message (an interrupted run says so).
+    pub fn set_queue_outcome(&mut self, outcome: agentlane_core::QueueOutcome) {
+        self.run.queue_outcome = outcome;
+    }
+
+    /// Whether this pickup runs ahead of earlier runs of the session (an interrupt): its end is
+    /// then not counted in the session's `runs_finished` (its own message counts it later).
+    pub fn set_out_of_turn(&mut self, out_of_turn: bool) {
+        self.run.out_of_turn = out_of_turn;
     }
 
     /// Drops held-back text: it was a tool call written as text, or the silent token.

@@ -3,11 +3,13 @@
 //! `tests/` package), and the hooks of SPEC §11.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod collect;
 mod commit_parts;
 mod context;
 mod hook_failures;
 mod hook_merges;
 mod hook_support;
+mod interrupt;
 mod order;
 mod poison;
 mod retry_loop;

@@ -36,6 +36,7 @@ async fn accept_fired(
             now: SystemClock.now_ms(),
             idempotency_ttl_ms: 1000,
             max_open_runs: 0,
+            default_mode: None,
         })
         .await
         .unwrap();

@@ -304,6 +304,7 @@ impl Fixture {
                 now: SystemClock.now_ms(),
                 idempotency_ttl_ms: 1000,
                 max_open_runs: 0,
+                default_mode: None,
             })
             .await
             .unwrap();

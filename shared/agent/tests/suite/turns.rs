@@ -201,6 +201,7 @@ async fn a_run_past_its_timeout_ends_with_status_timeout() {
             now: SystemClock.now_ms(),
             idempotency_ttl_ms: 1000,
             max_open_runs: 0,
+            default_mode: None,
         })
         .await
         .unwrap();

@@ -67,6 +67,7 @@ pub async fn submit(
             now: state.clock.now_ms(),
             idempotency_ttl_ms: state.config.idempotency_ttl_ms,
             max_open_runs,
+            default_mode: state.config.default_queue_mode,
         })
         .await
         .map_err(|error| match error {
@@ -96,6 +97,9 @@ pub async fn submit(
             },
         };
         enqueue_with_retry(state.queue.as_ref(), &message).await?;
+    }
+    if outcome.created && run.request.queue_mode == Some(agentlane_core::QueueMode::Interrupt) {
+        interrupt_active_run(&state, &tenant, &run).await?;
     }
     tracing::info!(
         run_id = %run.run_id,
@@ -186,6 +190,31 @@ async fn enqueue_with_retry(
             other => return other,
         }
     }
+}
+
+/// `interrupt` (SPEC §4): the run active on the session when `interrupting` was accepted is
+/// asked to abort (`interrupted`); the order rule lets `interrupting` go next (its accept
+/// marked the session).
+async fn interrupt_active_run(
+    state: &Shared,
+    tenant: &agentlane_core::TenantId,
+    interrupting: &agentlane_core::Run,
+) -> Result<(), ApiError> {
+    let session = state
+        .history()
+        .get_session(tenant, &interrupting.session_key)
+        .await?;
+    let Some(active) = session.and_then(|s| s.active_run_id) else {
+        return Ok(());
+    };
+    if active != interrupting.run_id {
+        tracing::info!(run = %active, by = %interrupting.run_id, "interrupting the active run");
+        state
+            .intake()
+            .request_abort_for(tenant, &active, agentlane_core::AbortReason::Interrupted)
+            .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

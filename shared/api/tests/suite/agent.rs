@@ -90,6 +90,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
             now: T0,
             idempotency_ttl_ms: 86_400_000,
             max_open_runs: 0,
+            default_mode: None,
         })
         .await
         .unwrap();
@@ -236,13 +237,6 @@ async fn bad_bodies_answer_4xx_in_the_error_shape() {
             400,
             "invalid_request",
             "sessionKey",
-        ),
-        (
-            "unsupported queue mode",
-            json!({"sessionKey": "main", "message": "hi", "queueMode": "interrupt"}).to_string(),
-            400,
-            "invalid_request",
-            "not supported yet",
         ),
         (
             "unknown queue mode",
@@ -648,6 +642,7 @@ async fn a_steered_run_resolves_with_the_run_that_carried_it() {
                 session_id: run.session_id.clone(),
                 next_seq: 0,
                 now: h.clock.now_ms(),
+                mode: QueueMode::Steer,
             },
         )
         .await

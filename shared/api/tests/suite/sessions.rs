@@ -304,3 +304,46 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
         .await
         .assert_error(404, "not_found");
 }
+
+#[tokio::test]
+async fn the_deployment_default_mode_applies_only_where_neither_turn_nor_session_names_one() {
+    let h = Harness::with_config(ApiConfig {
+        default_queue_mode: Some(QueueMode::Steer),
+        ..ApiConfig::default()
+    })
+    .await;
+    let h = &h;
+    let mode_of = |reply: serde_json::Value| async move {
+        h.run(&acme(), reply["runId"].as_str().unwrap())
+            .await
+            .request
+            .queue_mode
+    };
+
+    // A turn naming no mode on a session without a default takes the deployment's
+    let first = h.submit(ACME_KEY, "main", "hi").await;
+    assert_eq!(mode_of(first).await, Some(QueueMode::Steer));
+
+    // A turn's own mode wins
+    let explicit = h
+        .post(
+            "/v1/agent",
+            ACME_KEY,
+            json!({"sessionKey": "main", "message": "then", "queueMode": "followup"}),
+        )
+        .await;
+    assert_eq!(mode_of(explicit.json).await, Some(QueueMode::Followup));
+
+    // And so does the session's default
+    let reply = h
+        .send(Harness::request(
+            Method::PATCH,
+            "/v1/sessions/main",
+            Some(ACME_KEY),
+            Body::from(json!({"queueMode": "followup"}).to_string()),
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let later = h.submit(ACME_KEY, "main", "later").await;
+    assert_eq!(mode_of(later).await, Some(QueueMode::Followup));
+}

@@ -3,8 +3,9 @@
 use super::error::build_error;
 use super::error::classify;
 use super::item::{
-    ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID,
-    STATUS, UPDATED_AT, get_str, n, opt_u64, run_json, s, session_from_item, session_item,
+    ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, INTERRUPT_AFTER, INTERRUPT_RUN, INTERRUPT_SEQ,
+    Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, get_str, n, opt_u64,
+    run_json, s, session_from_item, session_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
@@ -62,7 +63,16 @@ impl DynamoStore {
                     // The count is read consistently and the write below is conditional on it,
                     // so concurrent accepts cannot pass the cap together.
                     turn.check_room(&session)?;
-                    let write = self.count_accepted(&turn, session_pk.clone(), &session)?;
+                    let mark = turn.interrupt_mark(
+                        &turn.queued_run(
+                            session.session_id.clone(),
+                            session.runs_accepted,
+                            session.queue_mode,
+                        ),
+                        &session,
+                    );
+                    let write =
+                        self.count_accepted(&turn, session_pk.clone(), &session, mark.as_ref())?;
                     (
                         write,
                         session.session_id,
@@ -87,7 +97,10 @@ impl DynamoStore {
                 session: writes.len() - 2,
                 run: writes.len() - 1,
             };
-            if run.request.queue_mode == Some(QueueMode::Steer) {
+            if matches!(
+                run.request.queue_mode,
+                Some(QueueMode::Steer | QueueMode::Collect)
+            ) {
                 writes.push(self.pending_steer_put(&run)?);
             }
             let failed = match self.transact_once(writes, "accept_turn").await? {
@@ -200,21 +213,34 @@ impl DynamoStore {
         turn: &NewTurn,
         pk: String,
         session: &Session,
+        interrupt: Option<&agentlane_core::InterruptMark>,
     ) -> StoreResult<TransactWriteItem> {
-        let update = Update::builder()
+        // An interrupt behind unfinished runs marks the session in the same write.
+        let mark = match interrupt {
+            Some(_) => format!(
+                ", {INTERRUPT_RUN} = :irun, {INTERRUPT_SEQ} = :iseq, {INTERRUPT_AFTER} = :iafter"
+            ),
+            None => String::new(),
+        };
+        let mut update = Update::builder()
             .table_name(&self.table)
             .key(PK, s(pk))
             .key(SK, s(SESSION_SK))
             .update_expression(format!(
-                "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now"
+                "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now{mark}"
             ))
             .condition_expression(format!("{SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :seen"))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", n(turn.now))
             .expression_attribute_values(":sid", s(session.session_id.as_str()))
-            .expression_attribute_values(":seen", n(session.runs_accepted))
-            .build()
-            .map_err(build_error)?;
+            .expression_attribute_values(":seen", n(session.runs_accepted));
+        if let Some(m) = interrupt {
+            update = update
+                .expression_attribute_values(":irun", s(m.run_id.as_str()))
+                .expression_attribute_values(":iseq", n(m.session_seq))
+                .expression_attribute_values(":iafter", n(m.after));
+        }
+        let update = update.build().map_err(build_error)?;
         Ok(TransactWriteItem::builder().update(update).build())
     }
 

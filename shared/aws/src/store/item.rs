@@ -31,6 +31,11 @@ pub(crate) const RESET_BARRIER: &str = "resetBarrier";
 pub(crate) const RESET_UNTIL: &str = "resetBarrierUntil";
 /// [`Session::queue_mode`](agentlane_core::Session::queue_mode); absent = none.
 pub(crate) const QUEUE_MODE: &str = "queueMode";
+/// [`Session::interrupt`](agentlane_core::Session::interrupt): the interrupting run, its seq
+/// and the seq it interrupted; absent = none.
+pub(crate) const INTERRUPT_RUN: &str = "interruptRun";
+pub(crate) const INTERRUPT_SEQ: &str = "interruptSeq";
+pub(crate) const INTERRUPT_AFTER: &str = "interruptAfter";
 /// Sparse GSI `processing` partition key: present only while the session is processing.
 pub(crate) const PROC_PK: &str = "procPk";
 /// Sparse GSI `processing` sort key: the session's last progress time (ms).
@@ -135,6 +140,11 @@ pub(crate) fn session_item(pk: String, session: &Session) -> Item {
     if let Some(owner) = &session.lock_owner {
         item.insert(LOCK_OWNER.to_owned(), s(owner.as_str()));
     }
+    if let Some(mark) = &session.interrupt {
+        item.insert(INTERRUPT_RUN.to_owned(), s(mark.run_id.as_str()));
+        item.insert(INTERRUPT_SEQ.to_owned(), n(mark.session_seq));
+        item.insert(INTERRUPT_AFTER.to_owned(), n(mark.after));
+    }
     if session.status == SessionStatus::Processing {
         item.insert(PROC_PK.to_owned(), s(PROC_PK_VALUE));
         let at = session.last_progress_at.unwrap_or(session.updated_at);
@@ -173,6 +183,14 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
                     .ok_or_else(|| corrupt(item, &format!("unknown queue mode {name}")))?,
             ),
         },
+        interrupt: match opt_str(item, INTERRUPT_RUN)? {
+            None => None,
+            Some(run_id) => Some(agentlane_core::InterruptMark {
+                run_id: RunId::new(run_id),
+                session_seq: get_u64(item, INTERRUPT_SEQ)?,
+                after: get_u64(item, INTERRUPT_AFTER)?,
+            }),
+        },
     })
 }
 
@@ -191,6 +209,7 @@ pub(crate) fn run_from_item(item: &Item) -> StoreResult<Run> {
     run.abort_requested = matches!(item.get(ABORT_REQUESTED), Some(AttributeValue::Bool(true)));
     run.abort_reason = match item.get(ABORT_REASON) {
         Some(AttributeValue::S(r)) if r == "stuck" => Some(AbortReason::Stuck),
+        Some(AttributeValue::S(r)) if r == "interrupted" => Some(AbortReason::Interrupted),
         _ => None,
     };
     Ok(run)
@@ -255,6 +274,11 @@ mod tests {
             lock_owner: Some("runner".into()),
             lock_until: 99,
             fence: 7,
+            interrupt: Some(agentlane_core::InterruptMark {
+                run_id: RunId::new("run_2"),
+                session_seq: 2,
+                after: 1,
+            }),
             ..session()
         };
         let item = session_item("pk".into(), &busy);

@@ -127,11 +127,11 @@ impl DynamoStore {
             AbortReason::Requested => {
                 update.update_expression(format!("SET {ABORT_REQUESTED} = :yes"))
             }
-            AbortReason::Stuck => update
+            AbortReason::Stuck | AbortReason::Interrupted => update
                 .update_expression(format!(
                     "SET {ABORT_REQUESTED} = :yes, {ABORT_REASON} = if_not_exists({ABORT_REASON}, :reason)"
                 ))
-                .expression_attribute_values(":reason", AttributeValue::S("stuck".to_owned())),
+                .expression_attribute_values(":reason", AttributeValue::S(reason.code().to_owned())),
         };
         let result = update.send().await;
         match result {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 const MAX_STALE_PER_TAKE: usize = 20;
 
 impl DynamoStore {
-    /// The pending item of `run` (accepted in `steer` mode), for the accept's transaction.
+    /// The pending item of `run` (accepted in `steer` or `collect` mode), for the accept's transaction.
     pub(super) fn pending_steer_put(&self, run: &Run) -> StoreResult<TransactWriteItem> {
         let item: Item = HashMap::from([
             (
@@ -67,6 +67,10 @@ impl DynamoStore {
             }
             let run_id = RunId::new(get_str(item, RUN_ID)?);
             let run = self.load_run(&fence.tenant, &run_id).await?;
+            if take.keeps(run.as_ref()) {
+                // A message of the other mode (steer / collect), still waiting for its take.
+                continue;
+            }
             if let Some(run) = run.filter(|run| take.takes(run)) {
                 taken.push(take.mark(&run));
             }

@@ -63,6 +63,7 @@ async fn fixture() -> Fixture {
         now,
         idempotency_ttl_ms: 24 * 3600 * 1000,
         max_open_runs: 0,
+        default_mode: None,
     };
     let run = store.accept_turn(turn).await.expect("accept_turn").run;
     Fixture {
@@ -419,6 +420,7 @@ async fn concurrent_accepts_with_one_idempotency_key_create_one_run() {
                 now,
                 idempotency_ttl_ms: 60_000,
                 max_open_runs: 0,
+                default_mode: None,
             };
             store.accept_turn(turn).await
         })

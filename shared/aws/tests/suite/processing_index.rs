@@ -32,6 +32,7 @@ async fn accept(store: &DynamoStore, tenant: &TenantId, key: &str, now: u64) -> 
             now,
             idempotency_ttl_ms: 1000,
             max_open_runs: 0,
+            default_mode: None,
         })
         .await
         .expect("accept_turn")

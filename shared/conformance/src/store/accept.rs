@@ -48,6 +48,7 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         request_fingerprint: Some(turn.request.fingerprint(&key)),
         queue_outcome: Default::default(),
         into_run_id: None,
+        out_of_turn: false,
     };
     assert_eq!(outcome.run, expected);
     let stored = store.get_run(&tenant, &turn.run_id).await.expect("get_run");

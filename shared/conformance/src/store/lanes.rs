@@ -215,6 +215,7 @@ pub async fn case_concurrent_accepts_stop_at_the_session_cap(store: Arc<dyn Stor
             tokio::spawn(async move {
                 let turn = agentlane_core::NewTurn {
                     max_open_runs: CAP,
+                    default_mode: None,
                     ..fixtures::turn(&tenant, &key, now + 1 + i)
                 };
                 let run_id = turn.run_id.clone();
@@ -252,6 +253,7 @@ pub async fn case_concurrent_accepts_stop_at_the_session_cap(store: Arc<dyn Stor
     let other = agentlane_core::SessionKey::new(format!("{}-other", key.as_str()));
     let turn = agentlane_core::NewTurn {
         max_open_runs: CAP,
+        default_mode: None,
         ..fixtures::turn(&tenant, &other, now)
     };
     store.accept_turn(turn).await.expect("another session");

@@ -56,9 +56,12 @@ pub use sizes::{
     case_a_turn_too_large_to_store_is_refused, case_oversized_records_are_stored_by_the_size_rule,
 };
 pub use steer::{
+    case_a_collect_carrier_takes_the_collects_and_leaves_the_steers,
     case_a_running_run_takes_the_steers_accepted_after_it,
     case_a_sessions_default_queue_mode_applies_to_turns_without_one,
     case_a_steer_from_before_a_reset_is_not_taken,
+    case_an_interrupt_abort_request_keeps_its_reason,
+    case_an_interrupt_behind_unfinished_runs_marks_the_session,
 };
 
 use agentlane_core::Store;

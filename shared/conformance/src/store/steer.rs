@@ -3,8 +3,8 @@
 
 use crate::fixtures;
 use agentlane_core::{
-    Message, QueueMode, QueueOutcome, Run, RunId, RunStatus, SessionKey, SteerTake, Store,
-    StoreError, TenantId,
+    AbortReason, Message, QueueMode, QueueOutcome, Run, RunId, RunStatus, SessionKey, SteerTake,
+    Store, StoreError, TenantId,
 };
 use std::sync::Arc;
 
@@ -77,6 +77,7 @@ pub async fn case_a_running_run_takes_the_steers_accepted_after_it(store: Arc<dy
         session_id: carrier.session_id.clone(),
         next_seq: 0,
         now: now + 6,
+        mode: QueueMode::Steer,
     };
 
     // A writer whose fence is stale takes nothing.
@@ -170,6 +171,7 @@ pub async fn case_a_steer_from_before_a_reset_is_not_taken(store: Arc<dyn Store>
                 session_id: carrier.session_id.clone(),
                 next_seq: 0,
                 now: now + 3,
+                mode: QueueMode::Steer,
             },
         )
         .await
@@ -222,6 +224,7 @@ pub async fn case_a_sessions_default_queue_mode_applies_to_turns_without_one(
                 session_id: before.session_id.clone(),
                 next_seq: 0,
                 now: now + 4,
+                mode: QueueMode::Steer,
             },
         )
         .await
@@ -261,4 +264,168 @@ fn unset_mode(tenant: &TenantId, key: &SessionKey, now: u64) -> agentlane_core::
     let mut turn = fixtures::turn(tenant, key, now);
     turn.request.queue_mode = None;
     turn
+}
+
+/// GIVEN a collect carrier, then a collect, a steer, two collects and a collect asked to abort,
+/// WHEN the carrier takes its collects, THEN the three collects after it are taken, oldest
+/// first: the carrier's next user entries, their runs `collected` into it (still `queued`);
+/// the steer stays pending (a steer take afterwards still takes it), and the taken collects
+/// are not taken again.
+pub async fn case_a_collect_carrier_takes_the_collects_and_leaves_the_steers(
+    store: Arc<dyn Store>,
+) {
+    let (tenant, key, now) = fixtures::fresh();
+    let carrier = accept_as(&store, &tenant, &key, now, QueueMode::Collect, "one").await;
+    let two = accept_as(&store, &tenant, &key, now + 1, QueueMode::Collect, "two").await;
+    let steer = accept_as(&store, &tenant, &key, now + 2, QueueMode::Steer, "left").await;
+    let three = accept_as(&store, &tenant, &key, now + 3, QueueMode::Collect, "three").await;
+    let four = accept_as(&store, &tenant, &key, now + 4, QueueMode::Collect, "four").await;
+    let aborted = accept_as(&store, &tenant, &key, now + 5, QueueMode::Collect, "no").await;
+    store
+        .request_abort(&tenant, &aborted.run_id)
+        .await
+        .expect("request_abort");
+    let fence = fixtures::lock(&store, &tenant, &key, "runner", 30_000, now + 6).await;
+    let take = SteerTake {
+        carrier: carrier.run_id.clone(),
+        carrier_seq: carrier.session_seq,
+        session_id: carrier.session_id.clone(),
+        next_seq: 1,
+        now: now + 6,
+        mode: QueueMode::Collect,
+    };
+
+    // WHEN the carrier takes its collects
+    let taken = store
+        .take_steers(&fence, take.clone())
+        .await
+        .expect("take collects");
+
+    // THEN the three collects after it, oldest first, collected into it
+    let ids: Vec<_> = taken.iter().map(|r| r.run_id.clone()).collect();
+    assert_eq!(
+        ids,
+        [
+            two.run_id.clone(),
+            three.run_id.clone(),
+            four.run_id.clone()
+        ]
+    );
+    for id in &ids {
+        let stored = run(&store, &tenant, id).await;
+        assert_eq!(
+            (stored.queue_outcome, stored.into_run_id, stored.status),
+            (
+                QueueOutcome::Collected,
+                Some(carrier.run_id.clone()),
+                RunStatus::Queued
+            )
+        );
+    }
+    let transcript = store
+        .read_transcript(&tenant, &carrier.session_id, None, 10)
+        .await
+        .expect("read_transcript");
+    let seen: Vec<_> = transcript
+        .iter()
+        .map(|e| (e.seq, e.message.clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, Message::user("two")),
+            (2, Message::user("three")),
+            (3, Message::user("four")),
+        ]
+    );
+    // AND the steer and the aborted collect were not taken
+    for other in [&steer, &aborted] {
+        let stored = run(&store, &tenant, &other.run_id).await;
+        assert_eq!(
+            (stored.queue_outcome, stored.into_run_id),
+            (QueueOutcome::Ran, None)
+        );
+    }
+
+    // AND a second collect take finds nothing, while a steer take still finds the steer
+    let again = store
+        .take_steers(
+            &fence,
+            SteerTake {
+                next_seq: 4,
+                ..take.clone()
+            },
+        )
+        .await
+        .expect("take collects");
+    assert!(again.is_empty(), "{again:?}");
+    let steered = store
+        .take_steers(
+            &fence,
+            SteerTake {
+                next_seq: 4,
+                mode: QueueMode::Steer,
+                ..take
+            },
+        )
+        .await
+        .expect("take_steers");
+    let ids: Vec<_> = steered.iter().map(|r| &r.run_id).collect();
+    assert_eq!(ids, [&steer.run_id]);
+    assert_eq!(
+        run(&store, &tenant, &steer.run_id).await.queue_outcome,
+        QueueOutcome::Steered
+    );
+}
+
+/// An `interrupt` accepted behind unfinished runs marks the session in its accept (its run,
+/// its seq, and the seq of the run it interrupts); one on a session with nothing unfinished
+/// leaves the mark as it was; a later interrupt replaces it.
+pub async fn case_an_interrupt_behind_unfinished_runs_marks_the_session(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let lone = accept_as(&store, &tenant, &key, now, QueueMode::Interrupt, "alone").await;
+    assert_eq!(
+        fixtures::session(&store, &tenant, &key).await.interrupt,
+        None
+    );
+    let _followup = accept_as(&store, &tenant, &key, now + 1, QueueMode::Followup, "f").await;
+    let first = accept_as(&store, &tenant, &key, now + 2, QueueMode::Interrupt, "i1").await;
+    assert_eq!(
+        fixtures::session(&store, &tenant, &key).await.interrupt,
+        Some(agentlane_core::InterruptMark {
+            run_id: first.run_id.clone(),
+            session_seq: 2,
+            after: lone.session_seq,
+        })
+    );
+    let second = accept_as(&store, &tenant, &key, now + 3, QueueMode::Interrupt, "i2").await;
+    let session = fixtures::session(&store, &tenant, &key).await;
+    assert_eq!(
+        session
+            .interrupt
+            .map(|m| (m.run_id, m.session_seq, m.after)),
+        Some((second.run_id, 3, 0))
+    );
+    assert_eq!(session.runs_accepted, 4);
+}
+
+/// An abort requested for an interrupt keeps that reason (read back on the run), and a later
+/// plain request does not change it.
+pub async fn case_an_interrupt_abort_request_keeps_its_reason(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let active = accept_as(&store, &tenant, &key, now, QueueMode::Followup, "busy").await;
+    let asked = store
+        .request_abort_for(&tenant, &active.run_id, AbortReason::Interrupted)
+        .await
+        .expect("request_abort_for")
+        .expect("the run exists");
+    assert!(asked.abort_requested);
+    assert_eq!(asked.abort_reason, Some(AbortReason::Interrupted));
+    store
+        .request_abort(&tenant, &active.run_id)
+        .await
+        .expect("request_abort");
+    let stored = run(&store, &tenant, &active.run_id).await;
+    assert_eq!(stored.abort_reason, Some(AbortReason::Interrupted));
+    assert_eq!(AbortReason::Interrupted.code(), "interrupted");
 }

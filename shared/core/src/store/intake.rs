@@ -30,12 +30,17 @@ pub struct NewTurn {
     /// this one included; `0`: no cap. Checked in the accepting transaction, so concurrent
     /// accepts cannot pass it together ([`StoreError::SessionFull`](super::StoreError::SessionFull)).
     pub max_open_runs: u64,
+    /// The deployment's default queue mode (`[queue] default_mode`,
+    /// `AGENTLANE_DEFAULT_QUEUE_MODE`): the mode of a turn that names none on a session that
+    /// has none. `None`: `followup`.
+    pub default_mode: Option<QueueMode>,
 }
 
 impl NewTurn {
     /// The run this turn creates on `session_id`: `queued`, nothing done yet, `session_seq`-th
     /// of its key (the session's `runs_accepted` before this turn), in the mode the request
-    /// asked for, else the session's `default_mode`, else `followup`.
+    /// asked for, else the session's `default_mode`, else the deployment's
+    /// [`default_mode`](Self::default_mode), else `followup`.
     pub fn queued_run(
         &self,
         session_id: SessionId,
@@ -43,7 +48,13 @@ impl NewTurn {
         default_mode: Option<QueueMode>,
     ) -> Run {
         let mut request = self.request.clone();
-        request.queue_mode = Some(request.queue_mode.or(default_mode).unwrap_or_default());
+        request.queue_mode = Some(
+            request
+                .queue_mode
+                .or(default_mode)
+                .or(self.default_mode)
+                .unwrap_or_default(),
+        );
         Run {
             run_id: self.run_id.clone(),
             tenant: self.tenant.clone(),
@@ -70,6 +81,7 @@ impl NewTurn {
             request_fingerprint: Some(self.request.fingerprint(&self.session_key)),
             queue_outcome: Default::default(),
             into_run_id: None,
+            out_of_turn: false,
         }
     }
 
@@ -85,6 +97,24 @@ impl NewTurn {
             });
         }
         Ok(())
+    }
+
+    /// The interrupt mark `run` (just made by [`queued_run`](Self::queued_run)) sets on
+    /// `session` (as read before this accept): a run accepted in `interrupt` mode behind runs
+    /// that are not finished goes next once the oldest of them is terminal. `None` for every
+    /// other run (the session's mark stays as it is).
+    pub fn interrupt_mark(
+        &self,
+        run: &Run,
+        session: &Session,
+    ) -> Option<crate::session::InterruptMark> {
+        (run.request.queue_mode == Some(QueueMode::Interrupt)
+            && session.runs_finished < run.session_seq)
+            .then(|| crate::session::InterruptMark {
+                run_id: run.run_id.clone(),
+                session_seq: run.session_seq,
+                after: session.runs_finished,
+            })
     }
 
     /// The session this turn creates when its key has none: [`Session::new`] with

@@ -1,7 +1,9 @@
-//! Steering (SPEC §4 `steer`): a message accepted with `queueMode: steer` while a run of its
-//! session is active is taken by that run at its next model boundary, in one fenced write that
-//! appends it to the transcript and marks its own run `steered` into the carrier. The rules
-//! every adapter applies live here; the adapters only find the candidates and write.
+//! Steering and collecting (SPEC §4 `steer`, `collect`): a message accepted with `queueMode:
+//! steer` while a run of its session is active is taken by that run at its next model boundary,
+//! in one fenced write that appends it to the transcript and marks its own run `steered` into
+//! the carrier. Messages accepted with `queueMode: collect` are taken the same way by the first
+//! collect run whose turn comes (after a quiet window): their runs end `collected` into it. The
+//! rules every adapter applies live here; the adapters only find the candidates and write.
 
 use crate::ids::{RunId, SessionId};
 use crate::run::{QueueMode, QueueOutcome, Run, RunStatus};
@@ -24,15 +26,35 @@ pub struct SteerTake {
     pub next_seq: u64,
     /// Now, ms since the epoch.
     pub now: u64,
+    /// The mode of the messages taken: [`QueueMode::Steer`] or [`QueueMode::Collect`].
+    pub mode: QueueMode,
 }
 
 impl SteerTake {
-    /// Whether `run` (with the API's `abort_requested` as stored) is a steer message this
-    /// carrier takes: accepted in `steer` mode after the carrier on the same session id, never
-    /// picked up, not taken yet, and not asked to abort.
+    /// Whether `run` (with the API's `abort_requested` as stored) is a message this carrier
+    /// takes: accepted in the take's [`mode`](Self::mode) after the carrier on the same session
+    /// id, never picked up, not taken yet, and not asked to abort.
     pub fn takes(&self, run: &Run) -> bool {
-        run.request.queue_mode == Some(QueueMode::Steer)
-            && run.status == RunStatus::Queued
+        run.request.queue_mode == Some(self.mode) && self.waits(run)
+    }
+
+    /// Whether the pending record of `run` (`None`: the run is gone) must stay after this take
+    /// although it did not take it: a message of the other mode that a later take of that mode
+    /// can still take. Every other pending record this take read is dropped.
+    pub fn keeps(&self, run: Option<&Run>) -> bool {
+        run.is_some_and(|run| {
+            run.request.queue_mode != Some(self.mode)
+                && matches!(
+                    run.request.queue_mode,
+                    Some(QueueMode::Steer | QueueMode::Collect)
+                )
+                && self.waits(run)
+        })
+    }
+
+    /// Everything [`takes`](Self::takes) asks but the mode.
+    fn waits(&self, run: &Run) -> bool {
+        run.status == RunStatus::Queued
             && run.pickups == 0
             && run.queue_outcome == QueueOutcome::Ran
             && run.into_run_id.is_none()
@@ -47,11 +69,14 @@ impl SteerTake {
         session_seq > self.carrier_seq
     }
 
-    /// `run` as taken: `steered` into the carrier. Its status stays `queued` until its own
-    /// message comes, after the carrier ended, and mirrors the carrier's end.
+    /// `run` as taken: `steered` (or `collected`) into the carrier. Its status stays `queued`
+    /// until its own message comes, after the carrier ended, and mirrors the carrier's end.
     pub fn mark(&self, run: &Run) -> Run {
         Run {
-            queue_outcome: QueueOutcome::Steered,
+            queue_outcome: match self.mode {
+                QueueMode::Collect => QueueOutcome::Collected,
+                _ => QueueOutcome::Steered,
+            },
             into_run_id: Some(self.carrier.clone()),
             ..run.clone()
         }
@@ -91,6 +116,7 @@ mod tests {
             session_id: SessionId::new("s"),
             next_seq: 7,
             now: 9,
+            mode: QueueMode::Steer,
         }
     }
 
@@ -120,6 +146,27 @@ mod tests {
         assert_eq!(taken.queue_outcome, QueueOutcome::Steered);
         assert_eq!(taken.into_run_id, Some(RunId::new("run_0")));
         assert_eq!(taken.status, RunStatus::Queued);
+    }
+
+    #[test]
+    fn a_take_takes_its_own_mode_and_keeps_the_others_pending_messages() {
+        let steer = take();
+        let collect = SteerTake {
+            mode: QueueMode::Collect,
+            ..take()
+        };
+        assert!(!steer.takes(&run(1, "collect")));
+        assert!(steer.keeps(Some(&run(1, "collect"))));
+        assert!(collect.takes(&run(1, "collect")));
+        assert!(!collect.takes(&run(1, "steer")));
+        assert!(collect.keeps(Some(&run(1, "steer"))));
+        assert!(!collect.keeps(Some(&run(1, "collect"))), "taken, not kept");
+        assert!(!collect.keeps(Some(&run(0, "steer"))), "stale");
+        assert!(!collect.keeps(None));
+        assert!(!collect.keeps(Some(&run(2, "followup"))));
+        let marked = collect.mark(&run(1, "collect"));
+        assert_eq!(marked.queue_outcome, QueueOutcome::Collected);
+        assert_eq!(marked.into_run_id, Some(RunId::new("run_0")));
     }
 
     #[test]

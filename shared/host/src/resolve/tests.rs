@@ -115,6 +115,7 @@ fn the_shipped_example_parses_into_every_setting() {
             bootstrap_context: Vec::new(),
             history_max_turns: None,
             max_failed_pickups: None,
+            collect_window: Some(Duration::from_millis(500)),
         }
     );
     assert_eq!(
@@ -123,6 +124,7 @@ fn the_shipped_example_parses_into_every_setting() {
             max_message_bytes: Some(262_144),
             max_wait: Some(Duration::from_millis(900_000)),
             limits: agentlane_api::Limits::default(),
+            default_queue_mode: Some(agentlane_core::QueueMode::Followup),
         }
     );
     assert_eq!(
@@ -555,4 +557,32 @@ requests_per_second = 7
     assert!(bad.contains("AGENTLANE_ALLOWED_MODELS"), "{bad}");
     let unknown = error(Some("[limits]\nmax_sockets = 3\n"), &[]);
     assert!(unknown.contains("max_sockets"), "{unknown}");
+}
+
+#[test]
+fn the_default_queue_mode_comes_from_the_file_or_the_environment() {
+    use agentlane_core::QueueMode;
+    let s = settings("[queue]\ndefault_mode = \"coalesce\"\n", &[]);
+    assert_eq!(s.api.default_queue_mode, Some(QueueMode::Collect));
+    assert_eq!(
+        s.api_config(Duration::from_secs(25)).default_queue_mode,
+        Some(QueueMode::Collect)
+    );
+    let s = settings(
+        "[queue]\ndefault_mode = \"collect\"\n",
+        &[("AGENTLANE_DEFAULT_QUEUE_MODE", "steer")],
+    );
+    assert_eq!(s.api.default_queue_mode, Some(QueueMode::Steer));
+    assert_eq!(settings("", &[]).api.default_queue_mode, None);
+    let s = settings("[queue]\ncollect_window_ms = 250\n", &[]);
+    assert_eq!(s.runner_config().collect_window, Duration::from_millis(250));
+    let s = settings("", &[("AGENTLANE_COLLECT_WINDOW_MS", "40")]);
+    assert_eq!(s.runner_config().collect_window, Duration::from_millis(40));
+    let file = error(Some("[queue]\ndefault_mode = \"sideways\"\n"), &[]);
+    assert!(
+        file.contains("queue.default_mode") && file.contains("sideways"),
+        "{file}"
+    );
+    let env = error(None, &[("AGENTLANE_DEFAULT_QUEUE_MODE", "later")]);
+    assert!(env.contains("AGENTLANE_DEFAULT_QUEUE_MODE"), "{env}");
 }

@@ -34,7 +34,9 @@ pub use run::{
     AbortReason, AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode,
     QueueOutcome, Run, RunError, RunStatus, TurnRequest, Usage,
 };
-pub use session::{Fence, LockAttempt, RESET_HOLD_MS, Session, SessionStatus, SessionUpdate};
+pub use session::{
+    Fence, LockAttempt, PendingSettle, RESET_HOLD_MS, Session, SessionStatus, SessionUpdate,
+};
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.
 pub use store::{

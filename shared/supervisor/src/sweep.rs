@@ -84,8 +84,8 @@ pub struct Supervisor {
     lease: Duration,
     logged: Mutex<HashMap<(TenantId, SessionKey), Logged>>,
     dead_letters: Option<Arc<dyn DeadLetterSource>>,
-    /// The lane queue lost messages are re-enqueued on (none: pending sessions are only
-    /// diagnosed, and their runs ended `lost_message` after the redrives they would have had).
+    /// The lane queue lost messages are re-enqueued on (none: nothing is re-enqueued, but the
+    /// redrives are counted, so the run still ends `lost_message` after as many thresholds).
     queue: Option<Arc<dyn LaneQueue>>,
 }
 
@@ -273,7 +273,7 @@ impl Supervisor {
         };
         self.log(session, &diagnostic, now);
         report.stuck += 1;
-        if session.redrives >= MAX_REDRIVES || self.queue.is_none() {
+        if session.redrives >= MAX_REDRIVES {
             let error = RunError::new(
                 "lost_message",
                 format!(

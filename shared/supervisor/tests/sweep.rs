@@ -474,3 +474,25 @@ async fn a_pending_session_with_a_live_lock_holder_is_not_redriven() {
         .unwrap();
     assert!(none.is_empty());
 }
+
+/// Without a lane queue nothing is re-enqueued, but the redrives still count: the lost run ends
+/// `lost_message` after as many thresholds, never on the first sweep.
+#[tokio::test]
+async fn without_a_queue_a_lost_run_still_ends_lost_message_after_the_redrives() {
+    let w = world();
+    let run = w.accept("no-queue").await;
+    for sweep in 0..agentlane_supervisor::MAX_REDRIVES {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let report = w.supervisor.sweep().await.unwrap();
+        assert_eq!((report.redriven, report.lost), (0, 0), "sweep {sweep}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(w.supervisor.sweep().await.unwrap().lost, 1);
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.error.unwrap().code, "lost_message");
+}

@@ -18,7 +18,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         backends.processing.clone(),
         backends.clock.clone(),
         thresholds,
-    );
+    )
+    // Lost lane messages of idle sessions' queued runs are re-enqueued (issue 11).
+    .with_queue(backends.queue.clone());
     // Turns that reached the SQS dead-letter queue (AGENTLANE_DLQ_URL) end `dead_lettered`.
     if let Some(dead_letters) = host::aws_dead_letters().await? {
         supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead_letters));

@@ -2,7 +2,8 @@
 # LocalStack init hook (ready stage): creates agentlane's DynamoDB table and SQS FIFO queues,
 # exactly as `agentlane setup-aws` (shared/aws/src/setup.rs) and infra/template.yaml define them:
 #   table  PK/SK (S), on-demand, TTL on expiresAt,
-#          sparse GSIs `processing` (procPk S / procAt N) and `cronDue` (dueBucket S / dueAt N),
+#          sparse GSIs `processing` (procPk S / procAt N), `cronDue` (dueBucket S / dueAt N) and
+#          `pending` (pendPk S / pendAt N),
 #          projection ALL;
 #   queues <name>.fifo with explicit deduplication ids, redriving to <name>-dlq.fifo.
 # Idempotent: what exists is left as it is.
@@ -47,6 +48,7 @@ else
       AttributeName=PK,AttributeType=S AttributeName=SK,AttributeType=S \
       AttributeName=procPk,AttributeType=S AttributeName=procAt,AttributeType=N \
       AttributeName=dueBucket,AttributeType=S AttributeName=dueAt,AttributeType=N \
+      AttributeName=pendPk,AttributeType=S AttributeName=pendAt,AttributeType=N \
     --key-schema AttributeName=PK,KeyType=HASH AttributeName=SK,KeyType=RANGE \
     --global-secondary-indexes '[
       {"IndexName": "processing",
@@ -56,6 +58,10 @@ else
       {"IndexName": "cronDue",
        "KeySchema": [{"AttributeName": "dueBucket", "KeyType": "HASH"},
                      {"AttributeName": "dueAt", "KeyType": "RANGE"}],
+       "Projection": {"ProjectionType": "ALL"}},
+      {"IndexName": "pending",
+       "KeySchema": [{"AttributeName": "pendPk", "KeyType": "HASH"},
+                     {"AttributeName": "pendAt", "KeyType": "RANGE"}],
        "Projection": {"ProjectionType": "ALL"}}]' \
     >/dev/null
   awslocal dynamodb wait table-exists --table-name "$TABLE"

@@ -131,7 +131,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             backends.processing.clone(),
             backends.clock.clone(),
             thresholds,
-        );
+        )
+        // Lost lane messages of idle sessions' queued runs are re-enqueued (issue 11).
+        .with_queue(backends.queue.clone());
         if let Some(sqlite) = embedded {
             // The embedded queue's dead letters (its `lane_dead` table), on the same backend.
             supervisor = supervisor.with_dead_letters(std::sync::Arc::new(sqlite));

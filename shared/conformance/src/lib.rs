@@ -30,6 +30,7 @@
 pub mod cron;
 pub mod fixtures;
 pub mod keys;
+pub mod pending;
 pub mod queue;
 pub mod store;
 

@@ -3,6 +3,7 @@
 use crate::ids::{FencingToken, RunId, SessionId, SessionKey, TenantId};
 use crate::run::{QueueMode, Run, RunStatus};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +63,24 @@ pub struct Session {
     /// runs accepted between them (see [`Session::interrupt_ahead_of`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupt: Option<InterruptMark>,
+    /// Since when accepted work of this session has been waiting to finish: set by an accept
+    /// when absent (in the accept's own write), moved forward or cleared only by the sweep.
+    /// Indexed (DynamoDB sparse GSI `pending`, SQLite partial index), so the sweep finds an idle
+    /// session whose queued run lost its lane message without scanning (issue 11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_at: Option<u64>,
+    /// The runs accepted while pending, by `session_seq` (set by each accept; the sweep prunes
+    /// the finished ones), so the sweep knows the oldest unfinished run without a query.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub open_runs: BTreeMap<u64, RunId>,
+    /// Lane messages the sweep re-enqueued for the oldest unfinished run without it making
+    /// progress (reset when the session moves on).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub redrives: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Where an `interrupt` message goes in its session's order (SPEC §4 `interrupt`).
@@ -104,6 +123,47 @@ impl Session {
             reset_barrier_until: 0,
             queue_mode: None,
             interrupt: None,
+            pending_at: None,
+            open_runs: BTreeMap::new(),
+            redrives: 0,
+        }
+    }
+
+    /// Marks a turn accepted as run `session_seq` (`run_id`) at `now` as pending work: what
+    /// every adapter's accept writes along with the count.
+    pub fn note_accepted(&mut self, session_seq: u64, run_id: &RunId, now: u64) {
+        self.pending_at.get_or_insert(now);
+        self.open_runs.insert(session_seq, run_id.clone());
+    }
+
+    /// The oldest run accepted and not yet finished, as recorded at accept: the first open run
+    /// numbered at or after `runs_finished`.
+    pub fn oldest_open_run(&self) -> Option<(u64, &RunId)> {
+        self.open_runs
+            .range(self.runs_finished..)
+            .next()
+            .map(|(seq, id)| (*seq, id))
+    }
+
+    /// Applies a sweep's [`PendingSettle`] (the adapters' shared rule): the finished open runs
+    /// are dropped; `Clear` ends the pending state, `Defer` and `Redrive` move it to `since`.
+    pub fn settle_pending(&mut self, settle: PendingSettle) {
+        let finished = self.runs_finished;
+        self.open_runs.retain(|seq, _| *seq >= finished);
+        match settle {
+            PendingSettle::Clear => {
+                self.pending_at = None;
+                self.open_runs.clear();
+                self.redrives = 0;
+            }
+            PendingSettle::Defer { since } => {
+                self.pending_at = Some(since);
+                self.redrives = 0;
+            }
+            PendingSettle::Redrive { since } => {
+                self.pending_at = Some(since);
+                self.redrives = self.redrives.saturating_add(1);
+            }
         }
     }
 
@@ -174,6 +234,19 @@ impl Session {
     pub fn is_fenced_by(&self, fence: &Fence) -> bool {
         self.lock_owner.as_deref() == Some(fence.owner.as_str()) && self.fence == fence.token.0
     }
+}
+
+/// What the sweep does with a pending session (see [`Session::pending_at`]). Applied only if
+/// the session's counters and `pendingAt` are still those the sweep read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingSettle {
+    /// Every accepted run finished: the session leaves the index.
+    Clear,
+    /// Busy or recently accepted: look again one threshold after `since`; no redrive counted.
+    Defer { since: u64 },
+    /// The oldest unfinished run's lane message was re-enqueued: look again one threshold after
+    /// `since`, counting one redrive.
+    Redrive { since: u64 },
 }
 
 /// Proof of holding a session's write lock. Pass it to every fenced write.

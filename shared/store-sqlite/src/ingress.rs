@@ -17,7 +17,7 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         return Ok(turn.replay(run)?);
     }
 
-    let (session, session_seq) = match load_session(&tx, &turn.tenant, &turn.session_key)? {
+    let (mut session, session_seq) = match load_session(&tx, &turn.tenant, &turn.session_key)? {
         Some(mut session) => {
             turn.check_room(&session)?;
             let seq = session.runs_accepted;
@@ -27,12 +27,12 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         }
         None => (turn.first_session(), 0),
     };
-    let mut session = session;
     let run = turn.queued_run(session.session_id.clone(), session_seq, session.queue_mode);
     record_size::check_run(&run)?;
     if let Some(mark) = turn.interrupt_mark(&run, &session) {
         session.interrupt = Some(mark);
     }
+    session.note_accepted(session_seq, &run.run_id, turn.now);
     save_session(&tx, &session)?;
     if !insert_run(&tx, &run)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());

@@ -1,11 +1,13 @@
 //! [`ProcessingIndex`] on the embedded store: the processing sessions, read from the session
-//! bodies through an expression index on their status (idle sessions are not visited).
+//! bodies through an expression index on their status (idle sessions are not visited), and the
+//! pending sessions through a partial index on `pendingAt`.
 
 use crate::backend::SqliteBackend;
 use crate::error::int;
-use agentlane_core::{ProcessingIndex, Session, StoreError, StoreResult};
+use crate::records::{load_session, save_session};
+use agentlane_core::{PendingSettle, ProcessingIndex, Session, StoreError, StoreResult};
 use async_trait::async_trait;
-use rusqlite::params;
+use rusqlite::{TransactionBehavior, params};
 
 #[async_trait]
 impl ProcessingIndex for SqliteBackend {
@@ -35,6 +37,56 @@ impl ProcessingIndex for SqliteBackend {
                 sessions.push(serde_json::from_str(&body)?);
             }
             Ok(sessions)
+        })
+        .await
+    }
+
+    async fn pending_sessions(
+        &self,
+        pending_before: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Session>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_reader::<_, StoreError>(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT body FROM sessions
+                 WHERE json_extract(body, '$.pendingAt') IS NOT NULL
+                   AND json_extract(body, '$.pendingAt') <= ?1
+                 ORDER BY json_extract(body, '$.pendingAt')
+                 LIMIT ?2",
+            )?;
+            let bodies = stmt
+                .query_map(params![int(pending_before), limit], |row| {
+                    row.get::<_, String>(0)
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut sessions = Vec::with_capacity(bodies.len());
+            for body in bodies {
+                sessions.push(serde_json::from_str(&body)?);
+            }
+            Ok(sessions)
+        })
+        .await
+    }
+
+    async fn settle_pending(&self, seen: &Session, settle: PendingSettle) -> StoreResult<bool> {
+        let seen = seen.clone();
+        self.with_conn::<_, StoreError>(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(mut session) = load_session(&tx, &seen.tenant, &seen.session_key)? else {
+                return Ok(false);
+            };
+            let unchanged = session.session_id == seen.session_id
+                && session.runs_accepted == seen.runs_accepted
+                && session.runs_finished == seen.runs_finished
+                && session.pending_at == seen.pending_at;
+            if !unchanged {
+                return Ok(false);
+            }
+            session.settle_pending(settle);
+            save_session(&tx, &session)?;
+            tx.commit()?;
+            Ok(true)
         })
         .await
     }

@@ -23,7 +23,16 @@ const MIGRATIONS: &[&str] = &[
     crate::fair::SCHEMA,
     crate::api_keys::SCHEMA,
     PENDING_STEERS,
+    PENDING_SESSIONS,
 ];
+
+/// Sessions with pending work (issue 11), by the time it began waiting: the sweep's index of
+/// idle sessions whose queued run may have lost its lane message. Partial: a session without
+/// `pendingAt` is not in it.
+const PENDING_SESSIONS: &str = "
+CREATE INDEX sessions_pending ON sessions (json_extract(body, '$.pendingAt'))
+    WHERE json_extract(body, '$.pendingAt') IS NOT NULL;
+";
 
 const V1: &str = "
 CREATE TABLE sessions (

@@ -133,6 +133,35 @@ pub fn classify(
     })
 }
 
+/// The reason of a `session.stuck` idle session whose queued run has no active run.
+pub const QUEUED_WITHOUT_RUN: &str = "queued work without an active run";
+
+/// The diagnostic of an idle `session` at `now` with pending work (runs accepted, not
+/// finished) waiting past the warn threshold and no live lock holder: `session.stuck`
+/// ([`QUEUED_WITHOUT_RUN`]) — its oldest run's lane message was probably lost. `None`
+/// otherwise.
+pub fn classify_pending(
+    session: &Session,
+    now: u64,
+    thresholds: &Thresholds,
+) -> Option<Diagnostic> {
+    if session.status == SessionStatus::Processing
+        || session.lock_is_live(now)
+        || session.runs_finished >= session.runs_accepted
+    {
+        return None;
+    }
+    let since = session
+        .pending_at?
+        .max(session.last_progress_at.unwrap_or(0));
+    let age = now.saturating_sub(since);
+    (age > thresholds.warn.as_millis() as u64).then(|| Diagnostic {
+        class: DiagnosticClass::Stuck,
+        reason: QUEUED_WITHOUT_RUN.into(),
+        age_ms: age,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

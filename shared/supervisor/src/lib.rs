@@ -13,9 +13,11 @@ pub mod classify;
 pub mod dead_letters;
 pub mod sweep;
 
-pub use classify::{Diagnostic, DiagnosticClass, Thresholds, classify};
+pub use classify::{
+    Diagnostic, DiagnosticClass, QUEUED_WITHOUT_RUN, Thresholds, classify, classify_pending,
+};
 pub use dead_letters::{DeadLetterSource, DeadTurn};
-pub use sweep::{SWEEP_LIMIT, Supervisor, SweepReport};
+pub use sweep::{MAX_REDRIVES, SWEEP_LIMIT, Supervisor, SweepReport};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,16 +6,18 @@
 //! the same run and generation are still current, so a sweep racing a live runner changes
 //! nothing. Dead-lettered turns are ended `error` (`dead_lettered`) the same way.
 
-use crate::classify::{Diagnostic, DiagnosticClass, Thresholds, classify};
+use crate::classify::{
+    Diagnostic, DiagnosticClass, QUEUED_WITHOUT_RUN, Thresholds, classify, classify_pending,
+};
 use crate::dead_letters::DeadLetterSource;
 use agentlane_agent::context::history::assemble;
 use agentlane_agent::context::repair::missing_results;
 use agentlane_agent::writer::record::Ending;
 use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::{
-    AbortReason, Clock, EventStream, LivenessState, LockAttempt, Message, ProcessingIndex,
-    RunError, RunId, RunStatus, Session, SessionKey, SessionStatus, Store, StoreResult, TenantId,
-    TranscriptEntry,
+    AbortReason, Clock, EventStream, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt,
+    Message, PendingSettle, ProcessingIndex, RunError, RunId, RunStatus, Session, SessionKey,
+    SessionStatus, Store, StoreResult, TenantId, TranscriptEntry, TurnMessage,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -41,7 +43,17 @@ pub struct SweepReport {
     pub recovered: u32,
     /// Dead-lettered turns whose run was ended `dead_lettered`.
     pub dead_lettered: u32,
+    /// Sessions with pending work past the abort threshold looked at (issue 11).
+    pub pending: u32,
+    /// Lane messages re-enqueued for an idle session's oldest unfinished run.
+    pub redriven: u32,
+    /// Runs ended `error` (`lost_message`) after [`MAX_REDRIVES`] re-enqueues without progress.
+    pub lost: u32,
 }
+
+/// Re-enqueues of an idle session's oldest unfinished run without progress before the sweep
+/// ends it `error` (`lost_message`), so the session's later turns can run.
+pub const MAX_REDRIVES: u32 = 3;
 
 /// What reconciling one dead letter did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +84,9 @@ pub struct Supervisor {
     lease: Duration,
     logged: Mutex<HashMap<(TenantId, SessionKey), Logged>>,
     dead_letters: Option<Arc<dyn DeadLetterSource>>,
+    /// The lane queue lost messages are re-enqueued on (none: nothing is re-enqueued, but the
+    /// redrives are counted, so the run still ends `lost_message` after as many thresholds).
+    queue: Option<Arc<dyn LaneQueue>>,
 }
 
 impl Supervisor {
@@ -90,7 +105,15 @@ impl Supervisor {
             lease: Duration::from_secs(30),
             logged: Mutex::new(HashMap::new()),
             dead_letters: None,
+            queue: None,
         }
+    }
+
+    /// Re-enqueues the lane message of an idle session's oldest unfinished run on `queue` when
+    /// it has waited past the abort threshold (issue 11).
+    pub fn with_queue(mut self, queue: Arc<dyn LaneQueue>) -> Self {
+        self.queue = Some(queue);
+        self
     }
 
     /// Also reconciles the dead letters of `source` on every sweep.
@@ -107,7 +130,11 @@ impl Supervisor {
     /// The diagnostic of one session now (for `GET /v1/sessions/{key}`): reads its active run.
     pub async fn diagnose(&self, session: &Session) -> StoreResult<Option<Diagnostic>> {
         if session.status != SessionStatus::Processing {
-            return Ok(None);
+            return Ok(classify_pending(
+                session,
+                self.clock.now_ms(),
+                &self.thresholds,
+            ));
         }
         let run = match &session.active_run_id {
             Some(id) => self.store.get_run(&session.tenant, id).await?,
@@ -179,12 +206,114 @@ impl Supervisor {
                 _ => {}
             }
         }
+        self.sweep_pending(now, &mut report).await?;
         agentlane_core::metrics::gauge(
             agentlane_core::metrics::STUCK_SESSIONS,
             &[],
             f64::from(report.stuck),
         );
         Ok(report)
+    }
+
+    /// The sessions whose pending work is older than the abort threshold (an index query):
+    /// cleared when every accepted run finished, left alone while busy, deferred while recently accepted, else
+    /// (idle, no lock holder, the oldest unfinished run old) its lane message re-enqueued, and
+    /// after [`MAX_REDRIVES`] of those without progress the run ended `error`/`lost_message`.
+    async fn sweep_pending(&self, now: u64, report: &mut SweepReport) -> StoreResult<()> {
+        let abort_ms = self.thresholds.abort.as_millis() as u64;
+        let before = now.saturating_sub(abort_ms);
+        for session in self.index.pending_sessions(before, SWEEP_LIMIT).await? {
+            report.pending += 1;
+            let settle = self.settle_one(&session, now, abort_ms, report).await?;
+            if let Some(settle) = settle {
+                self.index.settle_pending(&session, settle).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What to do with one pending session; `None`: leave it as it is (busy, or a recovery
+    /// changed it).
+    async fn settle_one(
+        &self,
+        session: &Session,
+        now: u64,
+        abort_ms: u64,
+        report: &mut SweepReport,
+    ) -> StoreResult<Option<PendingSettle>> {
+        if session.runs_finished >= session.runs_accepted {
+            return Ok(Some(PendingSettle::Clear));
+        }
+        // A live runner (or a processing session, which the processing sweep looks after):
+        // nothing written, so a sweep never races a live runner's commit.
+        if session.lock_is_live(now) || session.status == SessionStatus::Processing {
+            return Ok(None);
+        }
+        let Some((_, run_id)) = session.oldest_open_run() else {
+            // Accepted before this bookkeeping existed: nothing to re-enqueue.
+            return Ok(Some(PendingSettle::Defer { since: now }));
+        };
+        let Some(run) = self.store.get_run(&session.tenant, run_id).await? else {
+            return Ok(Some(PendingSettle::Defer { since: now }));
+        };
+        if run.status.is_terminal() || run.session_seq != session.runs_finished {
+            // Finished meanwhile (its commit counts it), or not the head of the lane.
+            return Ok(Some(PendingSettle::Defer { since: now }));
+        }
+        let waited_since = run.accepted_at.max(session.last_progress_at.unwrap_or(0));
+        if now.saturating_sub(waited_since) < abort_ms {
+            return Ok(Some(PendingSettle::Defer {
+                since: waited_since,
+            }));
+        }
+        let diagnostic = Diagnostic {
+            class: DiagnosticClass::Stuck,
+            reason: QUEUED_WITHOUT_RUN.into(),
+            age_ms: now.saturating_sub(waited_since),
+        };
+        self.log(session, &diagnostic, now);
+        report.stuck += 1;
+        if session.redrives >= MAX_REDRIVES {
+            let error = RunError::new(
+                "lost_message",
+                format!(
+                    "the turn's lane message was lost; {} re-enqueues did not start it",
+                    session.redrives
+                ),
+            );
+            if self
+                .recover(session, &run.run_id, RunStatus::Error, error)
+                .await?
+            {
+                report.lost += 1;
+                return Ok(None);
+            }
+            return Ok(Some(PendingSettle::Defer { since: now }));
+        }
+        if let Some(queue) = &self.queue {
+            let message = LaneMessage {
+                lane: Lane::for_session(&run.tenant, &run.session_key),
+                // A new dedup id: the lost message's id may still be remembered by the queue
+                // (SQS FIFO: 5 minutes). A duplicate delivery runs nothing twice: the runner
+                // checks the order and the run's terminal state.
+                dedup_id: format!("{}:redrive:{}", run.run_id, session.redrives + 1),
+                body: TurnMessage {
+                    tenant: run.tenant.clone(),
+                    run_id: run.run_id.clone(),
+                    session_key: Some(run.session_key.clone()),
+                },
+            };
+            if let Err(e) = queue.enqueue(&message).await {
+                tracing::warn!(error = %e, run = %run.run_id, "could not re-enqueue a lost lane message");
+                return Ok(None);
+            }
+            tracing::warn!(
+                tenant = %session.tenant, session = %session.session_key.fingerprint(), run = %run.run_id,
+                redrive = session.redrives + 1, "re-enqueued the lane message of a queued run without an active run"
+            );
+            report.redriven += 1;
+        }
+        Ok(Some(PendingSettle::Redrive { since: now }))
     }
 
     /// Every dead letter of the source: its run ended `dead_lettered` (when still unfinished),

@@ -335,3 +335,165 @@ async fn the_sweep_reconciles_the_embedded_dead_letters() {
     assert_eq!(session.status, SessionStatus::Idle);
     assert!(w.backend.dead_letters(10).await.unwrap().is_empty());
 }
+
+/// Issue 11: a turn whose lane message was lost (accepted, never enqueued) on an idle session is
+/// diagnosed `session.stuck` ("queued work without an active run"); the sweep re-enqueues its
+/// lane message, and after `MAX_REDRIVES` re-enqueues without progress ends it
+/// `error`/`lost_message`, after which the session leaves the pending index.
+#[tokio::test]
+async fn a_queued_run_whose_lane_message_was_lost_is_redriven_then_ended_lost_message() {
+    let w = world();
+    let queue: Arc<dyn LaneQueue> = Arc::new(w.backend.clone());
+    let supervisor = Supervisor::new(
+        w.store.clone(),
+        Arc::new(w.backend.clone()),
+        Arc::new(SystemClock),
+        *w.supervisor.thresholds(),
+    )
+    .with_queue(queue.clone());
+    let run = w.accept("lost").await;
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        session.pending_at.is_some(),
+        "the accept marks pending work"
+    );
+    assert_eq!(supervisor.diagnose(&session).await.unwrap(), None, "young");
+    let report = supervisor.sweep().await.unwrap();
+    assert_eq!((report.pending, report.redriven), (0, 0), "not yet old");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    let d = supervisor.diagnose(&session).await.unwrap().unwrap();
+    assert_eq!(d.class, DiagnosticClass::Stuck);
+    assert_eq!(d.reason, "queued work without an active run");
+
+    let report = supervisor.sweep().await.unwrap();
+    assert_eq!((report.pending, report.redriven), (1, 1), "{report:?}");
+    let deliveries = queue
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(deliveries.len(), 1, "the lane message is back on the queue");
+    assert_eq!(deliveries[0].message.body.run_id, run.run_id);
+    assert_eq!(
+        deliveries[0].message.lane,
+        Lane::for_session(&w.tenant, &run.session_key)
+    );
+    // The re-enqueued message is lost as well (acked without running): more redrives, then
+    // the run ends `lost_message` and the session's later turns may run.
+    queue.ack(&deliveries[0].receipt).await.unwrap();
+    for _ in 1..agentlane_supervisor::MAX_REDRIVES {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(supervisor.sweep().await.unwrap().redriven, 1);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = supervisor.sweep().await.unwrap();
+    assert_eq!((report.redriven, report.lost), (0, 1), "{report:?}");
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.status, RunStatus::Error);
+    assert_eq!(ended.error.unwrap().code, "lost_message");
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((session.runs_accepted, session.runs_finished), (1, 1));
+    assert_eq!(session.status, SessionStatus::Idle);
+    assert_eq!(supervisor.diagnose(&session).await.unwrap(), None);
+    let report = supervisor.sweep().await.unwrap();
+    assert_eq!(report.pending, 1, "cleared by this sweep");
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        session.pending_at, None,
+        "every run finished: out of the index"
+    );
+    assert!(session.open_runs.is_empty());
+    assert_eq!(supervisor.sweep().await.unwrap().pending, 0);
+}
+
+/// A pending session whose lock has a live holder is left alone: nothing re-enqueued.
+#[tokio::test]
+async fn a_pending_session_with_a_live_lock_holder_is_not_redriven() {
+    let w = world();
+    let queue: Arc<dyn LaneQueue> = Arc::new(w.backend.clone());
+    let supervisor = Supervisor::new(
+        w.store.clone(),
+        Arc::new(w.backend.clone()),
+        Arc::new(SystemClock),
+        *w.supervisor.thresholds(),
+    )
+    .with_queue(queue.clone());
+    let run = w.accept("busy").await;
+    w.store
+        .acquire_lock(
+            &w.tenant,
+            &run.session_key,
+            "runner-1",
+            60_000,
+            SystemClock.now_ms(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = supervisor.sweep().await.unwrap();
+    assert_eq!((report.pending, report.redriven, report.lost), (1, 0, 0));
+    let session = w
+        .store
+        .get_session(&w.tenant, &run.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        session.redrives, 0,
+        "nothing written while the lock is live"
+    );
+    assert_eq!(supervisor.diagnose(&session).await.unwrap(), None);
+    let none = queue
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+/// Without a lane queue nothing is re-enqueued, but the redrives still count: the lost run ends
+/// `lost_message` after as many thresholds, never on the first sweep.
+#[tokio::test]
+async fn without_a_queue_a_lost_run_still_ends_lost_message_after_the_redrives() {
+    let w = world();
+    let run = w.accept("no-queue").await;
+    for sweep in 0..agentlane_supervisor::MAX_REDRIVES {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let report = w.supervisor.sweep().await.unwrap();
+        assert_eq!((report.redriven, report.lost), (0, 0), "sweep {sweep}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(w.supervisor.sweep().await.unwrap().lost, 1);
+    let ended = w
+        .store
+        .get_run(&w.tenant, &run.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.error.unwrap().code, "lost_message");
+}

@@ -214,3 +214,123 @@ async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lett
     assert_eq!(session["status"], "idle");
     Ok(())
 }
+
+/// Deletes every queued lane message of the server's queue: on the embedded backend the rows
+/// of `lane_pending` (its SQLite file), on AWS a purge of the SQS lane queue.
+async fn lose_queued_messages(server: &Server) -> anyhow::Result<()> {
+    let env: std::collections::HashMap<_, _> = server.backend_env().into_iter().collect();
+    match env.get("AGENTLANE_QUEUE_NAME") {
+        Some(queue) if agentlane_tests::server::backend_is_aws() => {
+            let endpoint = env
+                .get("AWS_ENDPOINT_URL")
+                .cloned()
+                .unwrap_or_else(|| "http://127.0.0.1:4566".into());
+            let sdk = agentlane_aws::aws_config::defaults(
+                agentlane_aws::aws_config::BehaviorVersion::latest(),
+            )
+            .endpoint_url(endpoint)
+            .region(agentlane_aws::aws_config::Region::new("us-east-1"))
+            .load()
+            .await;
+            let sqs = agentlane_aws::aws_sdk_sqs::Client::new(&sdk);
+            let url = sqs
+                .get_queue_url()
+                .queue_name(queue)
+                .send()
+                .await?
+                .queue_url
+                .unwrap_or_default();
+            sqs.purge_queue().queue_url(url).send().await?;
+        }
+        _ => {
+            let db = rusqlite::Connection::open(server.data_dir().join("agentlane.sqlite3"))?;
+            db.busy_timeout(Duration::from_secs(5))?;
+            let deleted = db.execute("DELETE FROM lane_pending WHERE receive_count = 0", [])?;
+            anyhow::ensure!(deleted == 1, "one queued message lost, not {deleted}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_a_queued_turn_whose_lane_message_was_lost_answers_after_a_few_sweeps()
+-> anyhow::Result<()> {
+    // GIVEN a supervisor that warns after 300 ms and acts after 1.5 s, sweeping every 100 ms,
+    // and a session whose first turn stalls (holding the lane) with a second turn queued
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
+    let mock = Aimock::start(Fixtures::File(fixtures))?;
+    let options = ServerOptions::new(SERVER_BIN)
+        .model_server(&mock)
+        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
+        .env("AGENTLANE_STUCK_WARN_MS", "300")
+        .env("AGENTLANE_STUCK_ABORT_MS", "1500")
+        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100");
+    let scn = Scenario {
+        server: Server::start(options)?,
+        mock,
+    };
+    let a = scn.a();
+    let stalled = a.agent("lost", "stall-forever: hi").await?;
+    a.poll_run(&stalled.run_id, LONG, "running", |r| {
+        r.status == RunStatus::Running
+    })
+    .await?;
+    let queued = a
+        .agent(
+            "lost",
+            "recorded reasoning but no visible answer? answer now",
+        )
+        .await?;
+
+    // WHEN the queued turn's lane message is lost (deleted from the queue after its accept)
+    lose_queued_messages(&scn.server).await?;
+
+    // THEN once the stalled turn is aborted, the idle session with queued work is diagnosed
+    // stuck, its lane message re-enqueued, and the lost turn answers within a few sweeps
+    let run = a.wait_done(&stalled.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Aborted, "{run:?}");
+    let started = Instant::now();
+    let mut diagnosed = None;
+    while started.elapsed() < Duration::from_secs(20) {
+        let (_, session) = a.json(Method::GET, "/v1/sessions/lost", None).await?;
+        if session["diagnostic"]["class"] == "session.stuck" {
+            diagnosed = Some(session);
+            break;
+        }
+        let run = a.run(&queued.run_id).await?;
+        if run.status.is_terminal() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let session = diagnosed.expect("the session was diagnosed session.stuck");
+    {
+        assert_eq!(session["status"], "idle", "{session}");
+        assert_eq!(
+            session["diagnostic"]["reason"], "queued work without an active run",
+            "{session}"
+        );
+    }
+    let answered = a.wait_done(&queued.run_id, LONG).await?;
+    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
+    assert_eq!(answered.reply_text(), "The answer is 42.");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // AND the session's next turn answers too, and the session is healthy
+    let next = a
+        .agent(
+            "lost",
+            "recorded reasoning but no visible answer? answer now",
+        )
+        .await?;
+    let answered = a.wait_done(&next.run_id, LONG).await?;
+    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
+    let (_, session) = a.json(Method::GET, "/v1/sessions/lost", None).await?;
+    assert_eq!(session["status"], "idle");
+    assert!(session.get("diagnostic").is_none(), "{session}");
+    Ok(())
+}

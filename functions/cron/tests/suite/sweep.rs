@@ -151,14 +151,18 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
         .await
         .unwrap();
 
-    // THEN it swept the one processing session (not the idle one) and recovered it
+    // THEN it swept the one processing session and recovered it; the idle one, whose queued
+    // run never got a lane message (none was sent), is found through the pending index and
+    // counted stuck too (issue 11: queued work without an active run); both had pending work
+    // past the threshold
     assert_eq!(
         (
             report.sweep.swept,
             report.sweep.stuck,
-            report.sweep.recovered
+            report.sweep.recovered,
+            report.sweep.pending
         ),
-        (1, 1, 1)
+        (1, 2, 1, 2)
     );
     let ended = store.get_run(&tenant, &dead.run_id).await.unwrap().unwrap();
     assert_eq!(ended.status, RunStatus::Aborted);
@@ -186,7 +190,10 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
         .iter()
         .find(|r| r.get("stuck_sessions").is_some())
         .unwrap_or_else(|| panic!("no stuck_sessions record: {records:#?}"));
-    assert_eq!(stuck["stuck_sessions"], 1.0);
+    assert_eq!(
+        stuck["stuck_sessions"], 2.0,
+        "the processing and the idle one"
+    );
     assert_eq!(
         stuck["_aws"]["CloudWatchMetrics"][0],
         serde_json::json!({

@@ -56,19 +56,19 @@ pub async fn get_session(
     Ok(Json(view))
 }
 
-/// The supervisor's diagnostic of a processing session (thresholds from
-/// `AGENTLANE_STUCK_WARN_MS` / `AGENTLANE_STUCK_ABORT_MS`); `None` when idle, healthy, or its run
-/// cannot be read.
+/// The supervisor's diagnostic of a session (thresholds from `AGENTLANE_STUCK_WARN_MS` /
+/// `AGENTLANE_STUCK_ABORT_MS`): a processing session's, or an idle one's with queued work and
+/// no active run (`session.stuck`, issue 11); `None` when healthy, or its run cannot be read.
 async fn diagnose(
     state: &Shared,
     session: &agentlane_core::Session,
     now: u64,
 ) -> Option<agentlane_supervisor::Diagnostic> {
-    if session.status != agentlane_core::SessionStatus::Processing {
-        return None;
-    }
     let thresholds = agentlane_supervisor::Thresholds::from_lookup(|n| std::env::var(n).ok())
         .unwrap_or_default();
+    if session.status != agentlane_core::SessionStatus::Processing {
+        return agentlane_supervisor::classify_pending(session, now, &thresholds);
+    }
     let run = match &session.active_run_id {
         Some(id) => state
             .store

@@ -1,12 +1,13 @@
 //! Creating the table and queues when absent (idempotent).
 
 use super::{AwsConfig, SetupError, aws_error};
-use crate::store::{CRON_DUE_INDEX, PROCESSING_INDEX, TTL_ATTRIBUTE};
+use crate::store::{CRON_DUE_INDEX, PENDING_INDEX, PROCESSING_INDEX, TTL_ATTRIBUTE};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::collections::HashMap;
@@ -91,7 +92,8 @@ pub async fn resolve_queue_url(sdk: &SdkConfig, config: &AwsConfig) -> Result<St
     }
 }
 
-/// Creates the table when absent (on-demand, `PK`/`SK`, the `processing` and `cronDue` GSIs),
+/// Creates the table when absent (on-demand, `PK`/`SK`, the `processing`, `cronDue` and
+/// `pending` GSIs; an older table gets `pending` added),
 /// waits until it is active and enables TTL on `expiresAt`. Idempotent.
 pub async fn ensure_table(sdk: &SdkConfig, table: &str) -> Result<(), SetupError> {
     let probe = AwsConfig {
@@ -101,7 +103,68 @@ pub async fn ensure_table(sdk: &SdkConfig, table: &str) -> Result<(), SetupError
     probe.validate()?;
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
     create_table_if_absent(&ddb, table).await?;
+    ensure_pending_index(&ddb, table).await?;
     ensure_ttl(&ddb, table).await
+}
+
+/// Adds the sparse `pending` GSI (issue 11) to a table created before it existed, and waits
+/// until it is active. A no-op on a table that has it.
+async fn ensure_pending_index(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<(), SetupError> {
+    let index_status = |out: &aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput| {
+        out.table
+            .as_ref()
+            .and_then(|t| t.global_secondary_indexes.as_ref())
+            .and_then(|gsis| {
+                gsis.iter()
+                    .find(|g| g.index_name.as_deref() == Some(PENDING_INDEX))
+                    .map(|g| g.index_status.clone())
+            })
+    };
+    let describe = || ddb.describe_table().table_name(table).send();
+    let out = describe().await.map_err(aws_error("DescribeTable"))?;
+    if index_status(&out).is_none() {
+        let gsi = sparse_index(PENDING_INDEX, "pendPk", "pendAt")?;
+        let create = CreateGlobalSecondaryIndexAction::builder()
+            .index_name(PENDING_INDEX)
+            .set_key_schema(Some(gsi.key_schema().to_vec()))
+            .set_projection(gsi.projection().cloned())
+            .build()
+            .map_err(|e| SetupError::InvalidConfig(e.to_string()))?;
+        let updated = ddb
+            .update_table()
+            .table_name(table)
+            .attribute_definitions(attribute("pendPk", ScalarAttributeType::S)?)
+            .attribute_definitions(attribute("pendAt", ScalarAttributeType::N)?)
+            .global_secondary_index_updates(
+                GlobalSecondaryIndexUpdate::builder().create(create).build(),
+            )
+            .send()
+            .await;
+        match updated {
+            Ok(_) => tracing::info!(table, "added the pending GSI"),
+            // Someone else is adding it.
+            Err(err)
+                if err.as_service_error().and_then(|e| e.code())
+                    == Some("ResourceInUseException") => {}
+            Err(err) => return Err(aws_error("UpdateTable")(err)),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + TABLE_ACTIVE_TIMEOUT;
+    loop {
+        let out = describe().await.map_err(aws_error("DescribeTable"))?;
+        match index_status(&out) {
+            Some(Some(IndexStatus::Active) | None) => return Ok(()),
+            _ if tokio::time::Instant::now() >= deadline => {
+                return Err(SetupError::Timeout(format!(
+                    "the pending index of {table} is not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?}"
+                )));
+            }
+            _ => tokio::time::sleep(agentlane_core::backoff::jittered(TABLE_ACTIVE_POLL)).await,
+        }
+    }
 }
 
 fn attribute(name: &str, kind: ScalarAttributeType) -> Result<AttributeDefinition, SetupError> {
@@ -163,12 +226,15 @@ async fn create_table_if_absent(
             .attribute_definitions(attribute("SK", ScalarAttributeType::S)?)
             .attribute_definitions(attribute("procPk", ScalarAttributeType::S)?)
             .attribute_definitions(attribute("procAt", ScalarAttributeType::N)?)
+            .attribute_definitions(attribute("pendPk", ScalarAttributeType::S)?)
+            .attribute_definitions(attribute("pendAt", ScalarAttributeType::N)?)
             .attribute_definitions(attribute("dueBucket", ScalarAttributeType::S)?)
             .attribute_definitions(attribute("dueAt", ScalarAttributeType::N)?)
             .key_schema(key("PK", KeyType::Hash)?)
             .key_schema(key("SK", KeyType::Range)?)
             .global_secondary_indexes(sparse_index(PROCESSING_INDEX, "procPk", "procAt")?)
             .global_secondary_indexes(sparse_index(CRON_DUE_INDEX, "dueBucket", "dueAt")?)
+            .global_secondary_indexes(sparse_index(PENDING_INDEX, "pendPk", "pendAt")?)
             .send()
             .await;
         match created {

@@ -4,8 +4,8 @@ use super::error::build_error;
 use super::error::classify;
 use super::item::{
     ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, INTERRUPT_AFTER, INTERRUPT_RUN, INTERRUPT_SEQ,
-    Item, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID, STATUS, UPDATED_AT, get_str, n, opt_u64,
-    run_json, s, session_from_item, session_item,
+    Item, PEND_AT, PEND_PK, PEND_PK_VALUE, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID, STATUS,
+    UPDATED_AT, get_str, n, open_run_attr, opt_u64, run_json, s, session_from_item, session_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
@@ -196,7 +196,9 @@ impl DynamoStore {
     }
 
     fn create_session(&self, turn: &NewTurn, pk: String) -> StoreResult<TransactWriteItem> {
-        let item = session_item(pk, &turn.first_session());
+        let mut session = turn.first_session();
+        session.note_accepted(0, &turn.run_id, turn.now);
+        let item = session_item(pk, &session);
         let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -226,10 +228,16 @@ impl DynamoStore {
             .table_name(&self.table)
             .key(PK, s(pk))
             .key(SK, s(SESSION_SK))
+            // Pending work (issue 11), in the same write: since when (kept if set) and the run
+            // by its seq, for the sweep to find a queued run whose lane message was lost.
             .update_expression(format!(
-                "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now{mark}"
+                "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now, \
+                 {PEND_PK} = :pend, {PEND_AT} = if_not_exists({PEND_AT}, :now), #open = :rid{mark}"
             ))
             .condition_expression(format!("{SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :seen"))
+            .expression_attribute_names("#open", open_run_attr(session.runs_accepted))
+            .expression_attribute_values(":pend", s(PEND_PK_VALUE))
+            .expression_attribute_values(":rid", s(turn.run_id.as_str()))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", n(turn.now))
             .expression_attribute_values(":sid", s(session.session_id.as_str()))

@@ -5,7 +5,7 @@ use agentlane_core::{
     StoreError, StoreResult, TenantId, TranscriptEntry, record_size,
 };
 use aws_sdk_dynamodb::types::AttributeValue;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// One DynamoDB item.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -42,6 +42,24 @@ pub(crate) const PROC_PK: &str = "procPk";
 pub(crate) const PROC_AT: &str = "procAt";
 /// The single partition value of the `processing` GSI.
 pub(crate) const PROC_PK_VALUE: &str = "PROCESSING";
+/// Sparse GSI `pending` partition key: present while the session has pending work
+/// ([`Session::pending_at`](agentlane_core::Session::pending_at)).
+pub(crate) const PEND_PK: &str = "pendPk";
+/// Sparse GSI `pending` sort key: since when the work has been pending (ms).
+pub(crate) const PEND_AT: &str = "pendAt";
+/// The single partition value of the `pending` GSI.
+pub(crate) const PEND_PK_VALUE: &str = "PENDING";
+/// [`Session::redrives`](agentlane_core::Session::redrives); absent = 0.
+pub(crate) const REDRIVES: &str = "redrives";
+/// Prefix of the attributes `openRun{seq}` = run id: [`Session::open_runs`](agentlane_core::Session::open_runs)
+/// as top-level attributes, so an accept adds one (`SET`) and the sweep removes one (`REMOVE`)
+/// without a map that would have to exist first.
+pub(crate) const OPEN_RUN_PREFIX: &str = "openRun";
+
+/// The attribute name of the open run numbered `seq`.
+pub(crate) fn open_run_attr(seq: u64) -> String {
+    format!("{OPEN_RUN_PREFIX}{seq}")
+}
 
 // Run item attributes (besides STATUS, SESSION_ID, UPDATED_AT).
 pub(crate) const RUN_JSON: &str = "run";
@@ -150,7 +168,27 @@ pub(crate) fn session_item(pk: String, session: &Session) -> Item {
         let at = session.last_progress_at.unwrap_or(session.updated_at);
         item.insert(PROC_AT.to_owned(), n(at));
     }
+    if let Some(at) = session.pending_at {
+        item.insert(PEND_PK.to_owned(), s(PEND_PK_VALUE));
+        item.insert(PEND_AT.to_owned(), n(at));
+    }
+    if session.redrives > 0 {
+        item.insert(REDRIVES.to_owned(), n(u64::from(session.redrives)));
+    }
+    for (seq, run_id) in &session.open_runs {
+        item.insert(open_run_attr(*seq), s(run_id.as_str()));
+    }
     item
+}
+
+/// The `openRun{seq}` attributes of a session item.
+fn open_runs(item: &Item) -> BTreeMap<u64, RunId> {
+    item.iter()
+        .filter_map(|(name, value)| {
+            let seq = name.strip_prefix(OPEN_RUN_PREFIX)?.parse::<u64>().ok()?;
+            Some((seq, RunId::new(value.as_s().ok()?)))
+        })
+        .collect()
 }
 
 pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
@@ -191,6 +229,9 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
                 after: get_u64(item, INTERRUPT_AFTER)?,
             }),
         },
+        pending_at: opt_u64(item, PEND_AT)?,
+        open_runs: open_runs(item),
+        redrives: u32::try_from(opt_u64(item, REDRIVES)?.unwrap_or(0)).unwrap_or(u32::MAX),
     })
 }
 

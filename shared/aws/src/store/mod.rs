@@ -7,7 +7,7 @@
 //!
 //! | item | `PK` | `SK` | attributes |
 //! |---|---|---|---|
-//! | session | `T#{t}#S#{sessionKey}` | `SESSION` | `tenant`, `sessionKey`, `sessionId`, `status` (`idle`/`processing`), `activeRunId`?, `createdAt`, `updatedAt`, `lastProgressAt`?, `runsAccepted`, `runsFinished`, `generation`, lock: `lockOwner`? (absent = free), `lockUntil` (ms), `fence` (only grows); `procPk`/`procAt` while processing |
+//! | session | `T#{t}#S#{sessionKey}` | `SESSION` | `tenant`, `sessionKey`, `sessionId`, `status` (`idle`/`processing`), `activeRunId`?, `createdAt`, `updatedAt`, `lastProgressAt`?, `runsAccepted`, `runsFinished`, `generation`, lock: `lockOwner`? (absent = free), `lockUntil` (ms), `fence` (only grows); `procPk`/`procAt` while processing; `pendPk`/`pendAt`, `openRun{seq}`, `redrives`? while work is pending |
 //! | run | `T#{t}#R#{runId}` | `RUN` | `run` (the whole run as JSON, a string), `status`, `sessionId`, `abortRequested` (BOOL) |
 //! | event | `T#{t}#R#{runId}` | `V#{seq:08}` | `event` (JSON), `seq`, `expiresAt` (TTL, 30 days) |
 //! | transcript entry | `T#{t}#SID#{sessionId}` | `E#{seq:012}` | `entry` (JSON), `seq`, `runId` |
@@ -26,10 +26,14 @@
 //!   over it is refused.
 //! - Event keys sort correctly up to 10^8 events per run, entry keys up to 10^12 per session.
 //!
-//! Global secondary indexes (both sparse, projection ALL):
+//! Global secondary indexes (all sparse, projection ALL):
 //! - `processing`: `procPk` (S, always `PROCESSING`) / `procAt` (N, last progress ms). Set while a
 //!   session is `processing`, removed when it goes idle: the stuck-session sweep queries
 //!   `procAt < now - threshold`.
+//! - `pending`: `pendPk` (S, always `PENDING`) / `pendAt` (N, since when accepted work has been
+//!   pending). Set by `accept_turn` (`if_not_exists`, in its own write, with `openRun{seq}` =
+//!   run id), moved or removed only by the sweep (conditional on the counters it read): the
+//!   sweep finds idle sessions whose queued run lost its lane message without a scan.
 //! - `cronDue`: `dueBucket` (S, always `DUE`) / `dueAt` (N): cron jobs by the time a scheduler
 //!   must look at them next (their next slot, or their fire in flight).
 //!
@@ -76,6 +80,8 @@ use std::time::Duration;
 
 /// Name of the sparse GSI on processing sessions.
 pub const PROCESSING_INDEX: &str = "processing";
+/// Name of the sparse GSI on sessions with pending work (issue 11).
+pub const PENDING_INDEX: &str = "pending";
 /// Name of the GSI on cron jobs' due time.
 pub const CRON_DUE_INDEX: &str = "cronDue";
 /// The TTL attribute (epoch seconds).

@@ -19,3 +19,8 @@ agentlane_conformance::cron_conformance!(async {
 agentlane_conformance::keys_conformance!(async {
     Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::KeyStore>
 });
+
+agentlane_conformance::pending_conformance!(async {
+    Arc::new(crate::common::store().await)
+        as Arc<dyn agentlane_conformance::pending::PendingBackend>
+});

@@ -23,6 +23,71 @@ async fn queue_attributes(
         .unwrap_or_default()
 }
 
+/// A table created before the `pending` GSI existed (issue 11) gets it: the sweep's query of it
+/// works afterwards.
+#[tokio::test]
+async fn ensure_table_adds_the_pending_index_to_an_older_table() {
+    use agentlane_aws::aws_sdk_dynamodb::types::{
+        AttributeDefinition, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    use agentlane_core::ProcessingIndex;
+    let sdk = common::sdk().await;
+    let config = common::fresh_config();
+    let ddb = agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk);
+    let attr = |name: &str, kind| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(kind)
+            .build()
+            .unwrap()
+    };
+    let key = |name: &str, kind| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .unwrap()
+    };
+    ddb.create_table()
+        .table_name(&config.table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("PK", ScalarAttributeType::S))
+        .attribute_definitions(attr("SK", ScalarAttributeType::S))
+        .key_schema(key("PK", KeyType::Hash))
+        .key_schema(key("SK", KeyType::Range))
+        .send()
+        .await
+        .expect("an older table");
+    setup::ensure_table(&sdk, &config.table)
+        .await
+        .expect("ensure_table");
+    setup::ensure_table(&sdk, &config.table)
+        .await
+        .expect("idempotent");
+    let table = ddb
+        .describe_table()
+        .table_name(&config.table)
+        .send()
+        .await
+        .unwrap()
+        .table
+        .unwrap();
+    let names: Vec<_> = table
+        .global_secondary_indexes()
+        .iter()
+        .filter_map(|i| i.index_name())
+        .collect();
+    assert_eq!(names, vec!["pending"]);
+    let store = agentlane_aws::DynamoStore::new(ddb, config.table.clone());
+    assert!(
+        store
+            .pending_sessions(u64::MAX, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 #[tokio::test]
 async fn ensure_resources_creates_everything_once_and_is_idempotent() {
     let sdk = common::sdk().await;
@@ -73,7 +138,14 @@ async fn ensure_resources_creates_everything_once_and_is_idempotent() {
         .filter_map(|i| i.index_name().map(str::to_owned))
         .collect();
     indexes.sort();
-    assert_eq!(indexes, vec!["cronDue".to_owned(), "processing".to_owned()]);
+    assert_eq!(
+        indexes,
+        vec![
+            "cronDue".to_owned(),
+            "pending".to_owned(),
+            "processing".to_owned()
+        ]
+    );
     let ttl = ddb
         .describe_time_to_live()
         .table_name(&config.table)

@@ -25,3 +25,7 @@ agentlane_conformance::cron_conformance!(async {
 agentlane_conformance::keys_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_core::KeyStore>
 });
+
+agentlane_conformance::pending_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_conformance::pending::PendingBackend>
+});

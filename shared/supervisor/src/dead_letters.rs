@@ -1,11 +1,11 @@
 //! Dead-lettered turns (SPEC §10): a lane message that left its lane for a dead-letter store
-//! (the embedded queue's `lane_dead` table, or the SQS dead-letter queue with feature `aws`)
-//! still has its run `running`/`queued` and its session `processing`. The sweep ends each such
-//! run `error` (`dead_lettered`) and only then forgets the dead letter, so a sweep that dies in
-//! between leaves it for the next one (which finds the run ended and just forgets it).
+//! (the embedded queue's `lane_dead` table with feature `embedded`, or the SQS dead-letter
+//! queue with feature `aws`) still has its run `running`/`queued` and its session
+//! `processing`. The sweep ends each such run `error` (`dead_lettered`) and only then forgets
+//! the dead letter, so a sweep that dies in between leaves it for the next one (which finds
+//! the run ended and just forgets it).
 
 use agentlane_core::TurnMessage;
-use agentlane_store_sqlite::SqliteBackend;
 use async_trait::async_trait;
 
 /// One dead letter: an id to forget it by, and the turn it carried (`None`: unreadable body).
@@ -24,8 +24,9 @@ pub trait DeadLetterSource: Send + Sync {
     async fn forget(&self, id: &str) -> Result<(), String>;
 }
 
+#[cfg(feature = "embedded")]
 #[async_trait]
-impl DeadLetterSource for SqliteBackend {
+impl DeadLetterSource for agentlane_store_sqlite::SqliteBackend {
     async fn dead_turns(&self, limit: usize) -> Result<Vec<DeadTurn>, String> {
         let letters = self.dead_letters(limit).await.map_err(|e| e.to_string())?;
         Ok(letters

@@ -122,31 +122,15 @@ impl KeyStore for DynamoStore {
     }
 
     async fn list_keys(&self, tenant: &TenantId) -> StoreResult<Vec<ApiKeyRecord>> {
-        let mut keys = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :prefix)"))
-                .expression_attribute_values(":pk", s(list_pk(tenant)))
-                .expression_attribute_values(":prefix", s(LIST_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in out.items.unwrap_or_default() {
-                let sk = get_str(&item, SK)?;
+        let items = self.query_prefix(list_pk(tenant), LIST_PREFIX).await?;
+        items
+            .iter()
+            .map(|item| {
+                let sk = get_str(item, SK)?;
                 let key_id = sk.strip_prefix(LIST_PREFIX).unwrap_or(sk).to_owned();
-                keys.push(record_from(&item, key_id, tenant.clone(), String::new())?);
-            }
-            match out.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(keys),
-            }
-        }
+                record_from(item, key_id, tenant.clone(), String::new())
+            })
+            .collect()
     }
 
     async fn revoke_key(&self, tenant: &TenantId, key_id: &str, at: u64) -> StoreResult<bool> {

@@ -121,29 +121,8 @@ impl CronStore for DynamoStore {
     }
 
     async fn list_jobs(&self, tenant: &TenantId) -> StoreResult<Vec<CronJob>> {
-        let mut jobs = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(self.table())
-                .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :prefix)"))
-                .expression_attribute_values(":pk", s(cron_pk(tenant)))
-                .expression_attribute_values(":prefix", s(JOB_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in out.items.unwrap_or_default() {
-                jobs.push(job_from_item(&item)?);
-            }
-            match out.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(jobs),
-            }
-        }
+        let items = self.query_prefix(cron_pk(tenant), JOB_PREFIX).await?;
+        items.iter().map(job_from_item).collect()
     }
 
     async fn replace_job(&self, job: &CronJob, expected_version: u64) -> StoreResult<()> {

@@ -2,6 +2,7 @@
 
 use super::DynamoStore;
 use super::error::{DdbError, classify};
+use super::item::s;
 use super::item::{
     ABORT_REASON, ABORT_REQUESTED, Item, SEQ, entry_from_item, event_from_item, get_u64,
     run_from_item, session_from_item,
@@ -16,6 +17,32 @@ use agentlane_core::{
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 impl DynamoStore {
+    /// Every item of partition `pk` whose sort key starts with `prefix`, strongly consistent,
+    /// all pages (listings: a tenant's API keys, its cron jobs).
+    pub(super) async fn query_prefix(&self, pk: String, prefix: &str) -> StoreResult<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(self.table())
+                .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :prefix)"))
+                .expression_attribute_values(":pk", s(pk.clone()))
+                .expression_attribute_values(":prefix", s(prefix))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(classify)?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(items),
+            }
+        }
+    }
+
     /// One item by key, strongly consistent.
     pub(super) async fn get_item(&self, pk: String, sk: &str) -> StoreResult<Option<Item>> {
         let out = self

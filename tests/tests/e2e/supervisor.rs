@@ -114,6 +114,16 @@ async fn supervisor_a_turn_failing_every_delivery_ends_poisoned_after_the_cap_an
             r.status == RunStatus::Running && r.pickups >= pickup
         })
         .await?;
+        // The pickup is counted when the lock is taken, before the model call: kill only once
+        // this delivery's call has reached the model, so each failed delivery made exactly one.
+        let deadline = Instant::now() + LONG;
+        while scn.mock.model_requests_for("stall-forever")?.len() < pickup as usize {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "delivery {pickup} never called the model"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         scn.server.kill_hard();
         scn.server.restart()?;
     }

@@ -1,16 +1,17 @@
-//! `SqliteBackend`: one database file; one writer connection and a small pool of reader
-//! connections (WAL lets readers run beside the writer), each behind its own mutex; WAL
+//! `SqliteBackend`: one database file; the writer connection on its own thread, where the
+//! writes that arrive together share one transaction ([`crate::writer`]); a small pool of
+//! reader connections (WAL lets readers run beside the writer), each behind its own mutex; WAL
 //! checkpoints on a background thread.
 //!
-//! Calls run on the caller's thread, not on tokio's blocking pool: a call is one short
-//! transaction on a database in the page cache (tens of microseconds: `synchronous=NORMAL` never
-//! syncs on commit), far less than the cost of handing it to another thread and waking the task
-//! again, which is where most of the time went before. The only slow step, the checkpoint that
-//! copies the WAL back into the database and syncs, runs on its own thread instead of inside
-//! some commit.
+//! Reads run on the caller's thread, not on tokio's blocking pool: a read is one short query on
+//! a database in the page cache (tens of microseconds), far less than the cost of handing it to
+//! another thread and waking the task again. Writes go to the writer thread, so a tokio worker
+//! never parks waiting for the writer. The slowest step, the checkpoint that copies the WAL back
+//! into the database and syncs, runs on its own thread instead of inside some commit.
 
 use crate::error::{Error, Result};
 use crate::schema;
+use crate::writer::Writer;
 use agentlane_core::{Clock, StoreError, SystemClock};
 use rusqlite::Connection;
 use std::fmt;
@@ -40,8 +41,8 @@ const READERS: usize = 4;
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
 pub(crate) struct Inner {
-    /// Every write transaction runs on this one connection (SQLite has one writer at a time).
-    writer: Mutex<Connection>,
+    /// Every write runs on the writer thread's connection (SQLite has one writer at a time).
+    writer: Writer,
     /// Reads (a consistent WAL snapshot each) run on these when the writer is busy.
     readers: Vec<Mutex<Connection>>,
     /// Where the next read starts looking for a free reader.
@@ -57,8 +58,8 @@ pub(crate) struct Inner {
     /// Failed deliveries after which a message is dead-lettered (see
     /// [`SqliteBackend::set_max_failed_deliveries`]).
     pub(crate) max_failed_deliveries: AtomicU32,
-    /// The queue's fair dispatch across tenants (taken with the connection held).
-    pub(crate) fair: Mutex<crate::fair::FairState>,
+    /// The queue's fair dispatch across tenants (taken inside the receive's write).
+    pub(crate) fair: Arc<Mutex<crate::fair::FairState>>,
     path: PathBuf,
     /// Keeps a temporary database's directory alive; declared after the connections so they are
     /// closed before the directory is removed.
@@ -108,7 +109,7 @@ impl SqliteBackend {
         let checkpointer = start_checkpointer(&path).map_err(StoreError::from)?;
         Ok(Self {
             inner: Arc::new(Inner {
-                writer: Mutex::new(writer),
+                writer: Writer::start(writer).map_err(StoreError::from)?,
                 readers,
                 next_reader: AtomicUsize::new(0),
                 checkpointer: Some(checkpointer),
@@ -116,7 +117,7 @@ impl SqliteBackend {
                 wakeup: Notify::new(),
                 acks: AtomicU64::new(0),
                 max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
-                fair: Mutex::new(crate::fair::FairState::default()),
+                fair: Arc::new(Mutex::new(crate::fair::FairState::default())),
                 path,
                 _temp: temp,
             }),
@@ -128,25 +129,20 @@ impl SqliteBackend {
         &self.inner.path
     }
 
-    /// Runs `work` (one write transaction) on the writer connection.
+    /// Runs `work` (one write: atomic by itself, in a savepoint when it makes several changes)
+    /// on the writer thread; answers once it has committed.
     pub(crate) async fn with_conn<T, E>(
         &self,
-        work: impl FnOnce(&mut Connection) -> Result<T>,
+        work: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     ) -> std::result::Result<T, E>
     where
+        T: Send + 'static,
         E: From<Error>,
     {
-        // A panic while holding the lock left no open transaction behind (a dropped
-        // `Transaction` rolls back), so a poisoned connection is still consistent.
-        let mut conn = self
-            .inner
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        work(&mut conn).map_err(E::from)
+        self.inner.writer.write(work).await.map_err(E::from)
     }
 
-    /// Runs `work` (reads only) on a free connection, the writer's if it is free.
+    /// Runs `work` (reads only) on a free reader connection.
     pub(crate) async fn with_reader<T, E>(
         &self,
         work: impl FnOnce(&Connection) -> Result<T>,
@@ -160,13 +156,8 @@ impl SqliteBackend {
 }
 
 impl Inner {
-    /// The connection for a read: the writer's when it is free (its page cache is the one the
-    /// writes keep warm; another connection's cache is emptied by every write), else a free
-    /// reader, else the next reader in turn.
+    /// The connection for a read: a free reader, else the next reader in turn.
     fn reader(&self) -> MutexGuard<'_, Connection> {
-        if let Ok(conn) = self.writer.try_lock() {
-            return conn;
-        }
         let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
         let n = self.readers.len();
         for i in 0..n {

@@ -7,7 +7,7 @@ use crate::error::Result;
 use agentlane_core::cron::{CronJob, CronStore, JobId};
 use agentlane_core::{SessionKey, StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 /// Migration 3: the cron job table.
 pub(crate) const SCHEMA: &str = "
@@ -38,7 +38,7 @@ fn decode(body: String) -> Result<CronJob> {
 }
 
 fn create(conn: &mut Connection, job: &CronJob, max_jobs: u32) -> Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let count: i64 = tx.query_row(
         "SELECT COUNT(*) FROM cron_jobs WHERE tenant = ?1",
         params![job.tenant.as_str()],
@@ -69,7 +69,7 @@ fn create(conn: &mut Connection, job: &CronJob, max_jobs: u32) -> Result<()> {
 }
 
 fn replace(conn: &mut Connection, job: &CronJob, expected: u64) -> Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let stored: Option<i64> = tx
         .query_row(
             "SELECT version FROM cron_jobs WHERE tenant = ?1 AND job_id = ?2",
@@ -104,7 +104,7 @@ fn replace(conn: &mut Connection, job: &CronJob, expected: u64) -> Result<()> {
 
 /// Deletes the sessions (record and transcript) of retired fires due at `now`, a batch at a time.
 fn prune(conn: &mut Connection, now: i64) -> Result<u64> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let due: Vec<(String, String)> = tx
         .prepare_cached(
             "SELECT tenant, session_key FROM cron_retired WHERE keep_until <= ?1 LIMIT 500",

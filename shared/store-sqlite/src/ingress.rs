@@ -7,10 +7,10 @@ use agentlane_core::{
     AbortReason, AcceptOutcome, Event, NewTurn, QueueMode, Run, RunId, Session, SessionId,
     SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
 };
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<AcceptOutcome> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     if let Some(key) = &turn.idempotency_key
         && let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)?
     {
@@ -92,7 +92,7 @@ pub(crate) fn request_abort(
     run_id: &RunId,
     reason: AbortReason,
 ) -> Result<Option<Run>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let changed = tx
         .prepare_cached(
             "UPDATE runs SET abort_requested = CASE WHEN abort_requested = 0 THEN ?3
@@ -119,7 +119,7 @@ pub(crate) fn reset_session(
     new_session_id: SessionId,
     now: u64,
 ) -> Result<Session> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let Some(mut session) = load_session(&tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {}", key.fingerprint())).into());
     };
@@ -151,7 +151,7 @@ pub(crate) fn set_queue_mode(
     mode: Option<QueueMode>,
     now: u64,
 ) -> Result<Session> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let Some(mut session) = load_session(&tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {key}")).into());
     };

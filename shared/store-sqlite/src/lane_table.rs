@@ -7,7 +7,7 @@
 
 use crate::error::{Result, int, uint};
 use agentlane_core::{Delivery, Lane, LaneMessage, QueueError, Receipt, TurnMessage};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 /// How long an acked message's dedup id keeps suppressing re-enqueues (24 h).
 pub const DEDUP_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -79,7 +79,7 @@ pub(crate) fn receive(
     now: u64,
     fair: &mut crate::fair::FairState,
 ) -> Result<Received> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let heads: Vec<Head> = {
         // Which heads, and in what order: fair across tenants (see `fair`).
         let ids = crate::fair::pick_heads(&tx, max, now, fair)?;
@@ -252,7 +252,7 @@ fn finish(conn: &Connection, id: i64, dedup_id: &str, now: u64) -> Result<()> {
 /// Marks the delivered message done; `StaleReceipt` unless `receipt` is its latest delivery.
 pub(crate) fn ack(conn: &mut Connection, receipt: &Receipt, now: u64) -> Result<()> {
     let id = receipt_id(receipt)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let dedup_id: Option<String> = tx
         .prepare_cached("SELECT dedup_id FROM lane_pending WHERE id = ?1 AND receipt = ?2")?
         .query_row(params![id, receipt.0], |row| row.get(0))

@@ -3,10 +3,11 @@
 //!
 //! - One file (`agentlane.sqlite3`) under the data directory, WAL journal, `synchronous=NORMAL`,
 //!   a busy timeout; schema changes are numbered migrations tracked in `user_version`.
-//! - One writer connection, plus reader connections for reads while the writer is busy, each
-//!   behind a mutex; calls run on the caller's thread (each is one short transaction: a hop to
-//!   tokio's blocking pool cost more than the work), every write is one `IMMEDIATE` transaction
-//!   with cached prepared statements, and WAL checkpoints run on a background thread.
+//! - One writer connection on its own thread: the writes waiting there share one `IMMEDIATE`
+//!   transaction (group commit), each in its own savepoint so a failed one is rolled back
+//!   alone, and each is answered only once that transaction has committed. Reads run on the
+//!   caller's thread on reader connections (WAL), each behind a mutex. Statements are cached
+//!   and planned once; WAL checkpoints run on a background thread.
 //! - Fenced commits re-check the session's lock owner and fencing token inside the same
 //!   transaction that writes, so a writer that lost its lease writes nothing.
 //! - The lane queue keeps messages in a table: only a lane's oldest unacked message is
@@ -35,6 +36,7 @@ mod records;
 mod schema;
 mod steer;
 mod store;
+mod writer;
 
 pub use backend::{DB_FILE_NAME, SqliteBackend};
 pub use lane_table::{DEDUP_RETENTION_MS, DeadLetter, MAX_FAILED_DELIVERIES, QueueStats};

@@ -7,7 +7,7 @@ use agentlane_core::{
     Commit, Event, Fence, FencingToken, LockAttempt, RunId, Session, SessionId, SessionKey,
     StoreError, TenantId, TranscriptEntry,
 };
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, params};
 
 pub(crate) fn acquire(
     conn: &mut Connection,
@@ -17,7 +17,7 @@ pub(crate) fn acquire(
     lease_ms: u64,
     now: u64,
 ) -> Result<LockAttempt> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let Some(mut session) = load_session(&tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {}", key.fingerprint())).into());
     };
@@ -39,7 +39,7 @@ pub(crate) fn acquire(
 }
 
 pub(crate) fn renew(conn: &mut Connection, fence: &Fence, lease_ms: u64, now: u64) -> Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let mut session = fenced_session(&tx, fence)?;
     session.lock_until = now.saturating_add(lease_ms);
     save_session(&tx, &session)?;
@@ -48,7 +48,7 @@ pub(crate) fn renew(conn: &mut Connection, fence: &Fence, lease_ms: u64, now: u6
 }
 
 pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let mut session = fenced_session(&tx, fence)?;
     unlock(&mut session);
     save_session(&tx, &session)?;
@@ -60,7 +60,7 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
 /// the session's current id (the one the fence guards), events to the commit's events run.
 pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Result<()> {
     let commit = commit.check(fence)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let mut session = fenced_session(&tx, fence)?;
 
     put_transcript(&tx, &fence.tenant, &session.session_id, commit.transcript())?;
@@ -88,7 +88,7 @@ pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Re
 }
 
 /// The session, if `fence` is still the current lock; `FenceLost` otherwise.
-pub(crate) fn fenced_session(tx: &Transaction<'_>, fence: &Fence) -> Result<Session> {
+pub(crate) fn fenced_session(tx: &Connection, fence: &Fence) -> Result<Session> {
     let session = load_session(tx, &fence.tenant, &fence.session_key)?;
     match session {
         Some(s) if s.is_fenced_by(fence) => Ok(s),
@@ -102,7 +102,7 @@ fn unlock(session: &mut Session) {
 }
 
 pub(crate) fn put_transcript(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     tenant: &TenantId,
     session_id: &SessionId,
     entries: &[TranscriptEntry],
@@ -133,12 +133,7 @@ pub(crate) fn put_transcript(
     Ok(())
 }
 
-fn put_events(
-    tx: &Transaction<'_>,
-    tenant: &TenantId,
-    run_id: &RunId,
-    events: &[Event],
-) -> Result<()> {
+fn put_events(tx: &Connection, tenant: &TenantId, run_id: &RunId, events: &[Event]) -> Result<()> {
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant, run_id, seq) DO NOTHING",

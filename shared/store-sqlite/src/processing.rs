@@ -7,7 +7,7 @@ use crate::error::int;
 use crate::records::{load_session, save_session};
 use agentlane_core::{PendingSettle, ProcessingIndex, Session, StoreError, StoreResult};
 use async_trait::async_trait;
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::params;
 
 #[async_trait]
 impl ProcessingIndex for SqliteBackend {
@@ -72,7 +72,7 @@ impl ProcessingIndex for SqliteBackend {
     async fn settle_pending(&self, seen: &Session, settle: PendingSettle) -> StoreResult<bool> {
         let seen = seen.clone();
         self.with_conn::<_, StoreError>(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = conn.savepoint()?;
             let Some(mut session) = load_session(&tx, &seen.tenant, &seen.session_key)? else {
                 return Ok(false);
             };

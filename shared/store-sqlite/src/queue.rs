@@ -31,9 +31,9 @@ impl SqliteBackend {
     async fn try_receive(&self, max: usize, visibility: Duration) -> QueueResult<Received> {
         let (visibility_ms, now) = (millis(visibility), self.now_ms());
         let max_failed = self.inner.max_failed_deliveries.load(Ordering::Relaxed);
-        let inner = self.inner.clone();
+        let fair = self.inner.fair.clone();
         self.with_conn(move |c| {
-            let mut fair = inner.fair.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut fair = fair.lock().unwrap_or_else(PoisonError::into_inner);
             lane_table::receive(c, max, visibility_ms, max_failed, now, &mut fair)
         })
         .await

@@ -5,11 +5,11 @@ use crate::error::{Result, int, uint};
 use crate::lock::{fenced_session, put_transcript};
 use crate::records::{load_run, replace_run};
 use agentlane_core::{Fence, MAX_STEERS_PER_TAKE, Run, RunId, SteerTake};
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, params};
 
 /// Records `run` (accepted in `steer` or `collect` mode) as waiting for its session's running run; part of
 /// the accept's transaction.
-pub(crate) fn record_pending(tx: &Transaction<'_>, run: &Run) -> Result<()> {
+pub(crate) fn record_pending(tx: &Connection, run: &Run) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO pending_steers (tenant, session_key, session_seq, run_id)
          VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
@@ -26,7 +26,7 @@ pub(crate) fn record_pending(tx: &Transaction<'_>, run: &Run) -> Result<()> {
 /// [`FencedWriter::take_steers`](agentlane_core::FencedWriter::take_steers) in one
 /// `IMMEDIATE` transaction.
 pub(crate) fn take(conn: &mut Connection, fence: &Fence, take: SteerTake) -> Result<Vec<Run>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     let session = fenced_session(&tx, fence)?;
     let pending: Vec<(u64, String)> = tx
         .prepare_cached(

@@ -51,7 +51,7 @@ pub(crate) struct Inner {
     checkpointer: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
     /// Wall time for the queue's visibility timeouts.
     pub(crate) clock: Arc<dyn Clock>,
-    /// Woken whenever a message may have become deliverable (enqueue, ack, hand-back).
+    /// Woken when a message may have become deliverable to an idle receiver (enqueue, hand-back).
     pub(crate) wakeup: Notify,
     /// Acks so far (done messages are pruned every so many).
     pub(crate) acks: AtomicU64,

@@ -1,6 +1,6 @@
 //! `LaneQueue` for `SqliteBackend`: the table operations of [`lane_table`] plus long polling.
 //!
-//! `receive` tries once, and when nothing is due waits for a wake-up (an enqueue, ack or
+//! `receive` tries once, and when nothing is due waits for a wake-up (an enqueue or a
 //! visibility change in this process wakes one waiting receiver), for the moment the next in-flight head becomes due, or for
 //! [`RECHECK`], whichever comes first, until its `wait` runs out.
 
@@ -143,8 +143,9 @@ impl LaneQueue for SqliteBackend {
             Ok(())
         })
         .await?;
-        // The lane's next message (if any) is now its head: one receiver for it.
-        self.inner.wakeup.notify_one();
+        // No wake-up: an ack frees at most one delivery (the lane's next message, or the
+        // tenant's slot under its in-flight cap), and the lane worker that acked receives again
+        // right away; waking an idle one too only had two workers race a receive for it.
         Ok(())
     }
 

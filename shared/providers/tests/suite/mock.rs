@@ -1,6 +1,8 @@
 //! An in-process model server on loopback for the provider tests: it records every request
 //! (headers and JSON body) and answers each with a [`Reply`] whose body is streamed frame by
-//! frame over real HTTP, so the providers read true SSE.
+//! frame over real HTTP, so the providers read true SSE. A [`Protocol`] names one provider's
+//! frames, provider and request; its scripted exchanges (serve, stream, refuse, capture the
+//! request) are what every protocol's tests share.
 
 use agentlane_providers::{
     AssistantTurn, ModelProvider, ModelRequest, ProviderError, StreamAccumulator, StreamEvent,

@@ -7,12 +7,12 @@ mod wire;
 pub use wire::thinking_budget;
 
 use crate::config::{self, ConfigError};
-use crate::transport::{self, Opened};
+use crate::endpoint::{Endpoint, Settings};
+use crate::transport;
 use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{EventDecoder, Step};
-use futures::stream::{self, StreamExt};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderName, HeaderValue};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -87,8 +87,7 @@ impl std::fmt::Debug for AnthropicConfig {
 #[derive(Clone)]
 pub struct AnthropicProvider {
     config: AnthropicConfig,
-    client: reqwest::Client,
-    url: String,
+    endpoint: Endpoint,
 }
 
 impl AnthropicProvider {
@@ -101,23 +100,24 @@ impl AnthropicProvider {
             format!("{base}/v1/messages")
         };
 
-        let mut headers = HeaderMap::new();
-        config::insert_headers(&mut headers, &config.extra_headers)?;
         let version = HeaderValue::from_str(&config.anthropic_version)
             .map_err(|_| ConfigError::Header("anthropic-version".to_owned()))?;
-        headers.insert(HeaderName::from_static("anthropic-version"), version);
+        let mut headers = vec![(HeaderName::from_static("anthropic-version"), version)];
         if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-            headers.insert(
+            headers.push((
                 HeaderName::from_static("x-api-key"),
                 config::key_value(key)?,
-            );
+            ));
         }
-        let client = config::client(headers, config.connect_timeout)?;
-        Ok(Self {
-            config,
-            client,
+        let endpoint = Endpoint::new(Settings {
             url,
-        })
+            label: "messages request",
+            extra_headers: &config.extra_headers,
+            headers,
+            connect_timeout: config.connect_timeout,
+            request_timeout: config.request_timeout,
+        })?;
+        Ok(Self { config, endpoint })
     }
 
     /// The configuration it was built from.
@@ -128,10 +128,7 @@ impl AnthropicProvider {
 
 impl std::fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("config", &self.config)
-            .field("url", &self.url)
-            .finish_non_exhaustive()
+        self.endpoint.debug(f, "AnthropicProvider", &self.config)
     }
 }
 
@@ -153,28 +150,10 @@ impl ModelProvider for AnthropicProvider {
         cancel: CancellationToken,
     ) -> Result<ModelStream, ProviderError> {
         let body = wire::request_body(&request, self.config.max_tokens);
-        tracing::debug!(
-            provider = %self.config.name,
-            model = %request.model,
-            messages = request.messages.len(),
-            tools = request.tools.len(),
-            "messages request"
-        );
-        let builder = self.client.post(&self.url).json(&body);
-        match transport::open(builder, self.config.request_timeout, &cancel).await? {
-            Opened::Cancelled => Ok(stream::empty().boxed()),
-            Opened::Json(body) => {
-                let items: Vec<Result<StreamEvent, ProviderError>> =
-                    match EventDecoder::whole_message(&body) {
-                        Ok(events) => events.into_iter().map(Ok).collect(),
-                        Err(e) => vec![Err(e)],
-                    };
-                Ok(stream::iter(items).boxed())
-            }
-            Opened::Stream(response) => {
-                Ok(transport::sse_stream(response, EventDecoder::new(), cancel))
-            }
-        }
+        let decoder = EventDecoder::new();
+        self.endpoint
+            .stream(&self.config.name, &request, &body, cancel, decoder)
+            .await
     }
 }
 
@@ -190,6 +169,11 @@ impl transport::SseDecoder for EventDecoder {
 
     fn close(&mut self, _out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
         self.end()
+    }
+
+    fn whole(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
+        out.extend(EventDecoder::whole_message(body)?);
+        Ok(())
     }
 }
 
@@ -219,6 +203,7 @@ mod tests {
                 ..AnthropicConfig::default()
             })
             .unwrap()
+            .endpoint
             .url
         };
         assert_eq!(

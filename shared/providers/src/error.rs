@@ -89,6 +89,32 @@ impl ProviderError {
         }
     }
 
+    /// An error reported inside the stream of a `200` answer, which carries no HTTP status of
+    /// its own: a numeric `code` in 400–599 (as llama-server sends) is taken as the status, else
+    /// `stand_in` (the provider's pick from the error's type) classifies `body` without one. The
+    /// message reads `error in stream: …`.
+    pub(crate) fn in_stream(code: Option<&serde_json::Value>, stand_in: u16, body: &str) -> Self {
+        let numeric = code
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|c| u16::try_from(c).ok())
+            .filter(|c| (400..=599).contains(c));
+        let mut classified = Self::from_http(numeric.unwrap_or(stand_in), body, None);
+        classified.status = numeric;
+        classified.message = match classified.message.split_once(": ") {
+            Some((_, text)) => format!("error in stream: {text}"),
+            None => "error in stream".to_owned(),
+        };
+        classified
+    }
+
+    /// The connection closed before the answer was complete.
+    pub(crate) fn cut_off() -> Self {
+        Self::new(
+            FailoverReason::Network,
+            "stream ended before the response was complete",
+        )
+    }
+
     /// How long the rate limit behind this error is likely to last (OpenClaw §1.9), read from
     /// the status, the message wording and `Retry-After`. Always [`RateLimitWindow::Unknown`]
     /// for errors that are not [`FailoverReason::RateLimit`].

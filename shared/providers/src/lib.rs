@@ -10,6 +10,7 @@ pub mod accumulate;
 pub mod anthropic;
 pub mod config;
 pub mod demo;
+mod endpoint;
 pub mod error;
 pub mod openai;
 pub mod transport;

@@ -5,12 +5,12 @@ mod decode;
 mod wire;
 
 use crate::config;
-use crate::transport::{self, Opened};
+use crate::endpoint::{Endpoint, Settings};
+use crate::transport;
 use crate::{ModelProvider, ModelRequest, ModelStream, ProviderError, StreamEvent};
 use async_trait::async_trait;
 use decode::{ChunkDecoder, Step};
-use futures::stream::{self, StreamExt};
-use reqwest::header::{self, HeaderMap};
+use reqwest::header;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use wire::MaxTokensField;
@@ -74,8 +74,7 @@ impl std::fmt::Debug for OpenAiConfig {
 #[derive(Clone)]
 pub struct OpenAiProvider {
     config: OpenAiConfig,
-    client: reqwest::Client,
-    url: String,
+    endpoint: Endpoint,
     max_tokens: MaxTokensField,
 }
 
@@ -83,26 +82,30 @@ impl OpenAiProvider {
     /// Validates `config` and builds the HTTP client (once; reuse the provider).
     pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
         let (base, parsed) = config::base_url(&config.base_url)?;
-        let url = format!("{base}/chat/completions");
         let max_tokens = if parsed.host_str() == Some("api.openai.com") {
             MaxTokensField::MaxCompletionTokens
         } else {
             MaxTokensField::MaxTokens
         };
 
-        let mut headers = HeaderMap::new();
-        config::insert_headers(&mut headers, &config.extra_headers)?;
+        let mut headers = Vec::new();
         if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-            headers.insert(
+            headers.push((
                 header::AUTHORIZATION,
                 config::key_value(&format!("Bearer {key}"))?,
-            );
+            ));
         }
-        let client = config::client(headers, config.connect_timeout)?;
+        let endpoint = Endpoint::new(Settings {
+            url: format!("{base}/chat/completions"),
+            label: "chat completions request",
+            extra_headers: &config.extra_headers,
+            headers,
+            connect_timeout: config.connect_timeout,
+            request_timeout: config.request_timeout,
+        })?;
         Ok(Self {
             config,
-            client,
-            url,
+            endpoint,
             max_tokens,
         })
     }
@@ -115,10 +118,7 @@ impl OpenAiProvider {
 
 impl std::fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiProvider")
-            .field("config", &self.config)
-            .field("url", &self.url)
-            .finish_non_exhaustive()
+        self.endpoint.debug(f, "OpenAiProvider", &self.config)
     }
 }
 
@@ -140,34 +140,11 @@ impl ModelProvider for OpenAiProvider {
         cancel: CancellationToken,
     ) -> Result<ModelStream, ProviderError> {
         let body = wire::request_body(&request, self.max_tokens);
-        tracing::debug!(
-            provider = %self.config.name,
-            model = %request.model,
-            messages = request.messages.len(),
-            tools = request.tools.len(),
-            "chat completions request"
-        );
-        let builder = self.client.post(&self.url).json(&body);
-        match transport::open(builder, self.config.request_timeout, &cancel).await? {
-            Opened::Cancelled => Ok(stream::empty().boxed()),
-            Opened::Json(body) => Ok(whole_body_stream(&body)),
-            Opened::Stream(response) => {
-                Ok(transport::sse_stream(response, ChunkDecoder::new(), cancel))
-            }
-        }
+        let decoder = ChunkDecoder::new();
+        self.endpoint
+            .stream(&self.config.name, &request, &body, cancel, decoder)
+            .await
     }
-}
-
-/// Decodes a non-streamed answer into the same events a stream would have produced.
-fn whole_body_stream(body: &str) -> ModelStream {
-    let mut decoder = ChunkDecoder::new();
-    let mut events = Vec::new();
-    let result = decoder.data(body, &mut events).and_then(|_| decoder.end());
-    let items: Vec<Result<StreamEvent, ProviderError>> = match result {
-        Ok(finished) => events.into_iter().chain(finished).map(Ok).collect(),
-        Err(e) => vec![Err(e)],
-    };
-    stream::iter(items).boxed()
 }
 
 impl transport::SseDecoder for ChunkDecoder {
@@ -183,6 +160,12 @@ impl transport::SseDecoder for ChunkDecoder {
     fn close(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
         out.extend(self.end()?);
         Ok(())
+    }
+
+    /// A whole answer is one chunk whose choices carry `message` instead of `delta`.
+    fn whole(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
+        self.data(body, out)?;
+        self.close(out)
     }
 }
 

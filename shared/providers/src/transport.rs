@@ -1,5 +1,6 @@
-//! HTTP plumbing shared by the HTTP providers: error mapping, `Retry-After`, bounded error bodies.
-//! Knows nothing of any provider's wire format.
+//! HTTP plumbing shared by the HTTP providers: sending the streaming request, error mapping,
+//! `Retry-After`, bounded error bodies, and the event stream (SSE framing, cancellation, the end
+//! of the answer) around a provider's [`SseDecoder`]. Knows nothing of any provider's wire format.
 
 use crate::StreamEvent;
 use crate::{FailoverReason, ProviderError};
@@ -146,6 +147,30 @@ pub async fn open(
     Ok(Opened::Json(body))
 }
 
+/// Sends a streaming request and returns its events, decoded by `decoder`: as they arrive from an
+/// event stream, all at once from a whole JSON answer, none when `cancel` fired before the answer
+/// (an error status is refused here, classified).
+pub(crate) async fn stream<D: SseDecoder>(
+    builder: reqwest::RequestBuilder,
+    request_timeout: Option<Duration>,
+    cancel: CancellationToken,
+    mut decoder: D,
+) -> Result<crate::ModelStream, ProviderError> {
+    Ok(match open(builder, request_timeout, &cancel).await? {
+        Opened::Cancelled => futures::stream::empty().boxed(),
+        Opened::Json(body) => {
+            let mut events = Vec::new();
+            let items: Vec<Result<StreamEvent, ProviderError>> =
+                match decoder.whole(&body, &mut events) {
+                    Ok(()) => events.into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+            futures::stream::iter(items).boxed()
+        }
+        Opened::Stream(response) => sse_stream(response, decoder, cancel),
+    })
+}
+
 /// A provider's decoder of server-sent events into [`StreamEvent`]s.
 pub(crate) trait SseDecoder: Send + 'static {
     /// Decodes one event (`name` is the SSE `event:` field, empty when absent). `Ok(true)` when
@@ -158,6 +183,9 @@ pub(crate) trait SseDecoder: Send + 'static {
     ) -> Result<bool, ProviderError>;
     /// The connection closed: emit what is still owed, or fail for a cut answer.
     fn close(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError>;
+    /// Decodes a whole (non-streamed) JSON answer into the events its stream would have carried;
+    /// on an error, what `out` holds is dropped.
+    fn whole(&mut self, body: &str, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError>;
 }
 
 type SseItem =
@@ -173,13 +201,12 @@ struct SseState<D> {
 
 /// The stream of a `text/event-stream` answer decoded by `decoder`; it ends when the answer is
 /// complete, fails, or `cancel` fires (which drops the connection).
-pub(crate) fn sse_stream<D: SseDecoder>(
+fn sse_stream<D: SseDecoder>(
     response: reqwest::Response,
     decoder: D,
     cancel: CancellationToken,
 ) -> crate::ModelStream {
     use eventsource_stream::Eventsource;
-    use futures::StreamExt;
     let state = SseState {
         sse: Some(response.bytes_stream().eventsource().boxed()),
         decoder,

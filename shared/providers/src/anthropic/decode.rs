@@ -198,10 +198,7 @@ impl EventDecoder {
         if self.done {
             Ok(())
         } else {
-            Err(ProviderError::new(
-                FailoverReason::Network,
-                "stream ended before the response was complete",
-            ))
+            Err(ProviderError::cut_off())
         }
     }
 
@@ -424,11 +421,6 @@ fn finish_reason(reason: &str) -> FinishReason {
 /// The response was a 200, so the error's type picks a stand-in status for the classifier (a
 /// numeric `code`, as llama-server sends, is taken as the status); the error carries no status.
 fn stream_error(event: &Value) -> ProviderError {
-    let numeric = event
-        .pointer("/error/code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| (400..=599).contains(c));
     let kind = event
         .pointer("/error/type")
         .and_then(Value::as_str)
@@ -445,14 +437,7 @@ fn stream_error(event: &Value) -> ProviderError {
         "overloaded_error" => 529,
         _ => 500,
     };
-    let mut classified =
-        ProviderError::from_http(numeric.unwrap_or(stand_in), &event.to_string(), None);
-    classified.status = numeric;
-    classified.message = match classified.message.split_once(": ") {
-        Some((_, text)) => format!("error in stream: {text}"),
-        None => "error in stream".to_owned(),
-    };
-    classified
+    ProviderError::in_stream(event.pointer("/error/code"), stand_in, &event.to_string())
 }
 
 #[cfg(test)]

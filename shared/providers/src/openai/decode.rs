@@ -155,10 +155,7 @@ impl ChunkDecoder {
         if self.finish.is_some() {
             return Ok(Some(self.finished_event()));
         }
-        Err(ProviderError::new(
-            FailoverReason::Network,
-            "stream ended before the response was complete",
-        ))
+        Err(ProviderError::cut_off())
     }
 
     fn finished_event(&mut self) -> StreamEvent {
@@ -243,10 +240,6 @@ fn finish_reason(reason: &str) -> FinishReason {
 fn stream_error(error: &Value) -> ProviderError {
     let body = serde_json::json!({ "error": error }).to_string();
     let code = error.get("code");
-    let numeric = code
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| (400..=599).contains(c));
     let label = format!(
         "{} {}",
         error
@@ -269,13 +262,7 @@ fn stream_error(error: &Value) -> ProviderError {
     } else {
         500
     };
-    let mut classified = ProviderError::from_http(numeric.unwrap_or(stand_in), &body, None);
-    classified.status = numeric;
-    classified.message = match classified.message.split_once(": ") {
-        Some((_, text)) => format!("error in stream: {text}"),
-        None => "error in stream".to_owned(),
-    };
-    classified
+    ProviderError::in_stream(code, stand_in, &body)
 }
 
 #[cfg(test)]

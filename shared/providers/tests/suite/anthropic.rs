@@ -3,7 +3,6 @@
 //! trip against the real aimock.
 
 use crate::mock::*;
-use crate::transport::Protocol;
 use agentlane_core::{Message, ThinkingLevel, ToolCall, Usage};
 use agentlane_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use agentlane_providers::{
@@ -11,7 +10,6 @@ use agentlane_providers::{
     RateLimitWindow, StreamEvent, ToolSpec,
 };
 use axum::http::header;
-use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -21,10 +19,13 @@ fn ev(data: Value) -> String {
     format!("event: {kind}\ndata: {data}\n\n")
 }
 
-fn frames(events: Vec<Value>) -> Frames {
-    let frames: Vec<Result<String, std::io::Error>> =
-        events.into_iter().map(|e| Ok(ev(e))).collect();
-    stream::iter(frames).boxed()
+/// Each event as one SSE frame.
+fn events(events: Vec<Value>) -> Vec<String> {
+    events.into_iter().map(ev).collect()
+}
+
+fn frames(events_: Vec<Value>) -> Frames {
+    frames_of(events(events_))
 }
 
 fn sse(body: Frames) -> Reply {
@@ -166,8 +167,8 @@ fn args(turn: &AssistantTurn) -> Vec<(String, String, Value)> {
 
 #[tokio::test]
 async fn text_streams_with_usage_then_finished() {
-    let server = serve(ANTHROPIC, || {
-        sse(frames(vec![
+    let (events, error) = protocol()
+        .stream(events(vec![
             message_start(25),
             text_start(0),
             ping(),
@@ -177,9 +178,7 @@ async fn text_streams_with_usage_then_finished() {
             message_delta("end_turn", 6),
             message_stop(),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(error, None);
     assert_eq!(
         events,
@@ -197,8 +196,8 @@ async fn text_streams_with_usage_then_finished() {
 
 #[tokio::test]
 async fn two_parallel_tool_use_blocks_with_arguments_split_mid_token() {
-    let server = serve(ANTHROPIC, || {
-        sse(frames(vec![
+    let (events, error) = protocol()
+        .stream(events(vec![
             message_start(40),
             text_start(0),
             text_delta(0, "Let me check."),
@@ -215,9 +214,7 @@ async fn two_parallel_tool_use_blocks_with_arguments_split_mid_token() {
             message_delta("tool_use", 55),
             message_stop(),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(error, None);
     assert_eq!(
         events,
@@ -278,8 +275,8 @@ async fn two_parallel_tool_use_blocks_with_arguments_split_mid_token() {
 
 #[tokio::test]
 async fn thinking_then_text() {
-    let server = serve(ANTHROPIC, || {
-        sse(frames(vec![
+    let (events, error) = protocol()
+        .stream(events(vec![
             message_start(12),
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
             delta(
@@ -301,9 +298,7 @@ async fn thinking_then_text() {
             message_delta("end_turn", 30),
             message_stop(),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(error, None);
     assert_eq!(
         events[..3],
@@ -330,16 +325,14 @@ async fn thinking_then_text() {
 
 #[tokio::test]
 async fn overloaded_error_inside_the_stream_is_classified() {
-    let server = serve(ANTHROPIC, || {
-        sse(frames(vec![
+    let (events, error) = protocol()
+        .stream(events(vec![
             message_start(10),
             text_start(0),
             text_delta(0, "partial"),
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(events, vec![StreamEvent::TextDelta("partial".into())]);
     let error = error.unwrap();
     assert_eq!(
@@ -356,11 +349,9 @@ async fn overloaded_error_inside_the_stream_is_classified() {
 /// the end) and sends no `input` in content_block_start.
 #[tokio::test]
 async fn llama_server_block_order_and_missing_input_decode_the_same() {
-    let server = serve(ANTHROPIC, || {
-        let tool = |index: u64, id: &str| {
-            json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": "get_weather"}})
-        };
-        sse(frames(vec![
+    let tool = |index: u64, id: &str| json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": "get_weather"}});
+    let (events, error) = protocol()
+        .stream(events(vec![
             message_start(80),
             tool(0, "call_a"),
             json_delta(0, "{\"city\": "),
@@ -372,9 +363,7 @@ async fn llama_server_block_order_and_missing_input_decode_the_same() {
             message_delta("tool_use", 20),
             message_stop(),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(error, None);
     let turn = accumulate(&events);
     assert_eq!(
@@ -397,15 +386,15 @@ async fn llama_server_block_order_and_missing_input_decode_the_same() {
 
 #[tokio::test]
 async fn rate_limit_429_carries_retry_after_and_a_short_window() {
-    let server = serve(ANTHROPIC, || {
+    let err = protocol()
+        .refused(|| {
         Reply::json(
             429,
             vec![("retry-after", "7"), ("anthropic-ratelimit-input-tokens-remaining", "0")],
             json!({"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed the rate limit for your organization of 50,000 input tokens per minute."}}),
         )
-    })
-    .await;
-    let err = refused(&provider(&server), weather_request()).await;
+        })
+        .await;
     assert_eq!(
         err,
         ProviderError {
@@ -420,15 +409,15 @@ async fn rate_limit_429_carries_retry_after_and_a_short_window() {
 
 #[tokio::test]
 async fn overloaded_529_is_classified() {
-    let server = serve(ANTHROPIC, || {
+    let err = protocol()
+        .refused(|| {
         Reply::json(
             529,
             vec![],
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
         )
-    })
-    .await;
-    let err = refused(&provider(&server), weather_request()).await;
+        })
+        .await;
     assert_eq!(
         (err.reason, err.status, err.retry_after),
         (FailoverReason::Overloaded, Some(529), None)
@@ -437,32 +426,30 @@ async fn overloaded_529_is_classified() {
 
 #[tokio::test]
 async fn authentication_error_is_auth_and_never_shows_the_key() {
-    let server = serve(ANTHROPIC, || {
+    let err = protocol()
+        .refused(|| {
         Reply::json(
             401,
             vec![],
             json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
         )
-    })
-    .await;
-    let err = refused(&provider(&server), weather_request()).await;
+        })
+        .await;
     assert_eq!(err.reason, FailoverReason::Auth);
     assert!(!err.to_string().contains("sk-ant-test-key"), "{err}");
 }
 
 #[tokio::test]
 async fn stream_closed_before_message_stop_is_a_network_error() {
-    let server = serve(ANTHROPIC, || {
-        sse(frames(vec![
+    let (events, error) = protocol()
+        .stream(events(vec![
             message_start(10),
             text_start(0),
             text_delta(0, "This response will"),
             block_stop(0),
             message_delta("end_turn", 4),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(
         events,
         vec![StreamEvent::TextDelta("This response will".into())]
@@ -485,13 +472,10 @@ fn done_reply() -> Reply {
 
 #[tokio::test]
 async fn request_maps_system_messages_tool_results_tools_and_headers() {
-    let server = serve(ANTHROPIC, done_reply).await;
-    let (_, error) = collect(&provider(&server), weather_request()).await;
+    let (server, _, error) = protocol().exchange(done_reply).await;
     assert_eq!(error, None);
 
-    let requests = server.requests.lock().unwrap();
-    assert_eq!(requests.len(), 1);
-    let (headers, body) = &requests[0];
+    let (headers, body) = server.only_request();
     assert_eq!(headers.get("x-api-key").unwrap(), "sk-ant-test-key");
     assert_eq!(headers.get("anthropic-version").unwrap(), "2023-06-01");
     assert_eq!(headers.get("anthropic-beta").unwrap(), "tools-2024-04-04");
@@ -502,7 +486,7 @@ async fn request_maps_system_messages_tool_results_tools_and_headers() {
         "application/json"
     );
     assert_eq!(
-        *body,
+        body,
         json!({
             "model": "claude-sonnet-4-5",
             "max_tokens": 256,
@@ -559,12 +543,11 @@ async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() 
         events.last(),
         Some(&StreamEvent::Finished(FinishReason::Stop))
     );
-    let requests = server.requests.lock().unwrap();
-    let (headers, body) = &requests[0];
+    let (headers, body) = server.only_request();
     assert!(headers.get("x-api-key").is_none());
     assert_eq!(headers.get("anthropic-version").unwrap(), "2025-01-01");
     assert_eq!(
-        *body,
+        body,
         json!({"model": "m", "max_tokens": 4096, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
     );
 }
@@ -710,40 +693,39 @@ mod aimock {
 
 #[tokio::test]
 async fn a_thinking_level_enables_extended_thinking_with_its_budget_above_the_answer_cap() {
-    let server = serve(ANTHROPIC, || {
-        sse(frames(vec![
-            message_start(12),
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-            delta(0, json!({"type": "thinking_delta", "thinking": "Let me think."})),
-            block_stop(0),
-            text_start(1),
-            text_delta(1, "42"),
-            block_stop(1),
-            message_delta("end_turn", 30),
-            message_stop(),
-        ]))
-    })
-    .await;
+    let frames = events(vec![
+        message_start(12),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        delta(
+            0,
+            json!({"type": "thinking_delta", "thinking": "Let me think."}),
+        ),
+        block_stop(0),
+        text_start(1),
+        text_delta(1, "42"),
+        block_stop(1),
+        message_delta("end_turn", 30),
+        message_stop(),
+    ]);
     let levels = [
         (ThinkingLevel::Minimal, Some(1024)),
         (ThinkingLevel::High, Some(32_000)),
         (ThinkingLevel::Off, None),
     ];
-    for (level, _) in levels {
+    let requests = levels.iter().map(|(level, _)| {
         let mut request = weather_request();
-        request.thinking = Some(level);
-        let (events, error) = collect(&provider(&server), request).await;
+        request.thinking = Some(*level);
+        request
+    });
+    let answers = protocol().each(frames, requests.collect()).await;
+    // weather_request caps the answer at 256 tokens.
+    for ((level, budget), (events, error, body)) in levels.iter().zip(answers) {
         assert_eq!(error, None);
         assert_eq!(
             accumulate(&events).reasoning,
             "Let me think.",
             "the thinking block streams back as reasoning"
         );
-    }
-    let requests = server.requests.lock().unwrap();
-    assert_eq!(requests.len(), levels.len());
-    // weather_request caps the answer at 256 tokens.
-    for ((level, budget), (_, body)) in levels.iter().zip(requests.iter()) {
         match budget {
             Some(budget) => {
                 assert_eq!(

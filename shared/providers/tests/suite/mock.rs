@@ -1,6 +1,8 @@
 //! An in-process model server on loopback for the provider tests: it records every request
 //! (headers and JSON body) and answers each with a [`Reply`] whose body is streamed frame by
-//! frame over real HTTP, so the providers read true SSE.
+//! frame over real HTTP, so the providers read true SSE. A [`Protocol`] names one provider's
+//! frames, provider and request; its scripted exchanges (serve, stream, refuse, capture the
+//! request) are what every protocol's tests share.
 
 use agentlane_providers::{
     AssistantTurn, ModelProvider, ModelRequest, ProviderError, StreamAccumulator, StreamEvent,
@@ -96,6 +98,98 @@ pub struct Server {
     /// The base URL to configure the provider with.
     pub base_url: String,
     pub requests: Requests,
+}
+
+impl Server {
+    /// The requests received so far (headers and JSON body), in order.
+    pub fn received(&self) -> Vec<(HeaderMap, Value)> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// The one request received: there must have been exactly one.
+    pub fn only_request(&self) -> (HeaderMap, Value) {
+        let mut requests = self.received();
+        assert_eq!(requests.len(), 1);
+        requests.remove(0)
+    }
+}
+
+/// A body of `frames`, each sent as it is.
+pub fn frames_of(frames: Vec<String>) -> Frames {
+    stream::iter(frames.into_iter().map(Ok)).boxed()
+}
+
+/// How one protocol frames what the tests need, and its provider and request under test: the
+/// scripted exchanges below serve a fresh mock for the protocol, build the provider for it and
+/// stream the request.
+pub struct Protocol<P> {
+    pub api: Api,
+    /// A `200` streaming these frames with the protocol's content type.
+    pub sse: fn(Frames) -> Reply,
+    /// The start of an answer whose only event so far is a text delta `text`.
+    pub text: fn(&str) -> Frames,
+    /// A frame that carries nothing (keep-alive comment, ping).
+    pub idle: fn() -> String,
+    /// A complete answer.
+    pub done: fn() -> Reply,
+    /// The provider under test, configured for `server`.
+    pub provider: fn(&Server) -> P,
+    pub request: fn() -> ModelRequest,
+}
+
+/// What one request streamed: its events, the error that ended them if any, and the JSON body
+/// the server received.
+pub type Answer = (Vec<StreamEvent>, Option<ProviderError>, Value);
+
+impl<P: ModelProvider> Protocol<P> {
+    /// A reply streaming `frames` (the same to every request) as the protocol's event stream.
+    pub fn reply(&self, frames: Vec<String>) -> impl Fn() -> Reply + Send + Sync + 'static {
+        let sse = self.sse;
+        move || sse(frames_of(frames.clone()))
+    }
+
+    /// Serves `reply` and streams the protocol's request to the end: the server (with the
+    /// request it received), then what [`collect`] returned.
+    pub async fn exchange(
+        &self,
+        reply: impl Fn() -> Reply + Send + Sync + 'static,
+    ) -> (Server, Vec<StreamEvent>, Option<ProviderError>) {
+        let server = serve(self.api, reply).await;
+        let (events, error) = collect(&(self.provider)(&server), (self.request)()).await;
+        (server, events, error)
+    }
+
+    /// What the protocol's request streams from a server answering with `frames`.
+    pub async fn stream(&self, frames: Vec<String>) -> (Vec<StreamEvent>, Option<ProviderError>) {
+        let (_, events, error) = self.exchange(self.reply(frames)).await;
+        (events, error)
+    }
+
+    /// The error the protocol's request is refused with by a server answering with `reply`.
+    pub async fn refused(
+        &self,
+        reply: impl Fn() -> Reply + Send + Sync + 'static,
+    ) -> ProviderError {
+        let server = serve(self.api, reply).await;
+        refused(&(self.provider)(&server), (self.request)()).await
+    }
+
+    /// Streams each of `requests` in turn from one server answering with `frames`, which must
+    /// receive exactly those requests: each one's [`Answer`].
+    pub async fn each(&self, frames: Vec<String>, requests: Vec<ModelRequest>) -> Vec<Answer> {
+        let server = serve(self.api, self.reply(frames)).await;
+        let mut answers = Vec::new();
+        for request in requests {
+            answers.push(collect(&(self.provider)(&server), request).await);
+        }
+        let received = server.received();
+        assert_eq!(received.len(), answers.len());
+        answers
+            .into_iter()
+            .zip(received)
+            .map(|((events, error), (_, body))| (events, error, body))
+            .collect()
+    }
 }
 
 /// Serves `api` on a free loopback port, answering every request with `reply()`.

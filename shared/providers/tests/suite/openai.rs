@@ -2,7 +2,6 @@
 //! chunks shaped like OpenAI's (and aimock's).
 
 use crate::mock::*;
-use crate::transport::Protocol;
 use agentlane_core::{Message, ThinkingLevel, ToolCall, Usage};
 use agentlane_providers::openai::{OpenAiConfig, OpenAiProvider};
 use agentlane_providers::{
@@ -15,12 +14,13 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// Each payload as one SSE `data:` frame.
+fn data(payloads: &[String]) -> Vec<String> {
+    payloads.iter().map(|p| format!("data: {p}\n\n")).collect()
+}
+
 fn sse_frames(payloads: &[String]) -> Frames {
-    let frames: Vec<Result<String, std::io::Error>> = payloads
-        .iter()
-        .map(|p| Ok(format!("data: {p}\n\n")))
-        .collect();
-    stream::iter(frames).boxed()
+    frames_of(data(payloads))
 }
 
 fn sse(body: Frames) -> Reply {
@@ -96,8 +96,8 @@ fn weather_request() -> ModelRequest {
 
 #[tokio::test]
 async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
-    let server = serve(OPENAI, || {
-        sse(sse_frames(&[
+    let (events, error) = protocol()
+        .stream(data(&[
             chunk(json!({"role": "assistant", "content": ""}), None),
             chunk(json!({"content": "Let me "}), None),
             chunk(json!({"content": "check."}), None),
@@ -110,10 +110,7 @@ async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
             usage_chunk(42, 17),
             "[DONE]".into(),
         ]))
-    })
-    .await;
-
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(error, None);
     assert_eq!(
         events,
@@ -177,18 +174,15 @@ async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
 
 #[tokio::test]
 async fn request_maps_messages_tools_stream_flags_and_headers() {
-    let server = serve(OPENAI, || {
-        sse(sse_frames(&[
+    let p = protocol();
+    let (server, _, _) = p
+        .exchange(p.reply(data(&[
             chunk(json!({"content": "ok"}), Some("stop")),
             "[DONE]".into(),
-        ]))
-    })
-    .await;
-    collect(&provider(&server), weather_request()).await;
+        ])))
+        .await;
 
-    let requests = server.requests.lock().unwrap();
-    assert_eq!(requests.len(), 1);
-    let (headers, body) = &requests[0];
+    let (headers, body) = server.only_request();
     assert_eq!(
         headers.get(header::AUTHORIZATION).unwrap(),
         "Bearer sk-test-key"
@@ -200,7 +194,7 @@ async fn request_maps_messages_tools_stream_flags_and_headers() {
         "application/json"
     );
     assert_eq!(
-        *body,
+        body,
         json!({
             "model": "gpt-4o-mini",
             "stream": true,
@@ -243,16 +237,15 @@ async fn no_key_no_authorization_header_and_no_tools_field() {
         (events, error),
         (vec![StreamEvent::Finished(FinishReason::Stop)], None)
     );
-    let requests = server.requests.lock().unwrap();
-    let (headers, body) = &requests[0];
+    let (headers, body) = server.only_request();
     assert!(headers.get(header::AUTHORIZATION).is_none());
     assert!(body.get("tools").is_none(), "{body}");
 }
 
 #[tokio::test]
 async fn reasoning_content_and_text_then_usage_after_finish() {
-    let server = serve(OPENAI, || {
-        sse(sse_frames(&[
+    let (events, error) = protocol()
+        .stream(data(&[
             chunk(json!({"role": "assistant", "content": null}), None),
             chunk(json!({"reasoning_content": "The user "}), None),
             chunk(json!({"reasoning_content": "greets."}), None),
@@ -261,9 +254,7 @@ async fn reasoning_content_and_text_then_usage_after_finish() {
             usage_chunk(9, 5),
             "[DONE]".into(),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(error, None);
     let turn = accumulate(&events);
     assert_eq!(
@@ -298,15 +289,15 @@ async fn reasoning_content_and_text_then_usage_after_finish() {
 
 #[tokio::test]
 async fn rate_limit_429_carries_retry_after() {
-    let server = serve(OPENAI, || {
+    let err = protocol()
+        .refused(|| {
         Reply::json(
             429,
             vec![("retry-after", "1")],
             json!({"error": {"message": "Rate limit exceeded", "type": "rate_limit_error", "param": null, "code": "rate_limit_exceeded"}}),
         )
-    })
-    .await;
-    let err = refused(&provider(&server), weather_request()).await;
+        })
+        .await;
     assert_eq!(
         err,
         ProviderError {
@@ -320,15 +311,15 @@ async fn rate_limit_429_carries_retry_after() {
 
 #[tokio::test]
 async fn overloaded_529_is_classified() {
-    let server = serve(OPENAI, || {
-        Reply::json(
-            529,
-            vec![],
-            json!({"error": {"message": "Overloaded", "type": "overloaded_error"}}),
-        )
-    })
-    .await;
-    let err = refused(&provider(&server), weather_request()).await;
+    let err = protocol()
+        .refused(|| {
+            Reply::json(
+                529,
+                vec![],
+                json!({"error": {"message": "Overloaded", "type": "overloaded_error"}}),
+            )
+        })
+        .await;
     assert_eq!(
         (err.reason, err.status, err.retry_after),
         (FailoverReason::Overloaded, Some(529), None)
@@ -337,14 +328,12 @@ async fn overloaded_529_is_classified() {
 
 #[tokio::test]
 async fn stream_closed_before_done_is_a_network_error() {
-    let server = serve(OPENAI, || {
-        sse(sse_frames(&[
+    let (events, error) = protocol()
+        .stream(data(&[
             chunk(json!({"role": "assistant", "content": ""}), None),
             chunk(json!({"content": "This response will"}), None),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(
         events,
         vec![StreamEvent::TextDelta("This response will".into())]
@@ -359,14 +348,12 @@ async fn stream_closed_before_done_is_a_network_error() {
 
 #[tokio::test]
 async fn error_inside_the_stream_is_classified() {
-    let server = serve(OPENAI, || {
-        sse(sse_frames(&[
+    let (events, error) = protocol()
+        .stream(data(&[
             chunk(json!({"content": "partial"}), None),
             r#"{"error":{"code":500,"message":"The model produced output that does not match the expected format"}}"#.into(),
         ]))
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        .await;
     assert_eq!(events, vec![StreamEvent::TextDelta("partial".into())]);
     let error = error.unwrap();
     assert_eq!(
@@ -382,7 +369,8 @@ async fn error_inside_the_stream_is_classified() {
 
 #[tokio::test]
 async fn non_streamed_json_answer_is_decoded() {
-    let server = serve(OPENAI, || {
+    let (_, events, error) = protocol()
+        .exchange(|| {
         Reply::json(
             200,
             vec![],
@@ -392,9 +380,8 @@ async fn non_streamed_json_answer_is_decoded() {
                 "usage": {"prompt_tokens": 3, "completion_tokens": 2},
             }),
         )
-    })
-    .await;
-    let (events, error) = collect(&provider(&server), weather_request()).await;
+        })
+        .await;
     assert_eq!(error, None);
     assert_eq!(
         events,
@@ -464,14 +451,11 @@ crate::transport_checks!(protocol());
 
 #[tokio::test]
 async fn a_thinking_level_is_sent_as_reasoning_effort() {
-    let server = serve(OPENAI, || {
-        sse(sse_frames(&[
-            chunk(json!({"reasoning_content": "Thinking it over."}), None),
-            chunk(json!({"content": "42"}), Some("stop")),
-            "[DONE]".into(),
-        ]))
-    })
-    .await;
+    let frames = data(&[
+        chunk(json!({"reasoning_content": "Thinking it over."}), None),
+        chunk(json!({"content": "42"}), Some("stop")),
+        "[DONE]".into(),
+    ]);
     let levels = [
         (Some(ThinkingLevel::Minimal), Some("minimal")),
         (Some(ThinkingLevel::Low), Some("low")),
@@ -480,17 +464,16 @@ async fn a_thinking_level_is_sent_as_reasoning_effort() {
         (Some(ThinkingLevel::Off), None),
         (None, None),
     ];
-    for (level, _) in levels {
+    let requests = levels.iter().map(|(level, _)| {
         let mut request = weather_request();
         request.model = "o3-mini".into();
-        request.thinking = level;
-        let (events, error) = collect(&provider(&server), request).await;
+        request.thinking = *level;
+        request
+    });
+    let answers = protocol().each(frames, requests.collect()).await;
+    for ((level, effort), (events, error, body)) in levels.iter().zip(answers) {
         assert_eq!(error, None);
         assert_eq!(accumulate(&events).text, "42");
-    }
-    let requests = server.requests.lock().unwrap();
-    assert_eq!(requests.len(), levels.len());
-    for ((level, effort), (_, body)) in levels.iter().zip(requests.iter()) {
         assert_eq!(body["model"], "o3-mini");
         match effort {
             Some(effort) => assert_eq!(body["reasoning_effort"], *effort, "{level:?}"),

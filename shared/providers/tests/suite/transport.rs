@@ -2,8 +2,8 @@
 //! mid-stream, cancellation mid-stream and before the answer starts. Each protocol's module
 //! runs these checks with its own frames ([`Protocol`]).
 
-use crate::mock::{Api, DropSignal, Frames, Reply, Server, collect, serve, serve_with};
-use agentlane_providers::{FailoverReason, ModelProvider, ModelRequest, StreamEvent};
+use crate::mock::{DropSignal, Protocol, collect, serve, serve_with};
+use agentlane_providers::{FailoverReason, ModelProvider, StreamEvent};
 use futures::stream::{self, StreamExt};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,22 +30,6 @@ macro_rules! transport_checks {
                 .await;
         }
     };
-}
-
-/// How one protocol frames what the checks need.
-pub struct Protocol<P> {
-    pub api: Api,
-    /// A `200` streaming these frames with the protocol's content type.
-    pub sse: fn(Frames) -> Reply,
-    /// The start of an answer whose only event so far is a text delta `text`.
-    pub text: fn(&str) -> Frames,
-    /// A frame that carries nothing (keep-alive comment, ping).
-    pub idle: fn() -> String,
-    /// A complete answer.
-    pub done: fn() -> Reply,
-    /// The provider under test, configured for `server`.
-    pub provider: fn(&Server) -> P,
-    pub request: fn() -> ModelRequest,
 }
 
 /// A connection reset after the first event: that event, then a network error.

@@ -66,14 +66,10 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
         ),
         (1, 2, 1, 2)
     );
-    let ended = store.get_run(&tenant, &dead.run_id).await.unwrap().unwrap();
+    let ended = fixtures::stored_run(&store, &dead).await;
     assert_eq!(ended.status, RunStatus::Aborted);
     assert_eq!(ended.error.unwrap().code, "stuck");
-    let session = store
-        .get_session(&tenant, &dead.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&store, &tenant, &dead.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(session.lock_owner, None);
     // AND the JSON report names the counts
@@ -206,29 +202,14 @@ async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_i
     // THEN the run ended `error` (`dead_lettered`), abandoned, and its session is free for
     // the next turn (idle, lock released, one run finished)
     assert_eq!(report.sweep.dead_lettered, 1, "{report:?}");
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(ended.status, RunStatus::Error);
     assert_eq!(ended.error.as_ref().unwrap().code, "dead_lettered");
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(session.lock_owner, None);
     assert_eq!(session.runs_finished, 1, "the next turn may start");
-    let queued = w
-        .store
-        .get_run(&w.tenant, &next.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let queued = fixtures::stored_run(&w.store, &next).await;
     assert_eq!(
         queued.status,
         RunStatus::Queued,
@@ -246,12 +227,7 @@ async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_i
 
     // THEN nothing is ended twice, and the duplicate is deleted too
     assert_eq!(again.sweep.dead_lettered, 0, "{again:?}");
-    let same = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let same = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(same, ended);
     assert_eq!(w.dlq_depth().await, 0);
 }
@@ -287,12 +263,7 @@ async fn a_dead_letter_whose_session_is_locked_by_a_live_runner_is_kept_for_a_la
     // THEN the run is untouched and the dead letter is not deleted (it comes back once its
     // visibility runs out)
     assert_eq!(report.sweep.dead_lettered, 0, "{report:?}");
-    let same = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let same = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(same.status, RunStatus::Queued);
     let attributes = w
         .aws

@@ -34,6 +34,15 @@ fn stalling_scenario(
     })
 }
 
+/// A supervisor that warns after 300 ms without progress and acts after 1.5 s, sweeping every
+/// 100 ms.
+fn quick_supervisor(options: ServerOptions) -> ServerOptions {
+    options
+        .env("AGENTLANE_STUCK_WARN_MS", "300")
+        .env("AGENTLANE_STUCK_ABORT_MS", "1500")
+        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100")
+}
+
 /// Waits for `run_id` to end and checks that it answered [`ANSWER`].
 async fn assert_answers(a: &Client, run_id: &str) -> anyhow::Result<()> {
     let answered = a.wait_done(run_id, LONG).await?;
@@ -90,11 +99,7 @@ async fn supervisor_a_stalled_stream_is_diagnosed_then_aborted_and_the_next_turn
 -> anyhow::Result<()> {
     // GIVEN a model that stalls after its first chunk, an idle timeout of 60 s, and a supervisor
     // that warns after 300 ms without progress and aborts after 1.5 s, sweeping every 100 ms
-    let scn = stalling_scenario(|o| {
-        o.env("AGENTLANE_STUCK_WARN_MS", "300")
-            .env("AGENTLANE_STUCK_ABORT_MS", "1500")
-            .env("AGENTLANE_SWEEP_INTERVAL_MS", "100")
-    })?;
+    let scn = stalling_scenario(quick_supervisor)?;
     let a = scn.a();
 
     // WHEN a turn that stalls is followed by a second turn on the same session
@@ -288,11 +293,7 @@ async fn supervisor_a_queued_turn_whose_lane_message_was_lost_answers_after_a_fe
 -> anyhow::Result<()> {
     // GIVEN a supervisor that warns after 300 ms and acts after 1.5 s, sweeping every 100 ms,
     // and a session whose first turn stalls (holding the lane) with a second turn queued
-    let scn = stalling_scenario(|o| {
-        o.env("AGENTLANE_STUCK_WARN_MS", "300")
-            .env("AGENTLANE_STUCK_ABORT_MS", "1500")
-            .env("AGENTLANE_SWEEP_INTERVAL_MS", "100")
-    })?;
+    let scn = stalling_scenario(quick_supervisor)?;
     let a = scn.a();
     let stalled = a.agent("lost", STALL).await?;
     a.poll_run(&stalled.run_id, LONG, "running", |r| {

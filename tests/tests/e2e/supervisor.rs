@@ -3,12 +3,11 @@
 //! session shows `diagnostic: session.stalled`, the run is aborted (code `stuck`, abandoned)
 //! through the normal abort path, and the session's next queued turn answers.
 
-use crate::support::{LONG, SERVER_BIN};
+use crate::support::{LONG, SERVER_BIN, retry_loop_mock};
 use agentlane_core::{LivenessState, RunStatus};
-use agentlane_tests::{Aimock, Client, Fixtures, Scenario, Server, ServerOptions};
+use agentlane_tests::{Client, Scenario, Server, ServerOptions};
 use reqwest::Method;
 use serde_json::Value;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// A turn whose model call hangs after its first chunk (`fixtures/retry_loop.json`).
@@ -23,8 +22,7 @@ const ANSWER: &str = "The answer is 42.";
 fn stalling_scenario(
     configure: impl FnOnce(ServerOptions) -> ServerOptions,
 ) -> anyhow::Result<Scenario> {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
-    let mock = Aimock::start(Fixtures::File(fixtures))?;
+    let mock = retry_loop_mock()?;
     let options = ServerOptions::new(SERVER_BIN)
         .model_server(&mock)
         .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000");

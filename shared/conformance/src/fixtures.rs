@@ -43,6 +43,15 @@ pub async fn session(store: &Arc<dyn Store>, tenant: &TenantId, key: &SessionKey
         .expect("the session exists")
 }
 
+/// `run` as stored now (it must exist).
+pub async fn stored_run(store: &Arc<dyn Store>, run: &Run) -> Run {
+    store
+        .get_run(&run.tenant, &run.run_id)
+        .await
+        .expect("get_run")
+        .expect("run exists")
+}
+
 /// A fresh lane of a fresh tenant and session key.
 pub fn lane() -> Lane {
     Lane::for_session(&tenant(), &session_key())

@@ -5,10 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_conformance::fixtures;
 use agentlane_core::{
-    AbortReason, Clock, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt, Message, NewTurn,
-    Run, RunId, RunStatus, SessionId, SessionKey, SessionStatus, Store, SystemClock, TenantId,
-    ToolCall, TurnMessage, TurnRequest,
+    AbortReason, Clock, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt, Message, Run,
+    RunStatus, SessionKey, SessionStatus, Store, SystemClock, TenantId, ToolCall, TurnMessage,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use agentlane_supervisor::{DiagnosticClass, Supervisor, SweepReport, Thresholds};
@@ -42,31 +42,22 @@ fn world() -> World {
 
 impl World {
     async fn accept(&self, key: &str) -> Run {
-        self.store
-            .accept_turn(NewTurn {
-                tenant: self.tenant.clone(),
-                session_key: SessionKey::new(key),
-                run_id: RunId::generate(),
-                new_session_id: SessionId::generate(),
-                request: TurnRequest {
-                    message: "do it".into(),
-                    queue_mode: Default::default(),
-                    model: None,
-                    thinking: None,
-                    timeout_seconds: None,
-                    extra_system_prompt: None,
-                    deadline_at: None,
-                    model_idle_timeout_ms: None,
-                },
-                idempotency_key: None,
-                now: SystemClock.now_ms(),
-                idempotency_ttl_ms: 1000,
-                max_open_runs: 0,
-                default_mode: None,
-            })
-            .await
-            .unwrap()
-            .run
+        let turn = fixtures::turn(&self.tenant, &SessionKey::new(key), SystemClock.now_ms());
+        self.store.accept_turn(turn).await.unwrap().run
+    }
+
+    /// A supervisor with the world's thresholds that re-enqueues lost lane messages on the
+    /// embedded queue, and that queue.
+    fn redriving(&self) -> (Supervisor, Arc<dyn LaneQueue>) {
+        let queue: Arc<dyn LaneQueue> = Arc::new(self.backend.clone());
+        let supervisor = Supervisor::new(
+            self.store.clone(),
+            Arc::new(self.backend.clone()),
+            Arc::new(SystemClock),
+            *self.supervisor.thresholds(),
+        )
+        .with_queue(queue.clone());
+        (supervisor, queue)
     }
 
     /// A runner picks `run` up with a lease of `lease_ms`, writes its prompt and a tool call, and
@@ -127,12 +118,7 @@ async fn a_stuck_session_is_diagnosed_then_recovered_with_its_tool_call_paired()
     let report = w.supervisor.sweep().await.unwrap();
     // THEN it is diagnosed stuck and left alone
     assert_eq!((report.swept, report.stuck, report.recovered), (1, 1, 0));
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     let diagnostic = w.supervisor.diagnose(&session).await.unwrap().unwrap();
     assert_eq!(diagnostic.class, DiagnosticClass::Stuck);
 
@@ -142,12 +128,7 @@ async fn a_stuck_session_is_diagnosed_then_recovered_with_its_tool_call_paired()
 
     // THEN the session is recovered: run aborted with code stuck, abandoned
     assert_eq!((report.stuck, report.recovered), (1, 1));
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(ended.status, RunStatus::Aborted);
     assert_eq!(ended.liveness_state, LivenessState::Abandoned);
     assert_eq!(ended.error.as_ref().unwrap().code, "stuck");
@@ -167,12 +148,7 @@ async fn a_stuck_session_is_diagnosed_then_recovered_with_its_tool_call_paired()
         })
         .collect();
     assert_eq!(roles, ["user", "assistant", "tool call_1"]);
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(session.active_run_id, None);
     assert_eq!(session.lock_owner, None);
@@ -187,12 +163,7 @@ async fn a_stalled_run_with_a_live_owner_is_asked_to_abort_and_nothing_else_is_w
     let w = world();
     let run = w.accept("s2").await;
     w.start_and_go_silent(run.clone(), 60_000).await;
-    let before = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let before = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
 
     // WHEN sweeps run past the warn, then the abort threshold
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -206,12 +177,7 @@ async fn a_stalled_run_with_a_live_owner_is_asked_to_abort_and_nothing_else_is_w
         (second.stalled, second.aborted, second.recovered),
         (1, 1, 0)
     );
-    let after = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let after = fixtures::stored_run(&w.store, &run).await;
     assert!(after.abort_requested);
     assert_eq!(
         after.abort_reason,
@@ -219,12 +185,7 @@ async fn a_stalled_run_with_a_live_owner_is_asked_to_abort_and_nothing_else_is_w
         "its runner will end it `stuck`, not `aborted`"
     );
     assert_eq!(after.status, RunStatus::Running);
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(
         session, before,
         "a sweep racing a live runner writes nothing to its session"
@@ -243,20 +204,10 @@ async fn a_dead_lettered_turn_ends_dead_lettered_and_frees_its_session() {
             .await
             .unwrap()
     );
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(ended.status, RunStatus::Error);
     assert_eq!(ended.error.unwrap().code, "dead_lettered");
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     // twice is a no-op
     assert!(
@@ -316,22 +267,12 @@ async fn the_sweep_reconciles_the_embedded_dead_letters() {
 
     // THEN the run ended dead_lettered, the session is idle, the dead letter forgotten
     assert_eq!(report.dead_lettered, 1);
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(
         (ended.status, ended.error.unwrap().code.as_str()),
         (RunStatus::Error, "dead_lettered")
     );
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert!(w.backend.dead_letters(10).await.unwrap().is_empty());
 }
@@ -343,21 +284,9 @@ async fn the_sweep_reconciles_the_embedded_dead_letters() {
 #[tokio::test]
 async fn a_queued_run_whose_lane_message_was_lost_is_redriven_then_ended_lost_message() {
     let w = world();
-    let queue: Arc<dyn LaneQueue> = Arc::new(w.backend.clone());
-    let supervisor = Supervisor::new(
-        w.store.clone(),
-        Arc::new(w.backend.clone()),
-        Arc::new(SystemClock),
-        *w.supervisor.thresholds(),
-    )
-    .with_queue(queue.clone());
+    let (supervisor, queue) = w.redriving();
     let run = w.accept("lost").await;
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert!(
         session.pending_at.is_some(),
         "the accept marks pending work"
@@ -367,12 +296,7 @@ async fn a_queued_run_whose_lane_message_was_lost_is_redriven_then_ended_lost_me
     assert_eq!((report.pending, report.redriven), (0, 0), "not yet old");
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     let d = supervisor.diagnose(&session).await.unwrap().unwrap();
     assert_eq!(d.class, DiagnosticClass::Stuck);
     assert_eq!(d.reason, "queued work without an active run");
@@ -399,31 +323,16 @@ async fn a_queued_run_whose_lane_message_was_lost_is_redriven_then_ended_lost_me
     tokio::time::sleep(Duration::from_millis(300)).await;
     let report = supervisor.sweep().await.unwrap();
     assert_eq!((report.redriven, report.lost), (0, 1), "{report:?}");
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(ended.status, RunStatus::Error);
     assert_eq!(ended.error.unwrap().code, "lost_message");
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!((session.runs_accepted, session.runs_finished), (1, 1));
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(supervisor.diagnose(&session).await.unwrap(), None);
     let report = supervisor.sweep().await.unwrap();
     assert_eq!(report.pending, 1, "cleared by this sweep");
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(
         session.pending_at, None,
         "every run finished: out of the index"
@@ -436,14 +345,7 @@ async fn a_queued_run_whose_lane_message_was_lost_is_redriven_then_ended_lost_me
 #[tokio::test]
 async fn a_pending_session_with_a_live_lock_holder_is_not_redriven() {
     let w = world();
-    let queue: Arc<dyn LaneQueue> = Arc::new(w.backend.clone());
-    let supervisor = Supervisor::new(
-        w.store.clone(),
-        Arc::new(w.backend.clone()),
-        Arc::new(SystemClock),
-        *w.supervisor.thresholds(),
-    )
-    .with_queue(queue.clone());
+    let (supervisor, queue) = w.redriving();
     let run = w.accept("busy").await;
     w.store
         .acquire_lock(
@@ -458,12 +360,7 @@ async fn a_pending_session_with_a_live_lock_holder_is_not_redriven() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let report = supervisor.sweep().await.unwrap();
     assert_eq!((report.pending, report.redriven, report.lost), (1, 0, 0));
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(
         session.redrives, 0,
         "nothing written while the lock is live"
@@ -489,11 +386,6 @@ async fn without_a_queue_a_lost_run_still_ends_lost_message_after_the_redrives()
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(w.supervisor.sweep().await.unwrap().lost, 1);
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(ended.error.unwrap().code, "lost_message");
 }

@@ -8,14 +8,13 @@
 //! attempt ledger (`profile`), and errors are positional (`sequenceIndex`): "the first N requests
 //! fail", whatever key they carry.
 
-use crate::support::{LONG, SERVER_BIN, assert_run_frame, assistant_deltas};
+use crate::support::{LONG, SERVER_BIN, assert_run_frame, assistant_deltas, retry_loop_mock};
 use agentlane_core::{Event, EventStream, LivenessState, RunStatus};
 use agentlane_tests::{
-    Aimock, Client, Fixtures, JournalEntry, MODEL, ModelRequest, RunView, Scenario, Server,
-    ServerOptions, message_text, phase,
+    Aimock, Client, JournalEntry, MODEL, ModelRequest, RunView, Scenario, Server, ServerOptions,
+    message_text, phase,
 };
 use serde_json::Value;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The fallback model of the scenarios that configure one.
@@ -34,8 +33,7 @@ const REASONING_ONLY_INSTRUCTION: &str = "Your previous turn recorded reasoning 
 fn retry_scenario(
     configure: impl FnOnce(ServerOptions, &Aimock) -> ServerOptions,
 ) -> anyhow::Result<Scenario> {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
-    let mock = Aimock::start(Fixtures::File(fixtures))?;
+    let mock = retry_loop_mock()?;
     let options = ServerOptions::new(SERVER_BIN)
         .model_server(&mock)
         .env("AGENTLANE_RETRY_DELAY_SCALE", "0.01");

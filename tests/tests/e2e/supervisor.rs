@@ -3,52 +3,110 @@
 //! session shows `diagnostic: session.stalled`, the run is aborted (code `stuck`, abandoned)
 //! through the normal abort path, and the session's next queued turn answers.
 
-use crate::support::{LONG, SERVER_BIN};
+use crate::support::{LONG, SERVER_BIN, retry_loop_mock};
 use agentlane_core::{LivenessState, RunStatus};
-use agentlane_tests::{Aimock, Fixtures, Scenario, Server, ServerOptions};
+use agentlane_tests::{Client, Scenario, Server, ServerOptions};
 use reqwest::Method;
-use std::path::Path;
+use serde_json::Value;
 use std::time::{Duration, Instant};
+
+/// A turn whose model call hangs after its first chunk (`fixtures/retry_loop.json`).
+const STALL: &str = "stall-forever: hi";
+/// A turn the model answers [`ANSWER`].
+const ANSWERED: &str = "recorded reasoning but no visible answer? answer now";
+/// The model's answer to [`ANSWERED`].
+const ANSWER: &str = "The answer is 42.";
+
+/// aimock with the retry-loop fixtures and a server pointed at it whose model idle timeout (60 s)
+/// outlasts every scenario, with the options `configure` adds.
+fn stalling_scenario(
+    configure: impl FnOnce(ServerOptions) -> ServerOptions,
+) -> anyhow::Result<Scenario> {
+    let mock = retry_loop_mock()?;
+    let options = ServerOptions::new(SERVER_BIN)
+        .model_server(&mock)
+        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000");
+    Ok(Scenario {
+        server: Server::start(configure(options))?,
+        mock,
+    })
+}
+
+/// A supervisor that warns after 300 ms without progress and acts after 1.5 s, sweeping every
+/// 100 ms.
+fn quick_supervisor(options: ServerOptions) -> ServerOptions {
+    options
+        .env("AGENTLANE_STUCK_WARN_MS", "300")
+        .env("AGENTLANE_STUCK_ABORT_MS", "1500")
+        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100")
+}
+
+/// Waits for `run_id` to end and checks that it answered [`ANSWER`].
+async fn assert_answers(a: &Client, run_id: &str) -> anyhow::Result<()> {
+    let answered = a.wait_done(run_id, LONG).await?;
+    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
+    assert_eq!(answered.reply_text(), ANSWER);
+    Ok(())
+}
+
+/// Polls session `key` for up to 20 s until its diagnostic is of `class`, and returns the
+/// session then; `None` if it never is, or once `until_ended` (a run id) has ended.
+async fn wait_diagnosed(
+    a: &Client,
+    key: &str,
+    class: &str,
+    until_ended: Option<&str>,
+) -> anyhow::Result<Option<Value>> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        let (_, session) = a
+            .json(Method::GET, &format!("/v1/sessions/{key}"), None)
+            .await?;
+        if session["diagnostic"]["class"] == class {
+            return Ok(Some(session));
+        }
+        if let Some(run_id) = until_ended
+            && a.run(run_id).await?.status.is_terminal()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(None)
+}
+
+/// Checks that session `key` is idle with no diagnostic.
+async fn assert_healthy(a: &Client, key: &str) -> anyhow::Result<()> {
+    let (_, session) = a
+        .json(Method::GET, &format!("/v1/sessions/{key}"), None)
+        .await?;
+    assert_eq!(session["status"], "idle");
+    assert!(session.get("diagnostic").is_none(), "{session}");
+    Ok(())
+}
+
+/// Kills the server (`kill -9`) and starts it again on the same data.
+fn crash(scn: &mut Scenario) -> anyhow::Result<()> {
+    scn.server.kill_hard();
+    scn.server.restart()?;
+    Ok(())
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn supervisor_a_stalled_stream_is_diagnosed_then_aborted_and_the_next_turn_answers()
 -> anyhow::Result<()> {
     // GIVEN a model that stalls after its first chunk, an idle timeout of 60 s, and a supervisor
     // that warns after 300 ms without progress and aborts after 1.5 s, sweeping every 100 ms
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
-    let mock = Aimock::start(Fixtures::File(fixtures))?;
-    let options = ServerOptions::new(SERVER_BIN)
-        .model_server(&mock)
-        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
-        .env("AGENTLANE_STUCK_WARN_MS", "300")
-        .env("AGENTLANE_STUCK_ABORT_MS", "1500")
-        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100");
-    let scn = Scenario {
-        server: Server::start(options)?,
-        mock,
-    };
+    let scn = stalling_scenario(quick_supervisor)?;
     let a = scn.a();
 
     // WHEN a turn that stalls is followed by a second turn on the same session
     let started = Instant::now();
-    let stalled = a.agent("watched", "stall-forever: hi").await?;
-    let next = a
-        .agent(
-            "watched",
-            "recorded reasoning but no visible answer? answer now",
-        )
-        .await?;
+    let stalled = a.agent("watched", STALL).await?;
+    let next = a.agent("watched", ANSWERED).await?;
 
     // THEN the session is diagnosed stalled while the stream hangs
-    let mut seen = None;
-    while started.elapsed() < Duration::from_secs(20) {
-        let (_, session) = a.json(Method::GET, "/v1/sessions/watched", None).await?;
-        if session["diagnostic"]["class"] == "session.stalled" {
-            seen = Some(session);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let seen = wait_diagnosed(&a, "watched", "session.stalled", None).await?;
     let seen = seen.expect("the session was diagnosed session.stalled");
     assert_eq!(seen["status"], "processing");
     assert!(
@@ -72,12 +130,8 @@ async fn supervisor_a_stalled_stream_is_diagnosed_then_aborted_and_the_next_turn
     );
 
     // AND the next queued turn of the session answers
-    let answered = a.wait_done(&next.run_id, LONG).await?;
-    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
-    assert_eq!(answered.reply_text(), "The answer is 42.");
-    let (_, session) = a.json(Method::GET, "/v1/sessions/watched", None).await?;
-    assert_eq!(session["status"], "idle");
-    assert!(session.get("diagnostic").is_none(), "{session}");
+    assert_answers(&a, &next.run_id).await?;
+    assert_healthy(&a, "watched").await?;
     Ok(())
 }
 
@@ -86,26 +140,14 @@ async fn supervisor_a_turn_failing_every_delivery_ends_poisoned_after_the_cap_an
 -> anyhow::Result<()> {
     // GIVEN a cap of 2 failed deliveries, short leases and visibility, and a turn whose model
     // call hangs, so that every delivery of it dies with the server (kill -9)
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
-    let mock = Aimock::start(Fixtures::File(fixtures))?;
-    let options = ServerOptions::new(SERVER_BIN)
-        .model_server(&mock)
-        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
-        .env("AGENTLANE_MAX_FAILED_PICKUPS", "2")
-        .env("AGENTLANE_LOCK_LEASE_MS", "600")
-        .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "600");
-    let mut scn = Scenario {
-        server: Server::start(options)?,
-        mock,
-    };
+    let mut scn = stalling_scenario(|o| {
+        o.env("AGENTLANE_MAX_FAILED_PICKUPS", "2")
+            .env("AGENTLANE_LOCK_LEASE_MS", "600")
+            .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "600")
+    })?;
     let a = scn.a();
-    let poisoned = a.agent("poison", "stall-forever: hi").await?;
-    let next = a
-        .agent(
-            "poison",
-            "recorded reasoning but no visible answer? answer now",
-        )
-        .await?;
+    let poisoned = a.agent("poison", STALL).await?;
+    let next = a.agent("poison", ANSWERED).await?;
 
     // WHEN two deliveries in a row die mid-turn
     for pickup in 1..=2u32 {
@@ -124,8 +166,7 @@ async fn supervisor_a_turn_failing_every_delivery_ends_poisoned_after_the_cap_an
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        scn.server.kill_hard();
-        scn.server.restart()?;
+        crash(&mut scn)?;
     }
 
     // THEN the next pickup ends it poisoned without calling the model again
@@ -150,9 +191,7 @@ async fn supervisor_a_turn_failing_every_delivery_ends_poisoned_after_the_cap_an
     );
 
     // AND the session's next turn answers
-    let answered = a.wait_done(&next.run_id, LONG).await?;
-    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
-    assert_eq!(answered.reply_text(), "The answer is 42.");
+    assert_answers(&a, &next.run_id).await?;
     assert_eq!(
         scn.mock.model_requests()?.len(),
         3,
@@ -172,22 +211,15 @@ async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lett
     // GIVEN a lane queue that dead-letters a message after 2 receives, a poison cap far above
     // that (so only the DLQ can end the turn), short leases and visibility, a sweep every
     // 100 ms, and a turn whose model call hangs, so every delivery of it dies with the server
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
-    let mock = Aimock::start(Fixtures::File(fixtures))?;
-    let options = ServerOptions::new(SERVER_BIN)
-        .model_server(&mock)
-        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
-        .env("AGENTLANE_MAX_RECEIVE_COUNT", "2")
-        .env("AGENTLANE_MAX_FAILED_PICKUPS", "10")
-        .env("AGENTLANE_LOCK_LEASE_MS", "300")
-        .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
-        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100");
-    let mut scn = Scenario {
-        server: Server::start(options)?,
-        mock,
-    };
+    let mut scn = stalling_scenario(|o| {
+        o.env("AGENTLANE_MAX_RECEIVE_COUNT", "2")
+            .env("AGENTLANE_MAX_FAILED_PICKUPS", "10")
+            .env("AGENTLANE_LOCK_LEASE_MS", "300")
+            .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
+            .env("AGENTLANE_SWEEP_INTERVAL_MS", "100")
+    })?;
     let a = scn.a();
-    let lost = a.agent("dlq", "stall-forever: hi").await?;
+    let lost = a.agent("dlq", STALL).await?;
 
     // WHEN both receives the queue allows die mid-turn (kill -9)
     for pickup in 1..=2u32 {
@@ -196,8 +228,7 @@ async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lett
             r.status == RunStatus::Running && r.pickups >= pickup
         })
         .await?;
-        scn.server.kill_hard();
-        scn.server.restart()?;
+        crash(&mut scn)?;
     }
 
     // THEN SQS moves the message to the DLQ, and the sweep ends its run `dead_lettered`
@@ -211,15 +242,8 @@ async fn supervisor_a_turn_that_reached_the_sqs_dead_letter_queue_ends_dead_lett
     // AND the session's next turn answers. (It is sent only now: the emulator hands out a FIFO
     // group's next message while one is in flight, and with 2 receives allowed a turn queued
     // behind the lost one would be dead-lettered too by its hand-backs.)
-    let next = a
-        .agent(
-            "dlq",
-            "recorded reasoning but no visible answer? answer now",
-        )
-        .await?;
-    let answered = a.wait_done(&next.run_id, LONG).await?;
-    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
-    assert_eq!(answered.reply_text(), "The answer is 42.");
+    let next = a.agent("dlq", ANSWERED).await?;
+    assert_answers(&a, &next.run_id).await?;
     let (_, session) = a.json(Method::GET, "/v1/sessions/dlq", None).await?;
     assert_eq!(session["status"], "idle");
     Ok(())
@@ -267,30 +291,14 @@ async fn supervisor_a_queued_turn_whose_lane_message_was_lost_answers_after_a_fe
 -> anyhow::Result<()> {
     // GIVEN a supervisor that warns after 300 ms and acts after 1.5 s, sweeping every 100 ms,
     // and a session whose first turn stalls (holding the lane) with a second turn queued
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
-    let mock = Aimock::start(Fixtures::File(fixtures))?;
-    let options = ServerOptions::new(SERVER_BIN)
-        .model_server(&mock)
-        .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "60000")
-        .env("AGENTLANE_STUCK_WARN_MS", "300")
-        .env("AGENTLANE_STUCK_ABORT_MS", "1500")
-        .env("AGENTLANE_SWEEP_INTERVAL_MS", "100");
-    let scn = Scenario {
-        server: Server::start(options)?,
-        mock,
-    };
+    let scn = stalling_scenario(quick_supervisor)?;
     let a = scn.a();
-    let stalled = a.agent("lost", "stall-forever: hi").await?;
+    let stalled = a.agent("lost", STALL).await?;
     a.poll_run(&stalled.run_id, LONG, "running", |r| {
         r.status == RunStatus::Running
     })
     .await?;
-    let queued = a
-        .agent(
-            "lost",
-            "recorded reasoning but no visible answer? answer now",
-        )
-        .await?;
+    let queued = a.agent("lost", ANSWERED).await?;
 
     // WHEN the queued turn's lane message is lost (deleted from the queue after its accept)
     lose_queued_messages(&scn.server).await?;
@@ -300,19 +308,7 @@ async fn supervisor_a_queued_turn_whose_lane_message_was_lost_answers_after_a_fe
     let run = a.wait_done(&stalled.run_id, LONG).await?;
     assert_eq!(run.status, RunStatus::Aborted, "{run:?}");
     let started = Instant::now();
-    let mut diagnosed = None;
-    while started.elapsed() < Duration::from_secs(20) {
-        let (_, session) = a.json(Method::GET, "/v1/sessions/lost", None).await?;
-        if session["diagnostic"]["class"] == "session.stuck" {
-            diagnosed = Some(session);
-            break;
-        }
-        let run = a.run(&queued.run_id).await?;
-        if run.status.is_terminal() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let diagnosed = wait_diagnosed(&a, "lost", "session.stuck", Some(&queued.run_id)).await?;
     let session = diagnosed.expect("the session was diagnosed session.stuck");
     {
         assert_eq!(session["status"], "idle", "{session}");
@@ -321,9 +317,7 @@ async fn supervisor_a_queued_turn_whose_lane_message_was_lost_answers_after_a_fe
             "{session}"
         );
     }
-    let answered = a.wait_done(&queued.run_id, LONG).await?;
-    assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
-    assert_eq!(answered.reply_text(), "The answer is 42.");
+    assert_answers(&a, &queued.run_id).await?;
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "{:?}",
@@ -331,16 +325,9 @@ async fn supervisor_a_queued_turn_whose_lane_message_was_lost_answers_after_a_fe
     );
 
     // AND the session's next turn answers too, and the session is healthy
-    let next = a
-        .agent(
-            "lost",
-            "recorded reasoning but no visible answer? answer now",
-        )
-        .await?;
+    let next = a.agent("lost", ANSWERED).await?;
     let answered = a.wait_done(&next.run_id, LONG).await?;
     assert_eq!(answered.status, RunStatus::Ok, "{answered:?}");
-    let (_, session) = a.json(Method::GET, "/v1/sessions/lost", None).await?;
-    assert_eq!(session["status"], "idle");
-    assert!(session.get("diagnostic").is_none(), "{session}");
+    assert_healthy(&a, "lost").await?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Shared helpers of the scenarios.
 
 use agentlane_core::{Event, EventStream};
-use agentlane_tests::{Scenario, ServerOptions, phase};
+use agentlane_tests::{Aimock, Fixtures, Scenario, ServerOptions, phase};
+use std::path::Path;
 use std::time::Duration;
 
 /// The server under test, built by cargo with these tests.
@@ -31,6 +32,12 @@ pub fn scenario_with(
     configure: impl FnOnce(ServerOptions) -> ServerOptions,
 ) -> anyhow::Result<Scenario> {
     Ok(Scenario::start_with(SERVER_BIN, configure)?)
+}
+
+/// aimock with the retry-loop fixtures (`tests/fixtures/retry_loop.json`).
+pub fn retry_loop_mock() -> anyhow::Result<Aimock> {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/retry_loop.json");
+    Ok(Aimock::start(Fixtures::File(fixtures))?)
 }
 
 /// Seqs go up by exactly one.

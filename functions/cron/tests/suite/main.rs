@@ -4,6 +4,8 @@
 //! code too: `clippy.toml` allows `unwrap`/`expect` in tests.
 
 #[cfg(test)]
+mod support;
+#[cfg(test)]
 mod sweep;
 #[cfg(test)]
 mod tick;

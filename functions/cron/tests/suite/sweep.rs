@@ -3,145 +3,47 @@
 //! so; a turn found in the SQS dead-letter queue ends `dead_lettered`, once, and its message is
 //! deleted only after that (kept while its session is locked by a live runner).
 
-use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use crate::support::{Aws, abandon_mid_turn, accept, event_sent, fresh_aws, ticker};
+use agentlane_aws::DynamoStore;
+use agentlane_aws::SqsDeadLetters;
 use agentlane_aws::aws_sdk_sqs::types::QueueAttributeName;
 use agentlane_aws::queue::{message_body, message_group_id};
-use agentlane_aws::setup::{self, AwsConfig};
-use agentlane_aws::{DynamoStore, SqsDeadLetters, SqsLaneQueue, ensure_resources};
+use agentlane_conformance::fixtures;
 use agentlane_core::{
-    Clock, Lane, LaneMessage, Layered, LockAttempt, Message, NewTurn, ProcessingIndex, RunId,
-    RunStatus, SessionId, SessionKey, SessionStatus, Store, StoreCall, StoreLayer, SystemClock,
-    TenantId, TurnMessage, TurnRequest,
+    Clock, Lane, LaneMessage, Layered, LockAttempt, ProcessingIndex, RunStatus, SessionKey,
+    SessionStatus, Store, StoreCall, StoreLayer, SystemClock, TenantId, TurnMessage,
 };
 use agentlane_cron::CronFunction;
 use agentlane_host::metrics::EmfWriter;
-use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
 use agentlane_supervisor::{Supervisor, Thresholds};
-use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const FIXTURE: &str = include_str!("../fixtures/scheduled-event.json");
-
-fn event_sent(ago: Duration) -> EventBridgeEvent<serde_json::Value> {
-    let time = chrono::Utc::now() - chrono::Duration::from_std(ago).unwrap();
-    let time = time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    serde_json::from_str(&FIXTURE.replace("2026-11-30T04:00:00Z", &time)).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
     // GIVEN DynamoDB + SQS on the emulator, one idle session and one whose runner died mid-run
-    let endpoint = std::env::var("AWS_ENDPOINT_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:4566".to_owned());
-    let sdk = setup::emulator_sdk_config(&endpoint).await;
-    let id = &uuid::Uuid::new_v4().simple().to_string()[..12];
-    let config = AwsConfig {
-        table: format!("agentlane-sweep-{id}"),
-        queue_name: format!("agentlane-sweep-{id}.fifo"),
-        dlq_name: format!("agentlane-sweep-{id}-dlq.fifo"),
-        ..AwsConfig::default()
-    };
-    let resources = ensure_resources(&sdk, &config)
-        .await
-        .expect("emulator resources");
-    let dynamo = DynamoStore::new(
-        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
-        resources.table,
-    );
-    let queue = SqsLaneQueue::new(
-        agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
-        resources.queue_url,
-    );
-    let store: Arc<dyn Store> = Arc::new(dynamo.clone());
+    let aws = fresh_aws("sweep").await;
+    let store: Arc<dyn Store> = Arc::new(aws.store.clone());
     let tenant = TenantId::new("acme");
     let mut runs = Vec::new();
     for key in ["idle", "dead"] {
-        let out = store
-            .accept_turn(NewTurn {
-                tenant: tenant.clone(),
-                session_key: SessionKey::new(key),
-                run_id: RunId::generate(),
-                new_session_id: SessionId::generate(),
-                request: TurnRequest {
-                    message: "hi".into(),
-                    queue_mode: Default::default(),
-                    model: None,
-                    thinking: None,
-                    timeout_seconds: None,
-                    extra_system_prompt: None,
-                    deadline_at: None,
-                    model_idle_timeout_ms: None,
-                },
-                idempotency_key: None,
-                now: SystemClock.now_ms(),
-                idempotency_ttl_ms: 1000,
-                max_open_runs: 0,
-                default_mode: None,
-            })
-            .await
-            .unwrap();
-        runs.push(out.run);
+        runs.push(accept(&store, &tenant, key).await);
     }
     let dead = runs[1].clone();
-    let LockAttempt::Acquired(fence, _) = store
-        .acquire_lock(
-            &tenant,
-            &dead.session_key,
-            "runner-1",
-            50,
-            SystemClock.now_ms(),
-        )
-        .await
-        .unwrap()
-    else {
-        panic!("lock held")
-    };
-    let mut writer = RunWriter::new(
-        store.clone(),
-        Arc::new(SystemClock),
-        fence,
-        dead.clone(),
-        Positions {
-            next_seq: 0,
-            next_event_seq: 0,
-        },
-        DeltaFlush {
-            bytes: 512,
-            every: Duration::ZERO,
-        },
-    );
-    writer.begin_pickup("demo/m".into());
-    writer
-        .commit(CommitKind::Progress(vec![Message::user("hi")]))
-        .await
-        .unwrap();
+    abandon_mid_turn(&store, &dead).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     // WHEN a cron invocation runs with a supervisor (abort threshold 200 ms)
-    let ticker = Ticker::new(
-        Arc::new(dynamo.clone()),
-        Arc::new(dynamo.clone()),
-        Arc::new(queue),
-        Arc::new(SystemClock),
-        TickerConfig {
-            tick: Duration::from_millis(200),
-            ..TickerConfig::default()
-        },
-        WebhookSender::new(agentlane_tools::ssrf::SsrfPolicy::default()),
-    );
     let supervisor = Supervisor::new(
         store.clone(),
-        Arc::new(dynamo.clone()),
+        Arc::new(aws.store.clone()),
         Arc::new(SystemClock),
         Thresholds::new(Duration::from_millis(100), Some(Duration::from_millis(200))),
     );
     let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let captured = lines.clone();
-    let handler = CronFunction::new(ticker, Arc::new(SystemClock))
+    let handler = CronFunction::new(ticker(&aws), Arc::new(SystemClock))
         .with_supervisor(Arc::new(supervisor))
         .with_emf(EmfWriter::with_sink("agentlane/test", move |line: &str| {
             captured.lock().unwrap().push(line.to_owned())
@@ -164,14 +66,10 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
         ),
         (1, 2, 1, 2)
     );
-    let ended = store.get_run(&tenant, &dead.run_id).await.unwrap().unwrap();
+    let ended = fixtures::stored_run(&store, &dead).await;
     assert_eq!(ended.status, RunStatus::Aborted);
     assert_eq!(ended.error.unwrap().code, "stuck");
-    let session = store
-        .get_session(&tenant, &dead.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&store, &tenant, &dead.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(session.lock_owner, None);
     // AND the JSON report names the counts
@@ -207,109 +105,24 @@ async fn the_cron_invocation_reports_sessions_swept_and_recovered() {
 /// A turn whose lane message sits in the SQS dead-letter queue.
 struct DeadLetterWorld {
     store: Arc<dyn Store>,
-    dynamo: DynamoStore,
-    queue: SqsLaneQueue,
-    sqs: agentlane_aws::aws_sdk_sqs::Client,
+    aws: Aws,
     dlq_url: String,
     tenant: TenantId,
 }
 
 impl DeadLetterWorld {
-    /// A runner that died mid-turn: it took the lock with a 50 ms lease, picked the run up and
-    /// committed its first progress, then nothing more.
-    async fn abandon_mid_turn(&self, run: &agentlane_core::Run) {
-        let LockAttempt::Acquired(fence, _) = self
-            .store
-            .acquire_lock(
-                &self.tenant,
-                &run.session_key,
-                "runner-1",
-                50,
-                SystemClock.now_ms(),
-            )
-            .await
-            .unwrap()
-        else {
-            panic!("lock held")
-        };
-        let mut writer = RunWriter::new(
-            self.store.clone(),
-            Arc::new(SystemClock),
-            fence,
-            run.clone(),
-            Positions {
-                next_seq: 0,
-                next_event_seq: 0,
-            },
-            DeltaFlush {
-                bytes: 512,
-                every: Duration::ZERO,
-            },
-        );
-        writer.begin_pickup("demo/m".into());
-        writer
-            .commit(CommitKind::Progress(vec![Message::user("hi")]))
-            .await
-            .unwrap();
-    }
-
     async fn new() -> Self {
-        let endpoint = std::env::var("AWS_ENDPOINT_URL")
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "http://127.0.0.1:4566".to_owned());
-        let sdk = setup::emulator_sdk_config(&endpoint).await;
-        let id = &uuid::Uuid::new_v4().simple().to_string()[..12];
-        let config = AwsConfig {
-            table: format!("agentlane-dlq-{id}"),
-            queue_name: format!("agentlane-dlq-{id}.fifo"),
-            dlq_name: format!("agentlane-dlq-{id}-dlq.fifo"),
-            ..AwsConfig::default()
-        };
-        let resources = ensure_resources(&sdk, &config)
-            .await
-            .expect("emulator resources");
-        let dynamo = DynamoStore::new(
-            agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
-            resources.table,
-        );
-        let sqs = agentlane_aws::aws_sdk_sqs::Client::new(&sdk);
+        let aws = fresh_aws("dlq").await;
         Self {
-            store: Arc::new(dynamo.clone()),
-            dynamo,
-            queue: SqsLaneQueue::new(sqs.clone(), resources.queue_url),
-            sqs,
-            dlq_url: resources.dlq_url.expect("a dead-letter queue"),
+            store: Arc::new(aws.store.clone()),
+            dlq_url: aws.dlq_url.clone().expect("a dead-letter queue"),
+            aws,
             tenant: TenantId::new("acme"),
         }
     }
 
     async fn accept(&self, key: &str) -> agentlane_core::Run {
-        self.store
-            .accept_turn(NewTurn {
-                tenant: self.tenant.clone(),
-                session_key: SessionKey::new(key),
-                run_id: RunId::generate(),
-                new_session_id: SessionId::generate(),
-                request: TurnRequest {
-                    message: "hi".into(),
-                    queue_mode: Default::default(),
-                    model: None,
-                    thinking: None,
-                    timeout_seconds: None,
-                    extra_system_prompt: None,
-                    deadline_at: None,
-                    model_idle_timeout_ms: None,
-                },
-                idempotency_key: None,
-                now: SystemClock.now_ms(),
-                idempotency_ttl_ms: 1000,
-                max_open_runs: 0,
-                default_mode: None,
-            })
-            .await
-            .unwrap()
-            .run
+        accept(&self.store, &self.tenant, key).await
     }
 
     /// Puts the run's lane message straight into the DLQ (as SQS does once its receive count
@@ -324,7 +137,8 @@ impl DeadLetterWorld {
                 session_key: Some(run.session_key.clone()),
             },
         };
-        self.sqs
+        self.aws
+            .sqs
             .send_message()
             .queue_url(&self.dlq_url)
             .message_group_id(message_group_id(&message.lane))
@@ -336,33 +150,24 @@ impl DeadLetterWorld {
     }
 
     fn handler(&self) -> CronFunction {
-        let ticker = Ticker::new(
-            Arc::new(self.dynamo.clone()),
-            Arc::new(self.dynamo.clone()),
-            Arc::new(self.queue.clone()),
-            Arc::new(SystemClock),
-            TickerConfig {
-                tick: Duration::from_millis(200),
-                ..TickerConfig::default()
-            },
-            WebhookSender::new(agentlane_tools::ssrf::SsrfPolicy::default()),
-        );
         let supervisor = Supervisor::new(
             self.store.clone(),
-            Arc::new(self.dynamo.clone()),
+            Arc::new(self.aws.store.clone()),
             Arc::new(SystemClock),
             Thresholds::new(Duration::from_secs(60), None),
         )
         .with_dead_letters(Arc::new(SqsDeadLetters::new(
-            self.sqs.clone(),
+            self.aws.sqs.clone(),
             self.dlq_url.clone(),
         )));
-        CronFunction::new(ticker, Arc::new(SystemClock)).with_supervisor(Arc::new(supervisor))
+        CronFunction::new(ticker(&self.aws), Arc::new(SystemClock))
+            .with_supervisor(Arc::new(supervisor))
     }
 
     /// Messages visible in the DLQ now (received with a zero visibility, so they stay).
     async fn dlq_depth(&self) -> usize {
-        self.sqs
+        self.aws
+            .sqs
             .receive_message()
             .queue_url(&self.dlq_url)
             .max_number_of_messages(10)
@@ -383,7 +188,7 @@ async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_i
     let w = DeadLetterWorld::new().await;
     let run = w.accept("lost").await;
     let next = w.accept("lost").await;
-    w.abandon_mid_turn(&run).await;
+    abandon_mid_turn(&w.store, &run).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     w.dead_letter(&run).await;
 
@@ -397,29 +202,14 @@ async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_i
     // THEN the run ended `error` (`dead_lettered`), abandoned, and its session is free for
     // the next turn (idle, lock released, one run finished)
     assert_eq!(report.sweep.dead_lettered, 1, "{report:?}");
-    let ended = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(ended.status, RunStatus::Error);
     assert_eq!(ended.error.as_ref().unwrap().code, "dead_lettered");
-    let session = w
-        .store
-        .get_session(&w.tenant, &run.session_key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = fixtures::session(&w.store, &w.tenant, &run.session_key).await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(session.lock_owner, None);
     assert_eq!(session.runs_finished, 1, "the next turn may start");
-    let queued = w
-        .store
-        .get_run(&w.tenant, &next.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let queued = fixtures::stored_run(&w.store, &next).await;
     assert_eq!(
         queued.status,
         RunStatus::Queued,
@@ -437,12 +227,7 @@ async fn a_turn_in_the_sqs_dead_letter_queue_ends_dead_lettered_once_and_frees_i
 
     // THEN nothing is ended twice, and the duplicate is deleted too
     assert_eq!(again.sweep.dead_lettered, 0, "{again:?}");
-    let same = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let same = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(same, ended);
     assert_eq!(w.dlq_depth().await, 0);
 }
@@ -478,14 +263,10 @@ async fn a_dead_letter_whose_session_is_locked_by_a_live_runner_is_kept_for_a_la
     // THEN the run is untouched and the dead letter is not deleted (it comes back once its
     // visibility runs out)
     assert_eq!(report.sweep.dead_lettered, 0, "{report:?}");
-    let same = w
-        .store
-        .get_run(&w.tenant, &run.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let same = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(same.status, RunStatus::Queued);
     let attributes = w
+        .aws
         .sqs
         .get_queue_attributes()
         .queue_url(&w.dlq_url)
@@ -553,30 +334,9 @@ async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
     // One at a time: the emulator answers 500 to concurrent transactions.
     for i in 0..idle {
         for attempt in 0.. {
-            let accepted = w
-                .store
-                .accept_turn(NewTurn {
-                    tenant: w.tenant.clone(),
-                    session_key: SessionKey::new(format!("idle-{i}")),
-                    run_id: RunId::generate(),
-                    new_session_id: SessionId::generate(),
-                    request: TurnRequest {
-                        message: "hi".into(),
-                        queue_mode: Default::default(),
-                        model: None,
-                        thinking: None,
-                        timeout_seconds: None,
-                        extra_system_prompt: None,
-                        deadline_at: None,
-                        model_idle_timeout_ms: None,
-                    },
-                    idempotency_key: None,
-                    now: SystemClock.now_ms(),
-                    idempotency_ttl_ms: 1000,
-                    max_open_runs: 0,
-                    default_mode: None,
-                })
-                .await;
+            let key = SessionKey::new(format!("idle-{i}"));
+            let turn = fixtures::turn(&w.tenant, &key, SystemClock.now_ms());
+            let accepted = w.store.accept_turn(turn).await;
             match accepted {
                 Ok(_) => break,
                 Err(e) if attempt < 3 => eprintln!("retrying an accept: {e}"),
@@ -594,7 +354,7 @@ async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
     let supervisor = Supervisor::new(
         counted.clone(),
         Arc::new(CountingIndex {
-            inner: w.dynamo.clone(),
+            inner: w.aws.store.clone(),
             queries: queries.clone(),
         }),
         Arc::new(SystemClock),
@@ -611,7 +371,7 @@ async fn a_sweep_over_a_table_of_idle_sessions_is_one_index_query() {
 
     // WHEN one session of the table is stuck (its runner died mid-run) and the sweep runs
     let run = w.accept("stuck").await;
-    w.abandon_mid_turn(&run).await;
+    abandon_mid_turn(&w.store, &run).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     calls.lock().unwrap().clear();
     queries.store(0, Ordering::SeqCst);

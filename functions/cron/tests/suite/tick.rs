@@ -1,77 +1,16 @@
 //! The cron handler on a real EventBridge scheduled event, against DynamoDB + SQS FIFO on the
 //! emulator (`AWS_ENDPOINT_URL`, default `http://127.0.0.1:4566`).
 
-use agentlane_aws::setup::{self, AwsConfig};
-use agentlane_aws::{DynamoStore, SqsLaneQueue, ensure_resources};
+use crate::support::{Aws, FIXTURE, event, event_sent, fresh_aws, ticker};
 use agentlane_core::cron::{CronJob, CronStore, JobId, JobRunStatus, Schedule};
 use agentlane_core::{Clock, HistoryReader, LaneQueue, RunStatus, SystemClock, TenantId};
 use agentlane_cron::{CronFunction, TickError};
-use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
-use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-const FIXTURE: &str = include_str!("../fixtures/scheduled-event.json");
-const FIXTURE_TIME: &str = "2026-11-30T04:00:00Z";
-
-fn event(json: &str) -> EventBridgeEvent<serde_json::Value> {
-    serde_json::from_str(json).unwrap()
-}
-
-/// The fixture with its `time` set `ago` before now (whole seconds, as EventBridge sends it).
-fn event_sent(ago: Duration) -> EventBridgeEvent<serde_json::Value> {
-    let time = chrono::Utc::now() - chrono::Duration::from_std(ago).unwrap();
-    let time = time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    event(&FIXTURE.replace(FIXTURE_TIME, &time))
-}
-
-struct Aws {
-    store: DynamoStore,
-    queue: SqsLaneQueue,
-}
-
-async fn fresh_aws() -> Aws {
-    let endpoint = std::env::var("AWS_ENDPOINT_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:4566".to_owned());
-    let sdk = setup::emulator_sdk_config(&endpoint).await;
-    let id = &uuid::Uuid::new_v4().simple().to_string()[..12];
-    let config = AwsConfig {
-        table: format!("agentlane-cron-{id}"),
-        queue_name: format!("agentlane-cron-{id}.fifo"),
-        dlq_name: format!("agentlane-cron-{id}-dlq.fifo"),
-        ..AwsConfig::default()
-    };
-    let resources = ensure_resources(&sdk, &config).await.unwrap_or_else(|e| {
-        panic!("the AWS emulator at {endpoint} is needed (localstack/start-emulator.sh): {e}")
-    });
-    Aws {
-        store: DynamoStore::new(
-            agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
-            resources.table,
-        ),
-        queue: SqsLaneQueue::new(
-            agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
-            resources.queue_url,
-        ),
-    }
-}
-
 fn handler(aws: &Aws) -> CronFunction {
-    let ticker = Ticker::new(
-        Arc::new(aws.store.clone()),
-        Arc::new(aws.store.clone()),
-        Arc::new(aws.queue.clone()),
-        Arc::new(SystemClock),
-        TickerConfig {
-            tick: Duration::from_millis(200),
-            ..TickerConfig::default()
-        },
-        WebhookSender::new(agentlane_tools::ssrf::SsrfPolicy::default()),
-    );
-    CronFunction::new(ticker, Arc::new(SystemClock))
+    CronFunction::new(ticker(aws), Arc::new(SystemClock))
 }
 
 fn every_second_job(tenant: &TenantId) -> CronJob {
@@ -102,7 +41,7 @@ fn every_second_job(tenant: &TenantId) -> CronJob {
 async fn a_scheduled_event_fires_the_jobs_due_within_its_minute_on_time() {
     // GIVEN a job due every second, and two overlapping invocations (an event sent 56 s ago, so
     // its minute ends in ~4 s, and the same event delivered twice)
-    let aws = fresh_aws().await;
+    let aws = fresh_aws("cron").await;
     let tenant = TenantId::new("acme");
     let job = every_second_job(&tenant);
     aws.store.create_job(&job, 10).await.unwrap();
@@ -194,7 +133,7 @@ async fn a_scheduled_event_fires_the_jobs_due_within_its_minute_on_time() {
 
 #[tokio::test]
 async fn another_event_is_refused() {
-    let aws = fresh_aws().await;
+    let aws = fresh_aws("cron").await;
     let json = FIXTURE.replace("Scheduled Event", "Object Created");
     let err = handler(&aws).handle(event(&json), None).await.unwrap_err();
     assert_eq!(err, TickError::NotScheduled("Object Created".into()));
@@ -203,7 +142,7 @@ async fn another_event_is_refused() {
 #[tokio::test]
 async fn a_stale_event_ticks_once_and_returns() {
     // GIVEN the fixture's event, long past (a delayed delivery)
-    let aws = fresh_aws().await;
+    let aws = fresh_aws("cron").await;
     let tenant = TenantId::new("acme");
     let mut job = every_second_job(&tenant);
     job.next_run_at = Some(SystemClock.now_ms() - 90_000);

@@ -80,32 +80,19 @@ fn cut(text: &mut String, excess: usize) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use agentlane_conformance::fixtures;
     use agentlane_core::{
-        LivenessState, NewTurn, Payload, RunId, RunStatus, SessionId, SessionKey, TenantId,
-        TurnRequest,
+        LivenessState, NewTurn, Payload, RunStatus, SessionId, SessionKey, TenantId, TurnRequest,
     };
 
     fn finished(message: usize, prompt: usize, reply: usize) -> Run {
         let turn = NewTurn {
-            tenant: TenantId::new("acme"),
-            session_key: SessionKey::new("s"),
-            run_id: RunId::generate(),
-            new_session_id: SessionId::generate(),
             request: TurnRequest {
-                message: "m".repeat(message),
-                queue_mode: Default::default(),
-                model: None,
-                thinking: None,
-                timeout_seconds: None,
+                queue_mode: None,
                 extra_system_prompt: Some("p".repeat(prompt)),
-                deadline_at: None,
-                model_idle_timeout_ms: None,
+                ..fixtures::request(&"m".repeat(message))
             },
-            idempotency_key: None,
-            now: 1,
-            idempotency_ttl_ms: 1,
-            max_open_runs: 0,
-            default_mode: None,
+            ..fixtures::turn(&TenantId::new("acme"), &SessionKey::new("s"), 1)
         };
         let mut run = turn.queued_run(SessionId::generate(), 0, None);
         run.status = RunStatus::Ok;

@@ -3,9 +3,8 @@
 
 use crate::support::*;
 use agentlane_agent::{RunnerConfig, TurnExit};
-use agentlane_core::{
-    Clock, NewTurn, RunId, RunStatus, SessionId, SystemClock, TurnMessage, TurnRequest,
-};
+use agentlane_conformance::fixtures;
+use agentlane_core::{Clock, RunStatus, SystemClock, TurnMessage, TurnRequest};
 use std::time::Duration;
 
 /// Accepts `message` with a scheduler's limits: an absolute deadline and an idle cap.
@@ -15,36 +14,14 @@ async fn accept_fired(
     deadline_at: u64,
     model_idle_timeout_ms: Option<u64>,
 ) -> TurnMessage {
-    let out = f
-        .store
-        .accept_turn(NewTurn {
-            tenant: f.tenant.clone(),
-            session_key: f.key.clone(),
-            run_id: RunId::generate(),
-            new_session_id: SessionId::generate(),
-            request: TurnRequest {
-                message: message.into(),
-                queue_mode: Default::default(),
-                model: None,
-                thinking: None,
-                timeout_seconds: Some(0),
-                extra_system_prompt: None,
-                deadline_at: Some(deadline_at),
-                model_idle_timeout_ms,
-            },
-            idempotency_key: None,
-            now: SystemClock.now_ms(),
-            idempotency_ttl_ms: 1000,
-            max_open_runs: 0,
-            default_mode: None,
-        })
-        .await
-        .unwrap();
-    TurnMessage {
-        session_key: Some(f.key.clone()),
-        tenant: f.tenant.clone(),
-        run_id: out.run.run_id,
-    }
+    f.accept_request(TurnRequest {
+        queue_mode: None,
+        timeout_seconds: Some(0),
+        deadline_at: Some(deadline_at),
+        model_idle_timeout_ms,
+        ..fixtures::request(message)
+    })
+    .await
 }
 
 #[tokio::test]

@@ -2,9 +2,10 @@
 //! embedded store.
 
 use agentlane_agent::{ModelRouter, Runner, RunnerConfig, TurnExit};
+use agentlane_conformance::fixtures;
 use agentlane_core::{
-    Clock, Message, NewTurn, RunId, SessionId, SessionKey, Store, SystemClock, TenantId, ToolCall,
-    TranscriptEntry, TurnMessage, TurnRequest,
+    Clock, Message, SessionKey, Store, SystemClock, TenantId, ToolCall, TranscriptEntry,
+    TurnMessage, TurnRequest,
 };
 use agentlane_providers::{
     FailoverReason, FinishReason, ModelProvider, ModelRequest, ModelStream, ProviderError,
@@ -283,31 +284,18 @@ impl Fixture {
 
     /// Accepts `message` in queue mode `mode`.
     pub async fn accept_as(&self, message: &str, mode: agentlane_core::QueueMode) -> TurnMessage {
-        let out = self
-            .store
-            .accept_turn(NewTurn {
-                tenant: self.tenant.clone(),
-                session_key: self.key.clone(),
-                run_id: RunId::generate(),
-                new_session_id: SessionId::generate(),
-                request: TurnRequest {
-                    message: message.into(),
-                    queue_mode: Some(mode),
-                    model: None,
-                    thinking: None,
-                    timeout_seconds: None,
-                    extra_system_prompt: None,
-                    deadline_at: None,
-                    model_idle_timeout_ms: None,
-                },
-                idempotency_key: None,
-                now: SystemClock.now_ms(),
-                idempotency_ttl_ms: 1000,
-                max_open_runs: 0,
-                default_mode: None,
-            })
-            .await
-            .unwrap();
+        self.accept_request(TurnRequest {
+            queue_mode: Some(mode),
+            ..fixtures::request(message)
+        })
+        .await
+    }
+
+    /// Accepts `request` on the fixture's session (no idempotency key).
+    pub async fn accept_request(&self, request: TurnRequest) -> TurnMessage {
+        let mut turn = fixtures::turn(&self.tenant, &self.key, SystemClock.now_ms());
+        turn.request = request;
+        let out = self.store.accept_turn(turn).await.unwrap();
         TurnMessage {
             session_key: Some(self.key.clone()),
             tenant: self.tenant.clone(),

@@ -3,9 +3,10 @@
 
 use crate::support::*;
 use agentlane_agent::{RunnerConfig, TurnExit};
+use agentlane_conformance::fixtures;
 use agentlane_core::{
-    Clock, Commit, EventStream, LockAttempt, Message, NewTurn, RunId, RunStatus, SessionId,
-    SystemClock, ToolCall, TranscriptEntry, TurnMessage, TurnRequest,
+    Clock, Commit, EventStream, LockAttempt, Message, RunStatus, SystemClock, ToolCall,
+    TranscriptEntry, TurnMessage, TurnRequest,
 };
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -180,35 +181,14 @@ async fn abort_stops_a_streaming_run_within_a_second() {
 #[tokio::test]
 async fn a_run_past_its_timeout_ends_with_status_timeout() {
     let f = fixture(vec![Script::Tools(vec![("c1", "slow", "{}")])], config());
-    let out = f
-        .store
-        .accept_turn(NewTurn {
-            tenant: f.tenant.clone(),
-            session_key: f.key.clone(),
-            run_id: RunId::generate(),
-            new_session_id: SessionId::generate(),
-            request: TurnRequest {
-                message: "slow".into(),
-                queue_mode: Default::default(),
-                model: None,
-                thinking: None,
-                timeout_seconds: Some(1),
-                extra_system_prompt: None,
-                deadline_at: None,
-                model_idle_timeout_ms: None,
-            },
-            idempotency_key: None,
-            now: SystemClock.now_ms(),
-            idempotency_ttl_ms: 1000,
-            max_open_runs: 0,
-            default_mode: None,
-        })
-        .await
-        .unwrap();
     let msg = TurnMessage {
         session_key: None,
-        tenant: f.tenant.clone(),
-        run_id: out.run.run_id,
+        ..f.accept_request(TurnRequest {
+            queue_mode: None,
+            timeout_seconds: Some(1),
+            ..fixtures::request("slow")
+        })
+        .await
     };
     assert_eq!(
         f.execute(&msg).await,

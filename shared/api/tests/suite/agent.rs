@@ -2,10 +2,8 @@
 
 use crate::common::*;
 use agentlane_api::ApiConfig;
-use agentlane_core::{
-    Clock, Lane, NewTurn, QueueMode, RunId, RunStatus, SessionId, SessionKey, TurnMessage,
-    TurnRequest,
-};
+use agentlane_conformance::fixtures;
+use agentlane_core::{Clock, Lane, NewTurn, QueueMode, RunId, RunStatus, SessionKey, TurnMessage};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use serde_json::json;
@@ -72,25 +70,9 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
     let outcome = h
         .store
         .accept_turn(NewTurn {
-            tenant: acme(),
-            session_key: SessionKey::new("main"),
-            run_id: RunId::generate(),
-            new_session_id: SessionId::generate(),
-            request: TurnRequest {
-                message: "hi".into(),
-                queue_mode: Some(QueueMode::Followup),
-                model: None,
-                thinking: None,
-                timeout_seconds: None,
-                extra_system_prompt: None,
-                deadline_at: None,
-                model_idle_timeout_ms: None,
-            },
+            request: fixtures::request("hi"),
             idempotency_key: Some("k-crash".into()),
-            now: T0,
-            idempotency_ttl_ms: 86_400_000,
-            max_open_runs: 0,
-            default_mode: None,
+            ..fixtures::turn(&acme(), &SessionKey::new("main"), T0)
         })
         .await
         .unwrap();

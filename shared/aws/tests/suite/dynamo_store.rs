@@ -8,11 +8,11 @@ use agentlane_aws::DynamoStore;
 use agentlane_aws::aws_sdk_dynamodb::Client;
 use agentlane_aws::aws_sdk_dynamodb::types::AttributeValue;
 use agentlane_aws::store::{EVENT_RETENTION, PROCESSING_INDEX};
+use agentlane_conformance::fixtures;
 use agentlane_core::{
     Clock, Commit, Event, EventStream, Fence, FencedWriter, HistoryReader, LockAttempt,
-    MAX_COMMIT_WRITES, Message, NewTurn, QueueMode, Run, RunId, RunStatus, SessionId, SessionKey,
-    SessionLock, SessionStatus, SessionUpdate, StoreError, SystemClock, TenantId, TranscriptEntry,
-    TurnIntake, TurnRequest,
+    MAX_COMMIT_WRITES, Message, NewTurn, Run, RunId, RunStatus, SessionKey, SessionLock,
+    SessionStatus, SessionUpdate, StoreError, SystemClock, TenantId, TranscriptEntry, TurnIntake,
 };
 use std::collections::HashMap;
 
@@ -44,27 +44,8 @@ async fn fixture() -> Fixture {
         SessionKey::new(unique("key")),
         SystemClock.now_ms(),
     );
-    let turn = NewTurn {
-        tenant: tenant.clone(),
-        session_key: key.clone(),
-        run_id: RunId::generate(),
-        new_session_id: SessionId::generate(),
-        request: TurnRequest {
-            message: "hello".into(),
-            queue_mode: Some(QueueMode::Followup),
-            model: None,
-            thinking: None,
-            timeout_seconds: None,
-            extra_system_prompt: None,
-            deadline_at: None,
-            model_idle_timeout_ms: None,
-        },
-        idempotency_key: Some(unique("idem")),
-        now,
-        idempotency_ttl_ms: 24 * 3600 * 1000,
-        max_open_runs: 0,
-        default_mode: None,
-    };
+    let mut turn = fixtures::turn(&tenant, &key, now);
+    turn.idempotency_key = Some(unique("idem"));
     let run = store.accept_turn(turn).await.expect("accept_turn").run;
     Fixture {
         store,
@@ -400,27 +381,12 @@ async fn concurrent_accepts_with_one_idempotency_key_create_one_run() {
             (f.store.clone(), f.tenant.clone(), key.clone(), idem.clone());
         let now = f.now + i;
         tokio::spawn(async move {
+            // The same request each time (a retried submit): a different one is a conflict.
             let turn = NewTurn {
-                tenant,
-                session_key: key,
-                run_id: RunId::generate(),
-                new_session_id: SessionId::generate(),
-                request: TurnRequest {
-                    // The same request each time (a retried submit): a different one is a conflict.
-                    message: "try".to_owned(),
-                    queue_mode: Some(QueueMode::Followup),
-                    model: None,
-                    thinking: None,
-                    timeout_seconds: None,
-                    extra_system_prompt: None,
-                    deadline_at: None,
-                    model_idle_timeout_ms: None,
-                },
+                request: fixtures::request("try"),
                 idempotency_key: Some(idem),
-                now,
                 idempotency_ttl_ms: 60_000,
-                max_open_runs: 0,
-                default_mode: None,
+                ..fixtures::turn(&tenant, &key, now)
             };
             store.accept_turn(turn).await
         })

@@ -5,35 +5,16 @@ use crate::common;
 
 use agentlane_aws::DynamoStore;
 use agentlane_aws::aws_sdk_dynamodb::Client;
+use agentlane_conformance::fixtures;
 use agentlane_core::{
-    Clock, Commit, FencedWriter, LockAttempt, NewTurn, ProcessingIndex, RunId, SessionId,
-    SessionKey, SessionLock, SessionStatus, SessionUpdate, SystemClock, TenantId, TurnIntake,
-    TurnRequest,
+    Clock, Commit, FencedWriter, LockAttempt, ProcessingIndex, RunId, SessionKey, SessionLock,
+    SessionStatus, SessionUpdate, SystemClock, TenantId, TurnIntake,
 };
 
 async fn accept(store: &DynamoStore, tenant: &TenantId, key: &str, now: u64) -> RunId {
+    let turn = fixtures::turn(tenant, &SessionKey::new(key), now);
     store
-        .accept_turn(NewTurn {
-            tenant: tenant.clone(),
-            session_key: SessionKey::new(key),
-            run_id: RunId::generate(),
-            new_session_id: SessionId::generate(),
-            request: TurnRequest {
-                message: "hello".into(),
-                queue_mode: Default::default(),
-                model: None,
-                thinking: None,
-                timeout_seconds: None,
-                extra_system_prompt: None,
-                deadline_at: None,
-                model_idle_timeout_ms: None,
-            },
-            idempotency_key: None,
-            now,
-            idempotency_ttl_ms: 1000,
-            max_open_runs: 0,
-            default_mode: None,
-        })
+        .accept_turn(turn)
         .await
         .expect("accept_turn")
         .run

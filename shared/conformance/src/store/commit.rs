@@ -18,14 +18,7 @@ pub(crate) async fn locked_run(store: &Arc<dyn Store>, now: u64) -> (Run, Fence)
     (run, fence)
 }
 
-/// The run as stored now.
-pub(crate) async fn stored_run(store: &Arc<dyn Store>, run: &Run) -> Run {
-    store
-        .get_run(&run.tenant, &run.run_id)
-        .await
-        .expect("get_run")
-        .expect("run exists")
-}
+pub(crate) use crate::fixtures::stored_run;
 
 /// `run` finished `ok` with a reply.
 pub(crate) fn finished(run: &Run, now: u64) -> Run {

@@ -422,10 +422,7 @@ async fn wait_timeouts_are_capped() {
 #[tokio::test]
 async fn wait_returns_ok_once_the_runner_finishes_the_run() {
     let h = std::sync::Arc::new(Harness::new().await);
-    let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let runner = {
         let h = h.clone();
         let run_id = run_id.clone();
@@ -467,10 +464,7 @@ async fn wait_reports_failed_aborted_and_timed_out_runs() {
         (RunStatus::Timeout, "timeout", "timeout"),
     ];
     for (run_status, status, code) in cases {
-        let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
         h.finish(&acme(), &run_id, run_status, vec![]).await;
         let reply = h
             .post("/v1/agent.wait", ACME_KEY, json!({"runId": run_id}))
@@ -616,10 +610,7 @@ async fn metrics_answer_prometheus_text_with_a_key_and_404_where_turned_off() {
 async fn a_steered_run_resolves_with_the_run_that_carried_it() {
     // GIVEN a running turn, a followup behind it, and a steer the turn took at a boundary
     let h = Harness::new().await;
-    let carrier = h.submit(ACME_KEY, "main", "drive").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let carrier = h.submit_run(ACME_KEY, "main", "drive").await;
     h.submit(ACME_KEY, "main", "later").await;
     let steer = h
         .post(

@@ -194,6 +194,14 @@ impl Harness {
         reply.json
     }
 
+    /// `POST /v1/agent` that must answer 202; returns the run id.
+    pub async fn submit_run(&self, key: &str, session_key: &str, message: &str) -> String {
+        self.submit(key, session_key, message).await["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     pub async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
         self.store
             .get_run(tenant, &RunId::new(run_id))
@@ -255,6 +263,31 @@ impl Harness {
             )
             .await
             .unwrap();
+    }
+
+    /// Starts the run as a runner would: takes its session's lock and writes it `running`
+    /// (started now) with `events`, keeping the lock. Returns the fence and the run as written.
+    pub async fn start(&self, tenant: &TenantId, run_id: &str, events: Vec<Event>) -> (Fence, Run) {
+        let mut run = self.run(tenant, run_id).await;
+        let fence = self.lock(tenant, run.session_key.as_str()).await;
+        run.status = RunStatus::Running;
+        run.started_at = Some(self.clock.now_ms());
+        self.commit(&fence, run.clone(), events, vec![], false)
+            .await;
+        (fence, run)
+    }
+
+    /// Ends the run `ok` under `fence` with `transcript`, releasing the lock.
+    pub async fn end_ok(
+        &self,
+        fence: &Fence,
+        tenant: &TenantId,
+        run_id: &str,
+        transcript: Vec<TranscriptEntry>,
+    ) {
+        let mut run = self.run(tenant, run_id).await;
+        run.status = RunStatus::Ok;
+        self.commit(fence, run, vec![], transcript, true).await;
     }
 
     /// Plays a whole runner turn: lock, write the run terminal with `events`, release.

@@ -55,10 +55,7 @@ async fn session_lookups_validate_the_key_and_404_unknown_ones() {
 #[tokio::test]
 async fn the_transcript_lists_entries_in_order_and_pages() {
     let h = Harness::new().await;
-    let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let fence = h.lock(&acme(), "main").await;
     let mut run = h.run(&acme(), &run_id).await;
     run.status = RunStatus::Ok;
@@ -120,14 +117,11 @@ async fn reset_mints_a_new_session_id_unless_a_turn_holds_the_lock() {
     h.post("/v1/sessions/main/reset", ACME_KEY, json!({}))
         .await
         .assert_error(409, "session_busy");
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Ok;
-    h.commit(
+    h.end_ok(
         &fence,
-        run,
-        vec![],
+        &acme(),
+        &run_id,
         vec![entry(1, &run_id, Message::user("hi"))],
-        true,
     )
     .await;
 
@@ -216,14 +210,11 @@ async fn a_reset_waits_for_the_running_turn_to_release_the_lock() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!reset.is_finished(), "the reset did not wait for the lock");
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Ok;
-    h.commit(
+    h.end_ok(
         &fence,
-        run,
-        vec![],
+        &acme(),
+        &run_id,
         vec![entry(0, &run_id, Message::user("hi"))],
-        true,
     )
     .await;
 

@@ -171,6 +171,16 @@ impl Harness {
         .await
     }
 
+    pub async fn patch(&self, path: &str, key: &str, body: Value) -> Reply {
+        self.send(Self::request(
+            Method::PATCH,
+            path,
+            Some(key),
+            Body::from(body.to_string()),
+        ))
+        .await
+    }
+
     pub async fn post_raw(&self, path: &str, key: &str, body: &str) -> Reply {
         self.send(Self::request(
             Method::POST,

@@ -3,8 +3,7 @@
 use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{Message, QueueMode, RunStatus};
-use axum::body::Body;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use serde_json::json;
 use std::time::Duration;
 
@@ -238,12 +237,11 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
 
     // WHEN the session's default mode is set by an alias
     let reply = h
-        .send(Harness::request(
-            Method::PATCH,
+        .patch(
             "/v1/sessions/main",
-            Some(ACME_KEY),
-            Body::from(json!({"queueMode": "steering"}).to_string()),
-        ))
+            ACME_KEY,
+            json!({"queueMode": "steering"}),
+        )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.json["queueMode"], "steer");
@@ -269,31 +267,31 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
     );
 
     // AND null clears it; bad values, unknown fields and unknown sessions are refused
-    let patch = |body: serde_json::Value, key: &'static str| {
-        Harness::request(
-            Method::PATCH,
-            key,
-            Some(ACME_KEY),
-            Body::from(body.to_string()),
-        )
-    };
     let reply = h
-        .send(patch(json!({"queueMode": null}), "/v1/sessions/main"))
+        .patch("/v1/sessions/main", ACME_KEY, json!({"queueMode": null}))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(reply.json.get("queueMode").is_none(), "{}", reply.text);
-    h.send(patch(json!({"queueMode": "sideways"}), "/v1/sessions/main"))
+    h.patch(
+        "/v1/sessions/main",
+        ACME_KEY,
+        json!({"queueMode": "sideways"}),
+    )
+    .await
+    .assert_error(400, "invalid_request");
+    h.patch("/v1/sessions/main", ACME_KEY, json!({"queueMode": 3}))
         .await
         .assert_error(400, "invalid_request");
-    h.send(patch(json!({"queueMode": 3}), "/v1/sessions/main"))
+    h.patch("/v1/sessions/main", ACME_KEY, json!({"mode": "steer"}))
         .await
         .assert_error(400, "invalid_request");
-    h.send(patch(json!({"mode": "steer"}), "/v1/sessions/main"))
-        .await
-        .assert_error(400, "invalid_request");
-    h.send(patch(json!({"queueMode": "steer"}), "/v1/sessions/nobody"))
-        .await
-        .assert_error(404, "not_found");
+    h.patch(
+        "/v1/sessions/nobody",
+        ACME_KEY,
+        json!({"queueMode": "steer"}),
+    )
+    .await
+    .assert_error(404, "not_found");
 }
 
 #[tokio::test]
@@ -327,12 +325,11 @@ async fn the_deployment_default_mode_applies_only_where_neither_turn_nor_session
 
     // And so does the session's default
     let reply = h
-        .send(Harness::request(
-            Method::PATCH,
+        .patch(
             "/v1/sessions/main",
-            Some(ACME_KEY),
-            Body::from(json!({"queueMode": "followup"}).to_string()),
-        ))
+            ACME_KEY,
+            json!({"queueMode": "followup"}),
+        )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let later = h.submit(ACME_KEY, "main", "later").await;

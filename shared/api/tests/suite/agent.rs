@@ -48,9 +48,9 @@ async fn an_accepted_turn_is_queued_once_on_its_lane() {
 async fn an_idempotent_replay_answers_the_same_run_and_enqueues_nothing_more() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-1"});
-    let first = h.post("/v1/agent", ACME_KEY, request.clone()).await;
+    let first = h.agent(ACME_KEY, request.clone()).await;
     assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.text);
-    let replay = h.post("/v1/agent", ACME_KEY, request).await;
+    let replay = h.agent(ACME_KEY, request).await;
     assert_eq!(replay.status, StatusCode::ACCEPTED, "{}", replay.text);
     assert_eq!(replay.json["runId"], first.json["runId"]);
     assert_eq!(replay.json["sessionId"], first.json["sessionId"]);
@@ -97,8 +97,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
     assert!(h.queued().await.is_empty());
     // WHEN the client retries with the same key
     let replay = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-crash"}),
         )
@@ -115,8 +114,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
 async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
     let h = Harness::new().await;
     let first = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-2"}),
         )
@@ -127,9 +125,7 @@ async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
         json!({"sessionKey": "other", "message": "hi", "idempotencyKey": "k-2"}),
         json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-2", "timeoutSeconds": 5}),
     ] {
-        h.post("/v1/agent", ACME_KEY, other)
-            .await
-            .assert_error(409, "conflict");
+        h.agent(ACME_KEY, other).await.assert_error(409, "conflict");
     }
     // Nothing was accepted or enqueued for the refused requests.
     let deliveries = h.queued().await;
@@ -146,9 +142,9 @@ async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
 async fn an_idempotency_key_expires_after_its_ttl() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-ttl"});
-    let first = h.post("/v1/agent", ACME_KEY, request.clone()).await;
+    let first = h.agent(ACME_KEY, request.clone()).await;
     h.clock.advance(24 * 3600 * 1000 + 1);
-    let later = h.post("/v1/agent", ACME_KEY, request).await;
+    let later = h.agent(ACME_KEY, request).await;
     assert_eq!(later.status, StatusCode::ACCEPTED);
     assert_ne!(later.json["runId"], first.json["runId"]);
     assert_eq!(later.json.get("deduplicated"), None);
@@ -158,8 +154,8 @@ async fn an_idempotency_key_expires_after_its_ttl() {
 async fn the_same_idempotency_key_of_two_tenants_names_two_runs() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "shared"});
-    let a = h.post("/v1/agent", ACME_KEY, request.clone()).await;
-    let b = h.post("/v1/agent", BETA_KEY, request).await;
+    let a = h.agent(ACME_KEY, request.clone()).await;
+    let b = h.agent(BETA_KEY, request).await;
     assert_eq!(b.status, StatusCode::ACCEPTED);
     assert_ne!(a.json["runId"], b.json["runId"]);
     assert_eq!(b.json.get("deduplicated"), None);
@@ -508,8 +504,7 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
     .await;
     // The default model (gpt-4o-mini) has no reasoning mode: the level is refused, by name.
     let refused = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "thinking": "high"}),
         )
@@ -519,9 +514,7 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
     assert!(message.contains("thinking"), "{message}");
     assert!(message.contains("openai/gpt-4o-mini"), "{message}");
     let named = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
+        .agent(ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "model": "anthropic/claude-3-5-haiku-latest", "thinking": "low"}),
         )
         .await;
@@ -529,9 +522,7 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
     assert!(named.text.contains("claude-3-5-haiku"), "{}", named.text);
     // An unknown level names the accepted ones.
     let unknown = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
+        .agent(ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "model": "openai/o3-mini", "thinking": "max"}),
         )
         .await;
@@ -545,17 +536,14 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
 
     // `off` is fine anywhere; a reasoning model keeps its level on the run.
     let off = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "thinking": "off"}),
         )
         .await;
     assert_eq!(off.status, StatusCode::ACCEPTED, "{}", off.text);
     let accepted = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
+        .agent(ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "model": "openai/o3-mini", "thinking": "high"}),
         )
         .await;
@@ -613,8 +601,7 @@ async fn a_steered_run_resolves_with_the_run_that_carried_it() {
     let carrier = h.submit_run(ACME_KEY, "main", "drive").await;
     h.submit(ACME_KEY, "main", "later").await;
     let steer = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "turn left", "queueMode": "steering"}),
         )

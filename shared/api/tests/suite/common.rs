@@ -191,11 +191,15 @@ impl Harness {
         .await
     }
 
+    /// `POST /v1/agent` with `body`.
+    pub async fn agent(&self, key: &str, body: Value) -> Reply {
+        self.post("/v1/agent", key, body).await
+    }
+
     /// `POST /v1/agent` that must answer 202; returns the body.
     pub async fn submit(&self, key: &str, session_key: &str, message: &str) -> Value {
         let reply = self
-            .post(
-                "/v1/agent",
+            .agent(
                 key,
                 serde_json::json!({"sessionKey": session_key, "message": message}),
             )

@@ -54,11 +54,7 @@ async fn a_throttled_store_answers_429_with_retry_after() {
     let (h, failure) = harness().await;
     *failure.lock().unwrap() = Some(StoreError::Throttled("slow down".into()));
     let reply = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
-            json!({"sessionKey": "main", "message": "hi"}),
-        )
+        .agent(ACME_KEY, json!({"sessionKey": "main", "message": "hi"}))
         .await;
     reply.assert_error(429, "rate_limited");
     assert_eq!(reply.headers["retry-after"], "1");

@@ -251,8 +251,7 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
     let run = h.run(&acme(), steer["runId"].as_str().unwrap()).await;
     assert_eq!(run.request.queue_mode, Some(QueueMode::Steer));
     let explicit = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "then", "queueMode": "followup"}),
         )
@@ -315,8 +314,7 @@ async fn the_deployment_default_mode_applies_only_where_neither_turn_nor_session
 
     // A turn's own mode wins
     let explicit = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "then", "queueMode": "followup"}),
         )

@@ -371,11 +371,7 @@ async fn wait_on_a_queued_run_times_out_quickly_and_the_run_goes_on() {
     let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"].clone();
     let started = Instant::now();
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": run_id, "timeoutMs": 100}),
-        )
+        .wait(ACME_KEY, json!({"runId": run_id, "timeoutMs": 100}))
         .await;
     let elapsed = started.elapsed();
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
@@ -401,11 +397,7 @@ async fn wait_timeouts_are_capped() {
     let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"].clone();
     let started = Instant::now();
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": run_id, "timeoutMs": 600_000}),
-        )
+        .wait(ACME_KEY, json!({"runId": run_id, "timeoutMs": 600_000}))
         .await;
     assert_eq!(reply.json["status"], "pending");
     assert!(
@@ -430,11 +422,7 @@ async fn wait_returns_ok_once_the_runner_finishes_the_run() {
     let started = Instant::now();
     let reply = within(
         10,
-        h.post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": run_id, "timeoutMs": 5000}),
-        ),
+        h.wait(ACME_KEY, json!({"runId": run_id, "timeoutMs": 5000})),
     )
     .await;
     runner.await.unwrap();
@@ -462,9 +450,7 @@ async fn wait_reports_failed_aborted_and_timed_out_runs() {
     for (run_status, status, code) in cases {
         let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
         h.finish(&acme(), &run_id, run_status, vec![]).await;
-        let reply = h
-            .post("/v1/agent.wait", ACME_KEY, json!({"runId": run_id}))
-            .await;
+        let reply = h.wait(ACME_KEY, json!({"runId": run_id})).await;
         assert_eq!(reply.json["status"], status, "{}", reply.text);
         assert_eq!(reply.json["runStatus"], run_status.as_str());
         assert_eq!(reply.json["error"]["code"], code, "{}", reply.text);
@@ -474,13 +460,13 @@ async fn wait_reports_failed_aborted_and_timed_out_runs() {
 #[tokio::test]
 async fn wait_rejects_bad_bodies_and_unknown_runs() {
     let h = Harness::new().await;
-    h.post("/v1/agent.wait", ACME_KEY, json!({"timeoutMs": 5}))
+    h.wait(ACME_KEY, json!({"timeoutMs": 5}))
         .await
         .assert_error(400, "invalid_request");
-    h.post("/v1/agent.wait", ACME_KEY, json!({"runId": "r", "wait": 5}))
+    h.wait(ACME_KEY, json!({"runId": "r", "wait": 5}))
         .await
         .assert_error(400, "invalid_request");
-    h.post("/v1/agent.wait", ACME_KEY, json!({"runId": "run_unknown"}))
+    h.wait(ACME_KEY, json!({"runId": "run_unknown"}))
         .await
         .assert_error(404, "not_found");
 }
@@ -629,11 +615,7 @@ async fn a_steered_run_resolves_with_the_run_that_carried_it() {
 
     // WHILE the carrier runs, a wait on the steer is still pending
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": steer_id, "timeoutMs": 100}),
-        )
+        .wait(ACME_KEY, json!({"runId": steer_id, "timeoutMs": 100}))
         .await;
     assert_eq!(reply.json["status"], "pending", "{}", reply.text);
 
@@ -649,11 +631,7 @@ async fn a_steered_run_resolves_with_the_run_that_carried_it() {
 
     // THEN a wait on the steer answers what the carrier answered
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": steer_id, "timeoutMs": 2000}),
-        )
+        .wait(ACME_KEY, json!({"runId": steer_id, "timeoutMs": 2000}))
         .await;
     assert_eq!(reply.json["status"], "ok", "{}", reply.text);
     assert_eq!(reply.json["runId"], steer_id.as_str());

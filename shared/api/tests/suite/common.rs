@@ -196,6 +196,11 @@ impl Harness {
         self.post("/v1/agent", key, body).await
     }
 
+    /// `POST /v1/agent.wait` with `body`.
+    pub async fn wait(&self, key: &str, body: Value) -> Reply {
+        self.post("/v1/agent.wait", key, body).await
+    }
+
     /// `POST /v1/agent` that must answer 202; returns the body.
     pub async fn submit(&self, key: &str, session_key: &str, message: &str) -> Value {
         let reply = self

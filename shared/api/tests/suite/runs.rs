@@ -318,12 +318,8 @@ async fn another_tenants_runs_answer_404_like_unknown_ones() {
             .await,
     );
     beta(
-        h.post(
-            "/v1/agent.wait",
-            BETA_KEY,
-            json!({"runId": run_id, "timeoutMs": 0}),
-        )
-        .await,
+        h.wait(BETA_KEY, json!({"runId": run_id, "timeoutMs": 0}))
+            .await,
     );
     // Nothing changed for acme.
     assert!(!h.run(&acme(), &run_id).await.abort_requested);

@@ -159,34 +159,25 @@ impl Harness {
             .await
     }
 
+    /// `method path` as the tenant of `key`, with `body` as JSON.
+    async fn send_body(&self, method: Method, path: &str, key: &str, body: String) -> Reply {
+        self.send(Self::request(method, path, Some(key), Body::from(body)))
+            .await
+    }
+
     pub async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
-        self.send(Self::request(
-            Method::POST,
-            path,
-            Some(key),
-            Body::from(body.to_string()),
-        ))
-        .await
+        self.send_body(Method::POST, path, key, body.to_string())
+            .await
     }
 
     pub async fn patch(&self, path: &str, key: &str, body: Value) -> Reply {
-        self.send(Self::request(
-            Method::PATCH,
-            path,
-            Some(key),
-            Body::from(body.to_string()),
-        ))
-        .await
+        self.send_body(Method::PATCH, path, key, body.to_string())
+            .await
     }
 
     pub async fn post_raw(&self, path: &str, key: &str, body: &str) -> Reply {
-        self.send(Self::request(
-            Method::POST,
-            path,
-            Some(key),
-            Body::from(body.to_owned()),
-        ))
-        .await
+        self.send_body(Method::POST, path, key, body.to_owned())
+            .await
     }
 
     /// `POST /v1/agent` with `body`.

@@ -271,26 +271,20 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(reply.json.get("queueMode").is_none(), "{}", reply.text);
-    h.patch(
-        "/v1/sessions/main",
-        ACME_KEY,
+    let bad_bodies = [
         json!({"queueMode": "sideways"}),
-    )
-    .await
-    .assert_error(400, "invalid_request");
-    h.patch("/v1/sessions/main", ACME_KEY, json!({"queueMode": 3}))
+        json!({"queueMode": 3}),
+        json!({"mode": "steer"}),
+    ];
+    for body in bad_bodies {
+        h.patch("/v1/sessions/main", ACME_KEY, body)
+            .await
+            .assert_error(400, "invalid_request");
+    }
+    let nobody = json!({"queueMode": "steer"});
+    h.patch("/v1/sessions/nobody", ACME_KEY, nobody)
         .await
-        .assert_error(400, "invalid_request");
-    h.patch("/v1/sessions/main", ACME_KEY, json!({"mode": "steer"}))
-        .await
-        .assert_error(400, "invalid_request");
-    h.patch(
-        "/v1/sessions/nobody",
-        ACME_KEY,
-        json!({"queueMode": "steer"}),
-    )
-    .await
-    .assert_error(404, "not_found");
+        .assert_error(404, "not_found");
 }
 
 #[tokio::test]

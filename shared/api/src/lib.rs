@@ -47,13 +47,13 @@ pub use error::ApiError;
 pub use limits::{Limits, TenantLimits, TenantOverride};
 pub use notify::{Notifier, NotifyingStore};
 pub use openapi::openapi_json;
+pub use routes::UNDOCUMENTED;
 pub use server::serve;
 
 use agentlane_core::cron::CronStore;
 use agentlane_core::{Clock, HistoryReader, LaneQueue, Store, TurnIntake};
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
-use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -188,42 +188,9 @@ pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
         notifier,
         api: state,
     });
-    let waits = with_timeout(
-        Router::new().route("/v1/agent.wait", post(routes::agent::wait)),
-        wait_budget,
-    );
-    let routes = Router::new()
-        .route("/healthz", get(routes::health))
-        .route("/v1/openapi.json", get(openapi::serve_document))
-        .route("/metrics", get(routes::metrics))
-        .route("/v1/agent", post(routes::agent::submit))
-        .route("/v1/runs/{run_id}", get(routes::runs::get_run))
-        // The timeout ends at the response head: an SSE body streams on past it.
-        .route("/v1/runs/{run_id}/events", get(routes::runs::events))
-        .route("/v1/runs/{run_id}/abort", post(routes::runs::abort))
-        .route(
-            "/v1/sessions/{session_key}",
-            get(routes::sessions::get_session).patch(routes::sessions::patch_session),
-        )
-        .route(
-            "/v1/sessions/{session_key}/transcript",
-            get(routes::sessions::transcript),
-        )
-        .route(
-            "/v1/sessions/{session_key}/reset",
-            post(routes::sessions::reset),
-        )
-        .route(
-            "/v1/cron/jobs",
-            get(routes::cron::list).post(routes::cron::create),
-        )
-        .route(
-            "/v1/cron/jobs/{job_id}",
-            get(routes::cron::get)
-                .patch(routes::cron::patch)
-                .delete(routes::cron::delete),
-        )
-        .route("/v1/cron/jobs/{job_id}/run", post(routes::cron::run_now))
+    let routes::Table { waits, rest } = routes::table();
+    let waits = with_timeout(waits.into(), wait_budget);
+    let routes = Router::from(rest)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed);
     with_timeout(routes, limits.request_timeout())

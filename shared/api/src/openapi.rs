@@ -1,7 +1,9 @@
 //! The OpenAPI 3.1 document of the API, generated from the handlers' `#[utoipa::path]`
 //! annotations and the request/response types' `ToSchema` derives, so it cannot drift from
-//! the code. Served at `GET /v1/openapi.json` (no auth) and committed as `docs/openapi.json`
-//! (regenerate with `agentlane openapi > docs/openapi.json`; a test fails when they differ).
+//! the code: its operations are those the router registers (`crate::routes::table`), each
+//! with the annotation of its handler. Served at `GET /v1/openapi.json` (no auth) and committed
+//! as `docs/openapi.json` (regenerate with `agentlane openapi > docs/openapi.json`; a test
+//! fails when they differ).
 
 use crate::error::ErrorBody;
 use crate::routes;
@@ -12,7 +14,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-/// The document's source: every route and the schemas they use.
+/// The document's frame: its info, tags, security and the error schema. [`document`] adds the
+/// routes (with the schemas they use) and the [`Conventions`].
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -23,27 +26,7 @@ sessions, manage cron jobs. Every error is `{\"error\": {\"code\", \"message\"}}
 routes but this document take `Authorization: Bearer <key>`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    paths(
-        routes::health,
-        serve_document,
-        routes::agent::submit,
-        routes::agent::wait,
-        routes::runs::get_run,
-        routes::runs::events,
-        routes::runs::abort,
-        routes::sessions::get_session,
-        routes::sessions::patch_session,
-        routes::sessions::transcript,
-        routes::sessions::reset,
-        routes::cron::create,
-        routes::cron::list,
-        routes::cron::get,
-        routes::cron::patch,
-        routes::cron::delete,
-        routes::cron::run_now,
-    ),
     components(schemas(ErrorBody)),
-    modifiers(&Conventions),
     security(("bearer" = [])),
     tags(
         (name = "agent", description = "Submit turns and wait for them"),
@@ -156,13 +139,24 @@ fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
         .into()
 }
 
+/// The document: [`ApiDoc`], every route the router registers with its annotation, and the
+/// error answers of [`Conventions`].
+pub fn document() -> Document {
+    let routes::Table { waits, rest } = routes::table();
+    let mut document = ApiDoc::openapi();
+    document.merge(rest.into_openapi());
+    document.merge(waits.into_openapi());
+    Conventions.modify(&mut document);
+    document
+}
+
 /// The document as pretty JSON with a trailing newline: what `GET /v1/openapi.json` serves,
 /// `agentlane openapi` prints and `docs/openapi.json` holds.
 pub fn openapi_json() -> &'static str {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
         // A document of plain strings and maps always serialises.
-        let mut text = ApiDoc::openapi()
+        let mut text = document()
             .to_pretty_json()
             .unwrap_or_else(|e| format!("{{\"error\": \"openapi: {e}\"}}"));
         text.push('\n');

@@ -1,14 +1,57 @@
-//! Handlers, one module per resource.
+//! Handlers, one module per resource, and [`table`]: every route the API serves.
 
 pub mod agent;
 pub mod cron;
 pub mod runs;
 pub mod sessions;
 
+use crate::Shared;
 use crate::error::ApiError;
 use agentlane_core::RunId;
 use axum::Json;
+use axum::routing::get;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// The routes served but left out of the OpenAPI document, as `(method, path)`: the metrics
+/// scrape (Prometheus text, per process; off in the ingress Lambda).
+pub const UNDOCUMENTED: &[(&str, &str)] = &[("get", METRICS)];
+
+/// The path of [`metrics`].
+const METRICS: &str = "/metrics";
+
+/// Every route of the API, split by the timeout it runs under, without state or layers.
+pub(crate) struct Table {
+    /// `POST /v1/agent.wait`: its timeout is the longest wait plus the request timeout.
+    pub waits: OpenApiRouter<Arc<Shared>>,
+    /// Every other route, under the request timeout. The timeout ends at the response head:
+    /// an SSE body streams on past it.
+    pub rest: OpenApiRouter<Arc<Shared>>,
+}
+
+/// The routes. A documented route is registered with `routes!`, which takes its method and
+/// path from the handler's `#[utoipa::path]` and adds that operation to the router's document:
+/// serving a route and documenting it are one act. [`UNDOCUMENTED`] lists the only others.
+pub(crate) fn table() -> Table {
+    let waits = OpenApiRouter::default().routes(routes!(agent::wait));
+    let rest = OpenApiRouter::default()
+        .routes(routes!(health))
+        .routes(routes!(crate::openapi::serve_document))
+        .route(METRICS, get(metrics))
+        .routes(routes!(agent::submit))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::events))
+        .routes(routes!(runs::abort))
+        .routes(routes!(sessions::get_session, sessions::patch_session))
+        .routes(routes!(sessions::transcript))
+        .routes(routes!(sessions::reset))
+        .routes(routes!(cron::list, cron::create))
+        .routes(routes!(cron::get, cron::patch, cron::delete))
+        .routes(routes!(cron::run_now));
+    Table { waits, rest }
+}
 
 /// `GET /healthz`, no auth.
 #[utoipa::path(get, path = "/healthz", operation_id = "health", tag = "health", security(()),

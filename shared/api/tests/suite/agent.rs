@@ -46,9 +46,9 @@ async fn an_accepted_turn_is_queued_once_on_its_lane() {
 async fn an_idempotent_replay_answers_the_same_run_and_enqueues_nothing_more() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-1"});
-    let first = h.post("/v1/agent", ACME_KEY, request.clone()).await;
+    let first = h.agent(ACME_KEY, request.clone()).await;
     assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.text);
-    let replay = h.post("/v1/agent", ACME_KEY, request).await;
+    let replay = h.agent(ACME_KEY, request).await;
     assert_eq!(replay.status, StatusCode::ACCEPTED, "{}", replay.text);
     assert_eq!(replay.json["runId"], first.json["runId"]);
     assert_eq!(replay.json["sessionId"], first.json["sessionId"]);
@@ -79,8 +79,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
     assert!(h.queued().await.is_empty());
     // WHEN the client retries with the same key
     let replay = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-crash"}),
         )
@@ -97,8 +96,7 @@ async fn a_replay_heals_a_run_that_was_accepted_but_never_enqueued() {
 async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
     let h = Harness::new().await;
     let first = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-2"}),
         )
@@ -109,9 +107,7 @@ async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
         json!({"sessionKey": "other", "message": "hi", "idempotencyKey": "k-2"}),
         json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-2", "timeoutSeconds": 5}),
     ] {
-        h.post("/v1/agent", ACME_KEY, other)
-            .await
-            .assert_error(409, "conflict");
+        h.agent(ACME_KEY, other).await.assert_error(409, "conflict");
     }
     // Nothing was accepted or enqueued for the refused requests.
     let deliveries = h.queued().await;
@@ -128,9 +124,9 @@ async fn an_idempotency_key_reused_for_another_request_is_a_conflict() {
 async fn an_idempotency_key_expires_after_its_ttl() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-ttl"});
-    let first = h.post("/v1/agent", ACME_KEY, request.clone()).await;
+    let first = h.agent(ACME_KEY, request.clone()).await;
     h.clock.advance(24 * 3600 * 1000 + 1);
-    let later = h.post("/v1/agent", ACME_KEY, request).await;
+    let later = h.agent(ACME_KEY, request).await;
     assert_eq!(later.status, StatusCode::ACCEPTED);
     assert_ne!(later.json["runId"], first.json["runId"]);
     assert_eq!(later.json.get("deduplicated"), None);
@@ -140,8 +136,8 @@ async fn an_idempotency_key_expires_after_its_ttl() {
 async fn the_same_idempotency_key_of_two_tenants_names_two_runs() {
     let h = Harness::new().await;
     let request = json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "shared"});
-    let a = h.post("/v1/agent", ACME_KEY, request.clone()).await;
-    let b = h.post("/v1/agent", BETA_KEY, request).await;
+    let a = h.agent(ACME_KEY, request.clone()).await;
+    let b = h.agent(BETA_KEY, request).await;
     assert_eq!(b.status, StatusCode::ACCEPTED);
     assert_ne!(a.json["runId"], b.json["runId"]);
     assert_eq!(b.json.get("deduplicated"), None);
@@ -357,11 +353,7 @@ async fn wait_on_a_queued_run_times_out_quickly_and_the_run_goes_on() {
     let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"].clone();
     let started = Instant::now();
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": run_id, "timeoutMs": 100}),
-        )
+        .wait(ACME_KEY, json!({"runId": run_id, "timeoutMs": 100}))
         .await;
     let elapsed = started.elapsed();
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
@@ -387,11 +379,7 @@ async fn wait_timeouts_are_capped() {
     let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"].clone();
     let started = Instant::now();
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": run_id, "timeoutMs": 600_000}),
-        )
+        .wait(ACME_KEY, json!({"runId": run_id, "timeoutMs": 600_000}))
         .await;
     assert_eq!(reply.json["status"], "pending");
     assert!(
@@ -404,10 +392,7 @@ async fn wait_timeouts_are_capped() {
 #[tokio::test]
 async fn wait_returns_ok_once_the_runner_finishes_the_run() {
     let h = std::sync::Arc::new(Harness::new().await);
-    let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let runner = {
         let h = h.clone();
         let run_id = run_id.clone();
@@ -419,11 +404,7 @@ async fn wait_returns_ok_once_the_runner_finishes_the_run() {
     let started = Instant::now();
     let reply = within(
         10,
-        h.post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": run_id, "timeoutMs": 5000}),
-        ),
+        h.wait(ACME_KEY, json!({"runId": run_id, "timeoutMs": 5000})),
     )
     .await;
     runner.await.unwrap();
@@ -449,14 +430,9 @@ async fn wait_reports_failed_aborted_and_timed_out_runs() {
         (RunStatus::Timeout, "timeout", "timeout"),
     ];
     for (run_status, status, code) in cases {
-        let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
         h.finish(&acme(), &run_id, run_status, vec![]).await;
-        let reply = h
-            .post("/v1/agent.wait", ACME_KEY, json!({"runId": run_id}))
-            .await;
+        let reply = h.wait(ACME_KEY, json!({"runId": run_id})).await;
         assert_eq!(reply.json["status"], status, "{}", reply.text);
         assert_eq!(reply.json["runStatus"], run_status.as_str());
         assert_eq!(reply.json["error"]["code"], code, "{}", reply.text);
@@ -466,13 +442,13 @@ async fn wait_reports_failed_aborted_and_timed_out_runs() {
 #[tokio::test]
 async fn wait_rejects_bad_bodies_and_unknown_runs() {
     let h = Harness::new().await;
-    h.post("/v1/agent.wait", ACME_KEY, json!({"timeoutMs": 5}))
+    h.wait(ACME_KEY, json!({"timeoutMs": 5}))
         .await
         .assert_error(400, "invalid_request");
-    h.post("/v1/agent.wait", ACME_KEY, json!({"runId": "r", "wait": 5}))
+    h.wait(ACME_KEY, json!({"runId": "r", "wait": 5}))
         .await
         .assert_error(400, "invalid_request");
-    h.post("/v1/agent.wait", ACME_KEY, json!({"runId": "run_unknown"}))
+    h.wait(ACME_KEY, json!({"runId": "run_unknown"}))
         .await
         .assert_error(404, "not_found");
 }
@@ -496,8 +472,7 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
     .await;
     // The default model (gpt-4o-mini) has no reasoning mode: the level is refused, by name.
     let refused = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "thinking": "high"}),
         )
@@ -507,9 +482,7 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
     assert!(message.contains("thinking"), "{message}");
     assert!(message.contains("openai/gpt-4o-mini"), "{message}");
     let named = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
+        .agent(ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "model": "anthropic/claude-3-5-haiku-latest", "thinking": "low"}),
         )
         .await;
@@ -517,9 +490,7 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
     assert!(named.text.contains("claude-3-5-haiku"), "{}", named.text);
     // An unknown level names the accepted ones.
     let unknown = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
+        .agent(ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "model": "openai/o3-mini", "thinking": "max"}),
         )
         .await;
@@ -533,17 +504,14 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
 
     // `off` is fine anywhere; a reasoning model keeps its level on the run.
     let off = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "thinking": "off"}),
         )
         .await;
     assert_eq!(off.status, StatusCode::ACCEPTED, "{}", off.text);
     let accepted = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
+        .agent(ACME_KEY,
             json!({"sessionKey": "t", "message": "hi", "model": "openai/o3-mini", "thinking": "high"}),
         )
         .await;
@@ -598,14 +566,10 @@ async fn metrics_answer_prometheus_text_with_a_key_and_404_where_turned_off() {
 async fn a_steered_run_resolves_with_the_run_that_carried_it() {
     // GIVEN a running turn, a followup behind it, and a steer the turn took at a boundary
     let h = Harness::new().await;
-    let carrier = h.submit(ACME_KEY, "main", "drive").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let carrier = h.submit_run(ACME_KEY, "main", "drive").await;
     h.submit(ACME_KEY, "main", "later").await;
     let steer = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "turn left", "queueMode": "steering"}),
         )
@@ -633,11 +597,7 @@ async fn a_steered_run_resolves_with_the_run_that_carried_it() {
 
     // WHILE the carrier runs, a wait on the steer is still pending
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": steer_id, "timeoutMs": 100}),
-        )
+        .wait(ACME_KEY, json!({"runId": steer_id, "timeoutMs": 100}))
         .await;
     assert_eq!(reply.json["status"], "pending", "{}", reply.text);
 
@@ -653,11 +613,7 @@ async fn a_steered_run_resolves_with_the_run_that_carried_it() {
 
     // THEN a wait on the steer answers what the carrier answered
     let reply = h
-        .post(
-            "/v1/agent.wait",
-            ACME_KEY,
-            json!({"runId": steer_id, "timeoutMs": 2000}),
-        )
+        .wait(ACME_KEY, json!({"runId": steer_id, "timeoutMs": 2000}))
         .await;
     assert_eq!(reply.json["status"], "ok", "{}", reply.text);
     assert_eq!(reply.json["runId"], steer_id.as_str());

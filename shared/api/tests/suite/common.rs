@@ -3,8 +3,8 @@
 
 use agentlane_api::{ApiConfig, ApiKeys, ApiState, app};
 use agentlane_core::{
-    Clock, Commit, Delivery, Event, EventStream, Fence, LaneQueue, LockAttempt, Message, Run,
-    RunId, RunStatus, SessionKey, SessionStatus, SessionUpdate, Store, TenantId, TranscriptEntry,
+    Clock, Commit, Delivery, Event, EventStream, Fence, LaneQueue, Message, Run, RunId, RunStatus,
+    Store, TenantId, TranscriptEntry,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use axum::Router;
@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tower::ServiceExt;
 
-pub const ACME_KEY: &str = "acme-key-0123456789";
-pub const BETA_KEY: &str = "beta-key-0123456789";
+#[path = "../../src/testkit/runner.rs"]
+mod runner;
+
+pub use runner::{ACME_KEY, BETA_KEY, acme};
 pub const T0: u64 = 1_750_000_000_000;
 
 /// A clock tests move by hand.
@@ -34,10 +36,6 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
-}
-
-pub fn acme() -> TenantId {
-    TenantId::new("acme")
 }
 
 pub struct Harness {
@@ -105,7 +103,7 @@ impl Harness {
         let store: Arc<dyn Store> = backend.clone();
         let cron: Arc<dyn agentlane_core::cron::CronStore> = backend.clone();
         let queue: Arc<dyn LaneQueue> = backend;
-        let keys = ApiKeys::parse(&format!("acme:{ACME_KEY},beta:{BETA_KEY}")).unwrap();
+        let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let state = ApiState {
             store: wrap(store.clone()),
             queue: queue.clone(),
@@ -161,31 +159,41 @@ impl Harness {
             .await
     }
 
+    /// `method path` as the tenant of `key`, with `body` as JSON.
+    async fn send_body(&self, method: Method, path: &str, key: &str, body: String) -> Reply {
+        self.send(Self::request(method, path, Some(key), Body::from(body)))
+            .await
+    }
+
     pub async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
-        self.send(Self::request(
-            Method::POST,
-            path,
-            Some(key),
-            Body::from(body.to_string()),
-        ))
-        .await
+        self.send_body(Method::POST, path, key, body.to_string())
+            .await
+    }
+
+    pub async fn patch(&self, path: &str, key: &str, body: Value) -> Reply {
+        self.send_body(Method::PATCH, path, key, body.to_string())
+            .await
     }
 
     pub async fn post_raw(&self, path: &str, key: &str, body: &str) -> Reply {
-        self.send(Self::request(
-            Method::POST,
-            path,
-            Some(key),
-            Body::from(body.to_owned()),
-        ))
-        .await
+        self.send_body(Method::POST, path, key, body.to_owned())
+            .await
+    }
+
+    /// `POST /v1/agent` with `body`.
+    pub async fn agent(&self, key: &str, body: Value) -> Reply {
+        self.post("/v1/agent", key, body).await
+    }
+
+    /// `POST /v1/agent.wait` with `body`.
+    pub async fn wait(&self, key: &str, body: Value) -> Reply {
+        self.post("/v1/agent.wait", key, body).await
     }
 
     /// `POST /v1/agent` that must answer 202; returns the body.
     pub async fn submit(&self, key: &str, session_key: &str, message: &str) -> Value {
         let reply = self
-            .post(
-                "/v1/agent",
+            .agent(
                 key,
                 serde_json::json!({"sessionKey": session_key, "message": message}),
             )
@@ -194,31 +202,27 @@ impl Harness {
         reply.json
     }
 
+    /// `POST /v1/agent` that must answer 202; returns the run id.
+    pub async fn submit_run(&self, key: &str, session_key: &str, message: &str) -> String {
+        self.submit(key, session_key, message).await["runId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     pub async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
-        self.store
-            .get_run(tenant, &RunId::new(run_id))
-            .await
-            .unwrap()
-            .unwrap()
+        runner::read_run(self.store.as_ref(), tenant, run_id).await
     }
 
     /// Takes the session's write lock as a runner would.
     pub async fn lock(&self, tenant: &TenantId, session_key: &str) -> Fence {
-        match self
-            .store
-            .acquire_lock(
-                tenant,
-                &SessionKey::new(session_key),
-                "test-runner",
-                60_000,
-                self.clock.now_ms(),
-            )
-            .await
-            .unwrap()
-        {
-            LockAttempt::Acquired(fence, _) => fence,
-            LockAttempt::Held { owner, until } => panic!("lock held by {owner} until {until}"),
-        }
+        runner::take_lock(
+            self.store.as_ref(),
+            tenant,
+            session_key,
+            self.clock.now_ms(),
+        )
+        .await
     }
 
     /// Writes `run` (with `events` and `transcript`) under `fence`, as the runner's commit.
@@ -230,17 +234,7 @@ impl Harness {
         transcript: Vec<TranscriptEntry>,
         release: bool,
     ) {
-        let terminal = run.status.is_terminal();
-        let session = SessionUpdate {
-            status: if terminal {
-                SessionStatus::Idle
-            } else {
-                SessionStatus::Processing
-            },
-            active_run_id: (!terminal).then(|| run.run_id.clone()),
-            last_progress_at: self.clock.now_ms(),
-            finished_delta: u64::from(terminal),
-        };
+        let session = runner::session_update(&run, self.clock.now_ms());
         self.store
             .commit(
                 fence,
@@ -255,6 +249,31 @@ impl Harness {
             )
             .await
             .unwrap();
+    }
+
+    /// Starts the run as a runner would: takes its session's lock and writes it `running`
+    /// (started now) with `events`, keeping the lock. Returns the fence and the run as written.
+    pub async fn start(&self, tenant: &TenantId, run_id: &str, events: Vec<Event>) -> (Fence, Run) {
+        let mut run = self.run(tenant, run_id).await;
+        let fence = self.lock(tenant, run.session_key.as_str()).await;
+        run.status = RunStatus::Running;
+        run.started_at = Some(self.clock.now_ms());
+        self.commit(&fence, run.clone(), events, vec![], false)
+            .await;
+        (fence, run)
+    }
+
+    /// Ends the run `ok` under `fence` with `transcript`, releasing the lock.
+    pub async fn end_ok(
+        &self,
+        fence: &Fence,
+        tenant: &TenantId,
+        run_id: &str,
+        transcript: Vec<TranscriptEntry>,
+    ) {
+        let mut run = self.run(tenant, run_id).await;
+        run.status = RunStatus::Ok;
+        self.commit(fence, run, vec![], transcript, true).await;
     }
 
     /// Plays a whole runner turn: lock, write the run terminal with `events`, release.

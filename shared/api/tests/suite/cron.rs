@@ -12,16 +12,6 @@ fn every(seconds: u64) -> Value {
     json!({"name": "pulse", "schedule": {"everySeconds": seconds}, "message": "ping"})
 }
 
-async fn patch(h: &Harness, path: &str, key: &str, body: Value) -> crate::common::Reply {
-    h.send(Harness::request(
-        Method::PATCH,
-        path,
-        Some(key),
-        Body::from(body.to_string()),
-    ))
-    .await
-}
-
 async fn delete(h: &Harness, path: &str, key: &str) -> crate::common::Reply {
     h.send(Harness::request(
         Method::DELETE,
@@ -175,7 +165,7 @@ async fn another_tenant_sees_nothing() {
         json!([])
     );
     h.get(&path, BETA_KEY).await.assert_error(404, "not_found");
-    patch(&h, &path, BETA_KEY, json!({"enabled": false}))
+    h.patch(&path, BETA_KEY, json!({"enabled": false}))
         .await
         .assert_error(404, "not_found");
     h.post(&format!("{path}/run"), BETA_KEY, json!({}))
@@ -234,19 +224,19 @@ async fn patch_disables_and_reenabling_does_not_replay_missed_slots() {
     let path = format!("/v1/cron/jobs/{}", created.json["jobId"].as_str().unwrap());
 
     // WHEN it is disabled
-    let off = patch(&h, &path, ACME_KEY, json!({"enabled": false})).await;
+    let off = h.patch(&path, ACME_KEY, json!({"enabled": false})).await;
     assert_eq!(off.json["enabled"], false);
     assert_eq!(off.json["nextRunAt"], Value::Null);
 
     // AND re-enabled 95 s later
     h.clock.advance(95_000);
-    let on = patch(
-        &h,
-        &path,
-        ACME_KEY,
-        json!({"enabled": true, "message": "pong", "name": "renamed"}),
-    )
-    .await;
+    let on = h
+        .patch(
+            &path,
+            ACME_KEY,
+            json!({"enabled": true, "message": "pong", "name": "renamed"}),
+        )
+        .await;
 
     // THEN the next slot is the first after now (anchored at creation), the rest changed too
     assert_eq!(on.status.as_u16(), 200, "{}", on.text);
@@ -255,18 +245,14 @@ async fn patch_disables_and_reenabling_does_not_replay_missed_slots() {
     assert_eq!(on.json["name"], "renamed");
 
     // AND a new schedule counts from now; a bad one is refused and changes nothing
-    let moved = patch(
-        &h,
-        &path,
-        ACME_KEY,
-        json!({"schedule": {"everySeconds": 60}}),
-    )
-    .await;
+    let moved = h
+        .patch(&path, ACME_KEY, json!({"schedule": {"everySeconds": 60}}))
+        .await;
     assert_eq!(moved.json["nextRunAt"], T0 + 95_000 + 60_000);
-    patch(&h, &path, ACME_KEY, json!({"schedule": {"cron": "bogus"}}))
+    h.patch(&path, ACME_KEY, json!({"schedule": {"cron": "bogus"}}))
         .await
         .assert_error(400, "invalid_request");
-    patch(&h, &path, ACME_KEY, json!({"nmae": "typo"}))
+    h.patch(&path, ACME_KEY, json!({"nmae": "typo"}))
         .await
         .assert_error(400, "invalid_request");
     assert_eq!(
@@ -356,16 +342,16 @@ async fn a_passed_one_shot_cannot_be_reenabled_without_a_new_time() {
     h.clock.advance(120_000);
 
     // WHEN it is re-enabled THEN 400 says why; with a new time it works
-    let reply = patch(&h, &path, ACME_KEY, json!({"enabled": true})).await;
+    let reply = h.patch(&path, ACME_KEY, json!({"enabled": true})).await;
     reply.assert_error(400, "invalid_request");
     assert!(reply.text.contains("no time left"), "{}", reply.text);
-    let ok = patch(
-        &h,
-        &path,
-        ACME_KEY,
-        json!({"enabled": true, "schedule": {"at": "2025-06-15T16:00:00Z"}}),
-    )
-    .await;
+    let ok = h
+        .patch(
+            &path,
+            ACME_KEY,
+            json!({"enabled": true, "schedule": {"at": "2025-06-15T16:00:00Z"}}),
+        )
+        .await;
     assert_eq!(ok.status.as_u16(), 200, "{}", ok.text);
     assert_eq!(ok.json["nextRunAt"], 1_750_003_200_000u64);
 }

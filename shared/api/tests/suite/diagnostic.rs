@@ -2,21 +2,14 @@
 //! with the default thresholds (warn 120 s): lease renewals alone are not progress.
 
 use crate::common::*;
-use agentlane_core::{Clock, RunStatus};
+use agentlane_core::Clock;
 
 #[tokio::test]
 async fn a_processing_session_without_progress_is_diagnosed_stalled_then_stuck() {
     // GIVEN a run a runner started (progress now), holding the lock
     let h = Harness::new().await;
-    let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let fence = h.lock(&acme(), "main").await;
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Running;
-    run.started_at = Some(h.clock.now_ms());
-    h.commit(&fence, run, vec![], vec![], false).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
+    let (fence, _) = h.start(&acme(), &run_id, vec![]).await;
     let fresh = h.get("/v1/sessions/main", ACME_KEY).await;
     assert_eq!(fresh.json["status"], "processing");
     assert_eq!(fresh.json.get("diagnostic"), None, "{}", fresh.text);

@@ -54,11 +54,7 @@ async fn a_throttled_store_answers_429_with_retry_after() {
     let (h, failure) = harness().await;
     *failure.lock().unwrap() = Some(StoreError::Throttled("slow down".into()));
     let reply = h
-        .post(
-            "/v1/agent",
-            ACME_KEY,
-            json!({"sessionKey": "main", "message": "hi"}),
-        )
+        .agent(ACME_KEY, json!({"sessionKey": "main", "message": "hi"}))
         .await;
     reply.assert_error(429, "rate_limited");
     assert_eq!(reply.headers["retry-after"], "1");
@@ -75,8 +71,7 @@ async fn a_failing_store_answers_500_without_internals() {
         h.get(&format!("/v1/runs/{}", run_id.as_str().unwrap()), ACME_KEY)
             .await,
         h.get("/v1/sessions/main", ACME_KEY).await,
-        h.post("/v1/agent.wait", ACME_KEY, json!({"runId": run_id}))
-            .await,
+        h.wait(ACME_KEY, json!({"runId": run_id})).await,
     ] {
         reply.assert_error(500, "internal");
         assert!(!reply.text.contains("/srv"), "{}", reply.text);

@@ -9,17 +9,10 @@ use serde_json::json;
 use std::sync::Arc;
 use tower::ServiceExt;
 
-async fn submitted(h: &Harness) -> String {
-    h.submit(ACME_KEY, "main", "hi").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 #[tokio::test]
 async fn a_run_reads_back_without_its_tenant() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let reply = h.get(&format!("/v1/runs/{run_id}"), ACME_KEY).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.json["runId"], run_id);
@@ -37,7 +30,7 @@ async fn a_run_reads_back_without_its_tenant() {
 #[tokio::test]
 async fn events_page_by_seq() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let events = (1..=5)
         .map(|seq| event(seq, &format!("part {seq}")))
         .collect();
@@ -82,7 +75,7 @@ async fn events_page_by_seq() {
 #[tokio::test]
 async fn events_of_a_run_without_any_have_a_null_next() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let reply = h.get(&format!("/v1/runs/{run_id}/events"), ACME_KEY).await;
     assert_eq!(reply.json, json!({"events": [], "next": null}));
 }
@@ -120,7 +113,7 @@ fn frames(text: &str) -> Vec<(String, Option<String>, serde_json::Value)> {
 #[tokio::test]
 async fn the_event_stream_of_a_finished_run_sends_everything_then_ends() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     h.finish(
         &acme(),
         &run_id,
@@ -166,14 +159,9 @@ fn frames_ids(text: &str) -> Vec<Option<String>> {
 #[tokio::test]
 async fn the_event_stream_follows_a_live_run_until_it_ends() {
     let h = Arc::new(Harness::new().await);
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     // The runner starts: the run is running with one event, the lock stays held.
-    let fence = h.lock(&acme(), "main").await;
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Running;
-    run.started_at = Some(T0);
-    h.commit(&fence, run.clone(), vec![event(1, "a")], vec![], false)
-        .await;
+    let (fence, mut run) = h.start(&acme(), &run_id, vec![event(1, "a")]).await;
 
     let response = h
         .app
@@ -219,14 +207,9 @@ fn sse_request_until(run_id: &str, last_event_id: Option<&str>, in_ms: u64) -> R
 #[tokio::test]
 async fn a_stream_cut_by_its_deadline_says_reconnect_and_a_reconnect_resumes_after_it() {
     let h = Arc::new(Harness::new().await);
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     // The runner has written one event and is still going.
-    let fence = h.lock(&acme(), "main").await;
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Running;
-    run.started_at = Some(T0);
-    h.commit(&fence, run.clone(), vec![event(1, "a")], vec![], false)
-        .await;
+    let (fence, mut run) = h.start(&acme(), &run_id, vec![event(1, "a")]).await;
 
     // A stream whose host ends it in 400 ms sends the event, then `reconnect` with a retry
     // hint and the last id, and closes without `end` although the run goes on.
@@ -257,7 +240,7 @@ async fn a_stream_cut_by_its_deadline_says_reconnect_and_a_reconnect_resumes_aft
 #[tokio::test]
 async fn a_wait_ends_at_the_host_deadline_with_the_run_as_it_is() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let mut request = Harness::request(
         axum::http::Method::POST,
         "/v1/agent.wait",
@@ -284,7 +267,7 @@ async fn the_event_stream_of_an_unknown_run_is_a_json_404() {
     let h = Harness::new().await;
     let reply = h.send(sse_request("run_unknown", None)).await;
     reply.assert_error(404, "not_found");
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     h.send(sse_request(&run_id, Some("x")))
         .await
         .assert_error(400, "invalid_request");
@@ -293,7 +276,7 @@ async fn the_event_stream_of_an_unknown_run_is_a_json_404() {
 #[tokio::test]
 async fn abort_flags_a_live_run_and_conflicts_on_a_finished_one() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let reply = h
         .post(&format!("/v1/runs/{run_id}/abort"), ACME_KEY, json!({}))
         .await;
@@ -318,7 +301,7 @@ async fn abort_flags_a_live_run_and_conflicts_on_a_finished_one() {
 #[tokio::test]
 async fn another_tenants_runs_answer_404_like_unknown_ones() {
     let h = Harness::new().await;
-    let run_id = submitted(&h).await;
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     h.finish(&acme(), &run_id, RunStatus::Ok, vec![event(1, "secret")])
         .await;
     let beta = |reply: Reply| reply.assert_error(404, "not_found");
@@ -335,12 +318,8 @@ async fn another_tenants_runs_answer_404_like_unknown_ones() {
             .await,
     );
     beta(
-        h.post(
-            "/v1/agent.wait",
-            BETA_KEY,
-            json!({"runId": run_id, "timeoutMs": 0}),
-        )
-        .await,
+        h.wait(BETA_KEY, json!({"runId": run_id, "timeoutMs": 0}))
+            .await,
     );
     // Nothing changed for acme.
     assert!(!h.run(&acme(), &run_id).await.abort_requested);

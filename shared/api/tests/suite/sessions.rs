@@ -3,8 +3,7 @@
 use crate::common::*;
 use agentlane_api::ApiConfig;
 use agentlane_core::{Message, QueueMode, RunStatus};
-use axum::body::Body;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use serde_json::json;
 use std::time::Duration;
 
@@ -55,10 +54,7 @@ async fn session_lookups_validate_the_key_and_404_unknown_ones() {
 #[tokio::test]
 async fn the_transcript_lists_entries_in_order_and_pages() {
     let h = Harness::new().await;
-    let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = h.submit_run(ACME_KEY, "main", "hi").await;
     let fence = h.lock(&acme(), "main").await;
     let mut run = h.run(&acme(), &run_id).await;
     run.status = RunStatus::Ok;
@@ -120,14 +116,11 @@ async fn reset_mints_a_new_session_id_unless_a_turn_holds_the_lock() {
     h.post("/v1/sessions/main/reset", ACME_KEY, json!({}))
         .await
         .assert_error(409, "session_busy");
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Ok;
-    h.commit(
+    h.end_ok(
         &fence,
-        run,
-        vec![],
+        &acme(),
+        &run_id,
         vec![entry(1, &run_id, Message::user("hi"))],
-        true,
     )
     .await;
 
@@ -216,14 +209,11 @@ async fn a_reset_waits_for_the_running_turn_to_release_the_lock() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!reset.is_finished(), "the reset did not wait for the lock");
-    let mut run = h.run(&acme(), &run_id).await;
-    run.status = RunStatus::Ok;
-    h.commit(
+    h.end_ok(
         &fence,
-        run,
-        vec![],
+        &acme(),
+        &run_id,
         vec![entry(0, &run_id, Message::user("hi"))],
-        true,
     )
     .await;
 
@@ -247,12 +237,11 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
 
     // WHEN the session's default mode is set by an alias
     let reply = h
-        .send(Harness::request(
-            Method::PATCH,
+        .patch(
             "/v1/sessions/main",
-            Some(ACME_KEY),
-            Body::from(json!({"queueMode": "steering"}).to_string()),
-        ))
+            ACME_KEY,
+            json!({"queueMode": "steering"}),
+        )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(reply.json["queueMode"], "steer");
@@ -262,8 +251,7 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
     let run = h.run(&acme(), steer["runId"].as_str().unwrap()).await;
     assert_eq!(run.request.queue_mode, Some(QueueMode::Steer));
     let explicit = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "then", "queueMode": "followup"}),
         )
@@ -278,29 +266,23 @@ async fn patch_sets_the_sessions_default_queue_mode_for_turns_without_one() {
     );
 
     // AND null clears it; bad values, unknown fields and unknown sessions are refused
-    let patch = |body: serde_json::Value, key: &'static str| {
-        Harness::request(
-            Method::PATCH,
-            key,
-            Some(ACME_KEY),
-            Body::from(body.to_string()),
-        )
-    };
     let reply = h
-        .send(patch(json!({"queueMode": null}), "/v1/sessions/main"))
+        .patch("/v1/sessions/main", ACME_KEY, json!({"queueMode": null}))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(reply.json.get("queueMode").is_none(), "{}", reply.text);
-    h.send(patch(json!({"queueMode": "sideways"}), "/v1/sessions/main"))
-        .await
-        .assert_error(400, "invalid_request");
-    h.send(patch(json!({"queueMode": 3}), "/v1/sessions/main"))
-        .await
-        .assert_error(400, "invalid_request");
-    h.send(patch(json!({"mode": "steer"}), "/v1/sessions/main"))
-        .await
-        .assert_error(400, "invalid_request");
-    h.send(patch(json!({"queueMode": "steer"}), "/v1/sessions/nobody"))
+    let bad_bodies = [
+        json!({"queueMode": "sideways"}),
+        json!({"queueMode": 3}),
+        json!({"mode": "steer"}),
+    ];
+    for body in bad_bodies {
+        h.patch("/v1/sessions/main", ACME_KEY, body)
+            .await
+            .assert_error(400, "invalid_request");
+    }
+    let nobody = json!({"queueMode": "steer"});
+    h.patch("/v1/sessions/nobody", ACME_KEY, nobody)
         .await
         .assert_error(404, "not_found");
 }
@@ -326,8 +308,7 @@ async fn the_deployment_default_mode_applies_only_where_neither_turn_nor_session
 
     // A turn's own mode wins
     let explicit = h
-        .post(
-            "/v1/agent",
+        .agent(
             ACME_KEY,
             json!({"sessionKey": "main", "message": "then", "queueMode": "followup"}),
         )
@@ -336,12 +317,11 @@ async fn the_deployment_default_mode_applies_only_where_neither_turn_nor_session
 
     // And so does the session's default
     let reply = h
-        .send(Harness::request(
-            Method::PATCH,
+        .patch(
             "/v1/sessions/main",
-            Some(ACME_KEY),
-            Body::from(json!({"queueMode": "followup"}).to_string()),
-        ))
+            ACME_KEY,
+            json!({"queueMode": "followup"}),
+        )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     let later = h.submit(ACME_KEY, "main", "later").await;

@@ -4,10 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use crate::{ApiConfig, ApiKeys, ApiState, Notifier, NotifyingStore, app_with, serve};
-use agentlane_core::{
-    Commit, Fence, LaneQueue, LockAttempt, Run, RunId, RunStatus, SessionKey, SessionStatus,
-    SessionUpdate, Store, SystemClock, TenantId,
-};
+use agentlane_core::{Commit, Fence, LaneQueue, Run, RunStatus, Store, SystemClock, TenantId};
 use agentlane_store_sqlite::SqliteBackend;
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -18,12 +15,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub const ACME_KEY: &str = "acme-key-0123456789";
-pub const BETA_KEY: &str = "beta-key-0123456789";
+mod runner;
 
-pub fn acme() -> TenantId {
-    TenantId::new("acme")
-}
+pub use runner::{ACME_KEY, BETA_KEY, acme};
 
 /// A server on a loopback port. Dropping it stops it without grace.
 pub struct LiveServer {
@@ -57,7 +51,7 @@ impl LiveServer {
         ));
         let queue: Arc<dyn LaneQueue> = backend.clone();
         let limits = config.limits.clone();
-        let keys = ApiKeys::parse(&format!("acme:{ACME_KEY},beta:{BETA_KEY}")).unwrap();
+        let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let router = app_with(
             ApiState {
                 store: store.clone(),
@@ -126,11 +120,7 @@ impl LiveServer {
     }
 
     pub async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
-        self.store
-            .get_run(tenant, &RunId::new(run_id))
-            .await
-            .unwrap()
-            .unwrap()
+        runner::read_run(self.store.as_ref(), tenant, run_id).await
     }
 
     /// Takes the run's session lock and commits it with `status`, as the runner would.
@@ -143,15 +133,7 @@ impl LiveServer {
 
     pub async fn lock(&self, tenant: &TenantId, key: &str) -> Fence {
         let now = agentlane_core::Clock::now_ms(&SystemClock);
-        match self
-            .store
-            .acquire_lock(tenant, &SessionKey::new(key), "test-runner", 60_000, now)
-            .await
-            .unwrap()
-        {
-            LockAttempt::Acquired(fence, _) => fence,
-            other => panic!("lock not taken: {other:?}"),
-        }
+        runner::take_lock(self.store.as_ref(), tenant, key, now).await
     }
 
     pub async fn commit_run(&self, fence: &Fence, mut run: Run, status: RunStatus) {
@@ -162,16 +144,7 @@ impl LiveServer {
         if terminal {
             run.ended_at = Some(now);
         }
-        let session = SessionUpdate {
-            status: if terminal {
-                SessionStatus::Idle
-            } else {
-                SessionStatus::Processing
-            },
-            active_run_id: (!terminal).then(|| run.run_id.clone()),
-            last_progress_at: now,
-            finished_delta: u64::from(terminal),
-        };
+        let session = runner::session_update(&run, now);
         self.store
             .commit(
                 fence,

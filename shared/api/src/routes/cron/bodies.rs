@@ -1,0 +1,122 @@
+//! The request bodies of `/v1/cron/jobs` and the schedule forms they accept.
+
+use super::validate::check_settings;
+#[cfg(doc)]
+use super::validate::parse_schedule;
+use crate::ApiState;
+use crate::error::ApiError;
+use agentlane_core::TenantId;
+use agentlane_core::cron::JobDelivery;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Declares a job body: its own fields, then the settings both bodies take, each optional (in
+/// a `PATCH`, absent = unchanged). `deny_unknown_fields` rules out `#[serde(flatten)]`.
+macro_rules! job_body {
+    ($(#[$attr:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($own)*
+            #[serde(default)]
+            pub model: Option<String>,
+            /// Each fire's run timeout, at most 7 days; 0 = none.
+            #[serde(default)]
+            #[schema(maximum = 604800)]
+            pub timeout_seconds: Option<u64>,
+            #[serde(default)]
+            pub enabled: Option<bool>,
+            #[serde(default)]
+            pub delete_after_run: Option<bool>,
+            #[serde(default)]
+            pub delivery: Option<JobDelivery>,
+        }
+
+        impl $name {
+            /// Checks the settings both bodies take ([`check_settings`]).
+            pub(super) fn check_settings(
+                &self,
+                state: &ApiState,
+                tenant: &TenantId,
+            ) -> Result<(), ApiError> {
+                check_settings(
+                    self.model.as_deref(),
+                    self.timeout_seconds,
+                    self.delivery.as_ref(),
+                    state,
+                    tenant,
+                )
+            }
+        }
+    };
+}
+
+job_body! {
+    /// The body of `POST /v1/cron/jobs`.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct NewJobBody {
+        #[schema(min_length = 1, max_length = 200)]
+        pub name: String,
+        #[schema(value_type = ScheduleInput)]
+        pub schedule: Value,
+        #[schema(min_length = 1)]
+        pub message: String,
+    }
+}
+
+job_body! {
+    /// The body of `PATCH /v1/cron/jobs/{jobId}`: any field of a job.
+    #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct JobPatchBody {
+        #[serde(default)]
+        #[schema(min_length = 1, max_length = 200)]
+        pub name: Option<String>,
+        #[serde(default)]
+        #[schema(value_type = Option<ScheduleInput>)]
+        pub schedule: Option<Value>,
+        #[serde(default)]
+        pub message: Option<String>,
+    }
+}
+
+/// A schedule as a request sends it: exactly one kind, nothing else (what [`parse_schedule`]
+/// accepts; documentation only).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ScheduleInput {
+    Cron(CronScheduleInput),
+    Every(EveryScheduleInput),
+    At(AtScheduleInput),
+}
+
+/// A cron expression: 5 fields (minute precision) or 6 (seconds first), in `tz` (an IANA
+/// zone; UTC when absent).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct CronScheduleInput {
+    #[schema(min_length = 1)]
+    cron: String,
+    #[serde(default)]
+    tz: Option<String>,
+}
+
+/// Every `everySeconds` seconds (≥ 1), from the job's creation or last schedule change.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct EveryScheduleInput {
+    #[schema(minimum = 1)]
+    every_seconds: u64,
+}
+
+/// Once, at an RFC 3339 time.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct AtScheduleInput {
+    #[schema(format = DateTime)]
+    at: String,
+}

@@ -49,6 +49,11 @@ pub struct RunnerConfig {
     /// messages of its session (`[queue] collect_window_ms`, `AGENTLANE_COLLECT_WINDOW_MS`;
     /// default 500 ms; 0: no wait).
     pub collect_window: Duration,
+    /// Run every tool batch one call at a time, with a steering checkpoint before each launch
+    /// (`[tools] execution = "sequential"`, `AGENTLANE_TOOL_EXECUTION`); otherwise only a batch
+    /// that calls a [sequential](agentlane_tools::Tool::sequential) tool does, and the others
+    /// run their calls concurrently.
+    pub sequential_tools: bool,
 }
 
 impl Default for RunnerConfig {
@@ -76,6 +81,7 @@ impl Default for RunnerConfig {
             out_of_order_pause: Duration::from_secs(1),
             max_failed_pickups: 5,
             collect_window: Duration::from_millis(500),
+            sequential_tools: false,
         }
     }
 }

@@ -30,5 +30,5 @@ pub mod writer;
 
 pub use config::RunnerConfig;
 pub use models::ModelRouter;
-pub use runner::{Runner, RunnerError, TurnExit};
+pub use runner::{Runner, RunnerError, SKIPPED_FOR_STEER, TurnExit};
 pub use worker::{DeliveryOutcome, LaneWorker};

@@ -118,6 +118,9 @@ pub(crate) struct ApiEntry {
 pub(crate) struct ToolsEntry {
     /// Hosts, IPs or CIDRs `http_fetch` may reach although private or loopback.
     pub http_fetch_allow: Option<Vec<String>>,
+    /// `parallel` (the default: a batch's calls run concurrently) or `sequential` (one at a
+    /// time, a steering checkpoint before each launch).
+    pub execution: Option<String>,
 }
 
 impl ConfigFile {

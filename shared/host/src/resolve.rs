@@ -72,6 +72,7 @@ fn resolve(
                 .env
                 .ms("AGENTLANE_COLLECT_WINDOW_MS")?
                 .or(file.queue.collect_window_ms.map(Duration::from_millis)),
+            sequential_tools: ctx.sequential_tools(&file.tools)?,
             ..ctx.runner(&file.runner)?
         },
         api: ctx.api(&file.api, &file.limits, &file.queue)?,
@@ -284,8 +285,9 @@ impl Ctx<'_> {
                 "a whole number",
                 |_: &u32| true,
             )?,
-            // From `[queue]`: set by the caller.
+            // From `[queue]` and `[tools]`: set by the caller.
             collect_window: None,
+            sequential_tools: None,
         })
     }
 
@@ -379,6 +381,30 @@ impl Ctx<'_> {
                     )
                 })
             })
+            .transpose()
+    }
+
+    /// `AGENTLANE_TOOL_EXECUTION`, else `[tools] execution`: `parallel` or `sequential`.
+    fn sequential_tools(
+        &self,
+        tools: &crate::file::ToolsEntry,
+    ) -> Result<Option<bool>, ConfigError> {
+        fn parse(name: &str) -> Result<bool, String> {
+            match name.trim().to_ascii_lowercase().as_str() {
+                "sequential" => Ok(true),
+                "parallel" => Ok(false),
+                _ => Err(format!("expected parallel or sequential, got {name:?}")),
+            }
+        }
+        if let Some(name) = self.env.get("AGENTLANE_TOOL_EXECUTION") {
+            return parse(&name)
+                .map(Some)
+                .map_err(|e| Self::env_error("AGENTLANE_TOOL_EXECUTION", e));
+        }
+        tools
+            .execution
+            .as_deref()
+            .map(|name| parse(name).map_err(|e| self.invalid("tools.execution", e)))
             .transpose()
     }
 }

@@ -96,6 +96,8 @@ pub struct RunnerSettings {
     pub max_failed_pickups: Option<u32>,
     /// `[queue] collect_window_ms` / `AGENTLANE_COLLECT_WINDOW_MS`.
     pub collect_window: Option<Duration>,
+    /// `[tools] execution = "sequential"` / `AGENTLANE_TOOL_EXECUTION=sequential`.
+    pub sequential_tools: Option<bool>,
 }
 
 /// HTTP edge knobs; `None` keeps the host's default.
@@ -173,6 +175,7 @@ impl RunnerSettings {
             history_max_turns: self.history_max_turns,
             max_failed_pickups: self.max_failed_pickups.unwrap_or(d.max_failed_pickups),
             collect_window: self.collect_window.unwrap_or(d.collect_window),
+            sequential_tools: self.sequential_tools.unwrap_or(d.sequential_tools),
             system_prompt: self
                 .system_prompt
                 .clone()

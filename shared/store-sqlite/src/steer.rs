@@ -23,12 +23,9 @@ pub(crate) fn record_pending(tx: &Connection, run: &Run) -> Result<()> {
     Ok(())
 }
 
-/// [`FencedWriter::take_steers`](agentlane_core::FencedWriter::take_steers) in one
-/// `IMMEDIATE` transaction.
-pub(crate) fn take(conn: &mut Connection, fence: &Fence, take: SteerTake) -> Result<Vec<Run>> {
-    let tx = conn.savepoint()?;
-    let session = fenced_session(&tx, fence)?;
-    let pending: Vec<(u64, String)> = tx
+/// The session's pending steer records, oldest first: `(session_seq, run_id)`.
+fn pending(conn: &Connection, fence: &Fence) -> Result<Vec<(u64, String)>> {
+    Ok(conn
         .prepare_cached(
             "SELECT session_seq, run_id FROM pending_steers
              WHERE tenant = ?1 AND session_key = ?2 ORDER BY session_seq",
@@ -38,7 +35,25 @@ pub(crate) fn take(conn: &mut Connection, fence: &Fence, take: SteerTake) -> Res
             |row| Ok((row.get::<_, i64>(0)?, row.get(1)?)),
         )?
         .map(|row| row.map(|(seq, id)| (uint(seq), id)))
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<rusqlite::Result<_>>()?)
+}
+
+/// [`FencedWriter::steers_waiting`](agentlane_core::FencedWriter::steers_waiting): reads only.
+pub(crate) fn waiting(conn: &Connection, fence: &Fence, take: &SteerTake) -> Result<bool> {
+    for (_, run_id) in pending(conn, fence)? {
+        if load_run(conn, &fence.tenant, &RunId::new(run_id))?.is_some_and(|run| take.takes(&run)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// [`FencedWriter::take_steers`](agentlane_core::FencedWriter::take_steers) in one
+/// transaction.
+pub(crate) fn take(conn: &mut Connection, fence: &Fence, take: SteerTake) -> Result<Vec<Run>> {
+    let tx = conn.savepoint()?;
+    let session = fenced_session(&tx, fence)?;
+    let pending = pending(&tx, fence)?;
     if pending.is_empty() {
         return Ok(Vec::new());
     }

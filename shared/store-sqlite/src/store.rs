@@ -143,4 +143,10 @@ impl FencedWriter for SqliteBackend {
         self.with_conn(move |c| crate::steer::take(c, &fence, take))
             .await
     }
+
+    async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool> {
+        let (fence, take) = (fence.clone(), take.clone());
+        self.with_reader(move |c| crate::steer::waiting(c, &fence, &take))
+            .await
+    }
 }

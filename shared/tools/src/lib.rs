@@ -49,4 +49,11 @@ pub trait Tool: Send + Sync + 'static {
 
     /// `arguments` is the raw JSON text from the model.
     async fn call(&self, arguments: &str, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// Whether a batch that calls this tool runs its calls one at a time, with a steering
+    /// checkpoint before each launch (OpenClaw's `executionMode: "sequential"`); by default
+    /// a batch's calls run concurrently.
+    fn sequential(&self) -> bool {
+        false
+    }
 }

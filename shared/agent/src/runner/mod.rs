@@ -36,6 +36,7 @@ mod tool_round;
 mod turn_loop;
 
 pub use stop::{StopReason, StopSignal};
+pub use tool_round::SKIPPED_FOR_STEER;
 
 use crate::config::RunnerConfig;
 use crate::hooks::HookRegistry;

@@ -1,7 +1,9 @@
 //! One tool round: the assistant's tool calls announced and committed, the calls run
-//! concurrently (unless their arguments could not be repaired or a hook blocks them), their
-//! results — in call order, size-capped, rewritten by persist hooks — committed in one logical
-//! commit, and the retry state asked whether the run loops.
+//! (unless their arguments could not be repaired or a hook blocks them) — concurrently, or one
+//! at a time with a steering checkpoint before each launch when the deployment or a called tool
+//! asks for sequential execution — their results — in call order, size-capped, rewritten by
+//! persist hooks — committed in one logical commit, and the retry state asked whether the run
+//! loops.
 
 use super::tool_exec::{ToolRun, run_batch};
 use super::turn_loop::{LoopEnd, Selected, Step, Turn};
@@ -15,6 +17,10 @@ use agentlane_core::{EventStream, Message, StoreError, ToolCall};
 use agentlane_providers::AssistantTurn;
 use serde_json::json;
 use std::collections::BTreeMap;
+
+/// The result of a sequential call not started because a steer message was waiting (SPEC §4):
+/// every call keeps exactly one result, and the steer joins the run after the batch.
+pub const SKIPPED_FOR_STEER: &str = "Skipped due to queued user message.";
 
 impl Turn<'_> {
     /// Runs the tool calls of `turn` (whose assistant message is `assistant`); `invalid` holds
@@ -41,7 +47,7 @@ impl Turn<'_> {
         self.writer
             .commit(CommitKind::Progress(vec![assistant]))
             .await?;
-        let results = self.run_calls(&turn.tool_calls, invalid).await;
+        let results = self.run_calls(&turn.tool_calls, invalid).await?;
         let tool_loop = self.retry.on_tool_results(results.iter().map(|r| {
             (
                 r.call.name.as_str(),
@@ -94,7 +100,7 @@ impl Turn<'_> {
         &self,
         calls: &[ToolCall],
         invalid: &BTreeMap<String, String>,
-    ) -> Vec<ToolRun> {
+    ) -> Result<Vec<ToolRun>, StoreError> {
         let hooks = &self.runner.hooks;
         let mut refused: BTreeMap<String, String> = invalid
             .iter()
@@ -121,17 +127,18 @@ impl Turn<'_> {
             }
             runnable.push(call);
         }
-        let config = &self.runner.config;
-        let mut ran = run_batch(
-            &self.runner.tools,
-            &runnable,
-            config.tool_timeout,
-            self.stop.token(),
-            self.writer.run().run_id.as_str(),
-        )
-        .await
+        let tools = &self.runner.tools;
+        let sequential = self.runner.config.sequential_tools
+            || runnable
+                .iter()
+                .any(|call| tools.get(&call.name).is_some_and(|tool| tool.sequential()));
+        let mut ran = if sequential {
+            self.run_one_at_a_time(&runnable).await?
+        } else {
+            self.launch(&runnable).await
+        }
         .into_iter();
-        calls
+        Ok(calls
             .iter()
             .filter_map(|call| match refused.get(&call.id) {
                 Some(content) => Some(ToolRun {
@@ -142,7 +149,44 @@ impl Turn<'_> {
                 }),
                 None => ran.next(),
             })
-            .collect()
+            .collect())
+    }
+
+    /// Runs `calls` concurrently.
+    async fn launch(&self, calls: &[ToolCall]) -> Vec<ToolRun> {
+        run_batch(
+            &self.runner.tools,
+            calls,
+            self.runner.config.tool_timeout,
+            self.stop.token(),
+            self.writer.run().run_id.as_str(),
+        )
+        .await
+    }
+
+    /// Runs `calls` one at a time. Before each launch, a steer message waiting for the run
+    /// (a read of the session's pending steers) stops the launches: that call and the ones
+    /// after it are answered [`SKIPPED_FOR_STEER`], and the steer joins after the batch.
+    async fn run_one_at_a_time(&self, calls: &[ToolCall]) -> Result<Vec<ToolRun>, StoreError> {
+        let mut runs = Vec::with_capacity(calls.len());
+        let mut steered = false;
+        for call in calls {
+            if !steered && self.writer.steers_waiting().await? {
+                steered = true;
+                tracing::info!(run = %self.writer.run().run_id, skipped = calls.len() - runs.len(), "a steer message waits: the calls not started are skipped");
+            }
+            if steered {
+                runs.push(ToolRun {
+                    call: call.clone(),
+                    content: SKIPPED_FOR_STEER.to_owned(),
+                    is_error: true,
+                    duration_ms: 0,
+                });
+            } else {
+                runs.extend(self.launch(std::slice::from_ref(call)).await);
+            }
+        }
+        Ok(runs)
     }
 
     /// One result: its `tool` end event and audit line, the observer and persist hooks, and the

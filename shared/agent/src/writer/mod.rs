@@ -138,15 +138,25 @@ impl RunWriter {
         self.take_pending(agentlane_core::QueueMode::Collect).await
     }
 
-    async fn take_pending(&mut self, mode: agentlane_core::QueueMode) -> StoreResult<Vec<Run>> {
-        let take = SteerTake {
+    /// Whether a steer message waits for this run (a read; nothing is taken).
+    pub async fn steers_waiting(&self) -> StoreResult<bool> {
+        let take = self.pending_take(agentlane_core::QueueMode::Steer);
+        self.store.steers_waiting(&self.fence, &take).await
+    }
+
+    fn pending_take(&self, mode: agentlane_core::QueueMode) -> SteerTake {
+        SteerTake {
             mode,
             carrier: self.run.run_id.clone(),
             carrier_seq: self.run.session_seq,
             session_id: self.run.session_id.clone(),
             next_seq: self.next_seq,
             now: self.now(),
-        };
+        }
+    }
+
+    async fn take_pending(&mut self, mode: agentlane_core::QueueMode) -> StoreResult<Vec<Run>> {
+        let take = self.pending_take(mode);
         let taken = self.store.take_steers(&self.fence, take).await?;
         self.next_seq += taken.len() as u64;
         Ok(taken)

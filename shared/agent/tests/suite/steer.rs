@@ -137,3 +137,113 @@ async fn a_steer_runs_as_a_followup_when_the_turn_ends_before_a_boundary_or_noth
         ]
     );
 }
+
+/// The first call of the batch sends a steer (as a user would while it runs); the two after it
+/// are plain echoes.
+fn steering_batch(tool: &'static str) -> Vec<Script> {
+    vec![
+        Script::Tools(vec![
+            ("c1", tool, r#"{"message":"go left instead"}"#),
+            ("c2", "echo", r#"{"x":2}"#),
+            ("c3", "echo", r#"{"x":3}"#),
+        ]),
+        Script::Text("going left"),
+    ]
+}
+
+/// Runs the carrier of `f` and checks what every sequential case shares: the calls after the
+/// steer got the skipped result, each paired in order, the steer joined after the results
+/// and the answer after it.
+async fn assert_later_calls_skipped(f: &Fixture) {
+    let carrier = f.accept("drive").await;
+    assert_eq!(f.execute(&carrier).await, TurnExit::Finished(RunStatus::Ok));
+    let results: Vec<_> = f
+        .tool_results()
+        .await
+        .into_iter()
+        .map(|r| (r.id, r.content, r.is_error))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("c1".to_owned(), "steer sent".to_owned(), false),
+            (
+                "c2".to_owned(),
+                agentlane_agent::SKIPPED_FOR_STEER.to_owned(),
+                true
+            ),
+            (
+                "c3".to_owned(),
+                agentlane_agent::SKIPPED_FOR_STEER.to_owned(),
+                true
+            ),
+        ]
+    );
+    assert_eq!(
+        f.roles().await,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "tool",
+            "user",
+            "assistant"
+        ]
+    );
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].messages.last(),
+        Some(&Message::user("go left instead"))
+    );
+}
+
+#[tokio::test]
+async fn with_sequential_tools_a_steer_waiting_before_a_launch_skips_the_calls_not_started() {
+    // GIVEN a deployment that runs tools one at a time
+    let f = fixture(
+        steering_batch("steer_now"),
+        RunnerConfig {
+            sequential_tools: true,
+            ..quick()
+        },
+    );
+    // WHEN the first call sends a steer; THEN the two after it are skipped, not run
+    assert_later_calls_skipped(&f).await;
+}
+
+#[tokio::test]
+async fn a_batch_calling_a_sequential_tool_runs_one_call_at_a_time() {
+    // GIVEN the default (concurrent) execution, and a tool that declares itself sequential
+    let f = fixture(steering_batch("steer_now_seq"), quick());
+    // WHEN it sends a steer; THEN the calls after it are skipped as in a sequential deployment
+    assert_later_calls_skipped(&f).await;
+}
+
+#[tokio::test]
+async fn in_a_concurrent_batch_every_call_runs_and_the_steer_joins_after_the_batch() {
+    // GIVEN the default execution: the batch's calls launch together
+    let f = fixture(steering_batch("steer_now"), quick());
+    let carrier = f.accept("drive").await;
+    assert_eq!(f.execute(&carrier).await, TurnExit::Finished(RunStatus::Ok));
+    // THEN nothing is skipped, and the steer still joins before the next model call
+    let results: Vec<_> = f
+        .tool_results()
+        .await
+        .into_iter()
+        .map(|r| (r.id, r.is_error))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("c1".to_owned(), false),
+            ("c2".to_owned(), false),
+            ("c3".to_owned(), false)
+        ]
+    );
+    assert_eq!(
+        f.model.requests()[1].messages.last(),
+        Some(&Message::user("go left instead"))
+    );
+}

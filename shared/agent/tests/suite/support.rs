@@ -195,6 +195,51 @@ impl Tool for Echo {
     }
 }
 
+/// Accepts a `steer` message (its `message` argument) on the fixture's session, as a user
+/// would while the tool works; named `steer_now`, or `steer_now_seq` when it declares itself
+/// [sequential](Tool::sequential).
+pub struct SteerNow {
+    pub store: Arc<dyn Store>,
+    pub tenant: TenantId,
+    pub key: SessionKey,
+    pub sequential: bool,
+}
+
+#[async_trait]
+impl Tool for SteerNow {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: if self.sequential {
+                "steer_now_seq"
+            } else {
+                "steer_now"
+            }
+            .into(),
+            description: "accepts a steer message".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+    async fn call(&self, arguments: &str, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: serde_json::Value =
+            serde_json::from_str(arguments).map_err(|e| ToolError::Failed(e.to_string()))?;
+        let mut turn = fixtures::turn(&self.tenant, &self.key, SystemClock.now_ms());
+        turn.request = TurnRequest {
+            queue_mode: Some(agentlane_core::QueueMode::Steer),
+            ..fixtures::request(args["message"].as_str().unwrap_or("steer"))
+        };
+        self.store
+            .accept_turn(turn)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        Ok(ToolOutput {
+            content: "steer sent".into(),
+        })
+    }
+    fn sequential(&self) -> bool {
+        self.sequential
+    }
+}
+
 /// One tool result of a transcript.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolResultRow {
@@ -251,7 +296,18 @@ pub fn fixture_on(
     let backend = SqliteBackend::open(dir.path()).unwrap();
     let store: Arc<dyn Store> = wrap(Arc::new(backend));
     let model = ScriptedModel::new(script);
+    let (tenant, key) = (TenantId::new("acme"), SessionKey::new("s1"));
+    let steer_now = |sequential| {
+        Arc::new(SteerNow {
+            store: store.clone(),
+            tenant: tenant.clone(),
+            key: key.clone(),
+            sequential,
+        })
+    };
     let tools = ToolRegistry::new()
+        .with(steer_now(false))
+        .with(steer_now(true))
         .with(Arc::new(Echo {
             name: "echo",
             delay: Duration::from_millis(30),
@@ -272,8 +328,8 @@ pub fn fixture_on(
         store,
         model,
         runner,
-        tenant: TenantId::new("acme"),
-        key: SessionKey::new("s1"),
+        tenant,
+        key,
     }
 }
 

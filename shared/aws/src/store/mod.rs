@@ -363,6 +363,10 @@ impl FencedWriter for DynamoStore {
     async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
         self.take_pending_steers(fence, take).await
     }
+
+    async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool> {
+        self.steers_waiting_for(fence, take).await
+    }
 }
 
 #[cfg(test)]

@@ -36,18 +36,14 @@ impl DynamoStore {
 
     /// [`FencedWriter::take_steers`](agentlane_core::FencedWriter::take_steers): one `Query`
     /// (nothing else when no steer waits), one `GetItem` per waiting run, one transaction.
-    pub(super) async fn take_pending_steers(
-        &self,
-        fence: &Fence,
-        take: SteerTake,
-    ) -> StoreResult<Vec<Run>> {
-        let session_pk = keys::session_pk(&fence.tenant, &fence.session_key);
+    /// The session's pending-steer items, oldest first (one strongly consistent Query).
+    async fn pending_steer_items(&self, session_pk: &str) -> StoreResult<Vec<Item>> {
         let out = self
             .client
             .query()
             .table_name(&self.table)
             .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :ps)"))
-            .expression_attribute_values(":pk", AttributeValue::S(session_pk.clone()))
+            .expression_attribute_values(":pk", AttributeValue::S(session_pk.to_owned()))
             .expression_attribute_values(":ps", AttributeValue::S(PENDING_STEER_PREFIX.into()))
             .consistent_read(true)
             .scan_index_forward(true)
@@ -55,7 +51,37 @@ impl DynamoStore {
             .send()
             .await
             .map_err(classify)?;
-        let pending = out.items.unwrap_or_default();
+        Ok(out.items.unwrap_or_default())
+    }
+
+    /// [`FencedWriter::steers_waiting`](agentlane_core::FencedWriter::steers_waiting): the
+    /// pending-steer Query, then each pending run until one would be taken; writes nothing.
+    pub(super) async fn steers_waiting_for(
+        &self,
+        fence: &Fence,
+        take: &SteerTake,
+    ) -> StoreResult<bool> {
+        let session_pk = keys::session_pk(&fence.tenant, &fence.session_key);
+        for item in self.pending_steer_items(&session_pk).await? {
+            let run_id = RunId::new(get_str(&item, RUN_ID)?);
+            if self
+                .load_run(&fence.tenant, &run_id)
+                .await?
+                .is_some_and(|run| take.takes(&run))
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    pub(super) async fn take_pending_steers(
+        &self,
+        fence: &Fence,
+        take: SteerTake,
+    ) -> StoreResult<Vec<Run>> {
+        let session_pk = keys::session_pk(&fence.tenant, &fence.session_key);
+        let pending = self.pending_steer_items(&session_pk).await?;
         if pending.is_empty() {
             return Ok(Vec::new());
         }

@@ -34,7 +34,8 @@ async fn run(store: &Arc<dyn Store>, tenant: &TenantId, id: &RunId) -> Run {
 /// asked to abort, WHEN the carrier takes its steers, THEN exactly the two steers after it are
 /// taken, oldest first: appended to the transcript as the carrier's user entries from its next
 /// seq, their runs `steered` into it (still `queued`); a second take finds nothing, and a take
-/// with a stale fence writes nothing.
+/// with a stale fence writes nothing. `steers_waiting` says a steer waits before the take
+/// (writing nothing) and none after it.
 pub async fn case_a_running_run_takes_the_steers_accepted_after_it(store: Arc<dyn Store>) {
     let (tenant, key, now) = fixtures::fresh();
     let early = accept_as(&store, &tenant, &key, now, QueueMode::Steer, "early").await;
@@ -89,6 +90,17 @@ pub async fn case_a_running_run_takes_the_steers_accepted_after_it(store: Arc<dy
     );
     assert_eq!(run(&store, &tenant, &first.run_id).await.into_run_id, None);
 
+    // Asking whether a steer waits takes nothing.
+    assert_eq!(store.steers_waiting(&fence, &take).await, Ok(true));
+    assert_eq!(run(&store, &tenant, &first.run_id).await.into_run_id, None);
+    assert!(
+        store
+            .read_transcript(&tenant, &carrier.session_id, None, 10)
+            .await
+            .expect("read_transcript")
+            .is_empty()
+    );
+
     // WHEN the carrier takes its steers
     let taken = store
         .take_steers(&fence, take.clone())
@@ -131,7 +143,8 @@ pub async fn case_a_running_run_takes_the_steers_accepted_after_it(store: Arc<dy
         );
     }
 
-    // AND a second take finds nothing to take
+    // AND a second take finds nothing to take, nor does asking
+    assert_eq!(store.steers_waiting(&fence, &take).await, Ok(false));
     let again = store
         .take_steers(
             &fence,

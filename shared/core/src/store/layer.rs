@@ -222,4 +222,9 @@ impl<L: StoreLayer> FencedWriter for Layered<L> {
         self.0.before(StoreCall::TakeSteers).await?;
         self.0.inner().take_steers(fence, take).await
     }
+
+    async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool> {
+        self.0.before(StoreCall::TakeSteers).await?;
+        self.0.inner().steers_waiting(fence, take).await
+    }
 }

@@ -203,6 +203,12 @@ pub trait FencedWriter: Send + Sync + 'static {
     /// is written). A steer is found by a cheap read of its session's pending steers, recorded
     /// when it was accepted, never by scanning runs or reading the queue.
     async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>>;
+
+    /// Whether [`take_steers`](Self::take_steers) with `take` would take a message now: the
+    /// same cheap read of the session's pending steers, and nothing written. A run whose tools
+    /// run one at a time asks before each launch (SPEC §4 `steer`: the calls not started yet
+    /// are skipped when a steer waits).
+    async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool>;
 }
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ fn the_shipped_example_parses_into_every_setting() {
             history_max_turns: None,
             max_failed_pickups: None,
             collect_window: Some(Duration::from_millis(500)),
+            sequential_tools: Some(false),
         }
     );
     assert_eq!(
@@ -585,4 +586,23 @@ fn the_default_queue_mode_comes_from_the_file_or_the_environment() {
     );
     let env = error(None, &[("AGENTLANE_DEFAULT_QUEUE_MODE", "later")]);
     assert!(env.contains("AGENTLANE_DEFAULT_QUEUE_MODE"), "{env}");
+}
+
+#[test]
+fn tool_execution_comes_from_the_file_or_the_environment_and_a_bad_value_is_named() {
+    assert!(!settings("", &[]).runner_config().sequential_tools);
+    let s = settings("[tools]\nexecution = \"sequential\"\n", &[]);
+    assert!(s.runner_config().sequential_tools);
+    let s = settings(
+        "[tools]\nexecution = \"sequential\"\n",
+        &[("AGENTLANE_TOOL_EXECUTION", "parallel")],
+    );
+    assert!(!s.runner_config().sequential_tools);
+    let file = error(Some("[tools]\nexecution = \"sometimes\"\n"), &[]);
+    assert!(
+        file.contains("tools.execution") && file.contains("sometimes"),
+        "{file}"
+    );
+    let env = error(None, &[("AGENTLANE_TOOL_EXECUTION", "both")]);
+    assert!(env.contains("AGENTLANE_TOOL_EXECUTION"), "{env}");
 }

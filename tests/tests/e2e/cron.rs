@@ -78,6 +78,11 @@ async fn delete(client: &Client, id: &str) -> anyhow::Result<StatusCode> {
         .0)
 }
 
+/// How late a fire may be and still count as on time: a few ticks, and room for an emulator
+/// that stalls for a few seconds (the exact slot is checked by `dueAt`; UTC instead of the
+/// job's time zone would be hours off).
+const LATE_FIRE_MS: u64 = 5_000;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_every_two_seconds_job_fires_three_times_into_fresh_sessions() -> anyhow::Result<()> {
     // GIVEN a server and a job saying hello every 2 s
@@ -111,11 +116,15 @@ async fn an_every_two_seconds_job_fires_three_times_into_fresh_sessions() -> any
         let run_id = fire["runId"].as_str().unwrap_or_default();
         assert_eq!(fire["status"], "ok", "{job}");
         assert_eq!(fire["sessionKey"], format!("cron:{id}:{run_id}"));
-        // on its 2-second slot, within the tick
+        // on its 2-second slot (exactly), never early; fired within a few ticks (the bound
+        // leaves room for an emulator that stalls for a few seconds: CI saw one of 2.5 s)
         let due = created_at + 2_000 * (k as u64 + 1);
         assert_eq!(fire["dueAt"], due, "{job}");
         let fired = fire["firedAt"].as_u64().unwrap_or_default();
-        assert!(fired >= due && fired - due < 1_500, "late fire: {fire}");
+        assert!(
+            fired >= due && fired - due < LATE_FIRE_MS,
+            "late fire: {fire}"
+        );
         // AND each is an ordinary run with the greeting, in its own transcript
         let run = a.run(run_id).await?;
         assert_eq!(run.status, RunStatus::Ok);
@@ -186,7 +195,7 @@ async fn a_six_field_cron_in_a_time_zone_fires_at_its_local_time() -> anyhow::Re
     let fire = &runs(&job)[0];
     assert_eq!(fire["dueAt"], at);
     assert!(
-        fire["firedAt"].as_u64().unwrap_or_default() - at < 1_500,
+        fire["firedAt"].as_u64().unwrap_or_default() - at < LATE_FIRE_MS,
         "{fire}"
     );
     assert_eq!(runs(&job).len(), 1);

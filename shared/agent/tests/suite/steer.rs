@@ -151,32 +151,33 @@ fn steering_batch(tool: &'static str) -> Vec<Script> {
     ]
 }
 
+/// Accepts and runs the carrier turn of `f` (it must end `ok`); answers its tool results as
+/// (call id, content, is error), in transcript order.
+async fn run_carrier(f: &Fixture) -> Vec<(String, String, bool)> {
+    let carrier = f.accept("drive").await;
+    assert_eq!(f.execute(&carrier).await, TurnExit::Finished(RunStatus::Ok));
+    f.tool_results()
+        .await
+        .into_iter()
+        .map(|r| (r.id, r.content, r.is_error))
+        .collect()
+}
+
+fn result(id: &str, content: &str, is_error: bool) -> (String, String, bool) {
+    (id.to_owned(), content.to_owned(), is_error)
+}
+
 /// Runs the carrier of `f` and checks what every sequential case shares: the calls after the
 /// steer got the skipped result, each paired in order, the steer joined after the results
 /// and the answer after it.
 async fn assert_later_calls_skipped(f: &Fixture) {
-    let carrier = f.accept("drive").await;
-    assert_eq!(f.execute(&carrier).await, TurnExit::Finished(RunStatus::Ok));
-    let results: Vec<_> = f
-        .tool_results()
-        .await
-        .into_iter()
-        .map(|r| (r.id, r.content, r.is_error))
-        .collect();
+    let skipped = agentlane_agent::SKIPPED_FOR_STEER;
     assert_eq!(
-        results,
+        run_carrier(f).await,
         [
-            ("c1".to_owned(), "steer sent".to_owned(), false),
-            (
-                "c2".to_owned(),
-                agentlane_agent::SKIPPED_FOR_STEER.to_owned(),
-                true
-            ),
-            (
-                "c3".to_owned(),
-                agentlane_agent::SKIPPED_FOR_STEER.to_owned(),
-                true
-            ),
+            result("c1", "steer sent", false),
+            result("c2", skipped, true),
+            result("c3", skipped, true),
         ]
     );
     assert_eq!(
@@ -225,23 +226,16 @@ async fn a_batch_calling_a_sequential_tool_runs_one_call_at_a_time() {
 async fn in_a_concurrent_batch_every_call_runs_and_the_steer_joins_after_the_batch() {
     // GIVEN the default execution: the batch's calls launch together
     let f = fixture(steering_batch("steer_now"), quick());
-    let carrier = f.accept("drive").await;
-    assert_eq!(f.execute(&carrier).await, TurnExit::Finished(RunStatus::Ok));
-    // THEN nothing is skipped, and the steer still joins before the next model call
-    let results: Vec<_> = f
-        .tool_results()
-        .await
-        .into_iter()
-        .map(|r| (r.id, r.is_error))
-        .collect();
+    // WHEN the first call sends a steer; THEN nothing is skipped
     assert_eq!(
-        results,
+        run_carrier(&f).await,
         [
-            ("c1".to_owned(), false),
-            ("c2".to_owned(), false),
-            ("c3".to_owned(), false)
+            result("c1", "steer sent", false),
+            result("c2", r#"echo:{"x":2}"#, false),
+            result("c3", r#"echo:{"x":3}"#, false),
         ]
     );
+    // AND the steer still joins before the next model call
     assert_eq!(
         f.model.requests()[1].messages.last(),
         Some(&Message::user("go left instead"))

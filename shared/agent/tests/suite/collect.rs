@@ -4,24 +4,15 @@
 
 use crate::support::*;
 use agentlane_agent::{RunnerConfig, TurnExit};
-use agentlane_core::{Message, QueueMode, QueueOutcome, Run, RunStatus, TurnMessage};
+use agentlane_core::{Message, QueueMode, QueueOutcome, RunStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
 fn quick(window_ms: u64) -> RunnerConfig {
     RunnerConfig {
-        out_of_order_pause: Duration::from_millis(5),
         collect_window: Duration::from_millis(window_ms),
-        ..config()
+        ..crate::support::quick()
     }
-}
-
-async fn run(f: &Fixture, msg: &TurnMessage) -> Run {
-    f.store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap()
 }
 
 #[tokio::test]
@@ -76,18 +67,18 @@ async fn five_collects_behind_a_busy_turn_become_one_turn_with_all_five() {
     );
     // AND the other four are collected into the first and end as it did, with no model call
     for msg in &collects[1..] {
-        let r = run(&f, msg).await;
+        let r = f.run(&msg.run_id).await;
         assert_eq!(
             (r.queue_outcome, r.into_run_id.as_ref()),
             (QueueOutcome::Collected, Some(&collects[0].run_id))
         );
         assert_eq!(f.execute(msg).await, TurnExit::Finished(RunStatus::Ok));
-        let r = run(&f, msg).await;
+        let r = f.run(&msg.run_id).await;
         assert_eq!(r.status, RunStatus::Ok);
         assert_eq!(r.payloads[0].text, "one answer for all five");
     }
     assert_eq!(f.model.requests().len(), 2);
-    let carrier = run(&f, &collects[0]).await;
+    let carrier = f.run(&collects[0].run_id).await;
     assert_eq!(
         (carrier.queue_outcome, carrier.into_run_id),
         (QueueOutcome::Ran, None)
@@ -130,9 +121,12 @@ async fn a_collect_accepted_during_the_quiet_window_joins_the_turn() {
         .cloned()
         .collect();
     assert_eq!(tail, [Message::user("first"), Message::user("second")]);
-    assert_eq!(run(&f, &late).await.queue_outcome, QueueOutcome::Collected);
+    assert_eq!(
+        f.run(&late.run_id).await.queue_outcome,
+        QueueOutcome::Collected
+    );
     assert_eq!(f.execute(&late).await, TurnExit::Finished(RunStatus::Ok));
-    assert_eq!(run(&f, &late).await.payloads[0].text, "both answered");
+    assert_eq!(f.run(&late.run_id).await.payloads[0].text, "both answered");
 }
 
 #[tokio::test]
@@ -157,8 +151,11 @@ async fn a_followup_between_collects_keeps_its_place() {
 
     // THEN the first collect took the later one (collects fold across the followup), and
     // the followup still ran as its own turn after it
-    assert_eq!(run(&f, &c).await.queue_outcome, QueueOutcome::Collected);
-    assert_eq!(run(&f, &b).await.payloads[0].text, "followup");
-    assert_eq!(run(&f, &c).await.payloads[0].text, "collect one");
+    assert_eq!(
+        f.run(&c.run_id).await.queue_outcome,
+        QueueOutcome::Collected
+    );
+    assert_eq!(f.run(&b.run_id).await.payloads[0].text, "followup");
+    assert_eq!(f.run(&c.run_id).await.payloads[0].text, "collect one");
     assert_eq!(f.model.requests().len(), 2);
 }

@@ -3,25 +3,10 @@
 //! behind the interrupted run, which still run afterwards, in order.
 
 use crate::support::*;
-use agentlane_agent::{RunnerConfig, TurnExit};
-use agentlane_core::{AbortReason, QueueMode, QueueOutcome, Run, RunStatus, TurnMessage};
+use agentlane_agent::TurnExit;
+use agentlane_core::{AbortReason, QueueMode, QueueOutcome, RunStatus};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn quick() -> RunnerConfig {
-    RunnerConfig {
-        out_of_order_pause: Duration::from_millis(5),
-        ..config()
-    }
-}
-
-async fn run(f: &Fixture, msg: &TurnMessage) -> Run {
-    f.store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap()
-}
 
 #[tokio::test]
 async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followups() {
@@ -63,7 +48,7 @@ async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followu
         running.await.unwrap(),
         TurnExit::Finished(RunStatus::Aborted)
     );
-    let aborted = run(&f, &busy).await;
+    let aborted = f.run(&busy.run_id).await;
     assert_eq!(aborted.error.unwrap().code, "interrupted");
     assert_eq!(aborted.queue_outcome, QueueOutcome::Interrupted);
     let results = f.tool_results().await;
@@ -71,10 +56,10 @@ async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followu
 
     // AND the next delivery (the first followup's) runs the interrupt, and hands its own back
     assert_eq!(f.execute(&one).await, TurnExit::HandBack);
-    let ran = run(&f, &interrupt).await;
+    let ran = f.run(&interrupt.run_id).await;
     assert_eq!(ran.status, RunStatus::Ok);
     assert_eq!(ran.payloads[0].text, "interrupt answered");
-    assert_eq!(run(&f, &one).await.status, RunStatus::Queued);
+    assert_eq!(f.run(&one.run_id).await.status, RunStatus::Queued);
     // AND the followups still run afterwards, in order
     assert_eq!(
         f.execute(&two).await,
@@ -84,11 +69,11 @@ async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followu
     assert_eq!(f.execute(&one).await, TurnExit::Finished(RunStatus::Ok));
     assert_eq!(f.execute(&two).await, TurnExit::Finished(RunStatus::Ok));
     assert_eq!(
-        run(&f, &one).await.payloads[0].text,
+        f.run(&one.run_id).await.payloads[0].text,
         "followup one answered"
     );
     assert_eq!(
-        run(&f, &two).await.payloads[0].text,
+        f.run(&two.run_id).await.payloads[0].text,
         "followup two answered"
     );
     // AND the interrupt's own message, in its turn, only counts it

@@ -7,7 +7,7 @@ use agentlane_agent::hooks::{
     Hook, HookContext, HookError, HookEvent, HookOutcome, HookPoint, HookRegistry,
     SessionEndReason, session_end_on_reset,
 };
-use agentlane_agent::{LaneWorker, RunnerConfig, TurnExit};
+use agentlane_agent::{LaneWorker, TurnExit};
 use agentlane_core::{
     Clock, Delivery, Lane, LaneMessage, LaneQueue, Message, QueueError, QueueResult, Receipt,
     RunStatus, SessionId, TurnMessage,
@@ -154,13 +154,6 @@ impl LaneQueue for MisbehavingQueue {
     }
 }
 
-fn quick() -> RunnerConfig {
-    RunnerConfig {
-        out_of_order_pause: Duration::from_millis(5),
-        ..config()
-    }
-}
-
 fn lane_message(f: &Fixture, msg: &TurnMessage) -> LaneMessage {
     LaneMessage {
         lane: Lane::for_session(&f.tenant, &f.key),
@@ -236,7 +229,7 @@ async fn a_queue_delivering_out_of_order_and_twice_still_runs_each_turn_once_in_
     .collect();
     assert_eq!(texts, expected);
     for run_id in &runs {
-        let run = f.store.get_run(&f.tenant, run_id).await.unwrap().unwrap();
+        let run = f.run(run_id).await;
         assert_eq!(run.status, RunStatus::Ok);
         assert_eq!(run.pickups, 1, "a turn sent back for order is not a pickup");
     }
@@ -257,12 +250,7 @@ async fn a_turn_delivered_before_an_unfinished_earlier_one_writes_nothing() {
     // THEN nothing ran or was written, and the lock is free again
     assert!(f.model.requests().is_empty());
     assert!(f.transcript().await.is_empty());
-    let run = f
-        .store
-        .get_run(&f.tenant, &second.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&second.run_id).await;
     assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
     let session = f
         .store
@@ -303,12 +291,7 @@ async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_sessio
     assert_eq!(f.execute(&fresh).await, TurnExit::HandBack);
     for old in [&old_first, &old_second] {
         assert_eq!(f.execute(old).await, TurnExit::Finished(RunStatus::Aborted));
-        let run = f
-            .store
-            .get_run(&f.tenant, &old.run_id)
-            .await
-            .unwrap()
-            .unwrap();
+        let run = f.run(&old.run_id).await;
         assert_eq!(run.error.unwrap().code, "session_reset");
         assert_eq!(run.session_id, before.session_id);
     }
@@ -440,12 +423,7 @@ async fn a_turn_behind_the_run_holding_the_lane_comes_back_later_without_waiting
         started.elapsed()
     );
     assert!(f.model.requests().is_empty());
-    let run = f
-        .store
-        .get_run(&f.tenant, &second.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&second.run_id).await;
     assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
 }
 
@@ -475,23 +453,13 @@ async fn a_turn_waits_for_a_reset_that_waits_and_runs_when_the_reset_gives_up() 
     // THEN it is sent back untouched: not run, not aborted
     assert_eq!(f.execute(&queued).await, TurnExit::OutOfOrder);
     assert!(f.model.requests().is_empty());
-    let run = f
-        .store
-        .get_run(&f.tenant, &queued.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&queued.run_id).await;
     assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
 
     // AND once the reset gave up, the turn runs on the session as if no reset was asked for
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(f.execute(&queued).await, TurnExit::Finished(RunStatus::Ok));
-    let run = f
-        .store
-        .get_run(&f.tenant, &queued.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&queued.run_id).await;
     assert_eq!(run.payloads[0].text, "queued answer");
     assert_eq!(f.roles().await, vec!["user", "assistant"]);
 }

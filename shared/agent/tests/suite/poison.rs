@@ -198,12 +198,7 @@ async fn clean_hand_backs_never_poison_a_run() {
         let exit = p.f.runner.execute(&msg, &shutdown).await.unwrap();
         assert_eq!(exit, TurnExit::HandBack);
     }
-    let run =
-        p.f.store
-            .get_run(&p.f.tenant, &msg.run_id)
-            .await
-            .unwrap()
-            .unwrap();
+    let run = p.f.run(&msg.run_id).await;
     assert_eq!(
         (run.pickups, run.hand_backs),
         (3, 3),

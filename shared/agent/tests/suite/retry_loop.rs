@@ -19,12 +19,7 @@ async fn an_idle_stream_is_retried_once_on_a_lone_model_then_fails_with_a_clear_
     );
     let msg = f.accept("hi").await;
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
-    let run = f
-        .store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&msg.run_id).await;
     assert_eq!(
         run.attempts
             .iter()
@@ -43,12 +38,7 @@ async fn a_non_retryable_error_fails_at_once() {
     let f = fixture(vec![Script::Fail(FailoverReason::Auth)], config());
     let msg = f.accept("hi").await;
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
-    let run = f
-        .store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&msg.run_id).await;
     assert_eq!(run.error.unwrap().code, "auth");
     assert_eq!(f.model.requests().len(), 1);
 }

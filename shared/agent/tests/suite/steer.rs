@@ -5,23 +5,7 @@
 
 use crate::support::*;
 use agentlane_agent::{RunnerConfig, TurnExit};
-use agentlane_core::{Message, QueueMode, QueueOutcome, Run, RunStatus, TurnMessage};
-use std::time::Duration;
-
-fn quick() -> RunnerConfig {
-    RunnerConfig {
-        out_of_order_pause: Duration::from_millis(5),
-        ..config()
-    }
-}
-
-async fn run(f: &Fixture, msg: &TurnMessage) -> Run {
-    f.store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap()
-}
+use agentlane_core::{Message, QueueMode, QueueOutcome, RunStatus};
 
 #[tokio::test]
 async fn a_steer_joins_the_running_turn_after_its_tool_batch_and_the_answer_follows_it() {
@@ -65,7 +49,7 @@ async fn a_steer_joins_the_running_turn_after_its_tool_batch_and_the_answer_foll
     );
     // AND each steer's run says where it went
     for steer in [&left, &right] {
-        let r = run(&f, steer).await;
+        let r = f.run(&steer.run_id).await;
         assert_eq!(r.queue_outcome, QueueOutcome::Steered);
         assert_eq!(r.into_run_id.as_ref(), Some(&carrier.run_id));
     }
@@ -79,7 +63,7 @@ async fn a_steer_joins_the_running_turn_after_its_tool_batch_and_the_answer_foll
     // AND then each steer ends as its carrier did, without a model call
     for steer in [&left, &right] {
         assert_eq!(f.execute(steer).await, TurnExit::Finished(RunStatus::Ok));
-        let r = run(&f, steer).await;
+        let r = f.run(&steer.run_id).await;
         assert_eq!(r.status, RunStatus::Ok);
         assert_eq!(r.payloads[0].text, "turned left, then right");
         assert_eq!(r.queue_outcome, QueueOutcome::Steered);
@@ -115,14 +99,14 @@ async fn a_steer_runs_as_a_followup_when_the_turn_ends_before_a_boundary_or_noth
     assert_eq!(f.execute(&steer).await, TurnExit::Finished(RunStatus::Ok));
 
     // THEN the steer ran as its own turn
-    let r = run(&f, &steer).await;
+    let r = f.run(&steer.run_id).await;
     assert_eq!((r.queue_outcome, r.into_run_id), (QueueOutcome::Ran, None));
     assert_eq!(r.payloads[0].text, "steer answered on its own");
 
     // AND a steer on an idle session runs at once, as its own turn
     let idle = f.accept_as("anyone there?", QueueMode::Steer).await;
     assert_eq!(f.execute(&idle).await, TurnExit::Finished(RunStatus::Ok));
-    let r = run(&f, &idle).await;
+    let r = f.run(&idle.run_id).await;
     assert_eq!(r.queue_outcome, QueueOutcome::Ran);
     assert_eq!(r.payloads[0].text, "idle steer answered");
     assert_eq!(

@@ -269,6 +269,15 @@ pub fn config() -> RunnerConfig {
     }
 }
 
+/// [`config`] with a 5 ms pause before an out-of-order message comes back, for the queue-mode
+/// and order tests that hand messages back.
+pub fn quick() -> RunnerConfig {
+    RunnerConfig {
+        out_of_order_pause: Duration::from_millis(5),
+        ..config()
+    }
+}
+
 pub fn fixture(script: Vec<Script>, config: RunnerConfig) -> Fixture {
     fixture_with(script, config, |router, model| {
         router.with_provider(model.clone())
@@ -364,6 +373,11 @@ impl Fixture {
             .execute(msg, &CancellationToken::new())
             .await
             .unwrap()
+    }
+
+    /// The stored run `id` (it must exist).
+    pub async fn run(&self, id: &agentlane_core::RunId) -> agentlane_core::Run {
+        self.store.get_run(&self.tenant, id).await.unwrap().unwrap()
     }
 
     pub async fn transcript(&self) -> Vec<TranscriptEntry> {

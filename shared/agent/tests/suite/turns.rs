@@ -17,12 +17,7 @@ async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
     let msg = f.accept("hi").await;
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
 
-    let run = f
-        .store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&msg.run_id).await;
     assert_eq!(run.status, RunStatus::Ok);
     assert_eq!(run.payloads.len(), 1);
     assert_eq!(run.payloads[0].text, "Hello there, human.");
@@ -127,12 +122,7 @@ async fn a_crashed_pickup_is_resumed_without_duplicating_entries() {
     assert!(
         matches!(&t[2].message, Message::Tool { is_error: true, tool_call_id, .. } if tool_call_id == "c1")
     );
-    let run = f
-        .store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&msg.run_id).await;
     assert_eq!(run.pickups, 1);
     assert_eq!(run.payloads[0].text, "recovered answer");
     // and the dead pickup's fence can write nothing any more
@@ -218,12 +208,7 @@ async fn a_shutdown_hands_the_run_back_and_a_later_pickup_finishes_it() {
         f.runner.execute(&msg, &shutdown).await.unwrap(),
         TurnExit::HandBack
     );
-    let run = f
-        .store
-        .get_run(&f.tenant, &msg.run_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let run = f.run(&msg.run_id).await;
     assert_eq!(run.status, RunStatus::Running);
     assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
     assert_eq!(

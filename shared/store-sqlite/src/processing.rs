@@ -27,16 +27,7 @@ impl ProcessingIndex for SqliteBackend {
                                    json_extract(body, '$.updatedAt'))
                  LIMIT ?2",
             )?;
-            let bodies = stmt
-                .query_map(params![int(progress_before), limit], |row| {
-                    row.get::<_, String>(0)
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut sessions = Vec::with_capacity(bodies.len());
-            for body in bodies {
-                sessions.push(serde_json::from_str(&body)?);
-            }
-            Ok(sessions)
+            sessions_of(&mut stmt, int(progress_before), limit)
         })
         .await
     }
@@ -55,16 +46,7 @@ impl ProcessingIndex for SqliteBackend {
                  ORDER BY json_extract(body, '$.pendingAt')
                  LIMIT ?2",
             )?;
-            let bodies = stmt
-                .query_map(params![int(pending_before), limit], |row| {
-                    row.get::<_, String>(0)
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut sessions = Vec::with_capacity(bodies.len());
-            for body in bodies {
-                sessions.push(serde_json::from_str(&body)?);
-            }
-            Ok(sessions)
+            sessions_of(&mut stmt, int(pending_before), limit)
         })
         .await
     }
@@ -90,4 +72,20 @@ impl ProcessingIndex for SqliteBackend {
         })
         .await
     }
+}
+
+/// The sessions whose bodies `stmt` selects, given its two parameters (a time bound and a
+/// limit).
+fn sessions_of(
+    stmt: &mut rusqlite::Statement<'_>,
+    before: i64,
+    limit: i64,
+) -> crate::error::Result<Vec<Session>> {
+    let bodies = stmt
+        .query_map(params![before, limit], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    bodies
+        .iter()
+        .map(|body| Ok(serde_json::from_str(body)?))
+        .collect()
 }

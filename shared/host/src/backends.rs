@@ -80,7 +80,7 @@ pub fn open_embedded_backend(
 }
 
 /// Opens the AWS backend named by the environment (`AGENTLANE_TABLE`, `AGENTLANE_QUEUE_URL` or
-/// `AGENTLANE_QUEUE_NAME`, standard SDK settings). Creates nothing.
+/// `AGENTLANE_QUEUE_NAME`, `AGENTLANE_TENANT_LANES`, standard SDK settings). Creates nothing.
 #[cfg(feature = "aws")]
 pub async fn open_aws() -> anyhow::Result<Backends> {
     use agentlane_aws::{AwsConfig, DynamoStore, SqsLaneQueue};
@@ -96,10 +96,10 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         processing: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
         cron: Arc::new(store),
-        queue: Arc::new(SqsLaneQueue::new(
-            agentlane_aws::aws_sdk_sqs::Client::new(&sdk),
-            queue_url,
-        )),
+        queue: Arc::new(
+            SqsLaneQueue::new(agentlane_aws::aws_sdk_sqs::Client::new(&sdk), queue_url)
+                .with_tenant_lanes(config.tenant_lanes),
+        ),
         clock: Arc::new(SystemClock),
     })
 }

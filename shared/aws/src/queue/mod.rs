@@ -1,5 +1,6 @@
-//! [`SqsLaneQueue`]: the `LaneQueue` on one SQS FIFO queue. A lane is a message group, so SQS
-//! itself keeps a lane's messages in order and holds its next message while one is in flight.
+//! [`SqsLaneQueue`]: the `LaneQueue` on one SQS FIFO queue. A lane is a message group (or, with
+//! tenant lanes, one of its tenant's groups: [`tenant_lane_group_id`]), so SQS itself keeps a
+//! lane's messages in order and holds its next message while one is in flight.
 
 mod dead_letters;
 mod wire;
@@ -8,7 +9,7 @@ pub use dead_letters::{DEAD_LETTER_VISIBILITY, SqsDeadLetter, SqsDeadLetters};
 
 pub use wire::{
     MAX_SQS_ID_LEN, deduplication_id, delivery_from_parts, is_valid_sqs_id, message_body,
-    message_group_id,
+    message_group_id, tenant_lane_group_id,
 };
 
 use agentlane_core::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt};
@@ -30,6 +31,8 @@ pub const MAX_RECEIVE_BATCH: usize = 10;
 pub struct SqsLaneQueue {
     client: Client,
     queue_url: String,
+    /// Message groups per tenant; 0: one per session (see [`tenant_lane_group_id`]).
+    tenant_lanes: u32,
 }
 
 impl SqsLaneQueue {
@@ -38,7 +41,23 @@ impl SqsLaneQueue {
         Self {
             client,
             queue_url: queue_url.into(),
+            tenant_lanes: 0,
         }
+    }
+
+    /// Each tenant's sessions share `tenant_lanes` message groups (0, the default: one group
+    /// per session), so one tenant never has more than `tenant_lanes` turns in flight and its
+    /// backlog cannot hold every consumer (see [`tenant_lane_group_id`]). Every process that
+    /// enqueues to the queue must use the same value; while it changes, a session's turns may
+    /// sit in two groups, and the store keeps them in order (a turn delivered early comes back).
+    pub fn with_tenant_lanes(mut self, tenant_lanes: u32) -> Self {
+        self.tenant_lanes = tenant_lanes;
+        self
+    }
+
+    /// The message group a lane's messages go to.
+    pub fn group_id(&self, lane: &agentlane_core::Lane) -> String {
+        tenant_lane_group_id(lane, self.tenant_lanes)
     }
 
     /// The queue's URL.
@@ -154,7 +173,7 @@ impl LaneQueue for SqsLaneQueue {
         self.client
             .send_message()
             .queue_url(&self.queue_url)
-            .message_group_id(message_group_id(&message.lane))
+            .message_group_id(self.group_id(&message.lane))
             .message_deduplication_id(deduplication_id(&message.dedup_id))
             .message_body(message_body(message))
             .send()

@@ -25,6 +25,36 @@ pub fn message_group_id(lane: &Lane) -> String {
     }
 }
 
+/// The `MessageGroupId` of a lane when each tenant's sessions share `tenant_lanes` message
+/// groups (`0`: one group per session, [`message_group_id`]).
+///
+/// SQS FIFO delivers at most one message of a group at a time, so a tenant whose sessions map
+/// to `tenant_lanes` groups never has more than that many turns in flight, however many sessions
+/// it floods: while they are all in flight its backlog is not deliverable, and the next receive
+/// returns another tenant's message. A session always maps to the same group (the SHA-256 of its
+/// lane modulo `tenant_lanes`), so its turns stay in order in one group. The cost: two sessions
+/// of one tenant in the same group run one after the other.
+///
+/// The group is `{tenant}#{slot}` (no `/`, so it never looks like a verbatim lane), or
+/// `t#{hex SHA-256 of the tenant}#{slot}` when that is not a valid SQS id.
+pub fn tenant_lane_group_id(lane: &Lane, tenant_lanes: u32) -> String {
+    if tenant_lanes == 0 {
+        return message_group_id(lane);
+    }
+    let lane = lane.as_str();
+    let tenant = lane.split_once('/').map_or(lane, |(tenant, _)| tenant);
+    // The first 64 bits of the lane's hash: uniform, and the same in every process.
+    let digest = hex_sha256(lane);
+    let bits = u64::from_str_radix(digest.get(..16).unwrap_or("0"), 16).unwrap_or(0);
+    let slot = bits % u64::from(tenant_lanes);
+    let id = format!("{tenant}#{slot}");
+    if is_valid_sqs_id(&id) {
+        id
+    } else {
+        format!("t#{}#{slot}", hex_sha256(tenant))
+    }
+}
+
 /// The `MessageDeduplicationId` for a dedup id: verbatim when SQS accepts it, else its hex
 /// SHA-256 (64 characters).
 pub fn deduplication_id(dedup_id: &str) -> String {
@@ -138,6 +168,60 @@ mod tests {
             message_group_id(&Lane::new("y".repeat(200))),
             message_group_id(&Lane::new("z".repeat(200)))
         );
+    }
+
+    #[test]
+    fn tenant_lanes_off_keep_one_group_per_session() {
+        let lane = Lane::new("acme/chat-1");
+        assert_eq!(tenant_lane_group_id(&lane, 0), message_group_id(&lane));
+    }
+
+    #[test]
+    fn tenant_lanes_map_every_session_of_a_tenant_to_one_of_its_groups_stably() {
+        let groups: std::collections::BTreeSet<String> = (0..400)
+            .map(|i| tenant_lane_group_id(&Lane::new(format!("acme/chat-{i}")), 4))
+            .collect();
+        // Four groups, all the tenant's, and every one of them used.
+        let expected: std::collections::BTreeSet<String> =
+            (0..4).map(|slot| format!("acme#{slot}")).collect();
+        assert_eq!(groups, expected);
+        // The same session lands in the same group every time, in any process.
+        let lane = Lane::new("acme/chat-7");
+        assert_eq!(
+            tenant_lane_group_id(&lane, 4),
+            tenant_lane_group_id(&lane.clone(), 4)
+        );
+        // Another tenant's sessions never share a group with this one's.
+        let other = tenant_lane_group_id(&Lane::new("globex/chat-7"), 4);
+        assert!(other.starts_with("globex#"), "{other}");
+    }
+
+    #[test]
+    fn tenant_lanes_spread_sessions_evenly() {
+        let mut counts = [0u32; 8];
+        for i in 0..8_000 {
+            let group = tenant_lane_group_id(&Lane::new(format!("t/s-{i}")), 8);
+            let slot: usize = group.rsplit('#').next().unwrap().parse().unwrap();
+            counts[slot] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1_200).contains(&c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn tenant_lane_groups_are_valid_sqs_ids_even_for_exotic_tenants() {
+        let long_tenant = "t".repeat(200);
+        for lane in [
+            format!("{long_tenant}/s"),
+            "t\u{e9}/s".to_owned(),
+            "plain".to_owned(),
+        ] {
+            let id = tenant_lane_group_id(&Lane::new(lane.clone()), 16);
+            assert!(is_valid_sqs_id(&id), "{lane:?} -> {id:?}");
+            assert!(!id.contains('/'), "{id}");
+        }
     }
 
     #[test]

@@ -54,6 +54,9 @@ where
     }
 }
 
+/// The most message groups one tenant may be given (`AGENTLANE_TENANT_LANES`).
+pub const MAX_TENANT_LANES: u32 = 10_000;
+
 /// Names and settings of the AWS resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AwsConfig {
@@ -70,6 +73,9 @@ pub struct AwsConfig {
     pub max_receive_count: u32,
     /// The queue's default visibility timeout in seconds (`AGENTLANE_VISIBILITY_TIMEOUT`).
     pub visibility_timeout_secs: u32,
+    /// Message groups per tenant (`AGENTLANE_TENANT_LANES`, 0–10000; default 0: one group per
+    /// session). N caps a tenant at N turns in flight: see [`crate::queue::tenant_lane_group_id`].
+    pub tenant_lanes: u32,
 }
 
 impl Default for AwsConfig {
@@ -81,6 +87,7 @@ impl Default for AwsConfig {
             dlq_name: dlq_name_for(DEFAULT_QUEUE_NAME),
             max_receive_count: DEFAULT_MAX_RECEIVE_COUNT,
             visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
+            tenant_lanes: 0,
         }
     }
 }
@@ -119,6 +126,7 @@ impl AwsConfig {
                 "AGENTLANE_VISIBILITY_TIMEOUT",
                 DEFAULT_VISIBILITY_TIMEOUT_SECS,
             )?,
+            tenant_lanes: number("AGENTLANE_TENANT_LANES", 0)?,
         };
         config.validate()?;
         Ok(config)
@@ -159,6 +167,12 @@ impl AwsConfig {
             return invalid(format!(
                 "max_receive_count {} must be 1-1000",
                 self.max_receive_count
+            ));
+        }
+        if self.tenant_lanes > MAX_TENANT_LANES {
+            return invalid(format!(
+                "tenant lanes {} must be 0-{MAX_TENANT_LANES}",
+                self.tenant_lanes
             ));
         }
         if self.visibility_timeout_secs > 43_200 {
@@ -287,6 +301,7 @@ mod tests {
             ("AGENTLANE_QUEUE_NAME", "q1.fifo"),
             ("AGENTLANE_QUEUE_URL", ""),
             ("AGENTLANE_MAX_RECEIVE_COUNT", "7"),
+            ("AGENTLANE_TENANT_LANES", "6"),
         ]));
         assert_eq!(
             config,
@@ -297,6 +312,7 @@ mod tests {
                 dlq_name: "q1-dlq.fifo".into(),
                 max_receive_count: 7,
                 visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
+                tenant_lanes: 6,
             })
         );
     }
@@ -309,6 +325,8 @@ mod tests {
             &[("AGENTLANE_MAX_RECEIVE_COUNT", "0")][..],
             &[("AGENTLANE_MAX_RECEIVE_COUNT", "lots")][..],
             &[("AGENTLANE_DLQ_NAME", "agentlane-turns.fifo")][..],
+            &[("AGENTLANE_TENANT_LANES", "10001")][..],
+            &[("AGENTLANE_TENANT_LANES", "-1")][..],
         ] {
             let lookup = |name: &str| {
                 pairs

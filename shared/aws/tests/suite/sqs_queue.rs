@@ -176,3 +176,93 @@ async fn invalid_receipts_are_stale_and_a_missing_queue_is_unavailable() {
         "{result:?}"
     );
 }
+
+fn tenant_message(tenant: &str, session: &str, n: usize) -> LaneMessage {
+    LaneMessage {
+        lane: Lane::new(format!("{tenant}/{session}")),
+        dedup_id: format!("{tenant}-{session}-{n}"),
+        body: TurnMessage {
+            session_key: None,
+            tenant: TenantId::new(tenant),
+            run_id: RunId::generate(),
+        },
+    }
+}
+
+#[tokio::test]
+async fn with_tenant_lanes_a_flooding_tenant_holds_at_most_its_lanes_and_another_tenant_gets_through()
+ {
+    // GIVEN tenant lanes of 2, and tenant A's 40 turns over 20 sessions queued before tenant B's
+    // one turn
+    let queue = common::fresh_queue().await.with_tenant_lanes(2);
+    for n in 0..40 {
+        let sent = tenant_message("tenant-a", &format!("s{}", n % 20), n);
+        queue.enqueue(&sent).await.expect("enqueue A");
+    }
+    queue
+        .enqueue(&tenant_message("tenant-b", "one", 0))
+        .await
+        .expect("enqueue B");
+
+    // WHEN consumers take everything they can, holding what they took (turns in progress)
+    let held = receive_some(&queue, 41).await;
+
+    // THEN A has exactly two turns in flight, and B's turn was delivered despite A's backlog
+    let of = |tenant: &str| {
+        held.iter()
+            .filter(|d| d.message.body.tenant.as_str() == tenant)
+            .count()
+    };
+    assert_eq!(of("tenant-a"), 2, "{held:#?}");
+    assert_eq!(of("tenant-b"), 1, "{held:#?}");
+
+    // AND when one of A's turns ends, the next A turn comes, never more than two at once
+    let a_done = held
+        .iter()
+        .find(|d| d.message.body.tenant.as_str() == "tenant-a")
+        .expect("an A delivery");
+    queue.ack(&a_done.receipt).await.expect("ack");
+    let next = receive_some(&queue, 2).await;
+    assert_eq!(next.len(), 1, "{next:#?}");
+    assert_eq!(next[0].message.body.tenant.as_str(), "tenant-a");
+}
+
+#[tokio::test]
+async fn with_tenant_lanes_a_sessions_turns_still_come_in_order_one_at_a_time() {
+    // GIVEN one lane per tenant and one session's three turns, interleaved with another
+    // session's
+    let queue = common::fresh_queue().await.with_tenant_lanes(1);
+    for n in 0..3 {
+        for session in ["x", "y"] {
+            queue
+                .enqueue(&tenant_message("tenant-a", session, n))
+                .await
+                .expect("enqueue");
+        }
+    }
+
+    // WHEN each delivery is acked before the next receive
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let got = receive_some(&queue, 1).await;
+        assert_eq!(got.len(), 1, "one in flight at a time: {got:#?}");
+        order.push(got[0].message.dedup_id.clone());
+        // Nothing more of the tenant while that one is in flight.
+        assert!(receive_some_quick(&queue).await.is_empty());
+        queue.ack(&got[0].receipt).await.expect("ack");
+    }
+
+    // THEN they came in enqueue order
+    let expected: Vec<String> = (0..3)
+        .flat_map(|n| ["x", "y"].map(|s| format!("tenant-a-{s}-{n}")))
+        .collect();
+    assert_eq!(order, expected);
+}
+
+/// One receive with no wait.
+async fn receive_some_quick(queue: &SqsLaneQueue) -> Vec<Delivery> {
+    queue
+        .receive(10, HIDE, Duration::ZERO)
+        .await
+        .expect("receive")
+}

@@ -3,7 +3,9 @@
 //! Semantics every adapter provides (SQS FIFO has them natively):
 //! - messages of one lane are delivered in enqueue order;
 //! - while a lane's message is in flight (received, not acked, visibility not expired), no later
-//!   message of that lane is delivered; other lanes are unaffected;
+//!   message of that lane is delivered; other lanes are unaffected (unless the adapter is set to
+//!   share queue groups between lanes, as SQS tenant lanes do: lanes of one group then also
+//!   wait for each other);
 //! - an unacked message becomes visible again when its visibility timeout ends (redelivery), or at
 //!   once when handed back with a zero visibility;
 //! - enqueueing twice with the same `dedup_id` stores one message.

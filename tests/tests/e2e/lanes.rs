@@ -1,6 +1,6 @@
 //! Lanes: one turn at a time per session, in submission order; sessions side by side.
 
-use crate::support::{LONG, SLOW_REPLY, assert_dense, scenario};
+use crate::support::{GREETING, LONG, SLOW_REPLY, assert_dense, scenario, scenario_with};
 use agentlane_core::{Message, RunStatus};
 use agentlane_tests::{RunView, assistant_text};
 use serde_json::json;
@@ -37,8 +37,27 @@ async fn two_sessions_run_their_turns_at_the_same_time() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_turns_on_one_session_run_one_at_a_time_in_submission_order() -> anyhow::Result<()> {
+    ten_turns_in_order(scenario()?).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_turns_keep_their_order_when_the_queue_long_polls_and_sessions_share_a_group()
+-> anyhow::Result<()> {
+    // The other scenarios on SQS short-poll: moto's FIFO long poll can hand out a group's next
+    // message while the previous one is in flight. Here the lane workers long-poll (1 s) and
+    // every session of the tenant shares one message group (tenant lanes 1), so the queue may
+    // deliver a turn early; the store must keep the order all the same.
+    ten_turns_in_order(scenario_with(|o| {
+        o.env("AGENTLANE_RECEIVE_WAIT_MS", "1000")
+            .env("AGENTLANE_TENANT_LANES", "1")
+    })?)
+    .await
+}
+
+/// Ten turns submitted back to back on one session (and one turn on another session of the
+/// same tenant) run one at a time, in submission order, each seeing the conversation so far.
+async fn ten_turns_in_order(scn: agentlane_tests::Scenario) -> anyhow::Result<()> {
     // GIVEN a model with a distinct, slightly streamed reply for each of ten messages
-    let scn = scenario()?;
     let a = scn.a();
     let messages: Vec<String> = (1..=10).map(|n| format!("order-{n:02}")).collect();
     let reply = |message: &str| format!("reply to {message}");
@@ -57,14 +76,23 @@ async fn ten_turns_on_one_session_run_one_at_a_time_in_submission_order() -> any
     )?;
 
     // WHEN the ten messages are submitted back to back on one session, without waiting
+    // (with a turn of another session in the middle)
     let mut accepted = Vec::new();
-    for message in &messages {
+    let mut side = None;
+    for (k, message) in messages.iter().enumerate() {
         accepted.push(a.agent("one-lane", message).await?);
+        if k == 4 {
+            side = Some(a.agent("side-lane", "hello").await?);
+        }
     }
     let mut runs: Vec<RunView> = Vec::new();
     for turn in &accepted {
         runs.push(a.wait_done(&turn.run_id, LONG).await?);
     }
+    let side = side.expect("the side turn was submitted");
+    let side = a.wait_done(&side.run_id, LONG).await?;
+    assert_eq!(side.status, RunStatus::Ok, "{side:?}");
+    assert_eq!(side.reply_text(), GREETING);
 
     // THEN each ends ok with its own reply
     for (run, message) in runs.iter().zip(&messages) {
@@ -104,7 +132,16 @@ async fn ten_turns_on_one_session_run_one_at_a_time_in_submission_order() -> any
     }
 
     // AND each model call saw the whole conversation so far, in order
-    let requests = scn.mock.model_requests()?;
+    let requests: Vec<_> = scn
+        .mock
+        .model_requests()?
+        .into_iter()
+        .filter(|r| {
+            r.roles_and_texts()
+                .iter()
+                .any(|(_, text)| text.contains("order-"))
+        })
+        .collect();
     assert_eq!(requests.len(), 10, "one model call per turn");
     for (k, request) in requests.iter().enumerate() {
         let seen: Vec<(String, String)> = request

@@ -111,7 +111,7 @@ impl Modify for Conventions {
                         .responses
                         .responses
                         .entry(status.to_owned())
-                        .or_insert_with(|| error_response(description));
+                        .or_insert_with(|| error_response(status, description));
                 }
             }
         }
@@ -124,8 +124,40 @@ fn is_empty_requirement(requirement: &utoipa::openapi::security::SecurityRequire
         .unwrap_or(false)
 }
 
-fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
-    ResponseBuilder::new()
+/// The headers some error answers carry: 401 names the auth scheme, 429 says when to retry.
+fn error_headers(status: &str) -> Vec<(&'static str, utoipa::openapi::header::Header)> {
+    use utoipa::openapi::Type;
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::ObjectBuilder;
+    match status {
+        "401" => vec![(
+            "WWW-Authenticate",
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                .description(Some("`Bearer`: the scheme the API expects"))
+                .build(),
+        )],
+        "429" => vec![(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                ))
+                .description(Some("Whole seconds to wait before retrying (at least 1)"))
+                .build(),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+fn error_response(status: &str, description: &str) -> RefOr<utoipa::openapi::Response> {
+    let mut response = ResponseBuilder::new();
+    for (name, header) in error_headers(status) {
+        response = response.header(name, header);
+    }
+    response
         .description(description)
         .content(
             "application/json",

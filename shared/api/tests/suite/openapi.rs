@@ -168,3 +168,37 @@ async fn every_served_route_is_documented_and_every_documented_one_served() {
         "in the document but not served: {not_served:?}"
     );
 }
+
+#[tokio::test]
+async fn the_401_and_429_answers_document_the_headers_the_server_sends() {
+    // GIVEN the served document, and a real 401
+    let h = Harness::new().await;
+    let doc = h
+        .send(
+            Request::get("/v1/openapi.json")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .json;
+    let refused = h.get("/v1/runs/run_x", "not-a-key").await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.headers["www-authenticate"], "Bearer");
+
+    // THEN every authenticated operation documents WWW-Authenticate on 401 and an integer
+    // Retry-After (at least 1) on 429
+    for (method, path) in operations(&doc) {
+        let responses = &doc["paths"][&path][&method]["responses"];
+        if !path.starts_with("/v1/") || path == "/v1/openapi.json" {
+            continue;
+        }
+        let auth = &responses["401"]["headers"]["WWW-Authenticate"];
+        assert_eq!(auth["schema"]["type"], "string", "{method} {path}: {auth}");
+        let retry = &responses["429"]["headers"]["Retry-After"];
+        assert_eq!(
+            retry["schema"]["type"], "integer",
+            "{method} {path}: {retry}"
+        );
+        assert_eq!(retry["schema"]["minimum"], 1, "{method} {path}: {retry}");
+    }
+}

@@ -32,6 +32,7 @@ pub mod fixtures;
 pub mod keys;
 pub mod pending;
 pub mod queue;
+pub mod slots;
 pub mod store;
 
 use std::future::Future;

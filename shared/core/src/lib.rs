@@ -17,6 +17,7 @@ pub mod queue;
 pub mod record_size;
 pub mod run;
 pub mod session;
+pub mod slots;
 pub mod store;
 pub mod thinking;
 pub mod transcript;
@@ -40,6 +41,7 @@ pub use session::{
 };
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.
+pub use slots::{SlotKind, SlotStore};
 pub use store::{
     AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, Layered,
     MAX_STEERS_PER_TAKE, NewTurn, ProcessingIndex, SessionLock, SteerTake, Store, StoreCall,

@@ -34,6 +34,7 @@ mod processing;
 mod queue;
 mod records;
 mod schema;
+mod slots;
 mod steer;
 mod store;
 mod writer;

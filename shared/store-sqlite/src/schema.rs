@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     crate::api_keys::SCHEMA,
     PENDING_STEERS,
     PENDING_SESSIONS,
+    crate::slots::SCHEMA,
 ];
 
 /// Sessions with pending work (issue 11), by the time it began waiting: the sweep's index of

@@ -65,6 +65,7 @@ mod keys;
 mod lock;
 mod processing;
 mod read;
+mod slots;
 mod steer;
 
 use agentlane_core::{

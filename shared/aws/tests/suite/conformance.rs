@@ -24,3 +24,7 @@ agentlane_conformance::pending_conformance!(async {
     Arc::new(crate::common::store().await)
         as Arc<dyn agentlane_conformance::pending::PendingBackend>
 });
+
+agentlane_conformance::slots_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::SlotStore>
+});

@@ -29,3 +29,7 @@ agentlane_conformance::keys_conformance!(async {
 agentlane_conformance::pending_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_conformance::pending::PendingBackend>
 });
+
+agentlane_conformance::slots_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_core::SlotStore>
+});

@@ -1,0 +1,213 @@
+//! The [`SlotStore`] cases: a tenant never holds more than its cap of live slots, even when
+//! many takes race; kinds and tenants are counted apart; an ended lease stops counting; renew
+//! and release act on the holder's own slot only. Every case uses fresh random tenants, so
+//! cases may share one backend.
+//!
+//! In an adapter's integration test:
+//!
+//! ```ignore
+//! agentlane_conformance::slots_conformance!(async { Arc::new(make()) as Arc<dyn SlotStore> });
+//! ```
+
+use crate::fixtures::{tenant, wall_ms};
+use agentlane_core::{SlotKind, SlotStore};
+use std::sync::Arc;
+
+/// Generates `mod slots_conformance` with one `#[tokio::test]` per case. The argument is an
+/// expression (typically an `async` block) yielding `Arc<dyn SlotStore>`, evaluated per case.
+#[macro_export]
+macro_rules! slots_conformance {
+    ($make:expr) => {
+        $crate::__expand_cases! { tests slots_conformance slots ($make);
+            case_a_tenant_holds_at_most_its_cap_and_others_are_counted_apart,
+            case_racing_takes_never_exceed_the_cap,
+            case_an_ended_lease_stops_counting_and_cannot_be_renewed_once_dropped,
+            case_renew_and_release_act_on_the_holders_own_slot,
+        }
+    };
+}
+
+/// A lease of a minute from `now`.
+fn minute(now: u64) -> u64 {
+    now + 60_000
+}
+
+pub async fn case_a_tenant_holds_at_most_its_cap_and_others_are_counted_apart(
+    store: Arc<dyn SlotStore>,
+) {
+    let (acme, beta) = (tenant(), tenant());
+    let now = wall_ms();
+    let take = |tenant, kind, holder: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .acquire_slot(&tenant, kind, holder, 2, now, minute(now))
+                .await
+                .unwrap()
+        }
+    };
+    assert!(take(acme.clone(), SlotKind::Stream, "h1").await);
+    assert!(take(acme.clone(), SlotKind::Stream, "h2").await);
+    assert!(
+        !take(acme.clone(), SlotKind::Stream, "h3").await,
+        "a third stream is over the cap of 2"
+    );
+    // Taking again a slot one holds is not a second slot.
+    assert!(take(acme.clone(), SlotKind::Stream, "h1").await);
+    // Another kind and another tenant have their own counts.
+    assert!(take(acme.clone(), SlotKind::Wait, "h3").await);
+    assert!(take(beta.clone(), SlotKind::Stream, "h3").await);
+    assert!(take(beta.clone(), SlotKind::Stream, "h4").await);
+    // A release frees one slot for the next holder.
+    store
+        .release_slot(&acme, SlotKind::Stream, "h2")
+        .await
+        .unwrap();
+    assert!(take(acme.clone(), SlotKind::Stream, "h3").await);
+    assert!(!take(acme.clone(), SlotKind::Stream, "h5").await);
+}
+
+pub async fn case_racing_takes_never_exceed_the_cap(store: Arc<dyn SlotStore>) {
+    let acme = tenant();
+    let now = wall_ms();
+    let takes = (0..12).map(|i| {
+        let (store, acme) = (store.clone(), acme.clone());
+        tokio::spawn(async move {
+            let holder = format!("racer-{i}");
+            store
+                .acquire_slot(&acme, SlotKind::Wait, &holder, 3, now, minute(now))
+                .await
+        })
+    });
+    let mut granted = 0;
+    for take in futures::future::join_all(takes).await {
+        // A take may also fail with a retryable error under contention; it never over-grants.
+        if let Ok(true) = take.unwrap() {
+            granted += 1;
+        }
+    }
+    assert!(granted <= 3, "{granted} slots granted over a cap of 3");
+    assert!(granted >= 1, "no take succeeded");
+    // Whatever the race left, the count is exact afterwards: one more only if under the cap.
+    let more = store
+        .acquire_slot(&acme, SlotKind::Wait, "late", 3, now, minute(now))
+        .await
+        .unwrap();
+    assert_eq!(
+        more,
+        granted < 3,
+        "granted {granted}, then a late take: {more}"
+    );
+}
+
+pub async fn case_an_ended_lease_stops_counting_and_cannot_be_renewed_once_dropped(
+    store: Arc<dyn SlotStore>,
+) {
+    let acme = tenant();
+    let now = wall_ms();
+    assert!(
+        store
+            .acquire_slot(&acme, SlotKind::Stream, "dies", 1, now, now + 1_000)
+            .await
+            .unwrap()
+    );
+    // Before the lease ends the slot counts; after it, another holder takes it.
+    assert!(
+        !store
+            .acquire_slot(&acme, SlotKind::Stream, "next", 1, now + 999, minute(now))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .acquire_slot(&acme, SlotKind::Stream, "next", 1, now + 1_000, minute(now))
+            .await
+            .unwrap()
+    );
+    // The dead holder's slot was dropped: it cannot renew its way back over the cap.
+    assert!(
+        !store
+            .renew_slot(&acme, SlotKind::Stream, "dies", minute(now))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .acquire_slot(&acme, SlotKind::Stream, "dies", 1, now + 1_001, minute(now))
+            .await
+            .unwrap()
+    );
+}
+
+pub async fn case_renew_and_release_act_on_the_holders_own_slot(store: Arc<dyn SlotStore>) {
+    let (acme, beta) = (tenant(), tenant());
+    let now = wall_ms();
+    assert!(
+        store
+            .acquire_slot(&acme, SlotKind::Wait, "mine", 1, now, now + 1_000)
+            .await
+            .unwrap()
+    );
+    // A renewal moves the lease: past the old end the slot still counts.
+    assert!(
+        store
+            .renew_slot(&acme, SlotKind::Wait, "mine", minute(now))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .acquire_slot(&acme, SlotKind::Wait, "other", 1, now + 5_000, minute(now))
+            .await
+            .unwrap()
+    );
+    // Nobody renews or releases a slot it does not hold, in this tenant or another.
+    assert!(
+        !store
+            .renew_slot(&acme, SlotKind::Wait, "other", minute(now))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .renew_slot(&beta, SlotKind::Wait, "mine", minute(now))
+            .await
+            .unwrap()
+    );
+    store
+        .release_slot(&beta, SlotKind::Wait, "mine")
+        .await
+        .unwrap();
+    store
+        .release_slot(&acme, SlotKind::Stream, "mine")
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .acquire_slot(&acme, SlotKind::Wait, "other", 1, now + 5_000, minute(now))
+            .await
+            .unwrap(),
+        "releases elsewhere freed nothing"
+    );
+    // Its own release frees it; releasing twice is harmless.
+    store
+        .release_slot(&acme, SlotKind::Wait, "mine")
+        .await
+        .unwrap();
+    store
+        .release_slot(&acme, SlotKind::Wait, "mine")
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .renew_slot(&acme, SlotKind::Wait, "mine", minute(now))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .acquire_slot(&acme, SlotKind::Wait, "other", 1, now + 5_000, minute(now))
+            .await
+            .unwrap()
+    );
+}

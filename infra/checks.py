@@ -512,7 +512,17 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         ddb = {a for a in actions if a.startswith("dynamodb:")}
         c.check(ddb and ddb <= DYNAMODB_ITEM_ACTIONS, f"{role_name}: item-level DynamoDB actions only: {ddb}")
         if role_name == "IngressStreamRole":
-            c.check(ddb == {"dynamodb:GetItem", "dynamodb:Query"}, f"{role_name}: reads only: {ddb}")
+            c.check(
+                ddb == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+                f"{role_name}: reads, and updates of slot items: {ddb}",
+            )
+            for st in statements(roles[role_name]):
+                if "dynamodb:UpdateItem" in as_list(st["Action"]):
+                    c.check(
+                        as_list(st["Action"]) == ["dynamodb:UpdateItem"]
+                        and '"T#*#SLOTS"' in json.dumps(st.get("Condition")),
+                        f"{role_name}: UpdateItem only on the tenants' slot items (dynamodb:LeadingKeys)",
+                    )
         c.check(
             {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb", "secretsmanager", "ssm", "kms"},
             f"{role_name}: nothing beyond logs, sqs, dynamodb and the provider-key reads: {sorted(actions)}",

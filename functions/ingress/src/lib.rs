@@ -94,6 +94,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
         config.sse_keep_alive_ms = millis_env(KEEP_ALIVE_ENV, keep_alive)?.as_millis() as u64;
     }
     let mut app = agentlane_api::app(ApiState {
+        shared_slots: Some(backends.slots.clone()),
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue,
         clock: backends.clock,

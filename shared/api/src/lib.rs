@@ -40,7 +40,7 @@ pub mod validate;
 pub mod views;
 mod wait;
 
-pub use admission::Admission;
+pub use admission::{Admission, SharedSlots};
 pub use auth::{ApiKeys, Tenant};
 pub use deadline::ResponseDeadline;
 pub use error::ApiError;
@@ -51,7 +51,7 @@ pub use routes::UNDOCUMENTED;
 pub use server::serve;
 
 use agentlane_core::cron::CronStore;
-use agentlane_core::{Clock, HistoryReader, LaneQueue, Store, TurnIntake};
+use agentlane_core::{Clock, HistoryReader, LaneQueue, SlotStore, Store, TurnIntake};
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use std::sync::Arc;
@@ -73,6 +73,9 @@ pub struct ApiState {
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     pub config: ApiConfig,
+    /// Where the per-tenant stream and wait caps are kept when many processes serve the API
+    /// (the ingress Lambda: one request per instance); `None`: in this process only (`serve`).
+    pub shared_slots: Option<Arc<dyn SlotStore>>,
 }
 
 impl ApiState {
@@ -183,8 +186,12 @@ pub fn app(state: ApiState) -> Router {
 pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
     let limits = state.config.limits.clone();
     let wait_budget = Duration::from_millis(state.config.max_wait_ms) + limits.request_timeout();
+    let shared_slots = state
+        .shared_slots
+        .clone()
+        .map(|store| admission::SharedSlots::new(store, state.clock.clone()));
     let shared = Arc::new(Shared {
-        admission: Admission::new(limits.clone()),
+        admission: Admission::new(limits.clone()).with_shared_slots(shared_slots),
         notifier,
         api: state,
     });

@@ -171,6 +171,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let worker = LaneWorker::new(queue.clone(), runner.clone());
     let key = "bench-key-0123456789abcdef";
     let app = agentlane_api::app(ApiState {
+        shared_slots: None,
         store,
         queue: queue.clone(),
         clock,

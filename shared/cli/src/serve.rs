@@ -97,6 +97,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = settings.api_config(Duration::from_secs(15 * 60));
     config.max_cron_jobs = cron.max_jobs;
     let api = ApiState {
+        shared_slots: None,
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),

@@ -23,6 +23,8 @@ pub struct Backends {
     pub processing: Arc<dyn agentlane_core::ProcessingIndex>,
     /// Store-backed API keys (`agentlane keys`; the same database or table).
     pub keys: Arc<dyn agentlane_core::KeyStore>,
+    /// Per-tenant stream and wait slots shared by every process (the same database or table).
+    pub slots: Arc<dyn agentlane_core::SlotStore>,
 }
 
 /// Which backend `AGENTLANE_BACKEND` names.
@@ -73,6 +75,7 @@ pub fn open_embedded_backend(
         cron: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
         keys: Arc::new(backend.clone()),
+        slots: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
     };
@@ -95,6 +98,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         store: Arc::new(store.clone()),
         processing: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
+        slots: Arc::new(store.clone()),
         cron: Arc::new(store),
         queue: Arc::new(
             SqsLaneQueue::new(agentlane_aws::aws_sdk_sqs::Client::new(&sdk), queue_url)

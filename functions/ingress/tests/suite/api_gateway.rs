@@ -15,6 +15,8 @@ async fn call(backend: &SqliteBackend, event: &str) -> (http::StatusCode, serde_
         .unwrap()
         .map(|body| axum::body::Body::from(body.as_ref().to_vec()));
     let app = agentlane_api::app(ApiState {
+        // As the ingress function: the stream and wait caps in the store.
+        shared_slots: Some(Arc::new(backend.clone())),
         store: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),

@@ -55,6 +55,7 @@ impl Emulator {
             store: Arc::new(store.clone()),
             processing: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
+            slots: Arc::new(store.clone()),
             cron: Arc::new(store),
             queue: Arc::new(SqsLaneQueue::new(sqs.clone(), resources.queue_url.clone())),
             clock: Arc::new(SystemClock),
@@ -74,6 +75,7 @@ impl Emulator {
         body: Option<Value>,
     ) -> (StatusCode, Value) {
         let app = agentlane_api::app(ApiState {
+            shared_slots: None,
             store: self.backends.store.clone(),
             queue: self.backends.queue.clone(),
             clock: self.backends.clock.clone(),

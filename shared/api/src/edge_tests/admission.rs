@@ -246,3 +246,96 @@ async fn a_tenant_asking_for_a_model_off_its_list_or_too_long_a_run_gets_400() {
         "{too_long:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_cap_holds_across_instances_that_share_the_store() {
+    // GIVEN two instances of the API over one store (as two ingress Lambda instances, each
+    // serving one request at a time), each tenant allowed 2 SSE streams
+    let (one, two) = LiveServer::start_two_instances(config(tenant_limits(TenantLimits {
+        max_event_streams: 2,
+        ..TenantLimits::default()
+    })))
+    .await;
+    let a_run = one.submit(ACME_KEY, "a", "hi").await;
+    let b_run = one.submit(BETA_KEY, "b", "hi").await;
+
+    // WHEN acme holds one stream on each instance and opens a third on either
+    let mut held = vec![
+        open_stream(&one, ACME_KEY, &a_run).await.unwrap(),
+        open_stream(&two, ACME_KEY, &a_run).await.unwrap(),
+    ];
+
+    // THEN both instances refuse it (each alone is under its cap); beta still opens its two
+    for server in [&one, &two] {
+        let refused = open_stream(server, ACME_KEY, &a_run).await.unwrap_err();
+        refused.assert_error(429, "rate_limited");
+        assert!(refused.header("retry-after").is_some());
+    }
+    let beta = [
+        open_stream(&two, BETA_KEY, &b_run).await.unwrap(),
+        open_stream(&one, BETA_KEY, &b_run).await.unwrap(),
+    ];
+
+    // WHEN acme closes its stream on the first instance, THEN the second lets a new one in
+    drop(held.remove(0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match open_stream(&two, ACME_KEY, &a_run).await {
+            Ok(stream) => {
+                held.push(stream);
+                break;
+            }
+            Err(reply) if Instant::now() < deadline => {
+                reply.assert_error(429, "rate_limited");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(reply) => panic!("slot never freed across instances: {reply:?}"),
+        }
+    }
+    assert_eq!((held.len(), beta.len()), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_cap_holds_across_instances_that_share_the_store() {
+    // GIVEN two instances over one store, each tenant allowed 1 wait at a time
+    let (one, two) = LiveServer::start_two_instances(config(tenant_limits(TenantLimits {
+        max_waits: 1,
+        ..TenantLimits::default()
+    })))
+    .await;
+    let a_run = one.submit(ACME_KEY, "a", "hi").await;
+
+    // WHEN acme waits (long) on the first instance and then on the second
+    let first = {
+        let addr = one.addr;
+        let run = a_run.clone();
+        tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let body = json!({"runId": run, "timeoutMs": 3_000}).to_string();
+            send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+            read_reply(&mut stream).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = two
+        .post(
+            "/v1/agent.wait",
+            ACME_KEY,
+            json!({"runId": a_run, "timeoutMs": 100}),
+        )
+        .await;
+
+    // THEN the second is refused while the first waits; beta's wait is not
+    second.assert_error(429, "rate_limited");
+    let b_run = two.submit(BETA_KEY, "b", "hi").await;
+    let beta = two
+        .post(
+            "/v1/agent.wait",
+            BETA_KEY,
+            json!({"runId": b_run, "timeoutMs": 100}),
+        )
+        .await;
+    assert_eq!(beta.status, 200, "{beta:?}");
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{first:?}");
+}

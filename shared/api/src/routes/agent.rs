@@ -154,7 +154,7 @@ pub async fn wait(
     )
     .await?;
     let run_id = super::run_id(body.run_id)?;
-    let _slot = state.admission.wait_slot(&tenant)?;
+    let _slot = state.admission.wait_slot(&tenant).await?;
     let timeout_ms = body
         .timeout_ms
         .unwrap_or(state.config.default_wait_ms)

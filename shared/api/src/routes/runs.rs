@@ -95,7 +95,7 @@ pub async fn events(
             Some(seq) => Some(seq),
             None => query.after,
         };
-        let slot = state.admission.stream_slot(&tenant)?;
+        let slot = state.admission.stream_slot(&tenant).await?;
         let max_poll = std::time::Duration::from_millis(state.config.sse_poll_ms);
         let watch = RunWatch::new(&state.notifier, &tenant, &id, max_poll);
         load_run(&state, &tenant, &id).await?;

@@ -28,7 +28,7 @@ pub struct LiveServer {
     pub notifier: Notifier,
     stop: Option<oneshot::Sender<()>>,
     pub task: Option<JoinHandle<std::io::Result<()>>>,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl LiveServer {
@@ -44,6 +44,26 @@ impl LiveServer {
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
+        Self::start_on(config, backend, wrap, false, Some(dir)).await
+    }
+
+    /// Two servers over one store, each with its own in-process admission and the stream and
+    /// wait caps kept in the store: two ingress instances of one deployment.
+    pub async fn start_two_instances(config: ApiConfig) -> (Self, Self) {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
+        let second = Self::start_on(config.clone(), backend.clone(), |s| s, true, None).await;
+        let first = Self::start_on(config, backend, |s| s, true, Some(dir)).await;
+        (first, second)
+    }
+
+    async fn start_on(
+        config: ApiConfig,
+        backend: Arc<SqliteBackend>,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+        shared_slots: bool,
+        dir: Option<tempfile::TempDir>,
+    ) -> Self {
         let notifier = Notifier::new();
         let store: Arc<dyn Store> = Arc::new(NotifyingStore::new(
             wrap(backend.clone() as Arc<dyn Store>),
@@ -54,6 +74,8 @@ impl LiveServer {
         let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let router = app_with(
             ApiState {
+                shared_slots: shared_slots
+                    .then(|| backend.clone() as Arc<dyn agentlane_core::SlotStore>),
                 store: store.clone(),
                 queue: queue.clone(),
                 clock: Arc::new(SystemClock),

@@ -105,6 +105,7 @@ impl Harness {
         let queue: Arc<dyn LaneQueue> = backend;
         let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let state = ApiState {
+            shared_slots: None,
             store: wrap(store.clone()),
             queue: queue.clone(),
             clock: clock.clone(),

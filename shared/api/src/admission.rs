@@ -58,7 +58,9 @@ pub const SHARED_SLOT_LEASE: Duration = Duration::from_secs(30);
 /// The per-tenant caps kept in a store every process of the deployment shares.
 #[derive(Clone)]
 pub struct SharedSlots {
+    /// Where the slots are kept (the deployment's table or database).
     pub store: Arc<dyn SlotStore>,
+    /// Lease times are read from it.
     pub clock: Arc<dyn Clock>,
     /// How long a slot is leased ([`SHARED_SLOT_LEASE`]).
     pub lease: Duration,

@@ -97,7 +97,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = settings.api_config(Duration::from_secs(15 * 60));
     config.max_cron_jobs = cron.max_jobs;
     let api = ApiState {
-        shared_slots: None,
+        // On the AWS backend several `serve` replicas may share one deployment: the stream and
+        // wait caps are kept in the table (one process on the embedded store: in memory).
+        shared_slots: match kind {
+            BackendKind::Aws => Some(backends.slots.clone()),
+            BackendKind::Embedded => None,
+        },
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),

@@ -2,15 +2,17 @@
 //!
 //! | `PK` | `SK` | attributes |
 //! |---|---|---|
-//! | `T#{t}#SLOTS` | `stream` / `wait` | `holders` (map: holder → lease end, ms), `ver`, `expiresAt` |
+//! | `T#{t}#SLOTS` | `stream` / `wait` | `n` (slots held), `h_{holder}` (its lease end, ms) per holder, `expiresAt` |
 //!
-//! - Take: a strongly consistent `GetItem`, then one `UpdateItem` writing the live holders plus
-//!   the new one, conditional on `ver` being unchanged (absent for a new item). A concurrent
-//!   change (another take, a renewal, a release) bumps `ver`, so the write fails and the take
-//!   reads again: the cap can never be exceeded. Two requests when uncontended.
-//! - Renew and release: one `UpdateItem` on the holder's own map entry (conditional on it being
-//!   there), bumping `ver`.
-//! - `expiresAt` (TTL) is an hour past the latest lease, so a tenant's idle slots item goes.
+//! - Take: one `UpdateItem` that sets the holder's attribute and adds 1 to `n`, conditional on
+//!   `n < cap` and the holder not being there yet. DynamoDB applies the updates of one item one
+//!   at a time, so a burst of takes needs no retries and can never pass the cap: the first `cap`
+//!   succeed, the rest fail their condition. Only then is the item read: a holder taking again
+//!   renews its own slot, and leases that have ended are dropped (one update conditional on
+//!   each dropped lease being unchanged, so a renewal in between wins) before one more try.
+//! - Renew: `SET` the holder's attribute if it is there. Release: `REMOVE` it and add -1 to `n`
+//!   if it is there. `n` and the holders change together in every update, so they agree.
+//! - `expiresAt` (TTL) is an hour past the latest take or renewal, so an idle item goes.
 
 use super::DynamoStore;
 use super::error::{DdbError, build_error};
@@ -19,13 +21,15 @@ use super::keys::{PK, SK};
 use agentlane_core::{SlotKind, SlotStore, StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use std::collections::HashMap;
-use std::time::Duration;
 
-const HOLDERS: &str = "holders";
-const VER: &str = "ver";
-/// Reads and conditional writes a take may try before it answers `Busy`.
-const TAKE_TRIES: u32 = 8;
+/// Slots held.
+const COUNT: &str = "n";
+/// Prefix of a holder's attribute.
+const HOLDER_PREFIX: &str = "h_";
+/// Rounds of (take, read, drop ended leases) before a take gives up with `Busy`.
+const TAKE_ROUNDS: u32 = 4;
+/// Ended leases dropped per update (keeps the expression small).
+const MAX_DROPPED_PER_UPDATE: usize = 25;
 /// How long the item outlives its latest lease (TTL, seconds).
 const TTL_AFTER_LEASE_SECS: u64 = 3_600;
 
@@ -33,119 +37,108 @@ fn slots_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#SLOTS")
 }
 
-/// `holder → lease end` of an item (an absent or malformed map is empty).
-fn holders_of(item: &Item) -> HashMap<String, u64> {
-    match item.get(HOLDERS) {
-        Some(AttributeValue::M(map)) => map
-            .iter()
-            .filter_map(|(holder, until)| match until {
-                AttributeValue::N(v) => v.parse().ok().map(|v| (holder.clone(), v)),
-                _ => None,
-            })
-            .collect(),
-        _ => HashMap::new(),
+fn holder_attr(holder: &str) -> String {
+    format!("{HOLDER_PREFIX}{holder}")
+}
+
+fn ttl(until: u64) -> AttributeValue {
+    n(until / 1_000 + TTL_AFTER_LEASE_SECS)
+}
+
+/// `(attribute, lease end)` of every holder of an item.
+fn holders_of(item: &Item) -> Vec<(String, u64)> {
+    item.iter()
+        .filter(|(name, _)| name.starts_with(HOLDER_PREFIX))
+        .filter_map(|(name, until)| match until {
+            AttributeValue::N(v) => v.parse().ok().map(|v| (name.clone(), v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What one conditional update did.
+fn applied(result: Result<(), DdbError>) -> StoreResult<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(DdbError::ConditionFailed(_)) => Ok(false),
+        Err(DdbError::TransactionConflict) => Err(StoreError::Busy),
+        Err(DdbError::Other(e)) => Err(e),
+        Err(DdbError::Cancelled(_)) => Err(build_error(
+            "a single update reported a cancelled transaction",
+        )),
     }
 }
 
 impl DynamoStore {
-    /// The item's holders and version (`None`: no item yet).
-    async fn read_slots(
+    fn slots_update(
         &self,
         tenant: &TenantId,
         kind: SlotKind,
-    ) -> StoreResult<(HashMap<String, u64>, Option<String>)> {
-        let item = self.get_item(slots_pk(tenant), kind.as_str()).await?;
-        Ok(match item {
-            None => (HashMap::new(), None),
-            Some(item) => {
-                let ver = match item.get(VER) {
-                    Some(AttributeValue::N(v)) => Some(v.clone()),
-                    _ => None,
-                };
-                (holders_of(&item), ver)
-            }
-        })
-    }
-
-    /// One conditional write of `holders` over version `ver`. `false`: someone changed it.
-    async fn write_slots(
-        &self,
-        tenant: &TenantId,
-        kind: SlotKind,
-        holders: &HashMap<String, u64>,
-        ver: Option<&str>,
-    ) -> StoreResult<bool> {
-        let latest = holders.values().copied().max().unwrap_or_default();
-        let map: HashMap<String, AttributeValue> = holders
-            .iter()
-            .map(|(holder, until)| (holder.clone(), n(*until)))
-            .collect();
-        let next = ver.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + 1;
-        let update = self
-            .client
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
             .update_item()
             .table_name(&self.table)
             .key(PK, s(slots_pk(tenant)))
             .key(SK, s(kind.as_str()))
-            .update_expression("SET #h = :h, #v = :next, #x = :ttl")
-            .expression_attribute_names("#h", HOLDERS)
-            .expression_attribute_names("#v", VER)
-            .expression_attribute_names("#x", EXPIRES_AT)
-            .expression_attribute_values(":h", AttributeValue::M(map))
-            .expression_attribute_values(":next", n(next))
-            .expression_attribute_values(":ttl", n(latest / 1_000 + TTL_AFTER_LEASE_SECS));
-        let update = match ver {
-            None => update.condition_expression("attribute_not_exists(#v)"),
-            Some(ver) => update
-                .condition_expression("#v = :ver")
-                .expression_attribute_values(":ver", AttributeValue::N(ver.to_owned())),
-        };
-        match update.send().await.map_err(DdbError::from) {
-            Ok(_) => Ok(true),
-            Err(DdbError::ConditionFailed(_) | DdbError::TransactionConflict) => Ok(false),
-            Err(DdbError::Other(e)) => Err(e),
-            Err(DdbError::Cancelled(_)) => Err(build_error(
-                "a single write reported a cancelled transaction",
-            )),
-        }
     }
 
-    /// One update of `holder`'s own entry, if it is there: `SET` it to `until`, or `REMOVE` it.
-    async fn update_own_slot(
+    /// The atomic take: `false` when the cap is reached or `holder` is already there.
+    async fn take_slot(
         &self,
         tenant: &TenantId,
         kind: SlotKind,
         holder: &str,
-        until: Option<u64>,
+        cap: u32,
+        until: u64,
     ) -> StoreResult<bool> {
-        let expression = match until {
-            Some(_) => "SET #h.#id = :until, #v = #v + :one",
-            None => "REMOVE #h.#id SET #v = #v + :one",
-        };
-        let mut update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(slots_pk(tenant)))
-            .key(SK, s(kind.as_str()))
-            .update_expression(expression)
-            .condition_expression("attribute_exists(#h.#id)")
-            .expression_attribute_names("#h", HOLDERS)
-            .expression_attribute_names("#id", holder)
-            .expression_attribute_names("#v", VER)
-            .expression_attribute_values(":one", n(1));
-        if let Some(until) = until {
-            update = update.expression_attribute_values(":until", n(until));
+        let result = self
+            .slots_update(tenant, kind)
+            .update_expression("SET #h = :until, #x = :ttl ADD #n :one")
+            .condition_expression(
+                "(attribute_not_exists(#n) OR #n < :cap) AND attribute_not_exists(#h)",
+            )
+            .expression_attribute_names("#h", holder_attr(holder))
+            .expression_attribute_names("#n", COUNT)
+            .expression_attribute_names("#x", EXPIRES_AT)
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":ttl", ttl(until))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":cap", n(u64::from(cap)))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(DdbError::from);
+        applied(result)
+    }
+
+    /// Drops ended leases, each only if it is still the same (a renewal in between keeps it).
+    async fn drop_ended(
+        &self,
+        tenant: &TenantId,
+        kind: SlotKind,
+        ended: &[(String, u64)],
+    ) -> StoreResult<bool> {
+        let mut update = self.slots_update(tenant, kind);
+        let mut removes = Vec::new();
+        let mut conditions = Vec::new();
+        for (i, (attr, until)) in ended.iter().enumerate() {
+            update = update
+                .expression_attribute_names(format!("#e{i}"), attr)
+                .expression_attribute_values(format!(":e{i}"), n(*until));
+            removes.push(format!("#e{i}"));
+            conditions.push(format!("#e{i} = :e{i}"));
         }
-        match update.send().await.map_err(DdbError::from) {
-            Ok(_) => Ok(true),
-            Err(DdbError::ConditionFailed(_)) => Ok(false),
-            Err(DdbError::TransactionConflict) => Err(StoreError::Busy),
-            Err(DdbError::Other(e)) => Err(e),
-            Err(DdbError::Cancelled(_)) => Err(build_error(
-                "a single write reported a cancelled transaction",
-            )),
-        }
+        let dropped = i64::try_from(ended.len()).unwrap_or(0);
+        let result = update
+            .update_expression(format!("REMOVE {} ADD #n :minus", removes.join(", ")))
+            .condition_expression(conditions.join(" AND "))
+            .expression_attribute_names("#n", COUNT)
+            .expression_attribute_values(":minus", AttributeValue::N((-dropped).to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(DdbError::from);
+        applied(result)
     }
 }
 
@@ -160,25 +153,40 @@ impl SlotStore for DynamoStore {
         now: u64,
         until: u64,
     ) -> StoreResult<bool> {
-        for attempt in 0..TAKE_TRIES {
-            if attempt > 0 {
-                // Another take won the write: read again after a short, jittered pause.
-                let pause =
-                    agentlane_core::backoff::jittered(Duration::from_millis(5 << attempt.min(5)));
-                tokio::time::sleep(pause).await;
-            }
-            let (mut holders, ver) = self.read_slots(tenant, kind).await?;
-            holders.retain(|h, end| *end > now && h != holder);
-            if holders.len() >= cap as usize {
-                return Ok(false);
-            }
-            holders.insert(holder.to_owned(), until);
-            if self
-                .write_slots(tenant, kind, &holders, ver.as_deref())
-                .await?
-            {
+        for _ in 0..TAKE_ROUNDS {
+            if self.take_slot(tenant, kind, holder, cap, until).await? {
                 return Ok(true);
             }
+            let item = self
+                .get_item(slots_pk(tenant), kind.as_str())
+                .await?
+                .unwrap_or_default();
+            let holders = holders_of(&item);
+            if holders.iter().any(|(attr, _)| *attr == holder_attr(holder)) {
+                // Taken again by its holder: its lease moves (unless it was just released).
+                if self.renew_slot(tenant, kind, holder, until).await? {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let ended: Vec<(String, u64)> = holders
+                .into_iter()
+                .filter(|(_, end)| *end <= now)
+                .take(MAX_DROPPED_PER_UPDATE)
+                .collect();
+            if ended.is_empty() {
+                // At the cap with live leases only (or a release freed one meanwhile: the next
+                // round's take finds it).
+                let held = item
+                    .get(COUNT)
+                    .and_then(|v| v.as_n().ok()?.parse::<u64>().ok());
+                if held.unwrap_or(0) >= u64::from(cap) {
+                    return Ok(false);
+                }
+                continue;
+            }
+            // Whether this drop or a concurrent one removed them, the next take may pass.
+            self.drop_ended(tenant, kind, &ended).await?;
         }
         Err(StoreError::Busy)
     }
@@ -190,8 +198,19 @@ impl SlotStore for DynamoStore {
         holder: &str,
         until: u64,
     ) -> StoreResult<bool> {
-        self.update_own_slot(tenant, kind, holder, Some(until))
+        let result = self
+            .slots_update(tenant, kind)
+            .update_expression("SET #h = :until, #x = :ttl")
+            .condition_expression("attribute_exists(#h)")
+            .expression_attribute_names("#h", holder_attr(holder))
+            .expression_attribute_names("#x", EXPIRES_AT)
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":ttl", ttl(until))
+            .send()
             .await
+            .map(|_| ())
+            .map_err(DdbError::from);
+        applied(result)
     }
 
     async fn release_slot(
@@ -200,8 +219,17 @@ impl SlotStore for DynamoStore {
         kind: SlotKind,
         holder: &str,
     ) -> StoreResult<()> {
-        self.update_own_slot(tenant, kind, holder, None)
+        let result = self
+            .slots_update(tenant, kind)
+            .update_expression("REMOVE #h ADD #n :minus")
+            .condition_expression("attribute_exists(#h)")
+            .expression_attribute_names("#h", holder_attr(holder))
+            .expression_attribute_names("#n", COUNT)
+            .expression_attribute_values(":minus", AttributeValue::N("-1".into()))
+            .send()
             .await
             .map(|_| ())
+            .map_err(DdbError::from);
+        applied(result).map(|_| ())
     }
 }

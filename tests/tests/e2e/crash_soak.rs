@@ -3,10 +3,12 @@
 //! restarted at random moments while 50 turns on 5 sessions run; afterwards every run has ended
 //! exactly once (one terminal lifecycle event), and each session's transcript has each user
 //! message once and, for each run that ended `ok`, its answer once, right after it.
+//! The second soak does the same with turns sent in every queue mode (followup, steer, collect,
+//! interrupt) and answers that are quick, slow or call tools: each message still lands once.
 
 use crate::support::{GREETING, LONG, assert_dense, scenario_with};
 use agentlane_core::{EventStream, Message, RunStatus};
-use agentlane_tests::{assistant_text, check_pairing, phase, transcript_items};
+use agentlane_tests::{Scenario, assistant_text, check_pairing, phase, transcript_items};
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,45 +32,64 @@ impl Rng {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_at_random_points_over_50_runs_loses_and_duplicates_nothing() -> anyhow::Result<()> {
+/// A server with short leases and visibility (a killed turn comes back quickly) and a poison
+/// cap no run reaches by bad luck, and the generator of kill times, its seed printed.
+fn soak(what: &str) -> anyhow::Result<(Scenario, Rng)> {
     let seed = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos() as u64 | 1;
-    eprintln!("crash soak seed: {seed}");
-    let mut rng = Rng(seed);
-    // GIVEN a server with short leases and visibility (a killed turn comes back quickly) and a
-    // poison cap no run reaches by bad luck
-    let mut scn = scenario_with(|o| {
+    eprintln!("{what} seed: {seed}");
+    let scn = scenario_with(|o| {
         o.env("AGENTLANE_LOCK_LEASE_MS", "900")
             .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
             .env("AGENTLANE_MAX_FAILED_PICKUPS", "50")
     })?;
-    let started = Instant::now();
-    let mut runs: Vec<(String, String, String)> = Vec::new(); // (session, message, run id)
-    let mut next = 0usize;
+    Ok((scn, Rng(seed)))
+}
 
-    // WHEN 50 turns are sent in waves, and between waves the server is killed (SIGKILL) at a
-    // random moment and restarted on the same data
+/// Sends `RUNS` turns (`turn(n, rng)` gives the n-th one's session, message and request body) in
+/// waves of 5 to 11; between waves, and once after the last, the server is killed (SIGKILL) at
+/// a random moment (up to `max_pause_ms` after the wave) and restarted on the same data.
+/// Returns (session, message, run id) of each turn, and the number of kills.
+async fn send_in_waves_with_kills(
+    scn: &mut Scenario,
+    rng: &mut Rng,
+    max_pause_ms: u64,
+    mut turn: impl FnMut(usize, &mut Rng) -> (String, String, serde_json::Value),
+) -> anyhow::Result<(Vec<(String, String, String)>, u32)> {
+    let mut runs = Vec::new();
     let mut kills = 0u32;
-    while next < RUNS {
+    while runs.len() < RUNS {
         let a = scn.a();
         let wave = rng.between(5, 12) as usize;
-        for _ in 0..wave.min(RUNS - next) {
-            let session = format!("soak-{}", next % SESSIONS);
-            let message = format!("hello #{next}");
-            let accepted = a.agent(&session, &message).await?;
+        for _ in 0..wave.min(RUNS - runs.len()) {
+            let (session, message, body) = turn(runs.len(), rng);
+            let accepted = a.agent_with(body).await?;
             runs.push((session, message, accepted.run_id));
-            next += 1;
         }
-        tokio::time::sleep(Duration::from_millis(rng.between(50, 1200))).await;
+        tokio::time::sleep(Duration::from_millis(rng.between(50, max_pause_ms))).await;
         scn.server.kill_hard();
         kills += 1;
         scn.server.restart()?;
     }
-    // and once more while the last wave runs
     tokio::time::sleep(Duration::from_millis(rng.between(50, 600))).await;
     scn.server.kill_hard();
-    kills += 1;
     scn.server.restart()?;
+    Ok((runs, kills + 1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_random_points_over_50_runs_loses_and_duplicates_nothing() -> anyhow::Result<()> {
+    // GIVEN a server with short leases and visibility
+    let (mut scn, mut rng) = soak("crash soak")?;
+    let started = Instant::now();
+
+    // WHEN 50 turns are sent in waves, and between waves the server is killed (SIGKILL) at a
+    // random moment and restarted on the same data
+    let (runs, kills) = send_in_waves_with_kills(&mut scn, &mut rng, 1200, |n, _| {
+        let (session, message) = (format!("soak-{}", n % SESSIONS), format!("hello #{n}"));
+        let body = serde_json::json!({ "sessionKey": session, "message": message });
+        (session, message, body)
+    })
+    .await?;
 
     // THEN every run ends, exactly once
     let a = scn.a();
@@ -132,7 +153,123 @@ async fn kill_9_at_random_points_over_50_runs_loses_and_duplicates_nothing() -> 
         started.elapsed()
     );
     assert!(
-        started.elapsed() < Duration::from_secs(120),
+        started.elapsed() < Duration::from_secs(240),
+        "{:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// What a mixed turn asks the scripted model for (the fixture its message matches).
+const KINDS: [&str; 3] = ["hello", "slow", "what time is it"];
+/// The queue modes a mixed turn is sent with.
+const MODES: [&str; 4] = ["followup", "steer", "collect", "interrupt"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_turns_steer_collect_and_interrupt_loses_and_duplicates_nothing()
+-> anyhow::Result<()> {
+    // GIVEN a server with short leases and visibility
+    let (mut scn, mut rng) = soak("mixed crash soak")?;
+    let started = Instant::now();
+
+    // WHEN 50 turns — quick, slow and tool-calling answers, sent as followups, steers, collects
+    // and interrupts — arrive in waves, and between waves the server is killed (SIGKILL) at a
+    // random moment and restarted on the same data
+    let (runs, kills) = send_in_waves_with_kills(&mut scn, &mut rng, 1500, |n, rng| {
+        let session = format!("mixed-{}", n % SESSIONS);
+        let kind = KINDS[rng.between(0, 10) as usize % KINDS.len()];
+        let mode = MODES[rng.between(0, 100) as usize % MODES.len()];
+        let message = format!("{kind} #{n} ({mode})");
+        let body = serde_json::json!({
+            "sessionKey": session, "message": message, "queueMode": mode
+        });
+        (session, message, body)
+    })
+    .await?;
+
+    // THEN every run's own record ends, and no run ends twice
+    let a = scn.a();
+    let mut ended: HashMap<String, agentlane_tests::RunView> = HashMap::new();
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for (_, message, run_id) in &runs {
+        let run = a
+            .poll_run(run_id, LONG, "ended", |r| r.status.is_terminal())
+            .await?;
+        let terminal_events = a
+            .events(run_id)
+            .await?
+            .iter()
+            .filter(|e| e.stream == EventStream::Lifecycle)
+            .filter(|e| matches!(phase(e), Some("end" | "error")))
+            .count();
+        let outcome = run.queue_outcome.clone().unwrap_or_default();
+        *outcomes
+            .entry(format!("{outcome}/{:?}", run.status))
+            .or_default() += 1;
+        // a carried run ends with its carrier; one that ran ends once, with its own end event
+        let once = if run.into_run_id.is_some() {
+            0..=1
+        } else {
+            1..=1
+        };
+        assert!(
+            once.contains(&terminal_events),
+            "{message} ({run_id}): {terminal_events} ends"
+        );
+        if run.status != RunStatus::Ok {
+            let error = run.error.clone().expect("a failed run says why");
+            assert!(!error.code.is_empty(), "{message}: {error:?}");
+        }
+        if let Some(carrier) = &run.into_run_id {
+            assert!(
+                runs.iter().any(|(_, _, id)| id == carrier),
+                "{message}: carried into an unknown run {carrier}"
+            );
+        }
+        ended.insert(run_id.clone(), run);
+    }
+
+    // AND each transcript is dense, every tool call paired, each user message in it exactly
+    // once and nothing written twice
+    for s in 0..SESSIONS {
+        let session = format!("mixed-{s}");
+        let transcript = a.transcript(&session).await?;
+        assert_dense(&transcript.seqs(), &session);
+        assert_eq!(
+            check_pairing(&transcript_items(&transcript.entries)),
+            Ok(())
+        );
+        let mut users: Vec<&str> = transcript.user_texts();
+        users.sort_unstable();
+        let mut sent: Vec<&str> = runs
+            .iter()
+            .filter(|(k, _, _)| *k == session)
+            .map(|(_, m, _)| m.as_str())
+            .collect();
+        sent.sort_unstable();
+        assert_eq!(users, sent, "{session}: each user message exactly once");
+        for window in transcript.entries.windows(2) {
+            assert!(
+                window[0].message != window[1].message,
+                "{session}: an entry written twice: {:?}",
+                window[1]
+            );
+        }
+        // a run that ran (not carried) starts with its own message
+        for (_, message, run_id) in runs.iter().filter(|(k, _, _)| *k == session) {
+            let run = &ended[run_id.as_str()];
+            if run.into_run_id.is_none() {
+                let first = transcript.entries_of(run_id).first().map(|e| &e.message);
+                assert_eq!(first, Some(&Message::user(message.as_str())), "{run:?}");
+            }
+        }
+    }
+    eprintln!(
+        "mixed crash soak: {RUNS} runs, {kills} kills, outcomes {outcomes:?}, {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(240),
         "{:?}",
         started.elapsed()
     );

@@ -103,28 +103,46 @@ async fn an_every_two_seconds_job_fires_three_times_into_fresh_sessions() -> any
     .await?;
     assert_eq!(delete(&a, &id).await?, StatusCode::NO_CONTENT);
 
-    // THEN it fired into 3 distinct cron sessions, all ok, listed newest first
-    let mut fires: Vec<Value> = runs(&job);
-    fires.reverse();
+    // THEN it fired into 3 distinct cron sessions, all ok, listed newest first; a slot that came
+    // while the previous fire still ran (a slow emulator can make a turn outlast 2 s) is
+    // recorded skipped, never overlapped
+    let mut listed: Vec<Value> = runs(&job);
+    listed.reverse();
+    for skipped in listed.iter().filter(|f| f["status"] == "skipped") {
+        assert_eq!(
+            skipped["error"], "the previous run was still in progress",
+            "{job}"
+        );
+        assert!(skipped.get("runId").is_none(), "{job}");
+    }
+    let fires: Vec<&Value> = listed.iter().filter(|f| f["runId"].is_string()).collect();
     let fires = &fires[..3];
     let sessions: HashSet<&str> = fires
         .iter()
         .filter_map(|f| f["sessionKey"].as_str())
         .collect();
     assert_eq!(sessions.len(), 3, "{job}");
-    for (k, fire) in fires.iter().enumerate() {
+    let (mut last_due, mut last_end) = (created_at, 0);
+    for fire in fires {
         let run_id = fire["runId"].as_str().unwrap_or_default();
         assert_eq!(fire["status"], "ok", "{job}");
         assert_eq!(fire["sessionKey"], format!("cron:{id}:{run_id}"));
-        // on its 2-second slot (exactly), never early; fired within a few ticks (the bound
-        // leaves room for an emulator that stalls for a few seconds: CI saw one of 2.5 s)
-        let due = created_at + 2_000 * (k as u64 + 1);
-        assert_eq!(fire["dueAt"], due, "{job}");
+        // on a 2-second slot (exactly), later than the previous fire's, never early; fired
+        // within a few ticks (the bound leaves room for an emulator that stalls for a few
+        // seconds: CI saw one of 2.5 s)
+        let due = fire["dueAt"].as_u64().unwrap_or_default();
+        assert!(
+            due > last_due && (due - created_at) % 2_000 == 0,
+            "off its slot: {fire} in {job}"
+        );
+        last_due = due;
         let fired = fire["firedAt"].as_u64().unwrap_or_default();
         assert!(
             fired >= due && fired - due < LATE_FIRE_MS,
             "late fire: {fire}"
         );
+        assert!(fired >= last_end, "overlapped the previous fire: {job}");
+        last_end = fire["endedAt"].as_u64().unwrap_or(u64::MAX);
         // AND each is an ordinary run with the greeting, in its own transcript
         let run = a.run(run_id).await?;
         assert_eq!(run.status, RunStatus::Ok);

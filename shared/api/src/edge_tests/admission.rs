@@ -63,20 +63,7 @@ async fn event_streams_are_capped_per_tenant_and_a_closed_one_frees_its_slot() {
 
     // WHEN acme closes one stream, THEN a new one opens (within a keep-alive or two)
     drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match open_stream(&server, ACME_KEY, &a_run).await {
-            Ok(stream) => {
-                held.push(stream);
-                break;
-            }
-            Err(reply) if Instant::now() < deadline => {
-                reply.assert_error(429, "rate_limited");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(reply) => panic!("slot never freed: {reply:?}"),
-        }
-    }
+    held.push(open_stream_once_freed(&server, ACME_KEY, &a_run).await);
     assert_eq!((held.len(), beta.len()), (3, 3));
 }
 
@@ -278,20 +265,7 @@ async fn the_stream_cap_holds_across_instances_that_share_the_store() {
 
     // WHEN acme closes its stream on the first instance, THEN the second lets a new one in
     drop(held.remove(0));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match open_stream(&two, ACME_KEY, &a_run).await {
-            Ok(stream) => {
-                held.push(stream);
-                break;
-            }
-            Err(reply) if Instant::now() < deadline => {
-                reply.assert_error(429, "rate_limited");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(reply) => panic!("slot never freed across instances: {reply:?}"),
-        }
-    }
+    held.push(open_stream_once_freed(&two, ACME_KEY, &a_run).await);
     assert_eq!((held.len(), beta.len()), (2, 2));
 }
 

@@ -91,6 +91,22 @@ async fn open_stream(
     }
 }
 
+/// Opens a stream as soon as the tenant's cap lets one in again: 429 `rate_limited` until then,
+/// for at most 5 s.
+async fn open_stream_once_freed(server: &LiveServer, key: &str, run_id: &str) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match open_stream(server, key, run_id).await {
+            Ok(stream) => return stream,
+            Err(reply) if Instant::now() < deadline => {
+                reply.assert_error(429, "rate_limited");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(reply) => panic!("slot never freed: {reply:?}"),
+        }
+    }
+}
+
 /// Counts `get_run` calls (the reads a wait makes) and can make them slow.
 struct CountingStore {
     inner: Arc<dyn Store>,

@@ -11,17 +11,19 @@ use crate::fire;
 use crate::plan::{self, Overdue, RunProgress, SlotOutcome};
 use crate::schedule::CompiledSchedule;
 use agentlane_core::cron::{CronJob, CronStore, FIRE_SESSION_RETENTION_MS, JobRun, JobRunStatus};
-use agentlane_core::{Clock, LaneQueue, RunId, SessionKey, Store, StoreError};
+use agentlane_core::{Clock, LaneQueue, RunId, RunStatus, SessionKey, Store, StoreError};
 use serde::Serialize;
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// A fire listed `queued` whose run cannot be found this long after the fire is submitted again
-/// (the ticker stopped between the claim and the submit).
+/// A fire listed `queued` whose run cannot be found, or is still queued and never picked up, this
+/// long after the fire is submitted again (the ticker stopped between the claim and the submit,
+/// or between the accept and the enqueue); at most once per this period per fire and process.
 const RESUBMIT_AFTER_MS: u64 = 5_000;
 /// Writes retried when another writer changed the job in between.
 const CONFLICT_RETRIES: u32 = 4;
@@ -88,6 +90,8 @@ pub struct Ticker {
     webhooks: WebhookSender,
     deliveries: Arc<Mutex<JoinSet<()>>>,
     last_prune: Arc<AtomicU64>,
+    /// When this process last submitted again a fire whose run was still queued.
+    resubmitted: Arc<Mutex<HashMap<RunId, u64>>>,
 }
 
 /// What one job's pass decided, acted on once the job write succeeded.
@@ -133,6 +137,7 @@ impl Ticker {
             webhooks,
             deliveries: Arc::new(Mutex::new(JoinSet::new())),
             last_prune: Arc::new(AtomicU64::new(0)),
+            resubmitted: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -211,6 +216,20 @@ impl Ticker {
         }
     }
 
+    /// Whether a still-queued fire may be submitted again now (not in the last
+    /// [`RESUBMIT_AFTER_MS`] by this process); records the resubmission when it may.
+    fn may_resubmit(&self, run_id: &RunId, now: u64) -> bool {
+        let Ok(mut last) = self.resubmitted.lock() else {
+            return true;
+        };
+        last.retain(|_, at| now.saturating_sub(*at) < RESUBMIT_AFTER_MS);
+        if last.contains_key(run_id) {
+            return false;
+        }
+        last.insert(run_id.clone(), now);
+        true
+    }
+
     fn reap_deliveries(&self) {
         if let Ok(mut set) = self.deliveries.lock() {
             while set.try_join_next().is_some() {}
@@ -285,6 +304,17 @@ impl Ticker {
                             actions.ended(e);
                         }
                         continue;
+                    }
+                    // Accepted but never picked up: its lane message may never have been sent
+                    // (a crash between the accept and the enqueue). Enqueueing again is a no-op
+                    // for a message already sent (same dedup id), and a duplicate delivery runs
+                    // nothing twice.
+                    if run.status == RunStatus::Queued
+                        && run.pickups == 0
+                        && now.saturating_sub(entry.fired_at) >= RESUBMIT_AFTER_MS
+                        && self.may_resubmit(&run_id, now)
+                    {
+                        actions.submit.push(entry.clone());
                     }
                 }
                 None if now.saturating_sub(entry.fired_at) >= RESUBMIT_AFTER_MS => {

@@ -9,6 +9,7 @@ use agentlane_core::{
     Clock, Commit, FencedWriter, HistoryReader, LaneQueue, LockAttempt, Payload, RunId, RunStatus,
     SessionLock, TenantId,
 };
+use agentlane_scheduler::plan::SlotOutcome;
 use agentlane_scheduler::{Ticker, TickerConfig, WebhookSender};
 use agentlane_store_sqlite::SqliteBackend;
 use agentlane_tools::ssrf::SsrfPolicy;
@@ -376,4 +377,92 @@ async fn a_finished_fire_is_delivered_to_the_webhook_with_its_token() {
         .await
         .unwrap_err();
     assert!(err.contains("127.0.0.1"), "{err}");
+}
+
+/// A lane queue whose enqueues fail (the process died between the accept and the enqueue).
+struct DeadQueue;
+
+#[async_trait::async_trait]
+impl LaneQueue for DeadQueue {
+    async fn enqueue(&self, _: &agentlane_core::LaneMessage) -> agentlane_core::QueueResult<()> {
+        Err(agentlane_core::QueueError::Unavailable("killed".into()))
+    }
+    async fn receive(
+        &self,
+        _: usize,
+        _: Duration,
+        _: Duration,
+    ) -> agentlane_core::QueueResult<Vec<agentlane_core::Delivery>> {
+        Ok(Vec::new())
+    }
+    async fn ack(&self, _: &agentlane_core::Receipt) -> agentlane_core::QueueResult<()> {
+        Ok(())
+    }
+    async fn set_visibility(
+        &self,
+        _: &agentlane_core::Receipt,
+        _: Duration,
+    ) -> agentlane_core::QueueResult<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_fire_accepted_but_never_enqueued_is_enqueued_again() {
+    // GIVEN a fire claimed and accepted whose lane message was never sent
+    let w = world();
+    let j = job(
+        &w,
+        Schedule::Every {
+            every_seconds: 3600,
+        },
+        T0,
+        None,
+    );
+    w.backend.create_job(&j, 10).await.unwrap();
+    let (mut claimed, entry) = agentlane_scheduler::plan::claim_slot(
+        &j,
+        &agentlane_scheduler::CompiledSchedule::compile(&j.schedule).unwrap(),
+        T0,
+        RunId::new("run_unsent"),
+    )
+    .unwrap();
+    claimed.version = 2;
+    w.backend.replace_job(&claimed, 1).await.unwrap();
+    let SlotOutcome::Fired(entry) = entry else {
+        panic!("the slot fired")
+    };
+    let sent = agentlane_scheduler::fire::submit(&w.backend, &DeadQueue, &claimed, &entry, T0);
+    assert!(sent.await.is_err(), "the enqueue failed");
+    let queued = |w: &World| {
+        let backend = w.backend.clone();
+        async move {
+            backend
+                .receive(10, Duration::from_secs(30), Duration::ZERO)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|d| d.message.body.run_id.as_str() == "run_unsent")
+                .count()
+        }
+    };
+
+    // WHEN a ticker comes by before the resubmit delay, THEN nothing is sent yet
+    w.clock.set(T0 + 1_000);
+    w.ticker.tick().await;
+    assert_eq!(queued(&w).await, 0);
+
+    // WHEN it comes by 5 s after the fire, THEN the run is on its lane, once, still queued
+    w.clock.set(T0 + 5_000);
+    w.ticker.tick().await;
+    w.clock.set(T0 + 5_250);
+    w.ticker.tick().await;
+    assert_eq!(queued(&w).await, 1);
+    let run = w
+        .backend
+        .get_run(&w.tenant, &RunId::new("run_unsent"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Queued);
 }

@@ -401,3 +401,88 @@ async fn two_tickers_on_one_backend_never_fire_a_slot_twice() -> anyhow::Result<
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_ticker_at_random_moments_never_fires_a_slot_twice_or_loses_a_fire()
+-> anyhow::Result<()> {
+    // GIVEN a job every 2 s, and short leases and visibility so a killed fire comes back quickly
+    let mut scn = scenario_with(|o| {
+        fast_ticks(o)
+            .env("AGENTLANE_LOCK_LEASE_MS", "900")
+            .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
+    })?;
+    let created = create(
+        &scn.a(),
+        json!({"name": "crashy", "schedule": {"everySeconds": 2}, "message": "hello"}),
+    )
+    .await?;
+    let id = id_of(&created);
+    let created_at = created["createdAt"].as_u64().unwrap_or_default();
+
+    // WHEN for ~12 s the server is killed (SIGKILL) at random moments, 0.3–2.5 s apart, and
+    // restarted on the same data
+    let mut rng = now_ms() | 1;
+    let mut kills = 0;
+    while now_ms() < created_at + 12_000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        tokio::time::sleep(Duration::from_millis(300 + rng % 2_200)).await;
+        scn.server.kill_hard();
+        scn.server.restart()?;
+        kills += 1;
+    }
+
+    // THEN once it runs undisturbed, the job goes on: two more fires end ok and none is left
+    // in flight
+    let a = scn.a();
+    let calm = now_ms();
+    let job = job_until(&a, &id, Duration::from_secs(60), |j| {
+        let listed = runs(j);
+        let settled = listed
+            .iter()
+            .filter(|f| f["runId"].is_string())
+            .all(|f| f["status"] != "queued" && f["status"] != "running");
+        let ok_since_calm = listed
+            .iter()
+            .filter(|f| f["status"] == "ok")
+            .filter(|f| f["firedAt"].as_u64().unwrap_or_default() >= calm)
+            .count();
+        settled && ok_since_calm >= 2
+    })
+    .await?;
+    assert_eq!(delete(&a, &id).await?, StatusCode::NO_CONTENT);
+    let mut listed = runs(&job);
+    listed.reverse();
+    let statuses: Vec<&str> = listed.iter().filter_map(|f| f["status"].as_str()).collect();
+    eprintln!("cron crash: {kills} kills, fires {statuses:?}");
+
+    // AND no slot was fired (or skipped) twice, every slot is on the schedule's grid
+    let due: Vec<u64> = listed.iter().filter_map(|f| f["dueAt"].as_u64()).collect();
+    let distinct: HashSet<&u64> = due.iter().collect();
+    assert_eq!(distinct.len(), due.len(), "a slot listed twice: {job}");
+    assert!(
+        due.iter()
+            .all(|d| *d > created_at && (d - created_at) % 2_000 == 0),
+        "{job}"
+    );
+    // AND every fire is its own run in its own session, ended, and fires never overlapped
+    let mut sessions = HashSet::new();
+    let mut last_end = 0;
+    for fire in listed.iter().filter(|f| f["runId"].is_string()) {
+        let run_id = fire["runId"].as_str().unwrap_or_default();
+        assert_eq!(fire["sessionKey"], format!("cron:{id}:{run_id}"), "{job}");
+        assert!(sessions.insert(run_id.to_owned()), "{job}");
+        let run = a.wait_done(run_id, LONG).await?;
+        assert!(run.status.is_terminal(), "{run:?}");
+        assert_eq!(
+            fire["status"],
+            serde_json::to_value(run.status)?,
+            "the job's record agrees with the run: {job}"
+        );
+        let fired = fire["firedAt"].as_u64().unwrap_or_default();
+        assert!(fired >= last_end, "overlapped the previous fire: {job}");
+        last_end = fire["endedAt"].as_u64().unwrap_or(u64::MAX);
+    }
+    Ok(())
+}

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentlane_core::cron::{
-    CronJob, CronStore, JobDelivery, JobId, JobRunStatus, Schedule, WebhookTarget,
+    CronJob, CronStore, JobDelivery, JobId, JobRun, JobRunStatus, Schedule, WebhookTarget,
 };
 use agentlane_core::{
     Clock, Commit, FencedWriter, HistoryReader, LaneQueue, LockAttempt, Payload, RunId, RunStatus,
@@ -263,28 +263,30 @@ async fn an_overdue_fire_is_aborted_then_recorded_timeout_after_the_cleanup() {
     assert_eq!(stored.next_run_at, Some(T0 + 3_600_000));
 }
 
+/// An hourly job due at T0 whose slot was claimed (fire `run_id` listed `queued`) and nothing
+/// more: the job as written, and the fire.
+async fn claimed_fire(w: &World, run_id: &str) -> (CronJob, JobRun) {
+    let every = Schedule::Every {
+        every_seconds: 3600,
+    };
+    let j = job(w, every, T0, None);
+    w.backend.create_job(&j, 10).await.unwrap();
+    let schedule = agentlane_scheduler::CompiledSchedule::compile(&j.schedule).unwrap();
+    let (mut claimed, outcome) =
+        agentlane_scheduler::plan::claim_slot(&j, &schedule, T0, RunId::new(run_id)).unwrap();
+    claimed.version = 2;
+    w.backend.replace_job(&claimed, 1).await.unwrap();
+    let SlotOutcome::Fired(entry) = outcome else {
+        panic!("the slot fired")
+    };
+    (claimed, entry)
+}
+
 #[tokio::test]
 async fn a_fire_whose_submit_was_lost_is_submitted_again() {
     // GIVEN a job whose fire was claimed but never accepted (the ticker died in between)
     let w = world();
-    let j = job(
-        &w,
-        Schedule::Every {
-            every_seconds: 3600,
-        },
-        T0,
-        None,
-    );
-    w.backend.create_job(&j, 10).await.unwrap();
-    let (mut claimed, _) = agentlane_scheduler::plan::claim_slot(
-        &j,
-        &agentlane_scheduler::CompiledSchedule::compile(&j.schedule).unwrap(),
-        T0,
-        RunId::new("run_lost"),
-    )
-    .unwrap();
-    claimed.version = 2;
-    w.backend.replace_job(&claimed, 1).await.unwrap();
+    claimed_fire(&w, "run_lost").await;
 
     // WHEN a ticker comes by 5 s later
     w.clock.set(T0 + 5_000);
@@ -411,27 +413,7 @@ impl LaneQueue for DeadQueue {
 async fn a_fire_accepted_but_never_enqueued_is_enqueued_again() {
     // GIVEN a fire claimed and accepted whose lane message was never sent
     let w = world();
-    let j = job(
-        &w,
-        Schedule::Every {
-            every_seconds: 3600,
-        },
-        T0,
-        None,
-    );
-    w.backend.create_job(&j, 10).await.unwrap();
-    let (mut claimed, entry) = agentlane_scheduler::plan::claim_slot(
-        &j,
-        &agentlane_scheduler::CompiledSchedule::compile(&j.schedule).unwrap(),
-        T0,
-        RunId::new("run_unsent"),
-    )
-    .unwrap();
-    claimed.version = 2;
-    w.backend.replace_job(&claimed, 1).await.unwrap();
-    let SlotOutcome::Fired(entry) = entry else {
-        panic!("the slot fired")
-    };
+    let (claimed, entry) = claimed_fire(&w, "run_unsent").await;
     let sent = agentlane_scheduler::fire::submit(&w.backend, &DeadQueue, &claimed, &entry, T0);
     assert!(sent.await.is_err(), "the enqueue failed");
     let queued = |w: &World| {

@@ -45,6 +45,16 @@ fn soak(what: &str) -> anyhow::Result<(Scenario, Rng)> {
     Ok((scn, Rng(seed)))
 }
 
+/// How many terminal lifecycle events (phase `end` or `error`) the run has.
+async fn terminal_events(a: &agentlane_tests::Client, run_id: &str) -> anyhow::Result<usize> {
+    Ok(a.events(run_id)
+        .await?
+        .iter()
+        .filter(|e| e.stream == EventStream::Lifecycle)
+        .filter(|e| matches!(phase(e), Some("end" | "error")))
+        .count())
+}
+
 /// Sends `RUNS` turns (`turn(n, rng)` gives the n-th one's session, message and request body) in
 /// waves of 5 to 11; between waves, and once after the last, the server is killed (SIGKILL) at
 /// a random moment (up to `max_pause_ms` after the wave) and restarted on the same data.
@@ -97,13 +107,7 @@ async fn kill_9_at_random_points_over_50_runs_loses_and_duplicates_nothing() -> 
     for (_, message, run_id) in &runs {
         let run = a.wait_done(run_id, LONG).await?;
         assert!(run.status.is_terminal(), "{message}: {run:?}");
-        let terminal_events = a
-            .events(run_id)
-            .await?
-            .iter()
-            .filter(|e| e.stream == EventStream::Lifecycle)
-            .filter(|e| matches!(phase(e), Some("end" | "error")))
-            .count();
+        let terminal_events = terminal_events(&a, run_id).await?;
         assert_eq!(terminal_events, 1, "{message} ({run_id}) ended once");
         if run.status == RunStatus::Ok {
             assert_eq!(run.reply_text(), GREETING, "{message}");
@@ -195,13 +199,7 @@ async fn kill_9_while_turns_steer_collect_and_interrupt_loses_and_duplicates_not
         let run = a
             .poll_run(run_id, LONG, "ended", |r| r.status.is_terminal())
             .await?;
-        let terminal_events = a
-            .events(run_id)
-            .await?
-            .iter()
-            .filter(|e| e.stream == EventStream::Lifecycle)
-            .filter(|e| matches!(phase(e), Some("end" | "error")))
-            .count();
+        let terminal_events = terminal_events(&a, run_id).await?;
         let outcome = run.queue_outcome.clone().unwrap_or_default();
         *outcomes
             .entry(format!("{outcome}/{:?}", run.status))

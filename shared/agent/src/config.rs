@@ -42,6 +42,12 @@ pub struct RunnerConfig {
     /// invisible before it comes back (so a misbehaving queue neither spins on it nor keeps a
     /// worker waiting for the lane's lock). Jittered ±20 %.
     pub out_of_order_pause: Duration,
+    /// How long after its accept a queued run that was never picked up counts as one whose
+    /// lane message was never sent (the accepting process died between the accept and the
+    /// enqueue), when a later run of its session is delivered while the lane is free: the
+    /// worker then sends the earlier run's message again and moves the delivered one behind it.
+    /// Default 5 s (the accept and the enqueue are milliseconds apart).
+    pub unsent_after: Duration,
     /// Failed deliveries of one run (not clean hand-backs) before its next pickup ends it
     /// `error`/`poisoned` instead of running it again (`AGENTLANE_MAX_FAILED_PICKUPS`; 0: no cap).
     pub max_failed_pickups: u32,
@@ -79,6 +85,7 @@ impl Default for RunnerConfig {
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
             out_of_order_pause: Duration::from_secs(1),
+            unsent_after: Duration::from_secs(5),
             max_failed_pickups: 5,
             collect_window: Duration::from_millis(500),
             sequential_tools: false,

@@ -3,7 +3,7 @@
 
 use crate::runner::{Runner, TurnExit};
 use agentlane_core::backoff::jittered;
-use agentlane_core::{Delivery, LaneQueue};
+use agentlane_core::{Delivery, Lane, LaneMessage, LaneQueue, TurnMessage};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -94,11 +94,47 @@ impl LaneWorker {
             Ok(TurnExit::OutOfOrder) => {
                 DeliveryOutcome::Retry(jittered(self.runner.config().out_of_order_pause))
             }
+            Ok(TurnExit::BehindUnsent(earlier)) => self.move_behind(earlier, delivery).await,
             Err(e) => {
                 tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message will be redelivered");
                 DeliveryOutcome::Leave
             }
         }
+    }
+
+    /// Sends again the lane message of an earlier run that was never picked up (its first
+    /// enqueue probably never happened), then the delivered message behind it, and acks the
+    /// delivered copy (`Done`); if either send fails, the delivery is handed back instead. New
+    /// dedup ids: the queue may remember the old ones. Should the earlier message exist after
+    /// all, the duplicate delivery runs nothing twice (the runner checks order and state).
+    async fn move_behind(&self, earlier: TurnMessage, delivery: &Delivery) -> DeliveryOutcome {
+        let Some(key) = earlier.session_key.clone() else {
+            return DeliveryOutcome::HandBack;
+        };
+        let stamp = uuid::Uuid::new_v4().simple().to_string();
+        let head = LaneMessage {
+            lane: Lane::for_session(&earlier.tenant, &key),
+            dedup_id: format!("{}:unsent:{stamp}", earlier.run_id),
+            body: earlier,
+        };
+        if let Err(e) = self.queue.enqueue(&head).await {
+            tracing::warn!(run = %head.body.run_id, error = %e, "could not send again the lane message of a run never picked up");
+            return DeliveryOutcome::HandBack;
+        }
+        let again = LaneMessage {
+            lane: delivery.message.lane.clone(),
+            dedup_id: format!("{}:behind:{stamp}", delivery.message.body.run_id),
+            body: delivery.message.body.clone(),
+        };
+        if let Err(e) = self.queue.enqueue(&again).await {
+            tracing::warn!(run = %again.body.run_id, error = %e, "could not move a turn behind an earlier one");
+            return DeliveryOutcome::HandBack;
+        }
+        tracing::warn!(
+            run = %head.body.run_id, behind = %again.body.run_id,
+            "an earlier run of the session was never picked up: its lane message was sent again, this turn after it"
+        );
+        DeliveryOutcome::Done
     }
 
     /// Applies an outcome to the queue (ack, or hand back).

@@ -41,7 +41,7 @@ pub use tool_round::SKIPPED_FOR_STEER;
 use crate::config::RunnerConfig;
 use crate::hooks::HookRegistry;
 use crate::models::ModelRouter;
-use agentlane_core::{Clock, Run, RunStatus, Store, StoreError};
+use agentlane_core::{Clock, Run, RunStatus, Store, StoreError, TurnMessage};
 use agentlane_tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +64,12 @@ pub enum TurnExit {
     /// should come back after a delay. (When the lane is free but an earlier run is not
     /// finished, the pickup answers `HandBack`: the earlier message is due now.)
     OutOfOrder,
+    /// The lane is free, but the run whose turn it is was accepted long ago and never picked
+    /// up: its lane message was probably never sent (the accepting process died between the
+    /// accept and the enqueue). Nothing ran or was written. The caller sends this (earlier)
+    /// message again and puts the delivered one back *behind* it: on a FIFO lane, a message
+    /// handed back comes first again, and the earlier one would never be delivered.
+    BehindUnsent(TurnMessage),
 }
 
 /// Failures of a pickup that are not the run's own fault (store unavailable, ...).

@@ -16,7 +16,8 @@ use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::backoff::jittered;
 use agentlane_core::metrics;
 use agentlane_core::{
-    EventStream, Fence, Message, Run, RunError, RunStatus, StoreError, TranscriptEntry, TurnMessage,
+    EventStream, Fence, Message, Run, RunError, RunId, RunStatus, StoreError, TranscriptEntry,
+    TurnMessage,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -159,6 +160,11 @@ impl Runner {
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(jittered(self.config.out_of_order_pause / 4)) => {}
             }
+            // Unless the earlier run was never picked up long after its accept: then its
+            // message was probably never sent, and nothing would ever deliver it.
+            if let Some(unsent) = self.unsent_head(&session, &run.run_id).await? {
+                return Ok(TurnExit::BehindUnsent(unsent));
+            }
             return Ok(TurnExit::HandBack);
         }
         if run.into_run_id.is_some() && run.status == RunStatus::Queued {
@@ -248,6 +254,33 @@ impl Runner {
         let turn = self.open(run, fence, &[], stop).await?;
         turn.finish(LoopEnd::Stopped(StopReason::SessionReset))
             .await
+    }
+
+    /// The lane message of the run whose turn it is in `session`, when that run (not `behind`)
+    /// is still queued and was never picked up `unsent_after` after its accept. One run read,
+    /// only on this out-of-order path.
+    async fn unsent_head(
+        &self,
+        session: &agentlane_core::Session,
+        behind: &RunId,
+    ) -> Result<Option<TurnMessage>, StoreError> {
+        let Some(head) = session.open_runs.get(&session.runs_finished) else {
+            return Ok(None);
+        };
+        if head == behind {
+            return Ok(None);
+        }
+        let Some(run) = self.store.get_run(&session.tenant, head).await? else {
+            return Ok(None);
+        };
+        let waited = self.clock.now_ms().saturating_sub(run.accepted_at);
+        let unsent = run.status == RunStatus::Queued && run.pickups == 0;
+        let after = u64::try_from(self.config.unsent_after.as_millis()).unwrap_or(u64::MAX);
+        Ok((unsent && waited >= after).then(|| TurnMessage {
+            tenant: run.tenant.clone(),
+            run_id: run.run_id.clone(),
+            session_key: Some(run.session_key.clone()),
+        }))
     }
 
     /// A run another run carried (`steered`): it ends with the carrier's status, payloads and

@@ -7,7 +7,7 @@ use agentlane_agent::hooks::{
     Hook, HookContext, HookError, HookEvent, HookOutcome, HookPoint, HookRegistry,
     SessionEndReason, session_end_on_reset,
 };
-use agentlane_agent::{LaneWorker, TurnExit};
+use agentlane_agent::{LaneWorker, RunnerConfig, TurnExit};
 use agentlane_core::{
     Clock, Delivery, Lane, LaneMessage, LaneQueue, Message, QueueError, QueueResult, Receipt,
     RunStatus, SessionId, TurnMessage,
@@ -462,4 +462,102 @@ async fn a_turn_waits_for_a_reset_that_waits_and_runs_when_the_reset_gives_up() 
     let run = f.run(&queued.run_id).await;
     assert_eq!(run.payloads[0].text, "queued answer");
     assert_eq!(f.roles().await, vec!["user", "assistant"]);
+}
+
+/// A strict FIFO lane, as SQS FIFO keeps a message group: the oldest message is delivered first,
+/// nothing else while it is in flight, and a message handed back is the oldest again.
+#[derive(Default)]
+struct FifoLane {
+    state: Mutex<(std::collections::VecDeque<LaneMessage>, bool, u64)>,
+}
+
+#[async_trait]
+impl LaneQueue for FifoLane {
+    async fn enqueue(&self, message: &LaneMessage) -> QueueResult<()> {
+        self.state.lock().unwrap().0.push_back(message.clone());
+        Ok(())
+    }
+    async fn receive(&self, _: usize, _: Duration, _: Duration) -> QueueResult<Vec<Delivery>> {
+        let mut state = self.state.lock().unwrap();
+        if state.1 {
+            return Ok(Vec::new());
+        }
+        let Some(message) = state.0.front().cloned() else {
+            return Ok(Vec::new());
+        };
+        state.1 = true;
+        state.2 += 1;
+        Ok(vec![Delivery {
+            message,
+            receipt: Receipt(state.2.to_string()),
+            receive_count: 1,
+        }])
+    }
+    async fn ack(&self, _: &Receipt) -> QueueResult<()> {
+        let mut state = self.state.lock().unwrap();
+        state.0.pop_front();
+        state.1 = false;
+        Ok(())
+    }
+    async fn set_visibility(&self, _: &Receipt, visibility: Duration) -> QueueResult<()> {
+        if visibility < Duration::from_secs(10) {
+            // handed back (or to come back soon): it heads the lane again
+            self.state.lock().unwrap().1 = false;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_turn_whose_lane_message_was_never_sent_is_sent_again_by_the_next_turn_of_its_session() {
+    // GIVEN a run accepted whose lane message was never sent (the process died between the
+    // accept and the enqueue), and a later turn of its session accepted and enqueued
+    let f = fixture(
+        vec![Script::Text("answer one"), Script::Text("answer two")],
+        RunnerConfig {
+            unsent_after: Duration::ZERO,
+            ..quick()
+        },
+    );
+    let queue = std::sync::Arc::new(FifoLane::default());
+    let first = f.accept("one").await;
+    let second = f.accept("two").await;
+    queue.enqueue(&lane_message(&f, &second)).await.unwrap();
+    let worker = LaneWorker::new(queue.clone(), f.runner.clone());
+
+    // WHEN a worker drains the lane
+    let shutdown = CancellationToken::new();
+    for _ in 0..200 {
+        let deliveries = queue
+            .receive(1, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap();
+        let Some(delivery) = deliveries.into_iter().next() else {
+            break;
+        };
+        let outcome = worker.process(&delivery, &shutdown).await;
+        worker.settle(&delivery, &outcome).await;
+    }
+
+    // THEN both turns ran once, in acceptance order
+    assert_eq!(f.model.requests().len(), 2);
+    for run_id in [&first.run_id, &second.run_id] {
+        assert_eq!(f.run(run_id).await.status, RunStatus::Ok);
+    }
+    assert_eq!(
+        f.roles().await,
+        ["user", "assistant", "user", "assistant"],
+        "{:?}",
+        f.transcript().await
+    );
+    let users: Vec<String> = f
+        .transcript()
+        .await
+        .into_iter()
+        .filter_map(|e| match e.message {
+            Message::User { content, .. } => Some(content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(users, ["one", "two"]);
 }

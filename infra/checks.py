@@ -495,7 +495,8 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
     expected_sqs = {
         "IngressRole": {"sqs:SendMessage", "sqs:GetQueueUrl"},
         "IngressStreamRole": set(),
-        "RunnerRole": SQS_CONSUMER | {"sqs:GetQueueUrl"},
+        # SendMessage: a turn moved behind an earlier run whose message was never sent
+        "RunnerRole": SQS_CONSUMER | {"sqs:GetQueueUrl", "sqs:SendMessage"},
         # the sweep reads the DLQ (turns that reached it end `dead_lettered`)
         "CronRole": {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueUrl"},
     }

@@ -348,6 +348,15 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl Run {
+    /// Whether this run is still queued, never picked up, `after_ms` or more after its accept:
+    /// its lane message was probably never sent (the accepting process died between the accept
+    /// and the enqueue), since the two are milliseconds apart.
+    pub fn unsent_at(&self, now: u64, after_ms: u64) -> bool {
+        self.status == RunStatus::Queued
+            && self.pickups == 0
+            && now.saturating_sub(self.accepted_at) >= after_ms
+    }
+
     /// Pickups of this run that ended neither terminal nor with a clean hand-back (a crash, a
     /// store error, a commit that kept failing), counting the one in progress if it started.
     pub fn failed_pickups(&self) -> u32 {

@@ -11,7 +11,7 @@ use crate::fire;
 use crate::plan::{self, Overdue, RunProgress, SlotOutcome};
 use crate::schedule::CompiledSchedule;
 use agentlane_core::cron::{CronJob, CronStore, FIRE_SESSION_RETENTION_MS, JobRun, JobRunStatus};
-use agentlane_core::{Clock, LaneQueue, RunId, RunStatus, SessionKey, Store, StoreError};
+use agentlane_core::{Clock, LaneQueue, RunId, SessionKey, Store, StoreError};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::HashMap;
@@ -309,11 +309,7 @@ impl Ticker {
                     // (a crash between the accept and the enqueue). Enqueueing again is a no-op
                     // for a message already sent (same dedup id), and a duplicate delivery runs
                     // nothing twice.
-                    if run.status == RunStatus::Queued
-                        && run.pickups == 0
-                        && now.saturating_sub(entry.fired_at) >= RESUBMIT_AFTER_MS
-                        && self.may_resubmit(&run_id, now)
-                    {
+                    if run.unsent_at(now, RESUBMIT_AFTER_MS) && self.may_resubmit(&run_id, now) {
                         actions.submit.push(entry.clone());
                     }
                 }

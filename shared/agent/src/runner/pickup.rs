@@ -273,14 +273,14 @@ impl Runner {
         let Some(run) = self.store.get_run(&session.tenant, head).await? else {
             return Ok(None);
         };
-        let waited = self.clock.now_ms().saturating_sub(run.accepted_at);
-        let unsent = run.status == RunStatus::Queued && run.pickups == 0;
         let after = u64::try_from(self.config.unsent_after.as_millis()).unwrap_or(u64::MAX);
-        Ok((unsent && waited >= after).then(|| TurnMessage {
-            tenant: run.tenant.clone(),
-            run_id: run.run_id.clone(),
-            session_key: Some(run.session_key.clone()),
-        }))
+        Ok(run
+            .unsent_at(self.clock.now_ms(), after)
+            .then(|| TurnMessage {
+                tenant: run.tenant.clone(),
+                run_id: run.run_id.clone(),
+                session_key: Some(run.session_key.clone()),
+            }))
     }
 
     /// A run another run carried (`steered`): it ends with the carrier's status, payloads and

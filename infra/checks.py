@@ -44,7 +44,11 @@ SECRET_REFERENCE_ENV = {
     "AGENTLANE_PROVIDER_KEYS_SSM_PATH": "ProviderKeysSsmPath",
 }
 # Non-secret settings whose names look secret-ish.
-NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS"}
+NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS", "AGENTLANE_AGENT_SECRETS_PREFIX"}
+# Roles that may also read the secrets agents' tools name, only under this parameter (a name
+# prefix: `secret:${AgentSecretsPrefix}*`).
+AGENT_SECRET_ROLES = {"RunnerRole"}
+AGENT_SECRETS_PARAM = "AgentSecretsPrefix"
 # The provider-key reads each role may make, beyond logs, sqs and dynamodb: action → the
 # parameter its resource is built from.
 SECRET_ACTIONS = {
@@ -494,7 +498,8 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
     # What each function may do, beyond logs.
     expected_sqs = {
         "IngressRole": {"sqs:SendMessage", "sqs:GetQueueUrl"},
-        "IngressStreamRole": set(),
+        # the streamed OpenAI-compatible completions accept their turns
+        "IngressStreamRole": {"sqs:SendMessage", "sqs:GetQueueUrl"},
         # SendMessage: a turn moved behind an earlier run whose message was never sent
         "RunnerRole": SQS_CONSUMER | {"sqs:GetQueueUrl", "sqs:SendMessage"},
         # the sweep reads the DLQ (turns that reached it end `dead_lettered`)
@@ -513,17 +518,7 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         ddb = {a for a in actions if a.startswith("dynamodb:")}
         c.check(ddb and ddb <= DYNAMODB_ITEM_ACTIONS, f"{role_name}: item-level DynamoDB actions only: {ddb}")
         if role_name == "IngressStreamRole":
-            c.check(
-                ddb == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
-                f"{role_name}: reads, and updates of slot items: {ddb}",
-            )
-            for st in statements(roles[role_name]):
-                if "dynamodb:UpdateItem" in as_list(st["Action"]):
-                    c.check(
-                        as_list(st["Action"]) == ["dynamodb:UpdateItem"]
-                        and '"T#*#SLOTS"' in json.dumps(st.get("Condition")),
-                        f"{role_name}: UpdateItem only on the tenants' slot items (dynamodb:LeadingKeys)",
-                    )
+            check_stream_role(c, role_name, roles[role_name], ddb)
         c.check(
             {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb", "secretsmanager", "ssm", "kms"},
             f"{role_name}: nothing beyond logs, sqs, dynamodb and the provider-key reads: {sorted(actions)}",
@@ -536,9 +531,15 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         for st in statements(roles[role_name]):
             for action in as_list(st["Action"]):
                 if action in SECRET_ACTIONS:
+                    params = [SECRET_ACTIONS[action]]
+                    if action == "secretsmanager:GetSecretValue" and role_name in AGENT_SECRET_ROLES:
+                        params.append(AGENT_SECRETS_PARAM)
                     c.check(
-                        all(SECRET_ACTIONS[action] in json.dumps(r) for r in as_list(st["Resource"])),
-                        f"{role_name}: {action} only on the {SECRET_ACTIONS[action]} resource",
+                        all(
+                            any(p in json.dumps(r) for p in params)
+                            for r in as_list(st["Resource"])
+                        ),
+                        f"{role_name}: {action} only on the {' or '.join(params)} resource",
                     )
                 if action == "kms:Decrypt":
                     c.check(
@@ -555,6 +556,35 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
                 and targets == {("TurnDlq", "Arn")}
                 and set(as_list(st["Action"])) == allowed,
                 f"{role_name}: DLQ access only {sorted(allowed or [])}, in a statement of its own",
+            )
+
+
+# The streaming ingress's writes (infra/iam_inventory.py cannot see that this mode serves only
+# `agentlane_api::streaming_app`'s routes, so its role is checked here): each write action in a
+# statement of its own, confined by dynamodb:LeadingKeys to exactly these item kinds — the
+# tenants' slot items and an accepted turn's session (UpdateItem); a turn's new session, its
+# idempotency record and its run (PutItem). Nothing is deleted.
+STREAM_ROLE_WRITES = {
+    "dynamodb:UpdateItem": ["T#*#SLOTS", "T#*#S#*"],
+    "dynamodb:PutItem": ["T#*#S#*", "T#*#K#*", "T#*#R#*"],
+}
+STREAM_ROLE_READS = {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"}
+
+
+def check_stream_role(c: Checker, role_name: str, role: dict[str, Any], ddb: set[str]) -> None:
+    c.check(
+        ddb == STREAM_ROLE_READS | set(STREAM_ROLE_WRITES),
+        f"{role_name}: reads, and the writes of slots and accepted turns only: {sorted(ddb)}",
+    )
+    for st in statements(role):
+        actions = as_list(st["Action"])
+        for action, leading in STREAM_ROLE_WRITES.items():
+            if action not in actions:
+                continue
+            keys = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+            c.check(
+                actions == [action] and sorted(as_list(keys or [])) == sorted(leading),
+                f"{role_name}: {action} only on the items {leading} (dynamodb:LeadingKeys): {keys}",
             )
 
 
@@ -801,6 +831,16 @@ MUTATIONS = {
     "Resource *": ("Resource: !GetAtt TurnQueue.Arn", "Resource: '*'"),
     "wildcard action": ("- dynamodb:Query", "- dynamodb:*"),
     "renamed GSI": ("IndexName: cronDue", "IndexName: cron_due"),
+    "streaming ingress may delete": (
+        "                  - dynamodb:BatchGetItem\n                Resource: !GetAtt Table.Arn\n"
+        "              # The per-tenant stream/wait caps",
+        "                  - dynamodb:BatchGetItem\n                  - dynamodb:DeleteItem\n"
+        "                Resource: !GetAtt Table.Arn\n              # The per-tenant stream/wait caps",
+    ),
+    "streaming ingress puts any item": (
+        'dynamodb:LeadingKeys: ["T#*#S#*", "T#*#K#*", "T#*#R#*"]',
+        'dynamodb:LeadingKeys: ["T#*"]',
+    ),
     "plain-text key": (
         "        AGENTLANE_LOG: !Ref LogLevel\n",
         "        AGENTLANE_LOG: !Ref LogLevel\n        OPENAI_API_KEY: sk-0123456789abcdef0123\n",

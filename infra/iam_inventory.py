@@ -47,8 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lambda function resource in the template -> its crate (the binary's package).
 # IngressStreamFunction runs the ingress binary too, in streaming mode, where it serves only the
-# read routes (functions/ingress `streaming_routes_only`): its read-only role is checked by
-# infra/checks.py instead, since this name-based inventory cannot see that route filter.
+# routes of `agentlane_api::streaming_app` (reads, and the OpenAI-compatible routes' accepted
+# turns): its role is checked by infra/checks.py (`check_stream_role`) instead, since this
+# name-based inventory cannot tell the two modes' routers apart (it would grant the streaming
+# role every write of the HTTP API).
 FUNCTIONS = {
     "IngressFunction": "agentlane-ingress",
     "RunnerFunction": "agentlane-runner",

@@ -157,19 +157,31 @@ impl Client {
         .await
     }
 
-    /// Waits (with `agent.wait`) until the run ends, for at most `within`; returns the run.
+    /// Waits (with `agent.wait`) until the run ends, for at most `within`; returns the run. A
+    /// paused run (`requires_action`, which agent.wait answers at once) is waited through.
     pub async fn wait_done(&self, run_id: &str, within: Duration) -> HarnessResult<RunView> {
-        let last = self.api.wait_until_done(run_id, Some(within)).await?;
-        let reply: WaitReply = serde_json::from_value(last.clone())
-            .map_err(|e| HarnessError::decode("agent.wait", &last.to_string(), e))?;
-        match reply.status {
-            WaitStatus::Ok | WaitStatus::Error => self.run(run_id).await,
-            // `timeout` is also how agent.wait reports a run that ended `timeout`
-            WaitStatus::Timeout if reply.run_status.is_terminal() => self.run(run_id).await,
-            WaitStatus::Timeout | WaitStatus::Pending => Err(HarnessError::Timeout {
-                what: format!("run {run_id} to end (last seen: {:?})", reply.run_status),
-                millis: within.as_millis(),
-            }),
+        let started = std::time::Instant::now();
+        loop {
+            let left = within.saturating_sub(started.elapsed());
+            let last = self.api.wait_until_done(run_id, Some(left)).await?;
+            let reply: WaitReply = serde_json::from_value(last.clone())
+                .map_err(|e| HarnessError::decode("agent.wait", &last.to_string(), e))?;
+            match reply.status {
+                WaitStatus::Ok | WaitStatus::Error => return self.run(run_id).await,
+                // `timeout` is also how agent.wait reports a run that ended `timeout`
+                WaitStatus::Timeout if reply.run_status.is_terminal() => {
+                    return self.run(run_id).await;
+                }
+                WaitStatus::RequiresAction if started.elapsed() < within => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                WaitStatus::Timeout | WaitStatus::Pending | WaitStatus::RequiresAction => {
+                    return Err(HarnessError::Timeout {
+                        what: format!("run {run_id} to end (last seen: {:?})", reply.run_status),
+                        millis: within.as_millis(),
+                    });
+                }
+            }
         }
     }
 

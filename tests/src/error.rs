@@ -14,6 +14,32 @@ pub enum HarnessError {
         /// The CLI script we looked for.
         path: PathBuf,
     },
+    /// An OpenAI SDK of `tools/openai-clients` is missing: the test must fail, never skip.
+    #[error(
+        "the OpenAI {sdk} SDK is not installed ({missing}): run scripts/test, which installs it"
+    )]
+    SdkNotInstalled {
+        /// `python` or `node`.
+        sdk: &'static str,
+        /// What was looked for.
+        missing: String,
+    },
+    /// An SDK client script failed (it raised, or printed no JSON).
+    #[error(
+        "the OpenAI {sdk} client's scenario {scenario} failed ({status}):\n--- stderr ---\n{stderr}\n--- stdout ---\n{stdout}"
+    )]
+    Sdk {
+        /// `python` or `node`.
+        sdk: &'static str,
+        /// The scenario run.
+        scenario: String,
+        /// How the process ended.
+        status: String,
+        /// What it wrote to stderr (truncated).
+        stderr: String,
+        /// What it wrote to stdout (truncated).
+        stdout: String,
+    },
     /// A child process could not be spawned at all.
     #[error("could not start {what}: {source}")]
     Spawn {

@@ -346,6 +346,19 @@ fn parse_frame(at: Instant, block: &str) -> TimedFrame {
     }
 }
 
+/// A Function URL event (payload format 2.0) for `method path` with `headers` and a JSON body.
+pub fn function_url_event_with_body(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Value {
+    let mut event = function_url_event(method, path, headers);
+    event["headers"]["content-type"] = json!("application/json");
+    event["body"] = json!(body.to_string());
+    event
+}
+
 /// A Function URL event (payload format 2.0) for `method path` with `headers`.
 pub fn function_url_event(method: &str, path: &str, headers: &[(&str, &str)]) -> Value {
     let mut map = serde_json::Map::new();

@@ -9,6 +9,8 @@
 //!   `restart` on the same data dir.
 //! - [`Client`]: a small typed client of the HTTP API.
 //! - [`Scenario`]: both, wired together.
+//! - [`Sdk`]: the official OpenAI SDKs (Python, Node) as clients of the OpenAI-compatible
+//!   endpoint, each running a scenario script of `tools/openai-clients`.
 //!
 //! A missing aimock install is an error (the test fails, never skips): run `scripts/test`, or
 //! `npm ci --prefix tools/aimock`.
@@ -17,6 +19,7 @@ pub mod aimock;
 pub mod client;
 pub mod error;
 pub mod lambda;
+pub mod openai_sdk;
 pub mod pairing;
 mod plain_http;
 mod process;
@@ -27,9 +30,12 @@ pub mod views;
 pub use aimock::{Aimock, Fixtures, JournalEntry, ModelRequest, message_text, repo_root};
 pub use client::{Client, RawBody, RawResponse, SseEvents};
 pub use error::{HarnessError, HarnessResult};
+pub use openai_sdk::{SDKS, Sdk};
 pub use pairing::{PairingItem, PairingViolation, check_pairing, openai_items, transcript_items};
 pub use scenario::Scenario;
-pub use server::{MODEL, OPENAI_TEST_KEY, Server, ServerOptions, TENANT_A, TENANT_B, Tenant};
+pub use server::{
+    MODEL, OPENAI_TEST_KEY, Server, ServerOptions, TENANT_A, TENANT_B, Tenant, backend_is_aws,
+};
 pub use views::{
     Accepted, AttemptView, ErrorBody, ErrorDetail, EventsPage, RunView, TranscriptView, WaitReply,
     WaitStatus, assistant_text, is, phase, role,

@@ -33,6 +33,8 @@ pub enum WaitStatus {
     Timeout,
     /// Only the wait ended, and the run is still queued (`timeoutPhase: "queue"`).
     Pending,
+    /// The run is paused for its tool calls' answers (`requiredAction`).
+    RequiresAction,
 }
 
 /// Answer of `POST /v1/agent.wait`.

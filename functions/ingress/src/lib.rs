@@ -8,17 +8,15 @@
 //!   happen and last as long as the run, up to the function's timeout; `agent.wait` may wait
 //!   as long. Every request carries a [`ResponseDeadline`] a margin before the invocation's
 //!   deadline (from the Runtime API): a stream still open then ends with a `reconnect` event
-//!   and a `retry:` hint, and the client resumes with `Last-Event-ID`. It serves the long
-//!   reads only ([`served_when_streaming`]): the rest answers `404 not_found` pointing at the
-//!   HTTP API, so its role needs no write.
+//!   and a `retry:` hint, and the client resumes with `Last-Event-ID`. It serves only the
+//!   answers that may last ([`agentlane_api::streaming_app`]: run reads, events, `agent.wait`,
+//!   and the OpenAI-compatible completions and responses, which accept turns, with the model
+//!   list); the rest answers `404 not_found` pointing at the HTTP API, so its role writes
+//!   turns and nothing else.
 
-use agentlane_api::{ApiError, ApiState, ResponseDeadline};
+use agentlane_api::{ApiState, ResponseDeadline};
 use agentlane_host as host;
 use anyhow::Context as _;
-use axum::extract::Request;
-use axum::http::Method;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use lambda_http::{RequestExt, tower};
 use std::time::{Duration, SystemTime};
 
@@ -86,6 +84,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     };
     let mut config = settings.api_config(max_wait);
     config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;
+    config.max_agents = host::settings::max_agents_from_env()?;
     // Metrics go to CloudWatch (EMF from the runner and cron functions), not to a route.
     config.expose_metrics = false;
     if mode == Mode::Streaming {
@@ -93,19 +92,20 @@ pub async fn run() -> Result<(), lambda_http::Error> {
         let keep_alive = Duration::from_millis(config.sse_keep_alive_ms);
         config.sse_keep_alive_ms = millis_env(KEEP_ALIVE_ENV, keep_alive)?.as_millis() as u64;
     }
-    let mut app = agentlane_api::app(ApiState {
+    let state = ApiState {
         shared_slots: Some(backends.slots.clone()),
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue,
         clock: backends.clock,
         cron: backends.cron,
+        agents: backends.agents,
         keys,
         config,
-    });
+    };
     match mode {
-        Mode::Buffered => lambda_http::run(app).await,
+        Mode::Buffered => lambda_http::run(agentlane_api::app(state)).await,
         Mode::Streaming => {
-            app = app.layer(axum::middleware::from_fn(streaming_routes_only));
+            let app = agentlane_api::streaming_app(state);
             let margin = millis_env(MARGIN_ENV, DEFAULT_DEADLINE_MARGIN)?;
             tracing::info!(
                 margin_ms = margin.as_millis() as u64,
@@ -130,31 +130,6 @@ pub fn with_deadline(mut request: lambda_http::Request, margin: Duration) -> lam
     request
 }
 
-/// The routes of the streaming function: the reads that may last (a run, its events as SSE,
-/// `agent.wait`) and the health check. Everything else stays on the HTTP API.
-pub fn served_when_streaming(method: &Method, path: &str) -> bool {
-    let segments: Vec<&str> = path.split('/').collect();
-    match segments.as_slice() {
-        ["", "healthz"] | ["", "v1", "runs", _] | ["", "v1", "runs", _, "events"] => {
-            method == Method::GET
-        }
-        ["", "v1", "agent.wait"] => method == Method::POST,
-        _ => false,
-    }
-}
-
-async fn streaming_routes_only(request: Request, next: Next) -> Response {
-    if served_when_streaming(request.method(), request.uri().path()) {
-        return next.run(request).await;
-    }
-    ApiError::NotFound(format!(
-        "{} {} is not served by the streaming endpoint (run reads, events and agent.wait only): use the HTTP API",
-        request.method(),
-        request.uri().path()
-    ))
-    .into_response()
-}
-
 fn millis_env(name: &str, default: Duration) -> anyhow::Result<Duration> {
     match std::env::var(name) {
         Ok(text) if !text.trim().is_empty() => text
@@ -163,33 +138,5 @@ fn millis_env(name: &str, default: Duration) -> anyhow::Result<Duration> {
             .map(Duration::from_millis)
             .with_context(|| format!("{name}={text}: expected milliseconds")),
         _ => Ok(default),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_streaming_endpoint_serves_the_long_reads_only() {
-        for (method, path) in [
-            (Method::GET, "/healthz"),
-            (Method::GET, "/v1/runs/run_1"),
-            (Method::GET, "/v1/runs/run_1/events"),
-            (Method::POST, "/v1/agent.wait"),
-        ] {
-            assert!(served_when_streaming(&method, path), "{method} {path}");
-        }
-        for (method, path) in [
-            (Method::POST, "/v1/agent"),
-            (Method::POST, "/v1/runs/run_1/abort"),
-            (Method::POST, "/v1/runs/run_1/events"),
-            (Method::GET, "/v1/sessions/main/transcript"),
-            (Method::POST, "/v1/sessions/main/reset"),
-            (Method::GET, "/v1/cron/jobs"),
-            (Method::GET, "/v1/runs/run_1/events/x"),
-        ] {
-            assert!(!served_when_streaming(&method, path), "{method} {path}");
-        }
     }
 }

@@ -16,6 +16,7 @@
 //!
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
 
+pub mod agents;
 pub mod answer;
 pub mod audit;
 pub mod config;

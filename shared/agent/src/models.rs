@@ -117,6 +117,18 @@ impl ModelRouter {
         chain
     }
 
+    /// Like [`chain`](Self::chain), with `fallbacks` instead of the configured ones when given
+    /// (an agent's own).
+    pub fn chain_with(&self, requested: Option<&str>, fallbacks: Option<&[String]>) -> Vec<String> {
+        let mut chain = vec![requested.unwrap_or(&self.default_model).to_owned()];
+        for f in fallbacks.unwrap_or(&self.fallbacks) {
+            if !chain.contains(f) {
+                chain.push(f.clone());
+            }
+        }
+        chain
+    }
+
     /// The requested model, or the default when `None`. Errors say what is wrong.
     pub fn resolve(&self, requested: Option<&str>) -> Result<ResolvedModel, String> {
         let full = requested.unwrap_or(&self.default_model);

@@ -88,7 +88,12 @@ impl LaneWorker {
                 tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), "run finished");
                 DeliveryOutcome::Done
             }
-            Ok(TurnExit::AlreadyDone) => DeliveryOutcome::Done,
+            Ok(TurnExit::AlreadyDone | TurnExit::Paused) => DeliveryOutcome::Done,
+            Ok(TurnExit::FinishedThen(status, next)) => {
+                tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), next = %next.run_id, "a run that paused finished; sending its session's next turn again");
+                self.send_next(next, delivery).await;
+                DeliveryOutcome::Done
+            }
             Ok(TurnExit::HandBack) => DeliveryOutcome::HandBack,
             Ok(TurnExit::Abandoned) => DeliveryOutcome::Leave,
             Ok(TurnExit::OutOfOrder) => {
@@ -99,6 +104,20 @@ impl LaneWorker {
                 tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message will be redelivered");
                 DeliveryOutcome::Leave
             }
+        }
+    }
+
+    /// Sends the lane message of the run after one that paused (it may have been parked while
+    /// the paused run waited). A failed send is logged: the supervisor's pending sweep sends a
+    /// lost message again; a duplicate runs nothing twice.
+    async fn send_next(&self, next: TurnMessage, delivery: &Delivery) {
+        let message = LaneMessage {
+            lane: delivery.message.lane.clone(),
+            dedup_id: format!("{}:after:{}", next.run_id, delivery.message.body.run_id),
+            body: next,
+        };
+        if let Err(e) = self.queue.enqueue(&message).await {
+            tracing::warn!(run = %message.body.run_id, error = %e, "could not send the turn after a paused run; the supervisor will");
         }
     }
 

@@ -26,8 +26,10 @@ pub mod deadline;
 mod edge_tests;
 pub mod error;
 pub mod extract;
+mod follow;
 pub mod limits;
 pub mod notify;
+mod openai;
 pub mod openapi;
 mod page;
 mod request_context;
@@ -70,6 +72,8 @@ pub struct ApiState {
     pub clock: Arc<dyn Clock>,
     /// Cron jobs (`/v1/cron/jobs`).
     pub cron: Arc<dyn CronStore>,
+    /// Agents (`/v1/agents`).
+    pub agents: Arc<dyn agentlane_core::AgentStore>,
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     pub config: ApiConfig,
@@ -129,6 +133,10 @@ pub struct ApiConfig {
     /// The mode of a turn that names none on a session without a default mode
     /// (`[queue] default_mode`); `None`: `followup`.
     pub default_queue_mode: Option<agentlane_core::QueueMode>,
+    /// Agents one tenant may have. Default 100 (`AGENTLANE_MAX_AGENTS`).
+    pub max_agents: u32,
+    /// The built-in tools an agent may name in `tools.builtin` (the runner's registry).
+    pub builtin_tools: Vec<String>,
 }
 
 /// Default largest message: 256 KiB.
@@ -152,6 +160,8 @@ impl Default for ApiConfig {
             configured_models: Vec::new(),
             expose_metrics: true,
             default_queue_mode: None,
+            max_agents: agentlane_core::agent::DEFAULT_MAX_AGENTS,
+            builtin_tools: vec!["current_time".into(), "http_fetch".into()],
         }
     }
 }
@@ -184,6 +194,29 @@ pub fn app(state: ApiState) -> Router {
 /// tracing span around every request. `notifier` must be the one the store given in `state`
 /// signals (see [`NotifyingStore`]).
 pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
+    build(state, notifier, routes::table(), routes::not_found)
+}
+
+/// The API of the streaming ingress Lambda (a Function URL with response streaming): only the
+/// answers that may last longer than API Gateway allows — `GET /v1/runs/{id}`, its events as
+/// SSE, `POST /v1/agent.wait`, the OpenAI-compatible `POST /v1/chat/completions` and
+/// `POST /v1/responses` (which accept turns) with `GET /v1/models`, and `GET /healthz` — with
+/// the edge of [`app`]. Every other route answers `404 not_found` naming the HTTP API.
+pub fn streaming_app(state: ApiState) -> Router {
+    build(
+        state,
+        Notifier::new(),
+        routes::streaming_table(),
+        routes::not_streamed,
+    )
+}
+
+/// The router of `table` with the edge's layers; `fallback` answers unknown routes.
+fn build<H, T>(state: ApiState, notifier: Notifier, table: routes::Table, fallback: H) -> Router
+where
+    H: axum::handler::Handler<T, Arc<Shared>>,
+    T: 'static,
+{
     let limits = state.config.limits.clone();
     let wait_budget = Duration::from_millis(state.config.max_wait_ms) + limits.request_timeout();
     let shared_slots = state
@@ -195,10 +228,10 @@ pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
         notifier,
         api: state,
     });
-    let routes::Table { waits, rest } = routes::table();
+    let routes::Table { waits, rest } = table;
     let waits = with_timeout(waits.into(), wait_budget);
     let routes = Router::from(rest)
-        .fallback(routes::not_found)
+        .fallback(fallback)
         .method_not_allowed_fallback(routes::method_not_allowed);
     with_timeout(routes, limits.request_timeout())
         .merge(waits)

@@ -6,6 +6,7 @@
 //! fails when they differ).
 
 use crate::error::ErrorBody;
+use crate::openai::OpenAiErrorBody;
 use crate::routes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
@@ -22,17 +23,22 @@ use utoipa::{Modify, OpenApi, ToSchema};
         title = "agentlane",
         description = "The HTTP API of agentlane, a serverless runtime for conversational AI \
 agents: submit turns, wait for them, read runs, events (JSON pages or SSE), transcripts and \
-sessions, manage cron jobs. Every error is `{\"error\": {\"code\", \"message\"}}`. All `/v1` \
-routes but this document take `Authorization: Bearer <key>`.",
+sessions, manage cron jobs; talk to agents with OpenAI's SDKs (`/v1/models`, \
+`/v1/chat/completions`, `/v1/responses`). Every error is `{\"error\": {\"code\", \"message\"}}`, \
+but on the OpenAI-compatible routes, which answer in OpenAI's shape \
+(`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`). All `/v1` routes but this \
+document take `Authorization: Bearer <key>`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, OpenAiErrorBody)),
     security(("bearer" = [])),
     tags(
         (name = "agent", description = "Submit turns and wait for them"),
         (name = "runs", description = "Runs, their events and abort"),
         (name = "sessions", description = "Sessions, transcripts and resets"),
         (name = "cron", description = "Scheduled, isolated turns"),
+        (name = "openai", description = "OpenAI-compatible: each agent is a model; chat \
+completions and responses are turns. Errors in OpenAI's shape"),
         (name = "health", description = "Liveness and this document"),
     )
 )]
@@ -106,12 +112,17 @@ impl Modify for Conventions {
                 } else {
                     [AUTHENTICATED_ERRORS, COMMON_ERRORS].concat()
                 };
+                let shape = if is_openai(operation) {
+                    ErrorShape::OpenAi
+                } else {
+                    ErrorShape::Api
+                };
                 for (status, description) in extra {
                     operation
                         .responses
                         .responses
                         .entry(status.to_owned())
-                        .or_insert_with(|| error_response(status, description));
+                        .or_insert_with(|| error_response(status, description, shape));
                 }
             }
         }
@@ -152,20 +163,50 @@ fn error_headers(status: &str) -> Vec<(&'static str, utoipa::openapi::header::He
     }
 }
 
-fn error_response(status: &str, description: &str) -> RefOr<utoipa::openapi::Response> {
+/// The error body an operation answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ErrorShape {
+    /// `{"error": {"code", "message"}}`.
+    Api,
+    /// OpenAI's, on the OpenAI-compatible routes (tag `openai`); their edge errors (a
+    /// request or body timeout, a URI too long, a failing layer) keep the API's shape.
+    OpenAi,
+}
+
+fn is_openai(operation: &utoipa::openapi::path::Operation) -> bool {
+    operation
+        .tags
+        .as_ref()
+        .is_some_and(|tags| tags.iter().any(|t| t == "openai"))
+}
+
+fn schema_ref(name: std::borrow::Cow<'static, str>) -> RefOr<utoipa::openapi::Schema> {
+    RefOr::Ref(utoipa::openapi::Ref::from_schema_name(name))
+}
+
+fn error_response(
+    status: &str,
+    description: &str,
+    shape: ErrorShape,
+) -> RefOr<utoipa::openapi::Response> {
     let mut response = ResponseBuilder::new();
     for (name, header) in error_headers(status) {
         response = response.header(name, header);
     }
+    let schema = match (shape, status) {
+        (ErrorShape::Api, _) | (ErrorShape::OpenAi, "414") => schema_ref(ErrorBody::name()),
+        // The handler's own (OpenAI's) or the edge's (the timeout and error layers).
+        (ErrorShape::OpenAi, "408" | "500") => utoipa::openapi::schema::OneOfBuilder::new()
+            .item(schema_ref(OpenAiErrorBody::name()))
+            .item(schema_ref(ErrorBody::name()))
+            .into(),
+        (ErrorShape::OpenAi, _) => schema_ref(OpenAiErrorBody::name()),
+    };
     response
         .description(description)
         .content(
             "application/json",
-            ContentBuilder::new()
-                .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
-                    ErrorBody::name(),
-                ))))
-                .build(),
+            ContentBuilder::new().schema(Some(schema)).build(),
         )
         .build()
         .into()
@@ -179,7 +220,40 @@ pub fn document() -> Document {
     document.merge(rest.into_openapi());
     document.merge(waits.into_openapi());
     Conventions.modify(&mut document);
+    flatten_agent_schemas(&mut document);
     document
+}
+
+/// `Agent` and `NewAgentBody` are a few fields plus those of an `AgentSpec`, which admits no
+/// other field: as the `allOf` utoipa writes for a flattened struct, the parts contradict each
+/// other (the spec forbids `agentId`). Each is written out as one object instead.
+fn flatten_agent_schemas(document: &mut Document) {
+    use utoipa::openapi::schema::Schema;
+    let Some(components) = document.components.as_mut() else {
+        return;
+    };
+    let Some(RefOr::T(Schema::Object(spec))) = components.schemas.get("AgentSpec") else {
+        return;
+    };
+    let spec = spec.clone();
+    for name in ["Agent", "NewAgentBody"] {
+        let Some(RefOr::T(Schema::AllOf(all))) = components.schemas.get(name) else {
+            continue;
+        };
+        let mut flat = spec.clone();
+        for item in &all.items {
+            if let RefOr::T(Schema::Object(part)) = item {
+                for (field, schema) in &part.properties {
+                    flat.properties.insert(field.clone(), schema.clone());
+                }
+                flat.required.extend(part.required.iter().cloned());
+            }
+        }
+        flat.description = all.description.clone();
+        components
+            .schemas
+            .insert(name.into(), RefOr::T(Schema::Object(flat)));
+    }
 }
 
 /// The document as pretty JSON with a trailing newline: what `GET /v1/openapi.json` serves,

@@ -54,6 +54,20 @@ pub struct AgentBody {
     /// Added to the system prompt of this turn (same size limit as `message`).
     #[serde(default)]
     pub extra_system_prompt: Option<String>,
+    /// The agent that runs the turn (`main` when absent). A session belongs to the agent of
+    /// its first turn: naming another one for it is 409 `conflict`; an unknown agent is 404.
+    #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[a-z0-9][a-z0-9-]{0,63}$"
+    )]
+    pub agent_id: Option<String>,
+    /// Client tools for this turn only (they join the agent's): a call of one pauses the run
+    /// (`requires_action`) until its output is posted to `/v1/runs/{runId}/actions`. At most
+    /// 64; a name another tool has is 400.
+    #[serde(default)]
+    pub tools: Option<Vec<agentlane_core::ClientTool>>,
 }
 
 /// A body that passed every rule.
@@ -89,6 +103,13 @@ pub fn validate_agent_body(
         validate_idempotency_key(key)?;
     }
     let queue_mode = parse_queue_mode(body.queue_mode.as_deref())?;
+    let agent_id = match body.agent_id {
+        Some(id) => {
+            agentlane_core::agent::validate_agent_id(&id).map_err(invalid)?;
+            Some(id).filter(|id| id != agentlane_core::MAIN_AGENT)
+        }
+        None => None,
+    };
     if let Some(model) = &body.model {
         validate_model(model, config)?;
         check_model_allowed(model, config, tenant)?;
@@ -99,6 +120,9 @@ pub fn validate_agent_body(
     if let Some(seconds) = body.timeout_seconds {
         check_run_timeout(seconds, config)?;
     }
+    let tools = body.tools.unwrap_or_default();
+    let builtins = config.builtin_tools.iter().cloned().collect();
+    check_client_tools(&tools, "tools", &builtins, &Default::default())?;
     Ok(ValidTurn {
         session_key: SessionKey::new(body.session_key),
         request: TurnRequest {
@@ -108,11 +132,51 @@ pub fn validate_agent_body(
             thinking: body.thinking,
             timeout_seconds: body.timeout_seconds,
             extra_system_prompt: body.extra_system_prompt,
+            history: Vec::new(),
             deadline_at: None,
             model_idle_timeout_ms: None,
+            agent_id,
+            agent_version: None,
+            tools,
         },
         idempotency_key: body.idempotency_key,
     })
+}
+
+/// Client tools (an agent's `tools.client`, a turn's `tools`): each well formed, at most
+/// [`MAX_TURN_TOOLS`](agentlane_core::action::MAX_TURN_TOOLS), no two with one name, none
+/// named like a tool in `taken` or an MCP server's tools (`<prefix>__…`).
+pub fn check_client_tools(
+    tools: &[agentlane_core::ClientTool],
+    field: &str,
+    taken: &std::collections::BTreeSet<String>,
+    prefixes: &std::collections::BTreeSet<String>,
+) -> Result<(), ApiError> {
+    use agentlane_core::action::MAX_TURN_TOOLS;
+    if tools.len() > MAX_TURN_TOOLS {
+        return Err(invalid(format!(
+            "{field}: {} tools; at most {MAX_TURN_TOOLS} are allowed",
+            tools.len()
+        )));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        if let Some(problem) = tool.problem(&at) {
+            return Err(invalid(problem));
+        }
+        let mcp = tool
+            .name
+            .split_once("__")
+            .is_some_and(|(prefix, _)| prefixes.contains(prefix));
+        if taken.contains(&tool.name) || mcp || !names.insert(tool.name.as_str()) {
+            return Err(invalid(format!(
+                "{at}.name: another tool is named {:?}",
+                tool.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_text_size(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
@@ -251,7 +315,11 @@ fn in_words(seconds: u64) -> String {
 
 /// `thinking`: a known level; any level but `off` needs a model with a reasoning mode (the
 /// request's model, else the deployment's default), so a level is never silently ignored.
-fn validate_thinking(level: &str, model: Option<&str>, config: &ApiConfig) -> Result<(), ApiError> {
+pub(crate) fn validate_thinking(
+    level: &str,
+    model: Option<&str>,
+    config: &ApiConfig,
+) -> Result<(), ApiError> {
     let names = || {
         ThinkingLevel::ALL
             .iter()
@@ -297,6 +365,8 @@ mod tests {
             thinking: None,
             timeout_seconds: None,
             extra_system_prompt: None,
+            agent_id: None,
+            tools: None,
         }
     }
 
@@ -323,8 +393,12 @@ mod tests {
                     thinking: None,
                     timeout_seconds: None,
                     extra_system_prompt: None,
+                    history: Vec::new(),
                     deadline_at: None,
                     model_idle_timeout_ms: None,
+                    agent_id: None,
+                    agent_version: None,
+                    tools: Vec::new(),
                 },
                 idempotency_key: None,
             }

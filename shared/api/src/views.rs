@@ -31,6 +31,9 @@ pub enum WaitStatus {
     Timeout,
     /// Only the wait ended, and the run is still queued (`timeoutPhase: "queue"`).
     Pending,
+    /// The run is paused until its tool calls are answered (`requiredAction`); the wait
+    /// returns at once, it is not a timeout.
+    RequiresAction,
 }
 
 /// Where a run was when a wait ended before it did.
@@ -69,6 +72,32 @@ pub struct WaitView {
     /// Set when only the wait ended: where the run still is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_phase: Option<TimeoutPhase>,
+    /// What a paused run waits for (`status: requires_action` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_action: Option<RequiredActionView>,
+}
+
+/// What a paused run waits for: answer every call with `POST /v1/runs/{runId}/actions`.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequiredActionView {
+    pub tool_calls: Vec<agentlane_core::PendingCall>,
+    /// When the pause ends unanswered (ms since epoch): the calls are then answered
+    /// `Expired` and the run goes on.
+    pub expires_at: u64,
+}
+
+impl RequiredActionView {
+    /// The pending action of `run`, while it is paused.
+    pub fn of(run: &Run) -> Option<Self> {
+        match (&run.required_action, run.status) {
+            (Some(action), RunStatus::RequiresAction) => Some(Self {
+                tool_calls: action.tool_calls.clone(),
+                expires_at: action.expires_at,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl WaitView {
@@ -90,12 +119,17 @@ impl WaitView {
             ),
             RunStatus::Running => (WaitStatus::Timeout, None),
             RunStatus::Queued => (WaitStatus::Pending, None),
+            RunStatus::RequiresAction => (WaitStatus::RequiresAction, None),
         };
         let ended = run.status.is_terminal();
         let timeout_phase = match run.status {
             RunStatus::Queued => Some(TimeoutPhase::Queue),
             RunStatus::Running => Some(TimeoutPhase::Run),
-            RunStatus::Ok | RunStatus::Error | RunStatus::Aborted | RunStatus::Timeout => None,
+            RunStatus::RequiresAction
+            | RunStatus::Ok
+            | RunStatus::Error
+            | RunStatus::Aborted
+            | RunStatus::Timeout => None,
         };
         Self {
             run_id: run.run_id.clone(),
@@ -108,6 +142,7 @@ impl WaitView {
             usage: ended.then_some(run.usage),
             model: if ended { run.model.clone() } else { None },
             timeout_phase,
+            required_action: RequiredActionView::of(run),
         }
     }
 }
@@ -118,11 +153,28 @@ fn run_error(run: &Run, code: &str, message: &str) -> RunError {
         .unwrap_or_else(|| RunError::new(code, message))
 }
 
-/// `GET /v1/runs/{id}`: the run as core serialises it, without the tenant.
+/// `GET /v1/runs/{id}`: the run as core serialises it, without the tenant, with the agent it
+/// runs and that agent's version at accept (`agentId`, `agentVersion`; 0 is the deployment's
+/// own `main`).
 pub fn run_view(run: &Run) -> Result<serde_json::Value, serde_json::Error> {
     let mut value = serde_json::to_value(run)?;
     if let Some(object) = value.as_object_mut() {
         object.remove("tenant");
+        // The answer is the API's record; the pending action shows while the run waits on it.
+        object.remove("actionAnswer");
+        match RequiredActionView::of(run) {
+            Some(action) => {
+                object.insert("requiredAction".into(), serde_json::to_value(action)?);
+            }
+            None => {
+                object.remove("requiredAction");
+            }
+        }
+        object.insert("agentId".into(), run.request.agent().into());
+        object.insert(
+            "agentVersion".into(),
+            run.request.agent_version.unwrap_or(0).into(),
+        );
     }
     Ok(value)
 }

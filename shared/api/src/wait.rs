@@ -99,7 +99,10 @@ pub async fn wait_for_run(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
     loop {
-        if run.status.is_terminal() || Instant::now() >= deadline {
+        if run.status.is_terminal()
+            || run.status == agentlane_core::RunStatus::RequiresAction
+            || Instant::now() >= deadline
+        {
             return Ok(run);
         }
         if let Some(ended) = carried_end(store, &run).await? {

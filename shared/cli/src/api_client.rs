@@ -10,6 +10,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+mod agents;
+
 /// The longest single `agent.wait` call while waiting for a run (below API Gateway's 30 s).
 const WAIT_SLICE: Duration = Duration::from_secs(20);
 

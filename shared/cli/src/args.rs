@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use crate::{bench, bench_abuse, client, cron_cmd, keys_cmd, serve};
+use crate::{agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +42,11 @@ pub enum Command {
     Openapi,
     /// Manage store-backed API keys of a tenant: create (shown once), list, revoke.
     Keys(keys_cmd::KeysArgs),
+    /// Manage stored agents (instructions, model, tools) a turn names with `agent --agent`:
+    /// create, list, show, edit, rm.
+    Agents(agents_cmd::AgentsArgs),
+    /// A run's record, and answers to a paused run: show, approve, answer.
+    Runs(runs_cmd::RunsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -92,6 +97,10 @@ pub struct AgentArgs {
     /// Run timeout in seconds (0 = unlimited).
     #[arg(long)]
     pub timeout_seconds: Option<u64>,
+    /// The stored agent that runs the turn (see `agentlane agents`; the server's default is
+    /// `main`, the deployment's own agent).
+    #[arg(long, value_name = "ID")]
+    pub agent: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -136,5 +145,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys(a) => keys_cmd::run(a).await,
+        Command::Agents(a) => agents_cmd::run(a).await,
+        Command::Runs(a) => runs_cmd::run(a).await,
     }
 }

@@ -160,6 +160,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         queue,
         clock,
         cron,
+        agents,
         ..
     } = backends;
     let runner = runner.with_provider(Arc::new(TimedProvider {
@@ -176,6 +177,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         queue: queue.clone(),
         clock,
         cron,
+        agents,
         keys: ApiKeys::from_pairs([("bench", key)]).map_err(anyhow::Error::msg)?,
         config: ApiConfig {
             demo_mode: true,

@@ -41,23 +41,35 @@ pub(crate) fn print(value: &Value) {
 fn wait_exit(result: &Value) -> ExitCode {
     match result.get("status").and_then(Value::as_str) {
         Some("ok") => ExitCode::SUCCESS,
+        // Paused: `agentlane runs approve|answer` it.
+        Some("requires_action") => ExitCode::from(3),
         _ => ExitCode::FAILURE,
     }
 }
 
-pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
-    let api = api(&a.client)?;
+/// The body of `POST /v1/agent` for `a`.
+fn turn_body(a: &AgentArgs) -> Value {
     let mut body = json!({ "sessionKey": a.session, "message": a.message });
-    if let Some(k) = a.idempotency_key {
+    if let Some(k) = &a.idempotency_key {
         body["idempotencyKey"] = json!(k);
     }
-    if let Some(m) = a.model {
+    if let Some(m) = &a.model {
         body["model"] = json!(m);
     }
     if let Some(t) = a.timeout_seconds {
         body["timeoutSeconds"] = json!(t);
     }
-    let accepted = api.call(Method::POST, "/v1/agent", Some(body)).await?;
+    if let Some(agent) = &a.agent {
+        body["agentId"] = json!(agent);
+    }
+    body
+}
+
+pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
+    let api = api(&a.client)?;
+    let accepted = api
+        .call(Method::POST, "/v1/agent", Some(turn_body(&a)))
+        .await?;
     print(&accepted);
     if !a.wait {
         return Ok(ExitCode::SUCCESS);

@@ -2,6 +2,7 @@
 //! store; the other commands are clients of the HTTP API through [`api_client::ApiClient`]
 //! (also the end-to-end harness's client).
 
+mod agents_cmd;
 pub mod api_client;
 mod args;
 pub mod bench;
@@ -10,6 +11,7 @@ pub mod bench_http;
 mod client;
 mod cron_cmd;
 mod keys_cmd;
+mod runs_cmd;
 pub mod serve;
 
 use clap::Parser;

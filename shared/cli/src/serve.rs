@@ -96,6 +96,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let cron = host::cron::CronSettings::from_env()?;
     let mut config = settings.api_config(Duration::from_secs(15 * 60));
     config.max_cron_jobs = cron.max_jobs;
+    config.max_agents = host::settings::max_agents_from_env()?;
     let api = ApiState {
         // On the AWS backend several `serve` replicas may share one deployment: the stream and
         // wait caps are kept in the table (one process on the embedded store: in memory).
@@ -107,6 +108,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),
         cron: backends.cron.clone(),
+        agents: backends.agents.clone(),
         keys,
         config,
     };

@@ -40,6 +40,7 @@ pub fn job(tenant: &TenantId, name: &str, next: Option<u64>) -> CronJob {
         message: format!("message of {name}"),
         model: None,
         timeout_seconds: Some(30),
+        agent_id: None,
         enabled: true,
         delete_after_run: false,
         delivery: None,

@@ -72,8 +72,12 @@ pub fn request(message: &str) -> TurnRequest {
         thinking: None,
         timeout_seconds: None,
         extra_system_prompt: None,
+        history: Vec::new(),
         deadline_at: None,
         model_idle_timeout_ms: None,
+        agent_id: None,
+        agent_version: None,
+        tools: Vec::new(),
     }
 }
 

@@ -27,6 +27,7 @@
 //! This crate is a test suite: a failed call is a failed case, so it unwraps freely.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod agents;
 pub mod cron;
 pub mod fixtures;
 pub mod keys;
@@ -101,6 +102,7 @@ macro_rules! __store_cases {
             case_events_order_and_paging,
             case_commit_release_lock_frees_lock,
             case_commit_preserves_abort_requested,
+            case_a_paused_run_takes_one_answer_per_pause,
             case_a_stuck_abort_keeps_its_reason_through_commits,
             case_a_large_run_record_is_replaced_and_keeps_the_abort_flag,
             case_commit_applies_session_update,

@@ -115,6 +115,8 @@ pub enum JobRunStatus {
     /// Claimed and accepted; not picked up yet.
     Queued,
     Running,
+    /// The fired run waits for a client tool's output or an approval.
+    RequiresAction,
     Ok,
     Error,
     Aborted,
@@ -128,7 +130,7 @@ impl JobRunStatus {
     /// Whether the entry will not change any more.
     pub fn is_final(self) -> bool {
         match self {
-            JobRunStatus::Queued | JobRunStatus::Running => false,
+            JobRunStatus::Queued | JobRunStatus::Running | JobRunStatus::RequiresAction => false,
             JobRunStatus::Ok
             | JobRunStatus::Error
             | JobRunStatus::Aborted
@@ -142,6 +144,7 @@ impl JobRunStatus {
         match self {
             JobRunStatus::Queued => "queued",
             JobRunStatus::Running => "running",
+            JobRunStatus::RequiresAction => "requires_action",
             JobRunStatus::Ok => "ok",
             JobRunStatus::Error => "error",
             JobRunStatus::Aborted => "aborted",
@@ -196,6 +199,9 @@ pub struct CronJob {
     /// Run timeout counted from the fire; `None` = [`DEFAULT_JOB_TIMEOUT_SECONDS`], 0 = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+    /// The agent each fire runs (`None`: `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
     pub enabled: bool,
     /// A one-shot job is deleted after its run succeeds (else disabled).
     #[serde(default)]
@@ -322,6 +328,7 @@ mod tests {
             message: "m".into(),
             model: None,
             timeout_seconds: None,
+            agent_id: None,
             enabled: true,
             delete_after_run: false,
             delivery: None,

@@ -5,6 +5,8 @@
 //! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
 
+pub mod action;
+pub mod agent;
 pub mod api_key;
 pub mod backoff;
 pub mod clock;
@@ -23,6 +25,13 @@ pub mod thinking;
 pub mod transcript;
 pub mod validate;
 
+pub use action::{
+    ActionAnswer, ApprovalAnswer, ApprovalPolicy, ClientTool, PendingCall, PendingKind,
+    RecordedAnswer, RequiredAction, ToolOutputAnswer,
+};
+pub use agent::{
+    Agent, AgentSpec, AgentStore, AgentTools, HttpToolDef, MAIN_AGENT, McpServerDef, SecretRef,
+};
 pub use api_key::{ApiKeyRecord, KeyStore, NewApiKey};
 pub use clock::{Clock, SystemClock};
 pub use commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
@@ -43,9 +52,9 @@ pub use session::{
 // methods directly; a concrete adapter type needs the role's trait in scope.
 pub use slots::{SlotKind, SlotStore};
 pub use store::{
-    AcceptOutcome, CheckedCommit, Commit, FencedWriter, HistoryReader, Layered,
-    MAX_STEERS_PER_TAKE, NewTurn, ProcessingIndex, SessionLock, SteerTake, Store, StoreCall,
-    StoreError, StoreLayer, StoreResult, TurnIntake,
+    AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, FencedWriter,
+    HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, ProcessingIndex, SessionLock, SteerTake,
+    Store, StoreCall, StoreError, StoreLayer, StoreResult, TurnIntake,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -34,6 +34,21 @@ pub struct LaneMessage {
     pub body: TurnMessage,
 }
 
+impl LaneMessage {
+    /// The message that (re)starts `run` on its session's lane, with `dedup_id`.
+    pub fn for_run(run: &crate::Run, dedup_id: String) -> Self {
+        Self {
+            lane: Lane::for_session(&run.tenant, &run.session_key),
+            dedup_id,
+            body: TurnMessage {
+                tenant: run.tenant.clone(),
+                run_id: run.run_id.clone(),
+                session_key: Some(run.session_key.clone()),
+            },
+        }
+    }
+}
+
 /// An opaque handle on one delivery of a message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Receipt(pub String);

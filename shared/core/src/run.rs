@@ -3,13 +3,16 @@
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
 use serde::{Deserialize, Serialize};
 
-/// `queued → running → ok | error | aborted | timeout`.
+/// `queued → running → ok | error | aborted | timeout`; a running run may pause
+/// (`requires_action`) and run again once answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum RunStatus {
     Queued,
     Running,
+    /// Paused until its pending tool calls are answered (`POST /v1/runs/{id}/actions`).
+    RequiresAction,
     Ok,
     Error,
     Aborted,
@@ -19,7 +22,7 @@ pub enum RunStatus {
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
         match self {
-            RunStatus::Queued | RunStatus::Running => false,
+            RunStatus::Queued | RunStatus::Running | RunStatus::RequiresAction => false,
             RunStatus::Ok | RunStatus::Error | RunStatus::Aborted | RunStatus::Timeout => true,
         }
     }
@@ -28,6 +31,7 @@ impl RunStatus {
         match self {
             RunStatus::Queued => "queued",
             RunStatus::Running => "running",
+            RunStatus::RequiresAction => "requires_action",
             RunStatus::Ok => "ok",
             RunStatus::Error => "error",
             RunStatus::Aborted => "aborted",
@@ -39,6 +43,7 @@ impl RunStatus {
         Some(match value {
             "queued" => RunStatus::Queued,
             "running" => RunStatus::Running,
+            "requires_action" => RunStatus::RequiresAction,
             "ok" => RunStatus::Ok,
             "error" => RunStatus::Error,
             "aborted" => RunStatus::Aborted,
@@ -116,7 +121,7 @@ pub enum QueueOutcome {
 }
 
 /// What the client asked for in `POST /v1/agent`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct TurnRequest {
@@ -134,6 +139,12 @@ pub struct TurnRequest {
     pub timeout_seconds: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_system_prompt: Option<String>,
+    /// The conversation before `message`, written ahead of it in the transcript when the
+    /// session has none yet: a stateless client's earlier turns (the OpenAI-compatible
+    /// endpoint seeds a fresh session with them). User and assistant text; ignored on a
+    /// session that already has a transcript, whose history is the context.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<crate::transcript::Message>,
     /// An absolute deadline (ms since epoch) set by whoever fired the run (cron: fire time +
     /// the job's timeout). The run ends `timeout` then, even if it started later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,9 +153,24 @@ pub struct TurnRequest {
     /// 60 s, so fallbacks still run before the deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_idle_timeout_ms: Option<u64>,
+    /// The agent the turn runs (`None`: `main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The agent's version at accept, set by the store (0: the deployment's own `main`); the
+    /// run runs with it even if the agent changes before pickup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<u64>,
+    /// Client tools for this turn only (they join the agent's); a call of one pauses the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<crate::action::ClientTool>,
 }
 
 impl TurnRequest {
+    /// The agent the turn runs: the one named, else `main`.
+    pub fn agent(&self) -> &str {
+        self.agent_id.as_deref().unwrap_or(crate::agent::MAIN_AGENT)
+    }
+
     /// The queue mode: the one asked for, else `followup`.
     pub fn mode(&self) -> QueueMode {
         self.queue_mode.unwrap_or_default()
@@ -158,8 +184,13 @@ impl TurnRequest {
         hash.update(key.as_str().as_bytes());
         hash.update([0u8]);
         // An unset mode hashes as `followup`, as it did before a session could have a default.
+        // The agent's version is the store's, not the client's; `main` hashes as no agent.
         let request = TurnRequest {
             queue_mode: Some(self.mode()),
+            agent_id: Some(self.agent())
+                .filter(|a| *a != crate::agent::MAIN_AGENT)
+                .map(str::to_owned),
+            agent_version: None,
             ..self.clone()
         };
         // Serializing a plain struct of strings and numbers cannot fail.
@@ -329,6 +360,20 @@ pub struct Run {
     /// runner counts it then (and runs nothing).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub out_of_turn: bool,
+    /// What the run went on without (an agent's MCP server unreachable at its start, a secret
+    /// reference that could not be resolved); never a secret's value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// The pause the run waits on (status `requires_action`), or its last one once resumed
+    /// (then [`RequiredAction::resumed`]). Written by the runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_action: Option<crate::action::RequiredAction>,
+    /// The answer to the run's latest pause. Only the API and the supervisor write it, beside
+    /// the run record (like `abort_requested`): a runner commit never changes it. Not part of
+    /// the run's JSON: each store keeps it in its own attribute.
+    #[serde(skip)]
+    #[cfg_attr(feature = "utoipa", schema(ignore))]
+    pub action_answer: Option<crate::action::RecordedAnswer>,
 }
 
 impl Run {

@@ -32,6 +32,9 @@ pub struct Session {
     pub last_progress_at: Option<u64>,
     /// Turns accepted for this key (all session ids).
     pub runs_accepted: u64,
+    /// The agent the session belongs to (that of its first turn); `None`: `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
     /// Turns that reached a terminal status.
     pub runs_finished: u64,
     /// Bumped by every reset.
@@ -114,6 +117,7 @@ impl Session {
             updated_at: now,
             last_progress_at: None,
             runs_accepted: 0,
+            agent_id: None,
             runs_finished: 0,
             generation: 0,
             lock_owner: None,

@@ -19,12 +19,16 @@ pub struct Backends {
     pub clock: Arc<dyn Clock>,
     /// Cron jobs (the same database or table as `store`).
     pub cron: Arc<dyn agentlane_core::cron::CronStore>,
+    /// Agents (the same database or table).
+    pub agents: Arc<dyn agentlane_core::AgentStore>,
     /// The processing sessions, for the stuck-session sweep (the same database or table).
     pub processing: Arc<dyn agentlane_core::ProcessingIndex>,
     /// Store-backed API keys (`agentlane keys`; the same database or table).
     pub keys: Arc<dyn agentlane_core::KeyStore>,
     /// Per-tenant stream and wait slots shared by every process (the same database or table).
     pub slots: Arc<dyn agentlane_core::SlotStore>,
+    /// Which backend these are.
+    pub kind: BackendKind,
 }
 
 /// Which backend `AGENTLANE_BACKEND` names.
@@ -73,11 +77,13 @@ pub fn open_embedded_backend(
     let backends = Backends {
         store: Arc::new(backend.clone()),
         cron: Arc::new(backend.clone()),
+        agents: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
         keys: Arc::new(backend.clone()),
         slots: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
+        kind: BackendKind::Embedded,
     };
     Ok((backends, backend))
 }
@@ -99,12 +105,14 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         processing: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
         slots: Arc::new(store.clone()),
+        agents: Arc::new(store.clone()),
         cron: Arc::new(store),
         queue: Arc::new(
             SqsLaneQueue::new(agentlane_aws::aws_sdk_sqs::Client::new(&sdk), queue_url)
                 .with_tenant_lanes(config.tenant_lanes),
         ),
         clock: Arc::new(SystemClock),
+        kind: BackendKind::Aws,
     })
 }
 

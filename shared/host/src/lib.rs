@@ -6,6 +6,7 @@
 //! a data directory) and `aws` (DynamoDB + SQS FIFO). The Lambda functions enable only `aws`;
 //! `agentlane serve` enables both and picks one with `AGENTLANE_BACKEND`.
 
+pub mod agent_secrets;
 mod backends;
 pub mod cron;
 mod error;
@@ -171,6 +172,16 @@ pub fn api_store(
 /// The runner over `backends` with `settings`.
 pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {
     let hooks = hook_registry(settings)?;
+    let policy = SsrfPolicy {
+        allow_hosts: settings.tools.http_fetch_allow.clone(),
+        ..SsrfPolicy::default()
+    };
+    let secrets = agent_secrets::HostSecrets::new(backends.kind == BackendKind::Aws);
+    let agents = agentlane_agent::agents::AgentResolver::new(
+        backends.agents.clone(),
+        Arc::new(secrets),
+        policy,
+    );
     Ok(Runner::new(
         backends.store.clone(),
         backends.clock.clone(),
@@ -178,7 +189,8 @@ pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<R
         tool_registry(&settings.tools),
         settings.runner_config(),
     )
-    .with_hooks(hooks))
+    .with_hooks(hooks)
+    .with_agents(Arc::new(agents)))
 }
 
 /// API keys from `AGENTLANE_API_KEYS` (`tenant:key,...`).

@@ -239,6 +239,17 @@ pub(crate) fn is_self_hosted(base_url: &str) -> bool {
         })
 }
 
+/// Agents one tenant may have: `AGENTLANE_MAX_AGENTS` (default 100).
+pub fn max_agents_from_env() -> anyhow::Result<u32> {
+    match env("AGENTLANE_MAX_AGENTS") {
+        None => Ok(agentlane_core::agent::DEFAULT_MAX_AGENTS),
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| anyhow::anyhow!("AGENTLANE_MAX_AGENTS must be a whole number, got {v:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,11 +35,15 @@ pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
         thinking: None,
         timeout_seconds: Some(timeout.unwrap_or(0)),
         extra_system_prompt: None,
+        history: Vec::new(),
         deadline_at: timeout.map(|t| entry.fired_at.saturating_add(t.saturating_mul(1000))),
         model_idle_timeout_ms: match job.timeout_seconds {
             Some(t) if t > 0 => Some(EXPLICIT_TIMEOUT_IDLE_CAP_MS),
             _ => None,
         },
+        agent_id: job.agent_id.clone(),
+        agent_version: None,
+        tools: Vec::new(),
     }
 }
 

@@ -135,6 +135,7 @@ impl RunProgress {
         let status = match run.status {
             RunStatus::Queued => JobRunStatus::Queued,
             RunStatus::Running => JobRunStatus::Running,
+            RunStatus::RequiresAction => JobRunStatus::RequiresAction,
             RunStatus::Ok => JobRunStatus::Ok,
             RunStatus::Error => JobRunStatus::Error,
             RunStatus::Aborted => JobRunStatus::Aborted,
@@ -241,7 +242,8 @@ pub fn record_progress(
         JobRunStatus::Aborted
         | JobRunStatus::Skipped
         | JobRunStatus::Queued
-        | JobRunStatus::Running => {}
+        | JobRunStatus::Running
+        | JobRunStatus::RequiresAction => {}
     }
     effects
 }
@@ -291,6 +293,7 @@ mod tests {
             message: "m".into(),
             model: None,
             timeout_seconds: None,
+            agent_id: None,
             enabled: true,
             delete_after_run: false,
             delivery: None,

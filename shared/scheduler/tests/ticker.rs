@@ -83,6 +83,7 @@ fn job(w: &World, schedule: Schedule, next: u64, timeout: Option<u64>) -> CronJo
         message: "hello".into(),
         model: None,
         timeout_seconds: timeout,
+        agent_id: None,
         enabled: true,
         delete_after_run: false,
         delivery: None,

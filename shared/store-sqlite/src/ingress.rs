@@ -17,8 +17,11 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         return Ok(turn.replay(run)?);
     }
 
+    let current = crate::agents::current(&tx, &turn.tenant, turn.request.agent())?;
+    let agent = turn.resolve_agent(current.as_ref())?;
     let (mut session, session_seq) = match load_session(&tx, &turn.tenant, &turn.session_key)? {
         Some(mut session) => {
+            turn.check_agent(&session)?;
             turn.check_room(&session)?;
             let seq = session.runs_accepted;
             session.runs_accepted += 1;
@@ -27,7 +30,12 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         }
         None => (turn.first_session(), 0),
     };
-    let run = turn.queued_run(session.session_id.clone(), session_seq, session.queue_mode);
+    let run = turn.queued_run(
+        session.session_id.clone(),
+        session_seq,
+        session.queue_mode,
+        &agent,
+    );
     record_size::check_run(&run)?;
     if let Some(mark) = turn.interrupt_mark(&run, &session) {
         session.interrupt = Some(mark);
@@ -109,6 +117,37 @@ pub(crate) fn request_abort(
     let run = load_run(&tx, tenant, run_id)?;
     tx.commit()?;
     Ok(run)
+}
+
+/// Records the answer to a pause while the run waits on it (and on no later pause).
+pub(crate) fn answer_action(
+    conn: &mut Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    answer: &agentlane_core::RecordedAnswer,
+) -> Result<agentlane_core::AnswerOutcome> {
+    use agentlane_core::AnswerOutcome;
+    let tx = conn.savepoint()?;
+    let Some(mut run) = load_run(&tx, tenant, run_id)? else {
+        return Ok(AnswerOutcome::NotFound);
+    };
+    let waiting = run.status == agentlane_core::RunStatus::RequiresAction
+        && run
+            .action_answer
+            .as_ref()
+            .is_none_or(|a| a.action_id < answer.action_id);
+    if !waiting {
+        return Ok(AnswerOutcome::NotWaiting(run));
+    }
+    tx.prepare_cached("UPDATE runs SET action_answer = ?3 WHERE tenant = ?1 AND run_id = ?2")?
+        .execute(params![
+            tenant.as_str(),
+            run_id.as_str(),
+            serde_json::to_string(answer)?
+        ])?;
+    tx.commit()?;
+    run.action_answer = Some(answer.clone());
+    Ok(AnswerOutcome::Recorded(run))
 }
 
 /// New session id and generation; the lock is cleared so an expired holder's fence is dead.

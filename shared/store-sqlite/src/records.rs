@@ -32,24 +32,28 @@ pub(crate) fn save_session(conn: &Connection, session: &Session) -> Result<()> {
     Ok(())
 }
 
-/// The run with its `abort_requested` taken from the API-owned column.
+/// The run with its `abort_requested` and `action_answer` taken from the API-owned columns.
 pub(crate) fn load_run(
     conn: &Connection,
     tenant: &TenantId,
     run_id: &RunId,
 ) -> Result<Option<Run>> {
-    let row: Option<(String, i64)> = conn
-        .prepare_cached("SELECT body, abort_requested FROM runs WHERE tenant = ?1 AND run_id = ?2")?
+    let row: Option<(String, i64, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT body, abort_requested, action_answer FROM runs
+             WHERE tenant = ?1 AND run_id = ?2",
+        )?
         .query_row(params![tenant.as_str(), run_id.as_str()], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()?;
-    let Some((body, abort_requested)) = row else {
+    let Some((body, abort_requested, answer)) = row else {
         return Ok(None);
     };
     let mut run: Run = serde_json::from_str(&body)?;
     run.abort_requested = abort_requested != 0;
     run.abort_reason = abort_reason_from_column(abort_requested);
+    run.action_answer = answer.map(|a| serde_json::from_str(&a)).transpose()?;
     Ok(Some(run))
 }
 

@@ -25,7 +25,15 @@ const MIGRATIONS: &[&str] = &[
     PENDING_STEERS,
     PENDING_SESSIONS,
     crate::slots::SCHEMA,
+    crate::agents::SCHEMA,
+    ACTION_ANSWERS,
 ];
+
+/// The answer to a paused run's pending tool calls (issue 20): owned by the API and the
+/// supervisor, like `abort_requested`, so no runner commit (which replaces `body`) changes it.
+const ACTION_ANSWERS: &str = "
+ALTER TABLE runs ADD COLUMN action_answer TEXT;
+";
 
 /// Sessions with pending work (issue 11), by the time it began waiting: the sweep's index of
 /// idle sessions whose queued run may have lost its lane message. Partial: a session without

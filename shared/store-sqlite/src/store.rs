@@ -40,6 +40,17 @@ impl TurnIntake for SqliteBackend {
             .await
     }
 
+    async fn answer_action(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        answer: agentlane_core::RecordedAnswer,
+    ) -> StoreResult<agentlane_core::AnswerOutcome> {
+        let (tenant, run_id) = (tenant.clone(), run_id.clone());
+        self.with_conn(move |c| ingress::answer_action(c, &tenant, &run_id, &answer))
+            .await
+    }
+
     async fn set_queue_mode(
         &self,
         tenant: &TenantId,

@@ -92,6 +92,10 @@ pub fn classify(
     if session.status != SessionStatus::Processing {
         return None;
     }
+    if run.is_some_and(|r| r.status == agentlane_core::RunStatus::RequiresAction) {
+        // Paused for an answer: waiting is what it should do (its expiry is the sweep's).
+        return None;
+    }
     let warn = thresholds.warn.as_millis() as u64;
     let progress_at = session.last_progress_at.unwrap_or(session.updated_at);
     let idle = now.saturating_sub(progress_at);

@@ -25,6 +25,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+/// How long after an answer a run still paused counts as having lost its resume message.
+pub const RESUME_LOST_AFTER_MS: u64 = 60_000;
+
 /// Processing sessions looked at per sweep at most (the least recently progressed first).
 pub const SWEEP_LIMIT: usize = 1000;
 
@@ -49,6 +52,8 @@ pub struct SweepReport {
     pub redriven: u32,
     /// Runs ended `error` (`lost_message`) after [`MAX_REDRIVES`] re-enqueues without progress.
     pub lost: u32,
+    /// Paused runs whose pause expired: answered `Expired` and resumed.
+    pub expired: u32,
 }
 
 /// Re-enqueues of an idle session's oldest unfinished run without progress before the sweep
@@ -162,6 +167,15 @@ impl Supervisor {
                 Some(id) => self.store.get_run(&session.tenant, id).await?,
                 None => None,
             };
+            if let Some(paused) = run
+                .as_ref()
+                .filter(|r| r.status == RunStatus::RequiresAction)
+            {
+                if self.expire(paused, now).await? {
+                    report.expired += 1;
+                }
+                continue;
+            }
             let Some(diagnostic) = classify(&session, run.as_ref(), now, &self.thresholds) else {
                 self.forget(&session);
                 continue;
@@ -213,6 +227,58 @@ impl Supervisor {
             f64::from(report.stuck),
         );
         Ok(report)
+    }
+
+    /// A paused run past its `expiresAt` and still unanswered: its pending calls are answered
+    /// `Expired` (recorded like any answer, so a late client answer then gets `409`) and its
+    /// lane message sent, so the run goes on. `true` when this sweep expired it.
+    async fn expire(&self, run: &agentlane_core::Run, now: u64) -> StoreResult<bool> {
+        let Some(action) = &run.required_action else {
+            return Ok(false);
+        };
+        if let Some(answer) = run
+            .action_answer
+            .as_ref()
+            .filter(|a| a.action_id == action.id)
+        {
+            // Answered, and still paused a while later: the resume message was lost.
+            if now.saturating_sub(answer.answered_at) >= RESUME_LOST_AFTER_MS {
+                self.send_resume(run, action.id).await;
+            }
+            return Ok(false);
+        }
+        if now < action.expires_at {
+            return Ok(false);
+        }
+        let answer = agentlane_core::RecordedAnswer {
+            action_id: action.id,
+            answer: agentlane_core::ActionAnswer::default(),
+            answered_at: now,
+            expired: true,
+        };
+        let recorded = matches!(
+            self.store
+                .answer_action(&run.tenant, &run.run_id, answer)
+                .await?,
+            agentlane_core::AnswerOutcome::Recorded(_)
+        );
+        if !recorded {
+            return Ok(false);
+        }
+        tracing::info!(tenant = %run.tenant, run = %run.run_id, "a pause expired; the run resumes");
+        self.send_resume(run, action.id).await;
+        Ok(true)
+    }
+
+    /// Sends the lane message that resumes a paused run (a failure is logged: the next sweep
+    /// sends it again).
+    async fn send_resume(&self, run: &agentlane_core::Run, action_id: u32) {
+        if let Some(queue) = &self.queue {
+            let message = LaneMessage::for_run(run, format!("{}:resume:{action_id}", run.run_id));
+            if let Err(e) = queue.enqueue(&message).await {
+                tracing::warn!(error = %e, run = %run.run_id, "could not send the resume of a paused run");
+            }
+        }
     }
 
     /// The sessions whose pending work is older than the abort threshold (an index query):

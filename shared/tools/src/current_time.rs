@@ -132,6 +132,7 @@ mod tests {
         ToolContext {
             cancel: CancellationToken::new(),
             run_id: "run-1".into(),
+            tool_call_id: "call-1".into(),
         }
     }
 

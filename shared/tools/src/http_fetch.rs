@@ -2,9 +2,10 @@
 //! [`ssrf`](crate::ssrf) guard.
 //!
 //! The host is resolved here, every resolved address is checked, and the connection is pinned to
-//! the checked addresses (so a second, rebinding DNS answer is never used). Redirects are followed
-//! by hand, each hop checked again. Time and size are bounded.
+//! the checked addresses (so a second, rebinding DNS answer is never used; see [`net`](crate::net)).
+//! Redirects are followed by hand, each hop checked again. Time and size are bounded.
 
+use crate::net;
 use crate::ssrf::SsrfPolicy;
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use agentlane_providers::ToolSpec;
@@ -12,10 +13,10 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::{Url, header};
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use url::Host;
+
+pub use crate::net::{Resolve, SystemResolver};
 
 /// The tool's name.
 pub const NAME: &str = "http_fetch";
@@ -41,24 +42,6 @@ impl Default for HttpFetchConfig {
             max_bytes: 256 * 1024,
             user_agent: concat!("agentlane/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
-    }
-}
-
-/// Resolves host names (a seam so tests can resolve without DNS).
-#[async_trait]
-pub trait Resolve: Send + Sync + 'static {
-    /// Every address `host` resolves to, with `port`.
-    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
-}
-
-/// The system resolver (`tokio::net::lookup_host`).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemResolver;
-
-#[async_trait]
-impl Resolve for SystemResolver {
-    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-        Ok(tokio::net::lookup_host((host, port)).await?.collect())
     }
 }
 
@@ -139,14 +122,7 @@ fn request_error(err: &reqwest::Error, timeout: Duration) -> ToolError {
     if err.is_timeout() {
         return ToolError::Timeout(timeout.as_millis() as u64);
     }
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    ToolError::Failed(text)
+    ToolError::Failed(net::error_chain(err))
 }
 
 /// Whether a content type is text the model can read (an absent one is treated as text).
@@ -185,36 +161,10 @@ impl HttpFetch {
 
     /// Checks `url` and builds a client that can only connect to its checked addresses.
     async fn pinned_client(&self, url: &Url) -> Result<reqwest::Client, ToolError> {
-        let policy = &self.config.policy;
-        policy.check_url(url)?;
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
+        let builder = reqwest::Client::builder()
             .user_agent(self.config.user_agent.as_str())
             .connect_timeout(self.config.timeout);
-        if let Some(Host::Domain(name)) = url.host() {
-            let port = url.port_or_known_default().unwrap_or(80);
-            let addrs = self
-                .resolver
-                .resolve(name, port)
-                .await
-                .map_err(|e| ToolError::Failed(format!("could not resolve {name}: {e}")))?;
-            if addrs.is_empty() {
-                return Err(ToolError::Failed(format!("{name} has no address")));
-            }
-            for addr in &addrs {
-                policy.check_address(name, addr.ip()).map_err(|e| match e {
-                    ToolError::Blocked(why) => {
-                        ToolError::Blocked(format!("{name} resolves to {why}"))
-                    }
-                    other => other,
-                })?;
-            }
-            builder = builder.resolve_to_addrs(name, &addrs);
-        }
-        builder
-            .build()
-            .map_err(|e| ToolError::Failed(format!("could not build the HTTP client: {e}")))
+        net::pinned_client(&self.config.policy, self.resolver.as_ref(), url, builder).await
     }
 
     /// GETs `url`, following at most `policy.max_redirects` checked redirects, and reads at most

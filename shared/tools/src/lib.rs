@@ -1,11 +1,18 @@
 //! Tools the model can call, behind one seam, [`Tool`], and a [`ToolRegistry`] the runner
 //! resolves calls against. Built-ins: [`current_time::CurrentTime`] and
-//! [`http_fetch::HttpFetch`] (with an SSRF guard, [`ssrf`]).
+//! [`http_fetch::HttpFetch`] (with an SSRF guard, [`ssrf`]). An agent's own tools:
+//! [`http_tool::HttpTool`], a POST of the call's arguments to the agent's endpoint, and MCP
+//! servers' tools from [`mcp::McpPool`].
 
 pub mod current_time;
 pub mod http_fetch;
+pub mod http_tool;
+pub mod mcp;
+pub mod net;
 pub mod registry;
 pub mod ssrf;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use registry::ToolRegistry;
 
@@ -18,7 +25,26 @@ use tokio_util::sync::CancellationToken;
 pub struct ToolContext {
     /// Cancelled when the run is aborted or times out; long tools should watch it.
     pub cancel: CancellationToken,
+    /// The run making the call.
     pub run_id: String,
+    /// The model's id for this call (the `id` of its tool call), unique within the run: what
+    /// an HTTP tool sends as `X-Agentlane-Tool-Call`, a receiver's idempotency key.
+    pub tool_call_id: String,
+}
+
+impl ToolContext {
+    /// A context for call `tool_call_id` of run `run_id`, cancelled by `cancel`.
+    pub fn new(
+        cancel: CancellationToken,
+        run_id: impl Into<String>,
+        tool_call_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            cancel,
+            run_id: run_id.into(),
+            tool_call_id: tool_call_id.into(),
+        }
+    }
 }
 
 /// A tool's successful answer: the text the model sees.
@@ -55,5 +81,11 @@ pub trait Tool: Send + Sync + 'static {
     /// a batch's calls run concurrently.
     fn sequential(&self) -> bool {
         false
+    }
+
+    /// The tool's own per-call timeout, when it has one (an MCP server's `timeoutMs`, an HTTP
+    /// tool's): the runner then waits that long instead of its default tool timeout.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        None
     }
 }

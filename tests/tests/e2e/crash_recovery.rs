@@ -107,7 +107,9 @@ async fn a_turn_interrupted_by_sigkill_is_recovered_and_the_next_runs_once_after
                 "only the user's message: {first_entries:?}"
             );
         }
-        RunStatus::Queued | RunStatus::Running => unreachable!("wait_done returns ended runs"),
+        RunStatus::Queued | RunStatus::Running | RunStatus::RequiresAction => {
+            unreachable!("wait_done returns ended runs")
+        }
     }
     let second_entries = transcript.entries_of(&second.run_id);
     assert_eq!(second_entries.len(), 2, "{second_entries:?}");

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod abort;
+mod agents;
 mod attempt;
 mod auth_and_tenants;
 mod compaction;
@@ -23,7 +24,9 @@ mod keys;
 mod lanes;
 mod max_size;
 mod metrics;
+mod openai;
 mod order;
+mod pauses;
 mod queue_modes;
 mod retry_loop;
 mod streaming;

@@ -3,10 +3,11 @@
 //! DynamoDB table (the emulator) the server's runner writes. These scenarios always run on the
 //! emulator: a streaming ingress only exists on AWS.
 
-use crate::support::{LONG, assert_dense, scenario_with};
+use crate::support::{LONG, SLOW_REPLY, assert_dense, scenario_with};
 use agentlane_core::{Event, EventStream};
 use agentlane_tests::lambda::{
     FakeRuntime, IngressProcess, Streamed, TimedFrame, function_url_event,
+    function_url_event_with_body,
 };
 use agentlane_tests::{Scenario, TENANT_A};
 use serde_json::json;
@@ -286,5 +287,163 @@ async fn a_quiet_stream_sends_keep_alive_comments_until_its_deadline() -> anyhow
     );
     assert_eq!(frames.last().map(|f| f.event.as_str()), Some("reconnect"));
     assert!(streamed.ended_at < invoked + Duration::from_secs(6));
+    Ok(())
+}
+
+/// `POST path` with `body` as tenant A through one invocation cut off `deadline_in` from now.
+async fn post(
+    runtime: &FakeRuntime,
+    path: &str,
+    body: serde_json::Value,
+    deadline_in: Duration,
+) -> anyhow::Result<Streamed> {
+    let bearer = format!("Bearer {}", TENANT_A.key);
+    let event = function_url_event_with_body("POST", path, &[("authorization", &bearer)], &body);
+    let invocation = runtime.invoke(event, SystemTime::now() + deadline_in);
+    Ok(invocation.collect(LONG).await?)
+}
+
+/// The `data:` payloads of a streamed body, in order (`[DONE]` as is).
+fn data_lines(streamed: &Streamed) -> Vec<(Instant, String)> {
+    streamed
+        .frames()
+        .iter()
+        .filter(|f| f.event != "comment")
+        .map(|f| {
+            let data = if f.data.is_null() {
+                "[DONE]".to_owned()
+            } else {
+                f.data.to_string()
+            };
+            (f.at, data)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_completions_through_the_streaming_lambda_accept_their_turns_and_stream_live()
+-> anyhow::Result<()> {
+    // GIVEN the streaming ingress on the emulator, the runner in the server
+    let (scn, runtime, _ingress) = streaming_world().await?;
+    let ask = |message: &str, stream: bool| {
+        json!({"model": "agentlane", "stream": stream,
+               "messages": [{"role": "user", "content": message}]})
+    };
+
+    // WHEN an OpenAI client streams a completion of a slow reply through the Function URL
+    let streamed = post(
+        &runtime,
+        "/v1/chat/completions",
+        ask("slow please", true),
+        LONG,
+    )
+    .await?;
+
+    // THEN the function accepted the turn and streamed its chunks as the model wrote them,
+    // then [DONE]
+    assert_streamed_http(&streamed);
+    let data = data_lines(&streamed);
+    assert_eq!(
+        data.last().map(|(_, d)| d.as_str()),
+        Some("[DONE]"),
+        "{}",
+        streamed.text()
+    );
+    let chunks: Vec<(Instant, serde_json::Value)> = data[..data.len() - 1]
+        .iter()
+        .map(|(at, d)| (*at, serde_json::from_str(d).unwrap()))
+        .collect();
+    let content = |c: &serde_json::Value| {
+        c["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let text: String = chunks.iter().map(|(_, c)| content(c)).collect();
+    assert_eq!(text, SLOW_REPLY);
+    let pieces: Vec<Instant> = chunks
+        .iter()
+        .filter(|(_, c)| !content(c).is_empty())
+        .map(|(at, _)| *at)
+        .collect();
+    assert!(pieces.len() >= 3, "{}", streamed.text());
+    assert!(
+        streamed.ended_at - pieces[0] > Duration::from_millis(1500),
+        "the chunks were not streamed as they happened: {}",
+        streamed.text()
+    );
+    let run_id = chunks[0].1["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        scn.a().run(&run_id).await?.status,
+        agentlane_core::RunStatus::Ok
+    );
+
+    // AND a completion without stream answers as JSON from the same function
+    let whole = post(&runtime, "/v1/chat/completions", ask("hello", false), LONG).await?;
+    assert_eq!(whole.prelude["statusCode"], 200, "{}", whole.prelude);
+    let answer: serde_json::Value = serde_json::from_str(&whole.text())?;
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        crate::support::GREETING
+    );
+
+    // AND the routes it does not serve still refer to the HTTP API
+    let refused = post(
+        &runtime,
+        "/v1/agent",
+        json!({"sessionKey": "s", "message": "hi"}),
+        LONG,
+    )
+    .await?;
+    assert_eq!(refused.prelude["statusCode"], 404, "{}", refused.prelude);
+    assert!(
+        refused.text().contains("use the HTTP API"),
+        "{}",
+        refused.text()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_stream_cut_by_the_lambda_deadline_ends_with_an_error_chunk() -> anyhow::Result<()>
+{
+    // GIVEN the streaming ingress and a turn whose model says a word every 4 s
+    let (scn, runtime, _ingress) = streaming_world().await?;
+
+    // WHEN a client streams its completion through an invocation whose deadline is 5 s away
+    let invoked = Instant::now();
+    let body = json!({"model": "agentlane", "stream": true,
+                      "messages": [{"role": "user", "content": "ponder"}]});
+    let streamed = post(
+        &runtime,
+        "/v1/chat/completions",
+        body,
+        Duration::from_secs(5),
+    )
+    .await?;
+
+    // THEN the stream ends before the deadline with OpenAI's error chunk naming the run,
+    // without [DONE], and the turn goes on
+    assert_streamed_http(&streamed);
+    assert!(streamed.ended_at < invoked + Duration::from_secs(5));
+    let data = data_lines(&streamed);
+    let (_, last) = data.last().expect("frames");
+    let error: serde_json::Value = serde_json::from_str(last)?;
+    assert_eq!(
+        error["error"]["code"],
+        "stream_deadline",
+        "{}",
+        streamed.text()
+    );
+    assert!(!streamed.text().contains("[DONE]"));
+    let first: serde_json::Value = serde_json::from_str(&data[0].1)?;
+    let run_id = first["id"].as_str().unwrap();
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains(run_id),
+        "{error}"
+    );
+    let run = scn.a().run(run_id).await?;
+    assert!(!run.status.is_terminal(), "{run:?}");
     Ok(())
 }

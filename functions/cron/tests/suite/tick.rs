@@ -23,6 +23,7 @@ fn every_second_job(tenant: &TenantId) -> CronJob {
         message: "check in".into(),
         model: None,
         timeout_seconds: None,
+        agent_id: None,
         enabled: true,
         delete_after_run: false,
         delivery: None,

@@ -56,9 +56,11 @@ impl Emulator {
             processing: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
             slots: Arc::new(store.clone()),
+            agents: Arc::new(store.clone()),
             cron: Arc::new(store),
             queue: Arc::new(SqsLaneQueue::new(sqs.clone(), resources.queue_url.clone())),
             clock: Arc::new(SystemClock),
+            kind: agentlane_host::BackendKind::Aws,
         };
         Self {
             backends,
@@ -82,6 +84,7 @@ impl Emulator {
             keys: ApiKeys::parse(&format!("acme:{API_KEY}")).unwrap(),
             config: ApiConfig::default(),
             cron: self.backends.cron.clone(),
+            agents: self.backends.agents.clone(),
         });
         let request = Request::builder()
             .method(method)

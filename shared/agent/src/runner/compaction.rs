@@ -21,8 +21,8 @@ impl Turn<'_> {
     /// the call is made with a prompt that fits. Whatever remains is left to the provider (its
     /// overflow error takes the failure path).
     pub(super) async fn precheck(&mut self, selected: &Selected) -> Result<(), StoreError> {
-        let system = self.runner.system_prompt(self.writer.run());
-        let tools = self.runner.tools.specs();
+        let system = self.system_prompt();
+        let tools = self.agent.tools.specs();
         let estimate = |h: &[Message]| -> u64 {
             (estimate_parts(&system, h, &tools) as f64 * precheck::SAFETY_MARGIN) as u64
                 + precheck::TOKENS_PER_MESSAGE * h.len() as u64
@@ -65,7 +65,7 @@ impl Turn<'_> {
         through_seq: u64,
     ) -> Result<Result<usize, String>, StoreError> {
         let runner = self.runner;
-        let system = runner.system_prompt(self.writer.run());
+        let system = self.system_prompt();
         let hooks = &runner.hooks;
         if !hooks.is_empty() {
             let event = CompactionEvent {

@@ -90,7 +90,7 @@ impl Turn<'_> {
     /// Held-back text that was a tool call or the silent token is never shown. Returns the turn
     /// and the calls that must not run (by id, with the error to answer them with).
     fn normalize(&mut self, turn: AssistantTurn) -> (AssistantTurn, BTreeMap<String, String>) {
-        let normalized = normalize(turn, &self.runner.offered_tools());
+        let normalized = normalize(turn, &super::Runner::offered_tools(&self.agent));
         for change in &normalized.changes {
             tracing::info!(run = %self.writer.run().run_id, %change, "normalized the model's tool calls");
         }

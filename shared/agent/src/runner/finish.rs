@@ -80,6 +80,7 @@ impl Turn<'_> {
             ),
             LoopEnd::Stopped(StopReason::LockLost) => return Ok(TurnExit::Abandoned),
             LoopEnd::Stopped(StopReason::Shutdown) => return self.hand_back().await,
+            LoopEnd::Paused(action) => return self.pause(action).await,
         };
         let status = ending.status;
         if status == RunStatus::Aborted && abort_reason == AbortReason::Interrupted {

@@ -26,6 +26,7 @@ pub mod collect;
 mod compaction;
 mod completion;
 mod finish;
+mod pause;
 mod pickup;
 pub mod poison;
 mod request;
@@ -38,10 +39,12 @@ mod turn_loop;
 pub use stop::{StopReason, StopSignal};
 pub use tool_round::SKIPPED_FOR_STEER;
 
+use crate::agents::{AgentProfile, AgentResolver};
 use crate::config::RunnerConfig;
 use crate::hooks::HookRegistry;
 use crate::models::ModelRouter;
-use agentlane_core::{Clock, Run, RunStatus, Store, StoreError, TurnMessage};
+use agentlane_core::agent::DEPLOYMENT_VERSION;
+use agentlane_core::{Clock, Run, RunError, RunStatus, Store, StoreError, TurnMessage};
 use agentlane_tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +56,14 @@ pub enum TurnExit {
     Finished(RunStatus),
     /// Nothing to do: the run was already terminal, or does not exist.
     AlreadyDone,
+    /// The run waits for its pending tool calls to be answered (it paused in this pickup, or
+    /// was delivered again while it waits): its message is done with; the answer sends a new
+    /// one. A later run of the session delivered meanwhile is parked the same way: the paused
+    /// run sends it again when it ends ([`TurnExit::FinishedThen`]).
+    Paused,
+    /// This pickup wrote the terminal status of a run that had paused; the next run of its
+    /// session (which may have been parked while it waited) must be sent again.
+    FinishedThen(RunStatus, TurnMessage),
     /// The run is not finished and should be picked up again soon (shutdown, or the session's
     /// lock stayed busy). The lane stays blocked meanwhile.
     HandBack,
@@ -96,6 +107,8 @@ pub struct Runner {
     config: Arc<RunnerConfig>,
     hooks: HookRegistry,
     instance: String,
+    /// Agents defined through the API; `None`: only the deployment's own `main` runs.
+    agents: Option<Arc<AgentResolver>>,
 }
 
 impl Runner {
@@ -115,6 +128,7 @@ impl Runner {
             config: Arc::new(config),
             hooks: HookRegistry::new(),
             instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),
+            agents: None,
         }
     }
 
@@ -127,6 +141,46 @@ impl Runner {
     pub fn with_hooks(mut self, hooks: HookRegistry) -> Self {
         self.hooks = hooks;
         self
+    }
+
+    /// Runs the agents tenants define (their versions read through `resolver`), besides the
+    /// deployment's own `main`.
+    pub fn with_agents(mut self, resolver: Arc<AgentResolver>) -> Self {
+        self.agents = Some(resolver);
+        self
+    }
+
+    /// What `run` runs with: its agent at the version it was accepted with. `Ok(Err(_))`: that
+    /// version cannot be read (the run cannot run).
+    async fn agent_profile(&self, run: &Run) -> Result<Result<AgentProfile, RunError>, StoreError> {
+        let version = run.request.agent_version.unwrap_or(DEPLOYMENT_VERSION);
+        if version == DEPLOYMENT_VERSION {
+            return Ok(Ok(AgentProfile::deployment(&self.tools)));
+        }
+        let missing = || {
+            RunError::new(
+                "agent_missing",
+                format!(
+                    "agent {:?} version {version} is not available to this runner",
+                    run.request.agent()
+                ),
+            )
+        };
+        let Some(resolver) = &self.agents else {
+            return Ok(Err(missing()));
+        };
+        Ok(resolver
+            .profile(run, &self.tools)
+            .await?
+            .ok_or_else(missing))
+    }
+
+    /// The run's agent with the turn's own client tools added.
+    async fn turn_profile(&self, run: &Run) -> Result<Result<AgentProfile, RunError>, StoreError> {
+        Ok(self
+            .agent_profile(run)
+            .await?
+            .map(|agent| agent.with_client_tools(&run.request.tools)))
     }
 
     /// Adds (or replaces, by name) a model provider.
@@ -152,9 +206,13 @@ impl Runner {
         }
     }
 
-    /// Base prompt, bootstrap context documents, then the request's extra system prompt.
-    fn system_prompt(&self, run: &Run) -> String {
-        let mut prompt = self.config.system_prompt.clone();
+    /// Base prompt (the agent's instructions, else the deployment's), bootstrap context
+    /// documents, then the request's extra system prompt.
+    fn system_prompt(&self, run: &Run, agent: &AgentProfile) -> String {
+        let mut prompt = agent
+            .instructions
+            .clone()
+            .unwrap_or_else(|| self.config.system_prompt.clone());
         for (name, text) in &self.config.bootstrap_context {
             prompt.push_str(&format!("\n\n# Context: {name}\n{text}"));
         }
@@ -171,7 +229,7 @@ impl Runner {
     }
 
     /// The names of the tools offered to the model.
-    fn offered_tools(&self) -> std::collections::BTreeSet<String> {
-        self.tools.specs().into_iter().map(|t| t.name).collect()
+    fn offered_tools(agent: &AgentProfile) -> std::collections::BTreeSet<String> {
+        agent.tools.specs().into_iter().map(|t| t.name).collect()
     }
 }

@@ -5,6 +5,7 @@
 use super::stop::{self, StopReason, StopSignal, Watch};
 use super::turn_loop::{LoopEnd, RunScope, Turn};
 use super::{Runner, RunnerError, TurnExit};
+use crate::agents::AgentProfile;
 use crate::context::history::assemble;
 use crate::context::repair::missing_results;
 use crate::hooks::{
@@ -146,6 +147,16 @@ impl Runner {
             // The queue delivered this message ahead of an earlier, unfinished run of the
             // session (a redelivery, a misbehaving queue): run nothing, hand it back.
             self.store.release_lock(&fence).await.ok();
+            // Unless the earlier run is paused: then this turn is parked (its message done
+            // with) and the paused run sends it again when it ends; nothing polls meanwhile.
+            // One read of the run whose turn it is serves both checks below.
+            let head = self.head_run(&session, &run.run_id).await?;
+            if let Some(exit) = head
+                .as_ref()
+                .and_then(|h| super::pause::behind_a_pause(h, &run.run_id))
+            {
+                return Ok(exit);
+            }
             tracing::info!(
                 run = %run.run_id,
                 seq = run.session_seq,
@@ -162,7 +173,7 @@ impl Runner {
             }
             // Unless the earlier run was never picked up long after its accept: then its
             // message was probably never sent, and nothing would ever deliver it.
-            if let Some(unsent) = self.unsent_head(&session, &run.run_id).await? {
+            if let Some(unsent) = head.and_then(|h| self.unsent_head(h)) {
                 return Ok(TurnExit::BehindUnsent(unsent));
             }
             return Ok(TurnExit::HandBack);
@@ -208,6 +219,17 @@ impl Runner {
         };
         stop::spawn_watcher(watch, stop.clone());
 
+        // The run after a run that paused may have been parked: it is sent again at the end.
+        let next = run.required_action.as_ref().and_then(|_| {
+            session
+                .open_runs
+                .get(&(run.session_seq + 1))
+                .map(|next| TurnMessage {
+                    tenant: run.tenant.clone(),
+                    run_id: next.clone(),
+                    session_key: Some(run.session_key.clone()),
+                })
+        });
         let pickup = if reset {
             self.end_reset(run, fence, stop).await
         } else {
@@ -216,6 +238,10 @@ impl Runner {
         match pickup {
             // The interrupt ran in this delivery: the held run's message comes back.
             Ok(_) if in_place_of.is_some() => Ok(TurnExit::HandBack),
+            Ok(TurnExit::Finished(status)) if next.is_some() => match next {
+                Some(next) => Ok(TurnExit::FinishedThen(status, next)),
+                None => Ok(TurnExit::Finished(status)),
+            },
             Ok(exit) => Ok(exit),
             Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
             Err(e) => Err(e.into()),
@@ -251,36 +277,35 @@ impl Runner {
         stop: StopSignal,
     ) -> Result<TurnExit, StoreError> {
         tracing::info!(run = %run.run_id, "the session was reset after this run was accepted; aborting it");
-        let turn = self.open(run, fence, &[], stop).await?;
+        let agent = AgentProfile::deployment(&self.tools);
+        let turn = self.open(run, fence, &[], stop, agent).await?;
         turn.finish(LoopEnd::Stopped(StopReason::SessionReset))
             .await
     }
 
-    /// The lane message of the run whose turn it is in `session`, when that run (not `behind`)
-    /// is still queued and was never picked up `unsent_after` after its accept. One run read,
-    /// only on this out-of-order path.
-    async fn unsent_head(
+    /// The run whose turn it is in `session`, unless it is `behind` (one run read, only on the
+    /// out-of-order path).
+    async fn head_run(
         &self,
         session: &agentlane_core::Session,
         behind: &RunId,
-    ) -> Result<Option<TurnMessage>, StoreError> {
-        let Some(head) = session.open_runs.get(&session.runs_finished) else {
-            return Ok(None);
-        };
-        if head == behind {
-            return Ok(None);
+    ) -> Result<Option<Run>, StoreError> {
+        match session.open_runs.get(&session.runs_finished) {
+            Some(head) if head != behind => self.store.get_run(&session.tenant, head).await,
+            _ => Ok(None),
         }
-        let Some(run) = self.store.get_run(&session.tenant, head).await? else {
-            return Ok(None);
-        };
+    }
+
+    /// The lane message of `head` (the run whose turn it is) when it is still queued and was
+    /// never picked up `unsent_after` after its accept.
+    fn unsent_head(&self, head: Run) -> Option<TurnMessage> {
         let after = u64::try_from(self.config.unsent_after.as_millis()).unwrap_or(u64::MAX);
-        Ok(run
-            .unsent_at(self.clock.now_ms(), after)
+        head.unsent_at(self.clock.now_ms(), after)
             .then(|| TurnMessage {
-                tenant: run.tenant.clone(),
-                run_id: run.run_id.clone(),
-                session_key: Some(run.session_key.clone()),
-            }))
+                tenant: head.tenant.clone(),
+                run_id: head.run_id.clone(),
+                session_key: Some(head.session_key.clone()),
+            })
     }
 
     /// A run another run carried (`steered`): it ends with the carrier's status, payloads and
@@ -295,7 +320,10 @@ impl Runner {
             self.store.release_lock(&fence).await.ok();
             return Ok(TurnExit::OutOfOrder);
         };
-        let turn = self.open(run, fence, &[], StopSignal::default()).await?;
+        let agent = AgentProfile::deployment(&self.tools);
+        let turn = self
+            .open(run, fence, &[], StopSignal::default(), agent)
+            .await?;
         turn.finish_carried(&carrier).await
     }
 
@@ -319,8 +347,23 @@ impl Runner {
         fence: Fence,
         stop: StopSignal,
     ) -> Result<TurnExit, StoreError> {
+        if run.status == RunStatus::RequiresAction && !super::pause::may_resume(&run) {
+            // Delivered again while it waits (no answer yet, no abort): nothing to do.
+            self.store.release_lock(&fence).await.ok();
+            return Ok(TurnExit::Paused);
+        }
+        let agent = self.turn_profile(&run).await?;
         let entries = self.read_whole_transcript(&run).await?;
-        let mut turn = self.open(run, fence, &entries, stop).await?;
+        let (agent, unusable) = match agent {
+            Ok(agent) => (agent, None),
+            Err(error) => (AgentProfile::deployment(&self.tools), Some(error)),
+        };
+        let mut turn = self.open(run, fence, &entries, stop, agent).await?;
+        if let Some(error) = unusable {
+            return turn.finish(LoopEnd::Failed(error)).await;
+        }
+        let warnings = turn.agent.warnings.clone();
+        turn.writer.note_warnings(&warnings);
         let has_user = turn.has_user_message(&entries);
         if turn.writer.run().abort_requested && !has_user {
             // Aborted before it started: the prompt is not retained.
@@ -346,6 +389,9 @@ impl Runner {
         if turn.collects() {
             turn.collect(has_user).await?;
         }
+        if let Some(end) = turn.after_resume().await? {
+            return turn.finish(end).await;
+        }
         let end = turn.run_before_deadline().await?;
         turn.finish(end).await
     }
@@ -358,6 +404,7 @@ impl Runner {
         fence: Fence,
         entries: &[TranscriptEntry],
         stop: StopSignal,
+        agent: AgentProfile,
     ) -> Result<Turn<'_>, StoreError> {
         // A run that never started has no events yet: skip the read.
         let next_event_seq = if run.status == RunStatus::Queued && run.pickups == 0 {
@@ -411,6 +458,8 @@ impl Runner {
             hook_ctx,
             additions: PromptAdditions::default(),
             last_tool_error: None,
+            agent: std::sync::Arc::new(agent),
+            approved: Vec::new(),
         })
     }
 
@@ -482,17 +531,25 @@ impl Turn<'_> {
         Gate::Open
     }
 
-    /// Starts (or resumes) the run: `running`, the prompt (or, on a resume, an "aborted" result
-    /// for every dangling tool call) and the lifecycle start, in one commit.
+    /// Starts (or resumes) the run: `running`, the prompt (after the request's seeded history
+    /// when the session has no transcript yet; on a resume, an "aborted" result for every
+    /// dangling tool call instead) and the lifecycle start, in one commit.
     async fn start(&mut self, resumed: bool) -> Result<(), StoreError> {
-        let requested = self.writer.run().request.model.as_deref();
-        let model = self.runner.models.chain(requested).swap_remove(0);
+        let model = self.model_chain().swap_remove(0);
         self.writer.begin_pickup(model);
         let start = if resumed {
-            // A previous pickup died mid-run: give every dangling tool call a result.
-            missing_results(&self.history)
+            // A previous pickup died mid-run, or the run paused: give every dangling tool call
+            // a result (a paused call its answer's; an approved one runs after this commit).
+            self.resume_results(missing_results(&self.history))
         } else {
-            vec![Message::user(self.writer.run().request.message.clone())]
+            let request = &self.writer.run().request;
+            let mut start = if self.history.is_empty() {
+                request.history.clone()
+            } else {
+                Vec::new()
+            };
+            start.push(Message::user(request.message.clone()));
+            start
         };
         self.history.extend(start.iter().cloned());
         let run = self.writer.run();

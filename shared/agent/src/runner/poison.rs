@@ -77,8 +77,12 @@ mod tests {
                 thinking: None,
                 timeout_seconds: None,
                 extra_system_prompt: None,
+                history: Vec::new(),
                 deadline_at: None,
                 model_idle_timeout_ms: None,
+                agent_id: None,
+                agent_version: None,
+                tools: Vec::new(),
             },
             idempotency_key: None,
             accepted_at: 0,
@@ -99,6 +103,9 @@ mod tests {
             queue_outcome: Default::default(),
             into_run_id: None,
             out_of_turn: false,
+            warnings: Vec::new(),
+            required_action: None,
+            action_answer: None,
         };
         run.attempts.push(AttemptRecord {
             index: 0,

@@ -15,7 +15,11 @@ impl Turn<'_> {
     /// instructions from the retry state: each is sent once.
     pub(super) fn build_request(&mut self, model: &ResolvedModel) -> ModelRequest {
         let run = self.writer.run();
-        let mut sent = limit_turns(&self.history, self.runner.config.history_max_turns);
+        let limit = self
+            .agent
+            .history_max_turns
+            .or(self.runner.config.history_max_turns);
+        let mut sent = limit_turns(&self.history, limit);
         if !self.additions.prepend_context.is_empty() {
             // The run's own prompt gets the hooks' context; the transcript keeps the original.
             let run_prompt = sent.iter_mut().rev().find(
@@ -36,11 +40,17 @@ impl Turn<'_> {
             model: model.model.clone(),
             system: self
                 .additions
-                .system_prompt(&self.runner.system_prompt(run)),
+                .system_prompt(&self.runner.system_prompt(run, &self.agent)),
             messages,
-            tools: self.runner.tools.specs(),
+            tools: self.agent.tools.specs(),
             max_output_tokens: None,
-            thinking: thinking_for(run.request.thinking.as_deref(), &model.full_name),
+            thinking: thinking_for(
+                run.request
+                    .thinking
+                    .as_deref()
+                    .or(self.agent.thinking.as_deref()),
+                &model.full_name,
+            ),
         }
     }
 }

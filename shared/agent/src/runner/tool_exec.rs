@@ -30,10 +30,12 @@ pub async fn run_batch(
         let outcome = match tools.get(&call.name) {
             None => Err(ToolError::Failed(format!("unknown tool {:?}", call.name))),
             Some(tool) => {
-                let ctx = ToolContext {
-                    cancel: stop.child_token(),
-                    run_id: run_id.to_owned(),
-                };
+                let ctx = ToolContext::new(stop.child_token(), run_id, call.id.as_str());
+                // A tool with its own timeout (an MCP server's, an HTTP tool's) ends its call
+                // itself; the runner's cut comes a second later, as a backstop.
+                let timeout = tool
+                    .timeout()
+                    .map_or(timeout, |own| own + Duration::from_secs(1));
                 tokio::select! {
                     _ = stop.cancelled() => Err(ToolError::Cancelled),
                     r = tokio::time::timeout(timeout, tool.call(&call.arguments, ctx)) => match r {

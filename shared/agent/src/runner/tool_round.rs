@@ -47,7 +47,17 @@ impl Turn<'_> {
         self.writer
             .commit(CommitKind::Progress(vec![assistant]))
             .await?;
-        let results = self.run_calls(&turn.tool_calls, invalid).await?;
+        // Client calls and calls that need approval wait; the others run now.
+        let pending = self.pending_calls(&turn.tool_calls, invalid);
+        let waiting: std::collections::BTreeSet<&str> =
+            pending.iter().map(|c| c.id.as_str()).collect();
+        let now: Vec<ToolCall> = turn
+            .tool_calls
+            .iter()
+            .filter(|c| !waiting.contains(c.id.as_str()))
+            .cloned()
+            .collect();
+        let results = self.run_calls(&now, invalid).await?;
         let tool_loop = self.retry.on_tool_results(results.iter().map(|r| {
             (
                 r.call.name.as_str(),
@@ -62,19 +72,22 @@ impl Turn<'_> {
         }
         self.history.extend(messages.iter().cloned());
         self.writer.checkpoint(&self.retry);
-        self.writer.commit(CommitKind::Progress(messages)).await?;
-        if tool_loop.is_none() {
-            self.take_steers().await?;
+        if !messages.is_empty() {
+            self.writer.commit(CommitKind::Progress(messages)).await?;
         }
-        Ok(match tool_loop {
-            Some(error) => Step::End(LoopEnd::Failed(error)),
-            None => Step::Continue,
-        })
+        if let Some(error) = tool_loop {
+            return Ok(Step::End(LoopEnd::Failed(error)));
+        }
+        if !pending.is_empty() {
+            return Ok(Step::End(LoopEnd::Paused(self.required_action(pending))));
+        }
+        self.take_steers().await?;
+        Ok(Step::Continue)
     }
 
     /// The model boundary after a tool batch: steer messages accepted meanwhile join the run
     /// (SPEC §4), so the next model call sees them and the answer comes after them.
-    async fn take_steers(&mut self) -> Result<(), StoreError> {
+    pub(super) async fn take_steers(&mut self) -> Result<(), StoreError> {
         let steered = self.writer.take_steers().await?;
         if steered.is_empty() {
             return Ok(());
@@ -96,7 +109,7 @@ impl Turn<'_> {
     /// Every call's outcome, in call order. Calls whose arguments could not be repaired, and
     /// calls a hook blocks, are answered with an error, not run. A hook may also rewrite a
     /// call's arguments.
-    async fn run_calls(
+    pub(super) async fn run_calls(
         &self,
         calls: &[ToolCall],
         invalid: &BTreeMap<String, String>,
@@ -127,7 +140,7 @@ impl Turn<'_> {
             }
             runnable.push(call);
         }
-        let tools = &self.runner.tools;
+        let tools = &self.agent.tools;
         let sequential = self.runner.config.sequential_tools
             || runnable
                 .iter()
@@ -155,7 +168,7 @@ impl Turn<'_> {
     /// Runs `calls` concurrently.
     async fn launch(&self, calls: &[ToolCall]) -> Vec<ToolRun> {
         run_batch(
-            &self.runner.tools,
+            &self.agent.tools,
             calls,
             self.runner.config.tool_timeout,
             self.stop.token(),
@@ -191,7 +204,7 @@ impl Turn<'_> {
 
     /// One result: its `tool` end event and audit line, the observer and persist hooks, and the
     /// transcript message (cut to `cap` characters).
-    async fn record_result(&mut self, r: ToolRun, cap: usize) -> Message {
+    pub(super) async fn record_result(&mut self, r: ToolRun, cap: usize) -> Message {
         self.writer.event(
             EventStream::Tool,
             json!({

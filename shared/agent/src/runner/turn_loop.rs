@@ -36,6 +36,8 @@ pub(super) enum LoopEnd {
     /// Directed retries are spent and the model still shows nothing.
     Incomplete,
     Stopped(StopReason),
+    /// The batch's client calls or calls that need approval wait for their answer.
+    Paused(agentlane_core::RequiredAction),
 }
 
 /// What a step of the loop leads to.
@@ -77,15 +79,16 @@ pub(super) struct Turn<'r> {
     pub additions: PromptAdditions,
     /// The last tool of the run that failed (for the reply when the model says nothing).
     pub last_tool_error: Option<ToolFailure>,
+    /// The agent the run runs, at its version.
+    pub agent: std::sync::Arc<crate::agents::AgentProfile>,
+    /// Approved calls of a resumed pause, to run after the start commit.
+    pub approved: Vec<agentlane_core::ToolCall>,
 }
 
 impl Turn<'_> {
     /// Model attempts and tool rounds until a final answer, a failure, or a stop.
     pub(super) async fn run_loop(&mut self) -> Result<LoopEnd, StoreError> {
-        let chain = self
-            .runner
-            .models
-            .chain(self.writer.run().request.model.as_deref());
+        let chain = self.model_chain();
         self.additions = self.prompt_additions().await;
         if let Some(end) = self.answered_before() {
             return Ok(end);
@@ -116,6 +119,21 @@ impl Turn<'_> {
         }
     }
 
+    /// The run's model chain: the turn's model, else the agent's, else the deployment's; then
+    /// the agent's fallbacks, else the deployment's.
+    pub(super) fn model_chain(&self) -> Vec<String> {
+        let requested = self.writer.run().request.model.as_deref();
+        self.runner.models.chain_with(
+            requested.or(self.agent.model.as_deref()),
+            self.agent.fallback_models.as_deref(),
+        )
+    }
+
+    /// The system prompt of the run (without the hooks' additions).
+    pub(super) fn system_prompt(&self) -> String {
+        self.runner.system_prompt(self.writer.run(), &self.agent)
+    }
+
     /// A previous pickup may have produced the final answer and died before ending the run.
     fn answered_before(&self) -> Option<LoopEnd> {
         match self.history.last() {
@@ -140,7 +158,7 @@ impl Turn<'_> {
         let run = self.writer.run();
         let event = PromptBuildEvent {
             prompt: run.request.message.clone(),
-            system_prompt: self.runner.system_prompt(run),
+            system_prompt: self.runner.system_prompt(run, &self.agent),
         };
         self.runner
             .hooks

@@ -5,7 +5,8 @@
 //! 1. its checkpoint is dropped (a finished run is never resumed);
 //! 2. the request's message, then its extra system prompt, are replaced by a marker (the
 //!    message is in the transcript; runs are matched to idempotent retries by their
-//!    fingerprint, and the run view shows neither);
+//!    fingerprint, and the run view shows neither), then its seeded history is dropped (it is
+//!    in the transcript too);
 //! 3. the longest payload text is cut from the end with a marker (the transcript keeps the
 //!    answer as its own record).
 
@@ -32,6 +33,10 @@ pub fn fit_finished(mut run: Run) -> Run {
         && let Some(prompt) = run.request.extra_system_prompt.as_mut()
     {
         elide(prompt, "extra system prompt");
+    }
+    if json_len(&run) > MAX_RECORD_BYTES {
+        // The seeded history is in the transcript, ahead of the message.
+        run.request.history.clear();
     }
     // A cut scales the excess by the text's raw/JSON ratio (escapes make JSON longer), so one
     // or two cuts per payload are enough; the bound only guards against a loop.
@@ -94,7 +99,7 @@ mod tests {
             },
             ..fixtures::turn(&TenantId::new("acme"), &SessionKey::new("s"), 1)
         };
-        let mut run = turn.queued_run(SessionId::generate(), 0, None);
+        let mut run = turn.queued_run(SessionId::generate(), 0, None, &Default::default());
         run.status = RunStatus::Ok;
         run.liveness_state = LivenessState::Working;
         run.checkpoint = Some(serde_json::json!({"answer": "x".repeat(1000)}));
@@ -139,5 +144,28 @@ mod tests {
             "{}",
             &text[text.len() - 200..]
         );
+    }
+
+    #[test]
+    fn a_long_seeded_history_goes_before_the_reply_is_cut() {
+        // A stateless client's 300 KB conversation and a 100 KB reply
+        let mut run = finished(10, 10, 100_000);
+        run.request.history = vec![
+            agentlane_core::Message::user("h".repeat(150_000)),
+            agentlane_core::Message::Assistant {
+                content: "a".repeat(150_000),
+                reasoning: None,
+                tool_calls: Vec::new(),
+                model: None,
+            },
+        ];
+        let fitted = fit_finished(run.clone());
+        assert!(serde_json::to_string(&fitted).unwrap().len() <= MAX_RECORD_BYTES);
+        assert_eq!(fitted.request.history, Vec::new());
+        assert_eq!(fitted.payloads, run.payloads, "the reply is whole");
+        // A history that fits stays.
+        run.request.history.truncate(1);
+        run.request.history[0] = agentlane_core::Message::user("short");
+        assert_eq!(fit_finished(run.clone()), run);
     }
 }

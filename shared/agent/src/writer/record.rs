@@ -50,6 +50,15 @@ impl RunWriter {
         self.run.request.model = Some(model);
     }
 
+    /// What the run goes on without (its agent's tools that could not be had), for its record.
+    pub fn note_warnings(&mut self, warnings: &[String]) {
+        for warning in warnings {
+            if !self.run.warnings.contains(warning) {
+                self.run.warnings.push(warning.clone());
+            }
+        }
+    }
+
     /// The model the next attempt uses (`provider/model`).
     pub fn use_model(&mut self, full_name: &str) {
         self.run.model = Some(full_name.to_owned());
@@ -99,6 +108,22 @@ impl RunWriter {
     pub fn pause(&mut self) {
         self.run.liveness_state = LivenessState::Paused;
         self.run.hand_backs += 1;
+    }
+
+    /// The run pauses until `action` is answered (its pickup ends cleanly, like a hand-back).
+    pub fn require_action(&mut self, action: agentlane_core::RequiredAction) {
+        self.run.status = RunStatus::RequiresAction;
+        self.run.liveness_state = LivenessState::Paused;
+        self.run.hand_backs += 1;
+        self.run.required_action = Some(action);
+    }
+
+    /// The pickup resuming a paused run starts its approved calls after this is committed: a
+    /// later pickup never starts them again.
+    pub fn mark_resumed(&mut self) {
+        if let Some(action) = self.run.required_action.as_mut() {
+            action.resumed = true;
+        }
     }
 
     /// The run ends now.

@@ -46,6 +46,69 @@ async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
     assert_eq!(session.runs_finished, 1);
 }
 
+/// The text of every message, with its role, as the transcript or a model request holds it.
+fn texts(messages: &[Message]) -> Vec<(&'static str, String)> {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::User { content } => ("user", content.clone()),
+            Message::Assistant { content, .. } => ("assistant", content.clone()),
+            Message::Tool { content, .. } => ("tool", content.clone()),
+            Message::Compaction { summary, .. } => ("compaction", summary.clone()),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_seeded_history_goes_before_the_prompt_of_a_new_session_only() {
+    let f = fixture(
+        vec![Script::Text("It is Ada."), Script::Text("Still Ada.")],
+        config(),
+    );
+    let seeded = vec![
+        Message::user("my name is Ada"),
+        Message::Assistant {
+            content: "Nice to meet you, Ada.".into(),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            model: None,
+        },
+    ];
+    let with_history = |message: &str| TurnRequest {
+        history: seeded.clone(),
+        ..fixtures::request(message)
+    };
+    // GIVEN a turn on a new session carrying the conversation before it
+    let first = f.accept_request(with_history("what is my name?")).await;
+
+    // WHEN it runs
+    assert_eq!(f.execute(&first).await, TurnExit::Finished(RunStatus::Ok));
+
+    // THEN the model saw the seeded turns, then the prompt; the transcript keeps them in that
+    // order, written by the run
+    let expected = vec![
+        ("user", "my name is Ada".to_owned()),
+        ("assistant", "Nice to meet you, Ada.".to_owned()),
+        ("user", "what is my name?".to_owned()),
+    ];
+    assert_eq!(texts(&f.model.requests()[0].messages), expected);
+    let transcript = f.transcript().await;
+    let written: Vec<Message> = transcript.iter().map(|e| e.message.clone()).collect();
+    let mut with_reply = expected.clone();
+    with_reply.push(("assistant", "It is Ada.".to_owned()));
+    assert_eq!(texts(&written), with_reply);
+    assert!(transcript.iter().all(|e| e.run_id == first.run_id));
+    assert_eq!(f.run(&first.run_id).await.payloads[0].text, "It is Ada.");
+
+    // AND on a session that has a transcript, a request's history is not written again
+    let second = f.accept_request(with_history("and now?")).await;
+    assert_eq!(f.execute(&second).await, TurnExit::Finished(RunStatus::Ok));
+    let sent = texts(&f.model.requests()[1].messages);
+    assert_eq!(sent.len(), 5, "{sent:?}");
+    assert_eq!(sent[4], ("user", "and now?".to_owned()));
+    assert_eq!(f.roles().await.len(), 6);
+}
+
 #[tokio::test]
 async fn a_redelivered_finished_turn_does_nothing() {
     let f = fixture(vec![Script::Text("once")], config());

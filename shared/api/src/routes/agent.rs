@@ -51,9 +51,42 @@ pub async fn submit(
     )
     .await?;
     let turn = validate_agent_body(body, &state.config, &tenant)?;
+    let AcceptedTurn { run, created } = accept(&state, &tenant, turn).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(AcceptedView {
+            run_id: run.run_id,
+            session_id: run.session_id,
+            session_key: run.session_key,
+            accepted_at: run.accepted_at,
+            status: run.status,
+            deduplicated: !created,
+        }),
+    ))
+}
+
+/// A turn the store accepted: its run, and whether this call created it (`false`: an
+/// idempotent replay named an existing run).
+#[derive(Debug, Clone)]
+pub(crate) struct AcceptedTurn {
+    pub run: agentlane_core::Run,
+    pub created: bool,
+}
+
+/// Accepts a validated turn for `tenant`, as `POST /v1/agent` does (the OpenAI-compatible
+/// routes too): writes the run `queued` unless the session already has its cap of runs queued
+/// or running (`429 rate_limited`, checked in the store's accept transaction, so concurrent
+/// submits cannot pass it together), enqueues it on its lane, and asks the session's active
+/// run to stop when the turn is an `interrupt`. `404` names an unknown agent; `409` an
+/// idempotency key naming another turn, or a session of another agent.
+pub(crate) async fn accept(
+    state: &Shared,
+    tenant: &agentlane_core::TenantId,
+    turn: crate::validate::ValidTurn,
+) -> Result<AcceptedTurn, ApiError> {
     let max_open_runs = state
         .admission
-        .limits_of(&tenant)
+        .limits_of(tenant)
         .max_queued_runs_per_session;
     let outcome = state
         .intake()
@@ -71,8 +104,11 @@ pub async fn submit(
         })
         .await
         .map_err(|error| match error {
-            // The idempotency key already names a different turn.
+            // The idempotency key already names a different turn, or the session belongs to
+            // another agent.
             StoreError::Conflict(detail) => ApiError::Conflict(detail),
+            // The agent the turn names does not exist (the message names it).
+            StoreError::NotFound(detail) => ApiError::NotFound(detail),
             // The session's cap of queued runs, checked in the accepting transaction.
             StoreError::SessionFull { open, cap } => ApiError::rate_limited(
                 format!(
@@ -88,7 +124,7 @@ pub async fn submit(
     // when the first enqueue happened, and heals a crash between accept and enqueue otherwise.
     if outcome.created || run.status == RunStatus::Queued {
         let message = LaneMessage {
-            lane: Lane::for_session(&tenant, &run.session_key),
+            lane: Lane::for_session(tenant, &run.session_key),
             dedup_id: run.run_id.to_string(),
             body: TurnMessage {
                 session_key: Some(run.session_key.clone()),
@@ -99,7 +135,7 @@ pub async fn submit(
         enqueue_with_retry(state.queue.as_ref(), &message).await?;
     }
     if outcome.created && run.request.queue_mode == Some(agentlane_core::QueueMode::Interrupt) {
-        interrupt_active_run(&state, &tenant, &run).await?;
+        interrupt_active_run(state, tenant, &run).await?;
     }
     tracing::info!(
         run_id = %run.run_id,
@@ -107,17 +143,10 @@ pub async fn submit(
         deduplicated = !outcome.created,
         "turn accepted"
     );
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(AcceptedView {
-            run_id: run.run_id,
-            session_id: run.session_id,
-            session_key: run.session_key,
-            accepted_at: run.accepted_at,
-            status: run.status,
-            deduplicated: !outcome.created,
-        }),
-    ))
+    Ok(AcceptedTurn {
+        run,
+        created: outcome.created,
+    })
 }
 
 /// The body of `POST /v1/agent.wait`.
@@ -172,7 +201,7 @@ pub async fn wait(
 /// [jittered](agentlane_core::backoff::jittered) so that ingress instances hit by the same blip
 /// retry apart) before the client is told. A run whose enqueue still failed stays `queued`;
 /// resubmitting with the same idempotency key enqueues it again.
-async fn enqueue_with_retry(
+pub(crate) async fn enqueue_with_retry(
     queue: &dyn agentlane_core::LaneQueue,
     message: &LaneMessage,
 ) -> Result<(), agentlane_core::QueueError> {

@@ -1,7 +1,10 @@
 //! Handlers, one module per resource, and [`table`]: every route the API serves.
 
+pub mod actions;
 pub mod agent;
+pub mod agents;
 pub mod cron;
+pub mod openai;
 pub mod runs;
 pub mod sessions;
 
@@ -24,7 +27,8 @@ const METRICS: &str = "/metrics";
 
 /// Every route of the API, split by the timeout it runs under, without state or layers.
 pub(crate) struct Table {
-    /// `POST /v1/agent.wait`: its timeout is the longest wait plus the request timeout.
+    /// The routes that wait for a run ([`waiting_routes`]): their timeout is the longest wait plus the
+    /// request timeout.
     pub waits: OpenApiRouter<Arc<Shared>>,
     /// Every other route, under the request timeout. The timeout ends at the response head:
     /// an SSE body streams on past it.
@@ -35,7 +39,6 @@ pub(crate) struct Table {
 /// path from the handler's `#[utoipa::path]` and adds that operation to the router's document:
 /// serving a route and documenting it are one act. [`UNDOCUMENTED`] lists the only others.
 pub(crate) fn table() -> Table {
-    let waits = OpenApiRouter::default().routes(routes!(agent::wait));
     let rest = OpenApiRouter::default()
         .routes(routes!(health))
         .routes(routes!(crate::openapi::serve_document))
@@ -44,13 +47,46 @@ pub(crate) fn table() -> Table {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::events))
         .routes(routes!(runs::abort))
+        .routes(routes!(actions::answer))
         .routes(routes!(sessions::get_session, sessions::patch_session))
         .routes(routes!(sessions::transcript))
         .routes(routes!(sessions::reset))
         .routes(routes!(cron::list, cron::create))
         .routes(routes!(cron::get, cron::patch, cron::delete))
-        .routes(routes!(cron::run_now));
-    Table { waits, rest }
+        .routes(routes!(cron::run_now))
+        .routes(routes!(agents::list, agents::create))
+        .routes(routes!(agents::get, agents::patch, agents::delete))
+        .routes(routes!(openai::list_models));
+    Table {
+        waits: waiting_routes(),
+        rest,
+    }
+}
+
+/// The routes that wait for a run to end (`agent.wait`, the OpenAI-compatible completions and
+/// responses), in both tables.
+fn waiting_routes() -> OpenApiRouter<Arc<Shared>> {
+    OpenApiRouter::default()
+        .routes(routes!(agent::wait))
+        .routes(routes!(openai::chat_completions))
+        .routes(routes!(openai::create_response))
+}
+
+/// The routes of the streaming ingress (a Lambda Function URL with response streaming, see
+/// [`crate::streaming_app`]): the answers that may last (a run, its events as SSE,
+/// `agent.wait`, the OpenAI-compatible completions and responses, streamed or not), the model
+/// list (so that one OpenAI `base_url` serves a client) and the health check. Everything else
+/// is served by the HTTP API only.
+pub(crate) fn streaming_table() -> Table {
+    let rest = OpenApiRouter::default()
+        .routes(routes!(health))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::events))
+        .routes(routes!(openai::list_models));
+    Table {
+        waits: waiting_routes(),
+        rest,
+    }
 }
 
 /// `GET /healthz`, no auth.
@@ -87,6 +123,15 @@ pub async fn metrics(
 /// Any unknown route.
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
+}
+
+/// Any route the streaming ingress does not serve: it names the HTTP API.
+pub async fn not_streamed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!(
+        "{method} {} is not served by the streaming endpoint (runs, events, agent.wait and the \
+         OpenAI-compatible routes only): use the HTTP API",
+        uri.path()
+    ))
 }
 
 /// A known route with the wrong method.

@@ -165,6 +165,7 @@ pub async fn abort(
     if run.status.is_terminal() {
         return Err(terminal(run.status));
     }
+    super::actions::wake_for_abort(&state, &run).await?;
     tracing::info!(run_id = %id, "abort requested");
     Ok((
         StatusCode::ACCEPTED,

@@ -82,6 +82,7 @@ impl LiveServer {
                 keys,
                 config,
                 cron: backend.clone(),
+                agents: backend.clone(),
             },
             notifier.clone(),
         );

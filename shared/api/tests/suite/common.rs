@@ -97,11 +97,30 @@ impl Harness {
         config: ApiConfig,
         wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
     ) -> Self {
+        Self::build_app(config, wrap, app).await
+    }
+
+    /// The streaming ingress's API ([`agentlane_api::streaming_app`]).
+    pub async fn streaming() -> Self {
+        let config = ApiConfig {
+            sse_poll_ms: 20,
+            ..ApiConfig::default()
+        };
+        Self::build_app(config, |store| store, agentlane_api::streaming_app).await
+    }
+
+    /// The router `make` builds over `wrap(store)`.
+    pub async fn build_app(
+        config: ApiConfig,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+        make: fn(ApiState) -> Router,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock(AtomicU64::new(T0)));
         let backend = Arc::new(SqliteBackend::open_with_clock(dir.path(), clock.clone()).unwrap());
         let store: Arc<dyn Store> = backend.clone();
         let cron: Arc<dyn agentlane_core::cron::CronStore> = backend.clone();
+        let agents: Arc<dyn agentlane_core::AgentStore> = backend.clone();
         let queue: Arc<dyn LaneQueue> = backend;
         let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let state = ApiState {
@@ -110,11 +129,12 @@ impl Harness {
             queue: queue.clone(),
             clock: clock.clone(),
             cron,
+            agents,
             keys,
             config,
         };
         Self {
-            app: app(state),
+            app: make(state),
             store,
             queue,
             clock,

@@ -15,6 +15,8 @@ mod diagnostic;
 #[cfg(test)]
 mod faults;
 #[cfg(test)]
+mod openai;
+#[cfg(test)]
 mod openapi;
 #[cfg(test)]
 mod runs;

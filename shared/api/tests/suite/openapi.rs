@@ -54,10 +54,20 @@ async fn the_document_is_served_without_a_key_and_every_operation_lists_the_edge
         assert!(responses.contains_key("500"), "{method} {path}: no 500");
         if path.starts_with("/v1/") && path != "/v1/openapi.json" {
             assert!(responses.contains_key("401"), "{method} {path}: no 401");
-            assert_eq!(
-                responses["401"]["content"]["application/json"]["schema"]["$ref"],
-                "#/components/schemas/ErrorBody"
-            );
+            // The OpenAI-compatible routes answer in OpenAI's error shape.
+            let openai = operation["tags"] == serde_json::json!(["openai"]);
+            let shape = if openai {
+                "OpenAiErrorBody"
+            } else {
+                "ErrorBody"
+            };
+            for status in ["400", "401", "404", "429"] {
+                assert_eq!(
+                    responses[status]["content"]["application/json"]["schema"]["$ref"],
+                    format!("#/components/schemas/{shape}"),
+                    "{method} {path} {status}"
+                );
+            }
         }
     }
     assert_eq!(

@@ -8,7 +8,7 @@ use super::item::{
     UPDATED_AT, get_str, n, open_run_attr, opt_u64, run_json, s, session_from_item, session_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
-use super::{CONFLICT_RETRIES, DynamoStore, Transact, conflict_backoff};
+use super::{CONFLICT_RETRIES, DynamoStore, Transact, agents, conflict_backoff};
 use agentlane_core::{
     AcceptOutcome, NewTurn, QueueMode, Run, RunId, Session, StoreError, StoreResult,
 };
@@ -19,6 +19,14 @@ use std::time::Duration;
 /// Tries of one accept: each lost race on the session's count means another accept of the
 /// same session won, so a burst of n concurrent turns needs at most n rounds.
 const ACCEPT_RETRIES: u32 = 4 * CONFLICT_RETRIES;
+
+/// What an accept reads before its transaction.
+struct AcceptRead {
+    session: Option<Item>,
+    record: Option<Item>,
+    /// The live definition of the agent the turn names.
+    agent: Option<agentlane_core::Agent>,
+}
 
 /// Where each write sits in the transaction, to read its cancellation reason.
 struct Layout {
@@ -44,13 +52,18 @@ impl DynamoStore {
             .as_ref()
             .map(|key| keys::idempotency_pk(&turn.tenant, key));
         for attempt in 0..ACCEPT_RETRIES {
-            let (existing, record) = self
-                .read_for_accept(&session_pk, idempotency_pk.as_deref())
+            let AcceptRead {
+                session: existing,
+                record,
+                agent,
+            } = self
+                .read_for_accept(&turn, &session_pk, idempotency_pk.as_deref())
                 .await?;
             // A live record answers its run without a (failing) transaction.
             if let Some(record) = record.filter(|r| is_live(r, turn.now)) {
                 return self.replay(&turn, &record).await;
             }
+            let agent = turn.resolve_agent(agent.as_ref())?;
             let (session_write, session_id, session_seq, default_mode) = match &existing {
                 None => (
                     self.create_session(&turn, session_pk.clone())?,
@@ -60,6 +73,7 @@ impl DynamoStore {
                 ),
                 Some(item) => {
                     let session = session_from_item(item)?;
+                    turn.check_agent(&session)?;
                     // The count is read consistently and the write below is conditional on it,
                     // so concurrent accepts cannot pass the cap together.
                     turn.check_room(&session)?;
@@ -68,6 +82,7 @@ impl DynamoStore {
                             session.session_id.clone(),
                             session.runs_accepted,
                             session.queue_mode,
+                            &agent,
                         ),
                         &session,
                     );
@@ -81,7 +96,7 @@ impl DynamoStore {
                     )
                 }
             };
-            let run = turn.queued_run(session_id, session_seq, default_mode);
+            let run = turn.queued_run(session_id, session_seq, default_mode, &agent);
             let mut writes = Vec::with_capacity(3);
             let idempotency = match &turn.idempotency_key {
                 Some(key) => {
@@ -137,51 +152,69 @@ impl DynamoStore {
     }
 
     /// The session item and, for a keyed turn, the idempotency record: one consistent read.
+    /// The session, the idempotency record (if the turn has a key) and the head of the agent
+    /// the turn names, in one consistent `BatchGetItem`.
     async fn read_for_accept(
         &self,
+        turn: &NewTurn,
         session_pk: &str,
         idempotency_pk: Option<&str>,
-    ) -> StoreResult<(Option<Item>, Option<Item>)> {
-        let Some(idempotency_pk) = idempotency_pk else {
-            return Ok((
-                self.get_item(session_pk.to_owned(), SESSION_SK).await?,
-                None,
-            ));
-        };
+    ) -> StoreResult<AcceptRead> {
+        let agent_pk = agents::agents_pk(&turn.tenant);
+        let agent_sk = agents::head_sk(turn.request.agent());
         let key =
             |pk: &str, sk: &str| HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))]);
-        let request = KeysAndAttributes::builder()
+        let mut request = KeysAndAttributes::builder()
             .keys(key(session_pk, SESSION_SK))
-            .keys(key(idempotency_pk, IDEM_SK))
-            .consistent_read(true)
-            .build()
-            .map_err(build_error)?;
+            .keys(key(&agent_pk, &agent_sk))
+            .consistent_read(true);
+        if let Some(idempotency_pk) = idempotency_pk {
+            request = request.keys(key(idempotency_pk, IDEM_SK));
+        }
         let out = self
             .client
             .batch_get_item()
-            .request_items(&self.table, request)
+            .request_items(&self.table, request.build().map_err(build_error)?)
             .send()
             .await
             .map_err(classify)?;
         if out.unprocessed_keys.as_ref().is_some_and(|u| !u.is_empty()) {
             // Throttled part-way: read them one by one.
             let session = self.get_item(session_pk.to_owned(), SESSION_SK).await?;
-            let record = self.get_item(idempotency_pk.to_owned(), IDEM_SK).await?;
-            return Ok((session, record));
+            let agent = self.get_item(agent_pk, &agent_sk).await?;
+            let record = match idempotency_pk {
+                Some(pk) => self.get_item(pk.to_owned(), IDEM_SK).await?,
+                None => None,
+            };
+            return Ok(AcceptRead {
+                session,
+                record,
+                agent: agents::live_from_head(&turn.tenant, agent.as_ref())?,
+            });
         }
         let mut items = out
             .responses
             .and_then(|mut r| r.remove(&self.table))
             .unwrap_or_default();
-        let mut take = |sk: &str| {
+        let mut take = |pk: &str, sk: &str| {
             let index = items.iter().position(|item| {
-                item.get(SK).and_then(|v| v.as_s().ok()).map(String::as_str) == Some(sk)
+                let get = |name: &str| {
+                    item.get(name)
+                        .and_then(|v| v.as_s().ok())
+                        .map(String::as_str)
+                };
+                get(PK) == Some(pk) && get(SK) == Some(sk)
             })?;
             Some(items.swap_remove(index))
         };
-        let session = take(SESSION_SK);
-        let record = take(IDEM_SK);
-        Ok((session, record))
+        let session = take(session_pk, SESSION_SK);
+        let agent = take(&agent_pk, &agent_sk);
+        let record = idempotency_pk.and_then(|pk| take(pk, IDEM_SK));
+        Ok(AcceptRead {
+            session,
+            record,
+            agent: agents::live_from_head(&turn.tenant, agent.as_ref())?,
+        })
     }
 
     /// The accepted turn an idempotency record names.

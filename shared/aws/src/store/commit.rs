@@ -4,10 +4,10 @@
 
 use super::error::build_error;
 use super::item::{
-    ABORT_REASON, ABORT_REQUESTED, ACTIVE_RUN_ID, ENTRY_JSON, EVENT_JSON, EXPIRES_AT, Item,
-    LAST_PROGRESS_AT, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK, PROC_PK_VALUE, RUN_ID, RUN_JSON,
-    RUNS_FINISHED, SEQ, SESSION_ID, STATUS, UPDATED_AT, entry_json, event_json, n, run_json, s,
-    status_str,
+    ABORT_REASON, ABORT_REQUESTED, ACTION_ANSWER, ACTIVE_RUN_ID, ANSWER_FOR, ENTRY_JSON,
+    EVENT_JSON, EXPIRES_AT, Item, LAST_PROGRESS_AT, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK,
+    PROC_PK_VALUE, RUN_ID, RUN_JSON, RUNS_FINISHED, SEQ, SESSION_ID, STATUS, UPDATED_AT,
+    entry_json, event_json, n, run_json, s, status_str,
 };
 use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
@@ -43,8 +43,9 @@ const WHOLE_RUN_PUT_BYTES: usize = 190_000;
 /// Attempts of a commit whose whole-item run write lost a race with an abort request.
 const WHOLE_RUN_PUT_TRIES: u32 = 3;
 
-/// The stored abort attributes (`abortRequested`, `abortReason`) of a run replaced whole.
-type AbortAttributes = (Option<AttributeValue>, Option<AttributeValue>);
+/// The stored API-owned attributes of a run replaced whole: `abortRequested`, `abortReason`,
+/// `actionAnswer` and `answerFor`.
+type AbortAttributes = [Option<AttributeValue>; 4];
 
 impl DynamoStore {
     pub(super) async fn apply_commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
@@ -257,8 +258,8 @@ impl DynamoStore {
                 });
             }
         }
-        if let (Some(run), Some((requested, reason))) = (commit.run(), abort) {
-            // Replaced whole, with the abort attributes as read, and only if they are still so.
+        if let (Some(run), Some(kept)) = (commit.run(), abort) {
+            // Replaced whole, with the API's attributes as read, and only if they are still so.
             let mut item: Item = HashMap::from([
                 (PK.to_owned(), s(keys::run_pk(&fence.tenant, &run.run_id))),
                 (SK.to_owned(), s(RUN_SK)),
@@ -268,21 +269,16 @@ impl DynamoStore {
             ]);
             let mut conditions = vec![format!("attribute_exists({PK})")];
             let mut values: Item = HashMap::new();
-            match requested {
-                Some(value) => {
-                    conditions.push(format!("{ABORT_REQUESTED} = :ab"));
-                    values.insert(":ab".to_owned(), value.clone());
-                    item.insert(ABORT_REQUESTED.to_owned(), value);
+            let names = [ABORT_REQUESTED, ABORT_REASON, ACTION_ANSWER, ANSWER_FOR];
+            for (i, (name, value)) in names.into_iter().zip(kept).enumerate() {
+                match value {
+                    Some(value) => {
+                        conditions.push(format!("{name} = :kept{i}"));
+                        values.insert(format!(":kept{i}"), value.clone());
+                        item.insert(name.to_owned(), value);
+                    }
+                    None => conditions.push(format!("attribute_not_exists({name})")),
                 }
-                None => conditions.push(format!("attribute_not_exists({ABORT_REQUESTED})")),
-            }
-            match reason {
-                Some(value) => {
-                    conditions.push(format!("{ABORT_REASON} = :ar"));
-                    values.insert(":ar".to_owned(), value.clone());
-                    item.insert(ABORT_REASON.to_owned(), value);
-                }
-                None => conditions.push(format!("attribute_not_exists({ABORT_REASON})")),
             }
             let put = Put::builder()
                 .table_name(&self.table)

@@ -20,6 +20,8 @@ pub(crate) const CREATED_AT: &str = "createdAt";
 pub(crate) const UPDATED_AT: &str = "updatedAt";
 pub(crate) const LAST_PROGRESS_AT: &str = "lastProgressAt";
 pub(crate) const RUNS_ACCEPTED: &str = "runsAccepted";
+/// The agent a session belongs to (absent: `main`).
+pub(crate) const AGENT_ID: &str = "agentId";
 pub(crate) const RUNS_FINISHED: &str = "runsFinished";
 pub(crate) const GENERATION: &str = "generation";
 pub(crate) const LOCK_OWNER: &str = "lockOwner";
@@ -67,6 +69,11 @@ pub(crate) const ABORT_REQUESTED: &str = "abortRequested";
 /// Why the abort was requested, when not a plain request (`stuck`): set once, with
 /// `abortRequested`, by the supervisor.
 pub(crate) const ABORT_REASON: &str = "abortReason";
+/// The answer to the run's latest pause (JSON), set by the API or the supervisor's expiry,
+/// never by a runner commit.
+pub(crate) const ACTION_ANSWER: &str = "actionAnswer";
+/// The pause [`ACTION_ANSWER`] answers (a number, for the answer's condition).
+pub(crate) const ANSWER_FOR: &str = "answerFor";
 
 // Transcript entry, event and idempotency attributes.
 pub(crate) const ENTRY_JSON: &str = "entry";
@@ -152,6 +159,9 @@ pub(crate) fn session_item(pk: String, session: &Session) -> Item {
     if let Some(run_id) = &session.active_run_id {
         item.insert(ACTIVE_RUN_ID.to_owned(), s(run_id.as_str()));
     }
+    if let Some(agent) = &session.agent_id {
+        item.insert(AGENT_ID.to_owned(), s(agent.as_str()));
+    }
     if let Some(at) = session.last_progress_at {
         item.insert(LAST_PROGRESS_AT.to_owned(), n(at));
     }
@@ -207,6 +217,7 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
         updated_at: get_u64(item, UPDATED_AT)?,
         last_progress_at: opt_u64(item, LAST_PROGRESS_AT)?,
         runs_accepted: get_u64(item, RUNS_ACCEPTED)?,
+        agent_id: opt_str(item, AGENT_ID)?.map(str::to_owned),
         runs_finished: get_u64(item, RUNS_FINISHED)?,
         generation: get_u64(item, GENERATION)?,
         lock_owner: opt_str(item, LOCK_OWNER)?.map(str::to_owned),
@@ -251,6 +262,13 @@ pub(crate) fn run_from_item(item: &Item) -> StoreResult<Run> {
     run.abort_reason = match item.get(ABORT_REASON) {
         Some(AttributeValue::S(r)) if r == "stuck" => Some(AbortReason::Stuck),
         Some(AttributeValue::S(r)) if r == "interrupted" => Some(AbortReason::Interrupted),
+        _ => None,
+    };
+    run.action_answer = match item.get(ACTION_ANSWER) {
+        Some(AttributeValue::S(json)) => Some(
+            serde_json::from_str(json)
+                .map_err(|e| corrupt(item, &format!("action answer JSON: {e}")))?,
+        ),
         _ => None,
     };
     Ok(run)

@@ -56,6 +56,7 @@
 //!   `Limit = 1`, projecting `seq`.
 
 mod accept;
+mod agents;
 mod api_keys;
 mod commit;
 mod cron;
@@ -264,6 +265,15 @@ impl TurnIntake for DynamoStore {
         reason: AbortReason,
     ) -> StoreResult<Option<Run>> {
         self.set_abort_requested(tenant, run_id, reason).await
+    }
+
+    async fn answer_action(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        answer: agentlane_core::RecordedAnswer,
+    ) -> StoreResult<agentlane_core::AnswerOutcome> {
+        self.record_answer(tenant, run_id, &answer).await
     }
 
     async fn reset_session(

@@ -4,8 +4,8 @@ use super::DynamoStore;
 use super::error::{DdbError, classify};
 use super::item::s;
 use super::item::{
-    ABORT_REASON, ABORT_REQUESTED, Item, SEQ, entry_from_item, event_from_item, get_u64,
-    run_from_item, session_from_item,
+    ABORT_REASON, ABORT_REQUESTED, ACTION_ANSWER, ANSWER_FOR, Item, SEQ, entry_from_item,
+    event_from_item, get_u64, run_from_item, session_from_item,
 };
 use super::keys::{
     self, ENTRY_PREFIX, EVENT_PREFIX, PK, RUN_SK, SESSION_SK, SK, after_bound, entry_sk, event_sk,
@@ -114,22 +114,81 @@ impl DynamoStore {
         &self,
         tenant: &TenantId,
         run_id: &RunId,
-    ) -> StoreResult<(Option<AttributeValue>, Option<AttributeValue>)> {
+    ) -> StoreResult<[Option<AttributeValue>; 4]> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
             .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
             .key(SK, AttributeValue::S(RUN_SK.to_owned()))
-            .projection_expression("#a, #r")
+            .projection_expression("#a, #r, #q, #f")
             .expression_attribute_names("#a", ABORT_REQUESTED)
             .expression_attribute_names("#r", ABORT_REASON)
+            .expression_attribute_names("#q", ACTION_ANSWER)
+            .expression_attribute_names("#f", ANSWER_FOR)
             .consistent_read(true)
             .send()
             .await
             .map_err(classify)?;
         let mut item = out.item.unwrap_or_default();
-        Ok((item.remove(ABORT_REQUESTED), item.remove(ABORT_REASON)))
+        Ok([
+            item.remove(ABORT_REQUESTED),
+            item.remove(ABORT_REASON),
+            item.remove(ACTION_ANSWER),
+            item.remove(ANSWER_FOR),
+        ])
+    }
+
+    /// Records the answer to a pause: one conditional `UpdateItem`, only while the run is
+    /// `requires_action` and no answer for that pause or a later one is stored.
+    pub(super) async fn record_answer(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        answer: &agentlane_core::RecordedAnswer,
+    ) -> StoreResult<agentlane_core::AnswerOutcome> {
+        use agentlane_core::AnswerOutcome;
+        let json = serde_json::to_string(answer)
+            .map_err(|e| agentlane_core::StoreError::Corrupt(format!("answer to JSON: {e}")))?;
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, AttributeValue::S(keys::run_pk(tenant, run_id)))
+            .key(SK, AttributeValue::S(RUN_SK.to_owned()))
+            .update_expression(format!(
+                "SET {ACTION_ANSWER} = :answer, {ANSWER_FOR} = :for"
+            ))
+            .condition_expression(format!(
+                "#st = :paused AND (attribute_not_exists({ANSWER_FOR}) OR {ANSWER_FOR} < :for)"
+            ))
+            .expression_attribute_names("#st", super::item::STATUS)
+            .expression_attribute_values(":answer", AttributeValue::S(json))
+            .expression_attribute_values(":for", AttributeValue::N(answer.action_id.to_string()))
+            .expression_attribute_values(
+                ":paused",
+                AttributeValue::S(
+                    agentlane_core::RunStatus::RequiresAction
+                        .as_str()
+                        .to_owned(),
+                ),
+            )
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => match out.attributes.as_ref().map(run_from_item).transpose()? {
+                Some(run) => Ok(AnswerOutcome::Recorded(run)),
+                None => Ok(AnswerOutcome::NotFound),
+            },
+            Err(err) => match DdbError::from(err) {
+                DdbError::ConditionFailed(_) => Ok(match self.load_run(tenant, run_id).await? {
+                    Some(run) => AnswerOutcome::NotWaiting(run),
+                    None => AnswerOutcome::NotFound,
+                }),
+                other => Err(other.into_store_error("answer_action")),
+            },
+        }
     }
 
     /// Sets `abortRequested`; a reason other than a plain request is recorded in

@@ -28,3 +28,7 @@ agentlane_conformance::pending_conformance!(async {
 agentlane_conformance::slots_conformance!(async {
     Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::SlotStore>
 });
+
+agentlane_conformance::agents_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_conformance::agents::AgentBackend>
+});

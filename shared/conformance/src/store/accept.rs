@@ -29,7 +29,11 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         session_id: turn.new_session_id.clone(),
         status: RunStatus::Queued,
         liveness_state: LivenessState::Working,
-        request: turn.request.clone(),
+        // The store records the agent's version at accept: 0 is the deployment's own `main`.
+        request: agentlane_core::TurnRequest {
+            agent_version: Some(agentlane_core::agent::DEPLOYMENT_VERSION),
+            ..turn.request.clone()
+        },
         idempotency_key: None,
         accepted_at: now,
         started_at: None,
@@ -49,6 +53,9 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         queue_outcome: Default::default(),
         into_run_id: None,
         out_of_turn: false,
+        warnings: Vec::new(),
+        required_action: None,
+        action_answer: None,
     };
     assert_eq!(outcome.run, expected);
     let stored = store.get_run(&tenant, &turn.run_id).await.expect("get_run");

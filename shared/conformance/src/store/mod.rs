@@ -2,6 +2,7 @@
 //! and session keys) and panics on the first broken expectation.
 
 mod accept;
+mod actions;
 mod commit;
 mod events;
 mod lanes;
@@ -17,6 +18,7 @@ pub use accept::{
     case_idempotency_keys_are_per_tenant, case_request_abort_unknown_run_is_none,
     case_second_turn_keeps_session_id, case_tenant_isolation,
 };
+pub use actions::case_a_paused_run_takes_one_answer_per_pause;
 pub use commit::{
     case_a_large_run_record_is_replaced_and_keeps_the_abort_flag,
     case_a_stuck_abort_keeps_its_reason_through_commits, case_commit_applies_session_update,

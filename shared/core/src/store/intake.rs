@@ -2,6 +2,7 @@
 //! atomic and conditional on its own; none needs the session lock.
 
 use super::StoreResult;
+use crate::agent::{Agent, MAIN_AGENT};
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
 use crate::run::{AbortReason, LivenessState, QueueMode, Run, RunStatus, TurnRequest, Usage};
 use crate::session::Session;
@@ -37,21 +38,57 @@ pub struct NewTurn {
 }
 
 impl NewTurn {
+    /// The agent this turn runs, given the agent's current definition as the accepting
+    /// transaction read it (`None`: no live definition): its version, or version 0 (the
+    /// deployment's configuration) for `main` without a definition of the tenant's own;
+    /// `NotFound` naming the agent otherwise.
+    pub fn resolve_agent(&self, current: Option<&Agent>) -> super::StoreResult<AcceptedAgent> {
+        match current {
+            Some(agent) => Ok(AcceptedAgent {
+                version: agent.version,
+                queue_mode: agent.spec.queue_mode,
+            }),
+            None if self.request.agent() == MAIN_AGENT => Ok(AcceptedAgent::default()),
+            None => Err(super::StoreError::NotFound(format!(
+                "agent {:?} does not exist",
+                self.request.agent()
+            ))),
+        }
+    }
+
+    /// `Conflict` naming both agents when `session` belongs to another agent than the one
+    /// this turn names (a session belongs to the agent of its first turn; sessions from before
+    /// agents belong to `main`).
+    pub fn check_agent(&self, session: &Session) -> super::StoreResult<()> {
+        let owner = session.agent_id.as_deref().unwrap_or(MAIN_AGENT);
+        if owner == self.request.agent() {
+            return Ok(());
+        }
+        Err(super::StoreError::Conflict(format!(
+            "session {:?} belongs to agent {owner:?}; this turn names agent {:?} (use another sessionKey)",
+            self.session_key.as_str(),
+            self.request.agent()
+        )))
+    }
+
     /// The run this turn creates on `session_id`: `queued`, nothing done yet, `session_seq`-th
-    /// of its key (the session's `runs_accepted` before this turn), in the mode the request
-    /// asked for, else the session's `default_mode`, else the deployment's
-    /// [`default_mode`](Self::default_mode), else `followup`.
+    /// of its key (the session's `runs_accepted` before this turn), with `agent`'s version, in
+    /// the mode the request asked for, else the session's `default_mode`, else the agent's,
+    /// else the deployment's [`default_mode`](Self::default_mode), else `followup`.
     pub fn queued_run(
         &self,
         session_id: SessionId,
         session_seq: u64,
         default_mode: Option<QueueMode>,
+        agent: &AcceptedAgent,
     ) -> Run {
         let mut request = self.request.clone();
+        request.agent_version = Some(agent.version);
         request.queue_mode = Some(
             request
                 .queue_mode
                 .or(default_mode)
+                .or(agent.queue_mode)
                 .or(self.default_mode)
                 .unwrap_or_default(),
         );
@@ -82,6 +119,9 @@ impl NewTurn {
             queue_outcome: Default::default(),
             into_run_id: None,
             out_of_turn: false,
+            warnings: Vec::new(),
+            required_action: None,
+            action_answer: None,
         }
     }
 
@@ -122,6 +162,7 @@ impl NewTurn {
     pub fn first_session(&self) -> Session {
         Session {
             runs_accepted: 1,
+            agent_id: self.request.agent_id.clone(),
             ..Session::new(
                 self.tenant.clone(),
                 self.session_key.clone(),
@@ -151,6 +192,15 @@ impl NewTurn {
     }
 }
 
+/// The agent of an accepted turn, as the accept resolved it ([`NewTurn::resolve_agent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AcceptedAgent {
+    /// Its version (0: the deployment's own `main`).
+    pub version: u64,
+    /// Its default queue mode.
+    pub queue_mode: Option<QueueMode>,
+}
+
 /// What `accept_turn` did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcceptOutcome {
@@ -161,6 +211,18 @@ pub struct AcceptOutcome {
     pub created: bool,
 }
 
+/// What [`TurnIntake::answer_action`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnswerOutcome {
+    /// The answer was recorded now: the run, with it.
+    Recorded(Run),
+    /// Nothing written: the run is not waiting on that pause (it was answered already, or
+    /// expired, resumed or ended): the run as it stands.
+    NotWaiting(Run),
+    /// No such run.
+    NotFound,
+}
+
 /// Unfenced writes from the API edge.
 #[async_trait]
 pub trait TurnIntake: Send + Sync + 'static {
@@ -169,7 +231,10 @@ pub trait TurnIntake: Send + Sync + 'static {
     /// the key was used for a different turn); create the session on first use of the key
     /// ([`NewTurn::first_session`]); write the run as `queued` on the session's current id with
     /// `session_seq` = the session's `runs_accepted` before this turn (which it increments, in
-    /// the same transaction); record the idempotency key. A run record over
+    /// the same transaction); record the idempotency key. The agent the request names is
+    /// read in the same transaction ([`NewTurn::resolve_agent`]: `NotFound` for an unknown one)
+    /// and must be the session's ([`NewTurn::check_agent`]: `Conflict`); the run records its
+    /// version. A run record over
     /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) is refused (`TooLarge`).
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome>;
 
@@ -188,6 +253,17 @@ pub trait TurnIntake: Send + Sync + 'static {
         run_id: &RunId,
         reason: AbortReason,
     ) -> StoreResult<Option<Run>>;
+
+    /// Records `answer` for the run's pause `answer.action_id`, in one conditional write: only
+    /// while the run is `requires_action` and no answer for that pause (or a later one) is
+    /// recorded. The answer lives beside the run record ([`Run::action_answer`]): no runner
+    /// commit changes it. Scheduling the resume is the caller's (one lane message).
+    async fn answer_action(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        answer: crate::action::RecordedAnswer,
+    ) -> StoreResult<AnswerOutcome>;
 
     /// Gives the key a new session id, unless a live lock is held: then it raises the
     /// session's `reset_barrier` to `runs_accepted` (the runs accepted so far will not start)

@@ -29,6 +29,7 @@ pub enum StoreCall {
     Commit,
     TakeSteers,
     SetQueueMode,
+    AnswerAction,
 }
 
 /// What a layer adds to the store it wraps ([`StoreLayer::inner`]). Every call passes
@@ -103,6 +104,16 @@ impl<L: StoreLayer> TurnIntake for Layered<L> {
     ) -> StoreResult<Option<Run>> {
         self.0.before(StoreCall::RequestAbort).await?;
         StoreLayer::request_abort_for(&self.0, tenant, run_id, reason).await
+    }
+
+    async fn answer_action(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        answer: crate::action::RecordedAnswer,
+    ) -> StoreResult<super::AnswerOutcome> {
+        self.0.before(StoreCall::AnswerAction).await?;
+        self.0.inner().answer_action(tenant, run_id, answer).await
     }
 
     async fn set_queue_mode(

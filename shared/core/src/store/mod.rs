@@ -32,7 +32,7 @@ mod steer;
 mod writer;
 
 pub use error::{StoreError, StoreResult};
-pub use intake::{AcceptOutcome, NewTurn, TurnIntake};
+pub use intake::{AcceptOutcome, AcceptedAgent, AnswerOutcome, NewTurn, TurnIntake};
 pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
 pub use processing::ProcessingIndex;

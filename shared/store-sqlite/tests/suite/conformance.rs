@@ -33,3 +33,7 @@ agentlane_conformance::pending_conformance!(async {
 agentlane_conformance::slots_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_core::SlotStore>
 });
+
+agentlane_conformance::agents_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_conformance::agents::AgentBackend>
+});

@@ -85,6 +85,7 @@ fn ctx() -> ToolContext {
     ToolContext {
         cancel: CancellationToken::new(),
         run_id: "run-1".into(),
+        tool_call_id: "call-1".into(),
     }
 }
 

@@ -5,3 +5,8 @@
 
 #[cfg(test)]
 mod http_fetch;
+
+#[cfg(test)]
+mod http_tool;
+#[cfg(test)]
+mod mcp;

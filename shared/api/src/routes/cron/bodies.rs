@@ -23,6 +23,10 @@ macro_rules! job_body {
             #[serde(default)]
             #[schema(maximum = 604800)]
             pub timeout_seconds: Option<u64>,
+            /// The agent each fire runs (`main` when absent).
+            #[serde(default)]
+            #[schema(min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")]
+            pub agent_id: Option<String>,
             #[serde(default)]
             pub enabled: Option<bool>,
             #[serde(default)]
@@ -38,6 +42,10 @@ macro_rules! job_body {
                 state: &ApiState,
                 tenant: &TenantId,
             ) -> Result<(), ApiError> {
+                if let Some(id) = &self.agent_id {
+                    agentlane_core::agent::validate_agent_id(id)
+                        .map_err(ApiError::InvalidRequest)?;
+                }
                 check_settings(
                     self.model.as_deref(),
                     self.timeout_seconds,

@@ -70,6 +70,7 @@ pub async fn create(
         message: body.message,
         model: body.model,
         timeout_seconds: body.timeout_seconds,
+        agent_id: body.agent_id.filter(|a| a != agentlane_core::MAIN_AGENT),
         enabled,
         delete_after_run: body.delete_after_run.unwrap_or(false),
         delivery: body.delivery,
@@ -216,6 +217,9 @@ fn apply_patch(
     }
     if let Some(model) = &patch.model {
         next.model = Some(model.clone());
+    }
+    if let Some(agent) = &patch.agent_id {
+        next.agent_id = Some(agent.clone()).filter(|a| a != agentlane_core::MAIN_AGENT);
     }
     if let Some(t) = patch.timeout_seconds {
         next.timeout_seconds = Some(t);

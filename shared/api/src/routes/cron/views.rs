@@ -17,6 +17,8 @@ pub struct JobView {
     pub model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+    /// The agent each fire runs.
+    pub agent_id: String,
     pub enabled: bool,
     pub delete_after_run: bool,
     /// `{webhook: {url, hasToken}}`: the token itself is never shown.
@@ -79,6 +81,10 @@ impl From<&CronJob> for JobView {
             message: j.message.clone(),
             model: j.model.clone(),
             timeout_seconds: j.timeout_seconds,
+            agent_id: j
+                .agent_id
+                .clone()
+                .unwrap_or_else(|| agentlane_core::MAIN_AGENT.to_owned()),
             enabled: j.enabled,
             delete_after_run: j.delete_after_run,
             delivery: j.delivery.as_ref().map(|d| {

@@ -1,0 +1,708 @@
+//! `POST /v1/chat/completions`: the request as OpenAI's SDKs send it, its turn, and the
+//! answer (`chat.completion`, or `chat.completion.chunk`s then `[DONE]`).
+//!
+//! Parameters: `model`, `messages`, `user`, `stream`, `stream_options.include_usage` and
+//! `reasoning_effort` (a thinking level) are honoured. `n` must be 1. Refused with 400:
+//! non-empty `tools` or `functions`, tool calls or tool results in `messages`
+//! (`tools_not_supported`), `logprobs: true`, a `response_format` other than `text`, audio
+//! output, and content parts other than text. Every other parameter (`temperature`, `top_p`,
+//! `max_tokens`, `max_completion_tokens`, `stop`, `seed`, penalties, `metadata`, `store`,
+//! `tool_choice` without tools, ...) is accepted and ignored: the agent's configuration
+//! decides how its model is called.
+
+use super::error::OpenAiError;
+use super::stream::{Frame, Frames};
+use super::turn::{
+    IDEMPOTENCY_HEADER, Said, Speaker, StreamedText, TurnAsk, client_tools_refused, parts_text,
+    plan_turn, reply_text, session_choice,
+};
+use crate::ApiConfig;
+use crate::follow::Followed;
+use crate::validate::ValidTurn;
+use agentlane_core::{Event, Run, TenantId};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The body of `POST /v1/chat/completions` (OpenAI's; unknown fields are ignored).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"model": "agentlane", "user": "ada",
+    "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]}))]
+pub struct ChatCompletionRequest {
+    /// The agent: `agentlane` (`main`) or `agentlane/<agentId>` (see `GET /v1/models`).
+    #[schema(
+        example = "agentlane",
+        pattern = r"^agentlane(/[a-z0-9][a-z0-9-]{0,63})?$"
+    )]
+    pub model: String,
+    /// The conversation. The last message other than system ones must be the user's; see the
+    /// README for what reaches the agent.
+    #[schema(min_items = 1)]
+    pub messages: Vec<ChatMessage>,
+    /// Stream `chat.completion.chunk`s as Server-Sent Events, then `data: [DONE]`.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// The session (its transcript is the context); the `X-Agentlane-Session-Key` header wins
+    /// over it. 1-256 characters of `[A-Za-z0-9:._@-]`.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")]
+    pub user: Option<String>,
+    /// Only 1.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1)]
+    pub n: Option<u64>,
+    /// Refused when not empty (`tools_not_supported`).
+    #[serde(default)]
+    #[schema(max_items = 0)]
+    pub tools: Option<Vec<Value>>,
+    /// The legacy form of `tools`: refused when not empty.
+    #[serde(default)]
+    #[schema(max_items = 0)]
+    pub functions: Option<Vec<Value>>,
+    /// `none`, `minimal`, `low`, `medium` or `high`: the turn's thinking level (`none` is off).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    /// Only `false`.
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// Only `{"type": "text"}`.
+    #[serde(default)]
+    pub response_format: Option<TypeOnly>,
+    /// Only `["text"]`.
+    #[serde(default)]
+    pub modalities: Option<Vec<String>>,
+    /// Ignored.
+    #[serde(default)]
+    #[allow(dead_code)] // documented, accepted and ignored
+    pub temperature: Option<f64>,
+    /// Ignored.
+    #[serde(default)]
+    #[allow(dead_code)] // documented, accepted and ignored
+    pub top_p: Option<f64>,
+    /// Ignored: the agent's model settings decide.
+    #[serde(default)]
+    #[allow(dead_code)] // documented, accepted and ignored
+    pub max_tokens: Option<u64>,
+    /// Ignored: the agent's model settings decide.
+    #[serde(default)]
+    #[allow(dead_code)] // documented, accepted and ignored
+    pub max_completion_tokens: Option<u64>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct StreamOptions {
+    /// A last chunk (no choices) carries the turn's token usage.
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// An object of which only its `type` matters here (`response_format`, `text.format`).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct TypeOnly {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// One message of `messages`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    /// Text, or text parts (`{"type": "text", "text": …}`).
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    /// Refused when not empty (client tools).
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
+    /// The legacy form of `tool_calls`: refused.
+    #[serde(default)]
+    pub function_call: Option<Value>,
+}
+
+/// The role of a message. `tool` and `function` (results of client tools) are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+    Function,
+}
+
+/// A message's content: a string, or parts.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part: `text` (`input_text`, `output_text`) parts only.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl MessageContent {
+    /// The text; `param` names the content for errors.
+    pub fn text(&self, param: &str) -> Result<String, OpenAiError> {
+        match self {
+            MessageContent::Text(text) => Ok(text.clone()),
+            MessageContent::Parts(parts) => parts_text(
+                parts.iter().map(|p| (p.kind.as_str(), p.text.as_deref())),
+                param,
+            ),
+        }
+    }
+}
+
+/// A chat request's turn and how to answer it.
+#[derive(Debug, Clone)]
+pub struct ChatPlan {
+    pub turn: ValidTurn,
+    /// The `model` asked for, echoed in the answer.
+    pub model: String,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The turn of `request` (`headers`: the session header, `Idempotency-Key`).
+pub fn plan(
+    request: ChatCompletionRequest,
+    headers: &HeaderMap,
+    config: &ApiConfig,
+    tenant: &TenantId,
+) -> Result<ChatPlan, OpenAiError> {
+    refuse_unsupported(&request)?;
+    let mut conversation = Vec::with_capacity(request.messages.len());
+    for (index, message) in request.messages.iter().enumerate() {
+        conversation.push(said(message, index)?);
+    }
+    let ask = TurnAsk {
+        model: request.model.clone(),
+        conversation,
+        conversation_param: "messages",
+        instructions: None,
+        session: session_choice(headers, request.user.as_deref())?,
+        reasoning_effort: request
+            .reasoning_effort
+            .clone()
+            .map(|effort| (effort, "reasoning_effort")),
+        idempotency_key: idempotency_key(headers)?,
+    };
+    Ok(ChatPlan {
+        turn: plan_turn(ask, config, tenant)?,
+        model: request.model,
+        stream: request.stream.unwrap_or(false),
+        include_usage: request
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+    })
+}
+
+/// The `Idempotency-Key` header, when sent.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, OpenAiError> {
+    match headers.get(IDEMPOTENCY_HEADER) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(|v| Some(v.to_owned())).map_err(|_| {
+            OpenAiError::invalid(
+                IDEMPOTENCY_HEADER,
+                "the Idempotency-Key header must be visible ASCII",
+            )
+        }),
+    }
+}
+
+fn refuse_unsupported(request: &ChatCompletionRequest) -> Result<(), OpenAiError> {
+    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(client_tools_refused("tools"));
+    }
+    if request.functions.as_ref().is_some_and(|f| !f.is_empty()) {
+        return Err(client_tools_refused("functions"));
+    }
+    if let Some(n) = request.n
+        && n != 1
+    {
+        return Err(OpenAiError::unsupported(
+            "n",
+            "n_not_supported",
+            format!("n is {n}: one turn gives one answer, so only n = 1 is supported"),
+        ));
+    }
+    if request.logprobs == Some(true) {
+        return Err(OpenAiError::unsupported(
+            "logprobs",
+            "logprobs_not_supported",
+            "logprobs are not supported: the agent's reply has none",
+        ));
+    }
+    if let Some(format) = &request.response_format
+        && format.kind != "text"
+    {
+        return Err(OpenAiError::unsupported(
+            "response_format",
+            "response_format_not_supported",
+            format!(
+                "response_format {:?} is not supported: the agent answers in text",
+                format.kind
+            ),
+        ));
+    }
+    if let Some(modalities) = &request.modalities
+        && modalities.iter().any(|m| m != "text")
+    {
+        return Err(OpenAiError::unsupported(
+            "modalities",
+            "modalities_not_supported",
+            "only the text modality is supported",
+        ));
+    }
+    Ok(())
+}
+
+/// One message as text, its speaker from its role.
+fn said(message: &ChatMessage, index: usize) -> Result<Said, OpenAiError> {
+    let param = format!("messages[{index}]");
+    let speaker = match message.role {
+        ChatRole::System | ChatRole::Developer => Speaker::System,
+        ChatRole::User => Speaker::User,
+        ChatRole::Assistant => Speaker::Assistant,
+        ChatRole::Tool | ChatRole::Function => return Err(client_tools_refused(&param)),
+    };
+    if message.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) || message.function_call.is_some()
+    {
+        return Err(client_tools_refused(&format!("{param}.tool_calls")));
+    }
+    let text = match &message.content {
+        Some(content) => content.text(&format!("{param}.content"))?,
+        None => String::new(),
+    };
+    Ok(Said::new(speaker, text))
+}
+
+/// `chat.completion`: a finished turn's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ChatCompletion {
+    /// The run id of the turn (`run_…`).
+    pub id: String,
+    /// Always `chat.completion`.
+    #[schema(example = "chat.completion")]
+    pub object: String,
+    /// When the turn was accepted (seconds since the epoch).
+    pub created: u64,
+    /// The `model` asked for.
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: CompletionUsage,
+}
+
+/// The one choice of a completion.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: AssistantMessage,
+    /// Always `stop`: the turn ended with its reply.
+    #[schema(example = "stop")]
+    pub finish_reason: String,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<Value>,
+}
+
+/// The reply.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct AssistantMessage {
+    /// Always `assistant`.
+    #[schema(example = "assistant")]
+    pub role: String,
+    pub content: String,
+    /// Always null.
+    pub refusal: Option<String>,
+}
+
+/// Tokens of every model call of the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CompletionUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl CompletionUsage {
+    fn of(run: &Run) -> Self {
+        Self {
+            prompt_tokens: run.usage.input_tokens,
+            completion_tokens: run.usage.output_tokens,
+            total_tokens: run.usage.input_tokens + run.usage.output_tokens,
+        }
+    }
+}
+
+/// The answer of a run that ended `ok`.
+pub fn completion(run: &Run, model: &str) -> ChatCompletion {
+    ChatCompletion {
+        id: run.run_id.to_string(),
+        object: "chat.completion".to_owned(),
+        created: run.accepted_at / 1000,
+        model: model.to_owned(),
+        choices: vec![ChatChoice {
+            index: 0,
+            message: AssistantMessage {
+                role: "assistant".to_owned(),
+                content: reply_text(run),
+                refusal: None,
+            },
+            finish_reason: "stop".to_owned(),
+            logprobs: None,
+        }],
+        usage: CompletionUsage::of(run),
+    }
+}
+
+/// The chunks of a streamed completion, from the run's events.
+#[derive(Debug, Clone)]
+pub struct ChatChunks {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    text: StreamedText,
+}
+
+impl ChatChunks {
+    /// The chunks of `run` (just accepted), answering as `model`.
+    pub fn new(run: &Run, model: &str, include_usage: bool) -> Self {
+        Self {
+            id: run.run_id.to_string(),
+            created: run.accepted_at / 1000,
+            model: model.to_owned(),
+            include_usage,
+            text: StreamedText::default(),
+        }
+    }
+
+    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Frame {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "delta": delta,
+                "finish_reason": finish_reason,
+                "logprobs": null,
+            }],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        Frame::data(chunk)
+    }
+
+    fn content(&self, text: &str) -> Frame {
+        self.chunk(json!({"content": text}), None)
+    }
+
+    fn error(&self, error: OpenAiError) -> Vec<Frame> {
+        // OpenAI's SDKs raise an APIError on a chunk carrying `error`; no `[DONE]` follows.
+        vec![Frame::data(json!(error.body()))]
+    }
+}
+
+impl Frames for ChatChunks {
+    fn opening(&mut self) -> Vec<Frame> {
+        vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
+    }
+
+    fn event(&mut self, event: &Event) -> Vec<Frame> {
+        match self.text.delta(event) {
+            Some(delta) => vec![self.content(&delta)],
+            None => Vec::new(),
+        }
+    }
+
+    fn end(&mut self, end: &Followed) -> Vec<Frame> {
+        match end {
+            Followed::Ended(run) if run.status == agentlane_core::RunStatus::Ok => {
+                let mut frames: Vec<Frame> = self
+                    .text
+                    .missing(run)
+                    .map(|text| self.content(&text))
+                    .into_iter()
+                    .collect();
+                frames.push(self.chunk(json!({}), Some("stop")));
+                if self.include_usage {
+                    frames.push(Frame::data(json!({
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": CompletionUsage::of(run),
+                    })));
+                }
+                frames.push(Frame::done());
+                frames
+            }
+            Followed::Ended(run) => self.error(OpenAiError::turn_failed(run)),
+            Followed::Deadline { .. } => self.error(super::stream::cut_off(&self.id)),
+            Followed::Failed { code, message } => {
+                self.error(super::stream::store_failed(code, message))
+            }
+            Followed::Event(event) => self.event(event),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentlane_core::{EventStream, Payload, RunError, RunStatus, Usage};
+
+    fn request(body: Value) -> Result<ChatPlan, OpenAiError> {
+        let request: ChatCompletionRequest = serde_json::from_value(body).unwrap();
+        plan(
+            request,
+            &HeaderMap::new(),
+            &ApiConfig::default(),
+            &TenantId::new("acme"),
+        )
+    }
+
+    fn code(result: Result<ChatPlan, OpenAiError>) -> String {
+        match result {
+            Ok(_) => "ok".into(),
+            Err(e) => format!(
+                "{} {} {}",
+                e.status.as_u16(),
+                e.code.unwrap_or_default(),
+                e.param.unwrap_or_default()
+            ),
+        }
+    }
+
+    #[test]
+    fn parameters_are_honoured_ignored_or_refused() {
+        let with = |extra: Value| {
+            let mut body =
+                json!({"model": "agentlane", "messages": [{"role": "user", "content": "hi"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            code(request(body))
+        };
+        let tool = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
+        let cases = [
+            (json!({}), "ok"),
+            (
+                json!({"temperature": 0.2, "top_p": 1, "max_tokens": 5, "seed": 7, "stop": ["x"],
+                       "presence_penalty": 0, "metadata": {"a": "b"}, "store": false,
+                       "tool_choice": "auto", "parallel_tool_calls": true, "n": 1,
+                       "stream_options": {"include_usage": true}, "logprobs": false,
+                       "response_format": {"type": "text"}, "modalities": ["text"],
+                       "something_new": {"x": 1}}),
+                "ok",
+            ),
+            (json!({"tools": []}), "ok"),
+            (json!({"tools": tool}), "400 tools_not_supported tools"),
+            (
+                json!({"functions": [{"name": "f"}]}),
+                "400 tools_not_supported functions",
+            ),
+            (json!({"n": 2}), "400 n_not_supported n"),
+            (
+                json!({"logprobs": true}),
+                "400 logprobs_not_supported logprobs",
+            ),
+            (
+                json!({"response_format": {"type": "json_object"}}),
+                "400 response_format_not_supported response_format",
+            ),
+            (
+                json!({"modalities": ["text", "audio"]}),
+                "400 modalities_not_supported modalities",
+            ),
+            (json!({"model": "gpt-4o"}), "404 model_not_found model"),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+                "400 unsupported_content messages[0].content[0]",
+            ),
+            (
+                json!({"messages": [
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function"}]},
+                    {"role": "tool", "tool_call_id": "c", "content": "sunny"},
+                    {"role": "user", "content": "thanks"}]}),
+                "400 tools_not_supported messages[1].tool_calls",
+            ),
+            (
+                json!({"messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]}),
+                "400 tools_not_supported messages[0]",
+            ),
+            (json!({"messages": []}), "400  messages"),
+            (json!({"user": "not a key"}), "400  user"),
+        ];
+        for (index, (extra, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(with(extra.clone()), expected, "case #{index}: {extra}");
+        }
+    }
+
+    #[test]
+    fn text_parts_and_system_messages_make_the_turn() {
+        let plan = request(json!({
+            "model": "agentlane/support",
+            "user": "ada",
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "messages": [
+                {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+                {"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(plan.turn.request.message, "Hello there");
+        assert_eq!(
+            plan.turn.request.extra_system_prompt.as_deref(),
+            Some("Be brief.")
+        );
+        assert_eq!(plan.turn.request.agent_id.as_deref(), Some("support"));
+        assert_eq!(plan.turn.session_key.as_str(), "ada");
+        assert_eq!(
+            (plan.model.as_str(), plan.stream, plan.include_usage),
+            ("agentlane/support", true, true)
+        );
+    }
+
+    fn run(status: RunStatus) -> Run {
+        let turn = agentlane_conformance::fixtures::turn(
+            &TenantId::new("acme"),
+            &agentlane_core::SessionKey::new("s"),
+            1_764_480_000_123,
+        );
+        let mut run = turn.queued_run(
+            agentlane_core::SessionId::new("sid"),
+            0,
+            None,
+            &Default::default(),
+        );
+        run.status = status;
+        run.usage = Usage {
+            input_tokens: 12,
+            output_tokens: 5,
+        };
+        run.payloads = vec![Payload {
+            text: "Hi there!".into(),
+            is_error: false,
+        }];
+        run
+    }
+
+    #[test]
+    fn a_finished_run_is_a_chat_completion() {
+        let run = run(RunStatus::Ok);
+        let answer = serde_json::to_value(completion(&run, "agentlane")).unwrap();
+        assert_eq!(
+            answer,
+            json!({
+                "id": run.run_id,
+                "object": "chat.completion",
+                "created": 1_764_480_000u64,
+                "model": "agentlane",
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Hi there!", "refusal": null},
+                    "finish_reason": "stop",
+                    "logprobs": null,
+                }],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+            })
+        );
+    }
+
+    fn frames(chunks: &mut ChatChunks, events: &[Value], end: Followed) -> Vec<String> {
+        let mut out = chunks.opening();
+        for (seq, data) in events.iter().enumerate() {
+            out.extend(chunks.event(&Event {
+                seq: seq as u64,
+                stream: EventStream::Assistant,
+                ts: 0,
+                data: data.clone(),
+            }));
+        }
+        out.extend(chunks.end(&end));
+        out.into_iter().map(|f| f.data).collect()
+    }
+
+    #[test]
+    fn a_streamed_run_is_role_then_content_chunks_then_stop_usage_and_done() {
+        let finished = run(RunStatus::Ok);
+        let mut chunks = ChatChunks::new(&finished, "agentlane", true);
+        let sent = frames(
+            &mut chunks,
+            &[
+                json!({"delta": "Hi ", "text": "Hi "}),
+                json!({"delta": "there!", "text": "Hi there!"}),
+            ],
+            Followed::Ended(Box::new(finished.clone())),
+        );
+        let parsed: Vec<Value> = sent[..sent.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let deltas: Vec<&Value> = parsed.iter().map(|c| &c["choices"][0]["delta"]).collect();
+        assert_eq!(deltas[0], &json!({"role": "assistant", "content": ""}));
+        assert_eq!(deltas[1], &json!({"content": "Hi "}));
+        assert_eq!(deltas[2], &json!({"content": "there!"}));
+        assert_eq!(deltas[3], &json!({}));
+        assert_eq!(parsed[3]["choices"][0]["finish_reason"], "stop");
+        assert!(parsed[..4].iter().all(|c| c["usage"].is_null()
+            && c["object"] == "chat.completion.chunk"
+            && c["id"] == json!(finished.run_id)));
+        assert_eq!(parsed[4]["choices"], json!([]));
+        assert_eq!(
+            parsed[4]["usage"],
+            json!({"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+        );
+        assert_eq!(sent.last().map(String::as_str), Some("[DONE]"));
+
+        // Without include_usage: no usage field, no usage chunk.
+        let mut plain = ChatChunks::new(&finished, "agentlane", false);
+        let sent = frames(&mut plain, &[], Followed::Ended(Box::new(finished.clone())));
+        let parsed: Vec<Value> = sent[..sent.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert!(parsed.iter().all(|c| c.get("usage").is_none()));
+        // a reply no event carried still arrives
+        assert_eq!(
+            parsed[1]["choices"][0]["delta"],
+            json!({"content": "Hi there!"})
+        );
+        assert_eq!(parsed.len(), 3);
+    }
+
+    #[test]
+    fn a_failed_or_cut_stream_ends_with_an_error_chunk_and_no_done() {
+        let mut failed = run(RunStatus::Error);
+        failed.error = Some(RunError::new("rate_limit", "the provider kept refusing"));
+        let mut chunks = ChatChunks::new(&failed, "agentlane", false);
+        let sent = frames(&mut chunks, &[], Followed::Ended(Box::new(failed.clone())));
+        let last: Value = serde_json::from_str(sent.last().unwrap()).unwrap();
+        assert_eq!(last["error"]["code"], "rate_limit");
+        assert_eq!(last["error"]["type"], "server_error");
+        assert!(!sent.iter().any(|d| d == "[DONE]"));
+        let mut cut = ChatChunks::new(&failed, "agentlane", false);
+        let sent = frames(&mut cut, &[], Followed::Deadline { last_seq: None });
+        let last: Value = serde_json::from_str(sent.last().unwrap()).unwrap();
+        assert_eq!(last["error"]["code"], "stream_deadline");
+    }
+}

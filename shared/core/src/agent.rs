@@ -1,0 +1,339 @@
+//! Agents a tenant defines (`/v1/agents`): instructions, model defaults and the tools a run of
+//! the agent may call (built-ins, MCP servers, HTTP tools). Every change makes a new, immutable
+//! version; a run records the version it was accepted with and runs with it, so a reader may
+//! cache a version forever by `(tenant, agentId, version)`.
+//!
+//! The agent `main` always exists: version [`DEPLOYMENT_VERSION`] is the deployment's own
+//! configuration, until the tenant defines a `main` of its own.
+
+use crate::ids::TenantId;
+use crate::run::QueueMode;
+use crate::store::StoreResult;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The agent a turn runs when it names none.
+pub const MAIN_AGENT: &str = "main";
+
+/// The version of `main` that is the deployment's configuration (no stored definition).
+pub const DEPLOYMENT_VERSION: u64 = 0;
+
+/// Longest `instructions` (64 KiB).
+pub const MAX_INSTRUCTIONS_BYTES: usize = 64 * 1024;
+
+/// Longest `metadata`, as compact JSON (16 KiB).
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// Agents a tenant may have at once unless the deployment says otherwise.
+pub const DEFAULT_MAX_AGENTS: u32 = 100;
+
+/// Where a secret's value comes from; the value itself is never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub enum SecretRef {
+    /// An environment variable of the process running the turn (`serve`).
+    Env(String),
+    /// A Secrets Manager secret, by name or ARN (the deployed functions).
+    Secret(String),
+}
+
+/// An MCP server whose tools the agent's runs may call (Streamable HTTP transport).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct McpServerDef {
+    /// Prefix of its tools' names (`<name>__<tool>`): `[a-zA-Z0-9_-]{1,32}`, no `__`.
+    pub name: String,
+    /// The server's endpoint (`http(s)://…/mcp`).
+    pub url: String,
+    /// Request headers, each a secret reference.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, SecretRef>,
+    /// Only these of the server's tools (by their own names); all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Per-call timeout (default 30000, at most 300000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A tool the runner calls by POSTing its arguments to a URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct HttpToolDef {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments (checked at create; each call is validated against it).
+    #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
+    pub parameters: serde_json::Value,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, SecretRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Signs each request (`X-Agentlane-Signature`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<SecretRef>,
+    /// Retried twice on connect errors and 5xx when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idempotent: bool,
+}
+
+/// The tools of an agent's runs.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct AgentTools {
+    /// Built-in tools by name; all of the deployment's when absent, none when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerDef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpToolDef>,
+    /// Tools the caller's application runs: a call pauses the run until its output is posted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client: Vec<crate::action::ClientTool>,
+}
+
+/// What a tenant says of an agent: every field optional, the deployment's settings filling in.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct AgentSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The system prompt's base (the deployment's bootstrap files and a turn's
+    /// `extraSystemPrompt` still add to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Default model (`provider/model`, within the deployment's allow-list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_models: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<AgentTools>,
+    /// Default queue mode of the agent's sessions (a session's or a turn's own mode wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_max_turns: Option<u32>,
+    /// Calls that need a person's yes before they run (any kind of tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::action::ApprovalPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl AgentSpec {
+    /// The MCP servers of the agent (none when it names no tools).
+    pub fn mcp_servers(&self) -> &[McpServerDef] {
+        self.tools.as_ref().map_or(&[], |t| &t.mcp_servers)
+    }
+
+    /// The HTTP tools of the agent.
+    pub fn http_tools(&self) -> &[HttpToolDef] {
+        self.tools.as_ref().map_or(&[], |t| &t.http)
+    }
+
+    /// The client tools of the agent.
+    pub fn client_tools(&self) -> &[crate::action::ClientTool] {
+        self.tools.as_ref().map_or(&[], |t| &t.client)
+    }
+
+    /// Every secret reference the agent holds, with where it sits (`tools.http[0].signingSecret`).
+    pub fn secret_refs(&self) -> Vec<(String, &SecretRef)> {
+        let mut refs = Vec::new();
+        for (i, server) in self.mcp_servers().iter().enumerate() {
+            for (name, r) in &server.headers {
+                refs.push((format!("tools.mcpServers[{i}].headers.{name}"), r));
+            }
+        }
+        for (i, tool) in self.http_tools().iter().enumerate() {
+            for (name, r) in &tool.headers {
+                refs.push((format!("tools.http[{i}].headers.{name}"), r));
+            }
+            if let Some(r) = &tool.signing_secret {
+                refs.push((format!("tools.http[{i}].signingSecret"), r));
+            }
+        }
+        refs
+    }
+}
+
+/// One version of an agent. Its JSON is flat: `agentId`, `version`, `createdAt`, `updatedAt`
+/// and the fields of its [`AgentSpec`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct Agent {
+    #[serde(skip)]
+    pub tenant: TenantId,
+    pub agent_id: String,
+    /// 1 at create, one more at each change.
+    pub version: u64,
+    pub created_at: u64,
+    /// When this version was made.
+    pub updated_at: u64,
+    #[serde(flatten)]
+    pub spec: AgentSpec,
+}
+
+impl<'de> Deserialize<'de> for Agent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // `flatten` and the spec's `deny_unknown_fields` do not mix: take the four fields of
+        // the version off first, then read the rest as the spec.
+        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let agent_id = map
+            .remove("agentId")
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .ok_or_else(|| D::Error::custom("agentId must be a string"))?;
+        let mut number = |name: &str| -> Result<u64, D::Error> {
+            map.remove(name)
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| D::Error::custom(format!("{name} must be a number")))
+        };
+        let version = number("version")?;
+        let created_at = number("createdAt")?;
+        let updated_at = number("updatedAt")?;
+        let spec =
+            AgentSpec::deserialize(serde_json::Value::Object(map)).map_err(D::Error::custom)?;
+        Ok(Agent {
+            tenant: TenantId::new(""),
+            agent_id,
+            version,
+            created_at,
+            updated_at,
+            spec,
+        })
+    }
+}
+
+/// `agentId`: `[a-z0-9][a-z0-9-]{0,63}`.
+pub fn validate_agent_id(id: &str) -> Result<(), String> {
+    let mut chars = id.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if first_ok && rest_ok && id.len() <= 64 {
+        Ok(())
+    } else {
+        Err(format!(
+            "agentId {id:?} must be 1-64 characters of a-z, 0-9 and -, starting with a letter or digit"
+        ))
+    }
+}
+
+/// The name of an MCP server, the prefix of its tools (`<name>__<tool>`): 1-32 characters of
+/// `[a-zA-Z0-9_-]`, without `__`.
+pub fn validate_tool_prefix(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1-32 characters of a-z, A-Z, 0-9, _ and -, without \"__\""
+        ))
+    }
+}
+
+/// Stored agents, per tenant. Versions are immutable once written.
+#[async_trait]
+pub trait AgentStore: Send + Sync + 'static {
+    /// Creates `agent` (its `version` is ignored) unless the id is live (`Conflict`) or the
+    /// tenant already has `max_agents` agents (`Conflict` naming the cap). An id deleted before
+    /// continues its numbering (a deleted agent's versions stay readable by runs that use them),
+    /// so `(tenant, agentId, version)` always names one definition. Returns what was stored.
+    async fn create_agent(&self, agent: &Agent, max_agents: u32) -> StoreResult<Agent>;
+
+    /// The current version of a live agent; `None` when it does not exist or was deleted.
+    async fn get_agent(&self, tenant: &TenantId, agent_id: &str) -> StoreResult<Option<Agent>>;
+
+    /// One stored version, deleted or not.
+    async fn get_agent_version(
+        &self,
+        tenant: &TenantId,
+        agent_id: &str,
+        version: u64,
+    ) -> StoreResult<Option<Agent>>;
+
+    /// Live agents by id, the first after `after`, at most `limit`.
+    async fn list_agents(
+        &self,
+        tenant: &TenantId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<Vec<Agent>>;
+
+    /// Stores `agent` as the new current version if the current one is still
+    /// `agent.version - 1` (`Conflict` otherwise, `NotFound` when the agent is gone).
+    async fn update_agent(&self, agent: &Agent) -> StoreResult<()>;
+
+    /// Deletes the agent (its versions stay for the runs that use them); `false` when there
+    /// was no live agent.
+    async fn delete_agent(&self, tenant: &TenantId, agent_id: &str) -> StoreResult<bool>;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn agent_ids() {
+        for ok in ["main", "a", "support-bot", "0x", &"a".repeat(64)] {
+            assert_eq!(validate_agent_id(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "-a", "A", "a_b", "a b", "é", &"a".repeat(65)] {
+            assert!(validate_agent_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn secret_references_are_tagged_objects_and_never_plain_strings() {
+        let env: SecretRef = serde_json::from_str(r#"{"env":"TOKEN"}"#).unwrap();
+        assert_eq!(env, SecretRef::Env("TOKEN".into()));
+        let secret: SecretRef = serde_json::from_str(r#"{"secret":"prod/x"}"#).unwrap();
+        assert_eq!(secret, SecretRef::Secret("prod/x".into()));
+        assert!(serde_json::from_str::<SecretRef>(r#""sk-live""#).is_err());
+        assert!(serde_json::from_str::<SecretRef>(r#"{"env":"A","secret":"B"}"#).is_err());
+        assert_eq!(serde_json::to_string(&env).unwrap(), r#"{"env":"TOKEN"}"#);
+    }
+
+    #[test]
+    fn an_agent_serializes_flat_with_its_spec() {
+        let agent = Agent {
+            tenant: TenantId::new("t"),
+            agent_id: "bot".into(),
+            version: 2,
+            created_at: 1,
+            updated_at: 3,
+            spec: AgentSpec {
+                instructions: Some("Be brief.".into()),
+                ..AgentSpec::default()
+            },
+        };
+        let json = serde_json::to_value(&agent).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"agentId": "bot", "version": 2, "createdAt": 1, "updatedAt": 3,
+                "instructions": "Be brief."})
+        );
+        let back: Agent = serde_json::from_value(json).unwrap();
+        assert_eq!(back.spec, agent.spec);
+    }
+}

@@ -37,7 +37,90 @@ async function completion(c, args) {
   };
 }
 
+const WEATHER = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: "The weather in a city, from the client's own service",
+    parameters: { type: 'object', properties: { city: { type: 'string' } } },
+  },
+};
+
+async function askWithTools(c, args, messages, stream) {
+  const extra = args.user ? { user: args.user } : {};
+  if (!stream) {
+    const answer = await c.chat.completions.create({
+      model: args.model,
+      messages,
+      tools: [WEATHER],
+      ...extra,
+    });
+    const message = answer.choices[0].message;
+    return {
+      id: answer.id,
+      finish_reason: answer.choices[0].finish_reason,
+      content: message.content ?? null,
+      tool_calls: (message.tool_calls ?? []).map((t) => ({
+        id: t.id,
+        name: t.function.name,
+        arguments: t.function.arguments,
+      })),
+    };
+  }
+  let content = '';
+  let finish = null;
+  let id = null;
+  const calls = new Map();
+  const events = await c.chat.completions.create({
+    model: args.model,
+    messages,
+    tools: [WEATHER],
+    stream: true,
+    ...extra,
+  });
+  for await (const chunk of events) {
+    id = chunk.id;
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    content += choice.delta?.content ?? '';
+    for (const t of choice.delta?.tool_calls ?? []) {
+      const call = calls.get(t.index) ?? { id: null, name: '', arguments: '' };
+      if (t.id) call.id = t.id;
+      if (t.function?.name) call.name += t.function.name;
+      if (t.function?.arguments) call.arguments += t.function.arguments;
+      calls.set(t.index, call);
+    }
+    finish = choice.finish_reason ?? finish;
+  }
+  const tool_calls = [...calls.keys()].sort((x, y) => x - y).map((k) => calls.get(k));
+  return { id, finish_reason: finish, content: content || null, tool_calls };
+}
+
 const scenarios = {
+  // The model calls the client's tool; the client runs it and sends the result back.
+  async client_tool(args) {
+    const c = client();
+    const stream = Boolean(args.stream);
+    const messages = [{ role: 'user', content: args.question }];
+    const first = await askWithTools(c, args, messages, stream);
+    messages.push({
+      role: 'assistant',
+      content: first.content,
+      tool_calls: first.tool_calls.map((t) => ({
+        id: t.id,
+        type: 'function',
+        function: { name: t.name, arguments: t.arguments },
+      })),
+    });
+    for (const t of first.tool_calls) {
+      const city = JSON.parse(t.arguments).city ?? '';
+      messages.push({ role: 'tool', tool_call_id: t.id, content: args.weather[city] });
+    }
+    const second = await askWithTools(c, args, messages, stream);
+    return { first, second };
+  },
+
+
   async models() {
     const ids = [];
     for await (const model of client().models.list()) ids.push(model.id);
@@ -137,7 +220,7 @@ const scenarios = {
       }
       return { status: 200 };
     };
-    const tool = { type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } };
+    const tool = { type: 'code_interpreter' };
     return {
       auth: await refused(() =>
         client('not-a-key-of-anyone-here').chat.completions.create({ model, messages: hi }),

@@ -119,6 +119,89 @@ def responses(args: dict) -> dict:
     }
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city, from the client's own service",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def ask_with_tools(c: openai.OpenAI, args: dict, messages: list, stream: bool) -> dict:
+    extra = {"user": args["user"]} if args.get("user") else {}
+    if not stream:
+        answer = c.chat.completions.create(
+            model=args["model"], messages=messages, tools=[WEATHER], **extra
+        )
+        message = answer.choices[0].message
+        calls = [
+            {"id": t.id, "name": t.function.name, "arguments": t.function.arguments}
+            for t in message.tool_calls or []
+        ]
+        return {
+            "id": answer.id,
+            "finish_reason": answer.choices[0].finish_reason,
+            "content": message.content,
+            "tool_calls": calls,
+        }
+    content, calls, finish, ident, first_ms = "", {}, None, None, None
+    with c.chat.completions.create(
+        model=args["model"], messages=messages, tools=[WEATHER], stream=True, **extra
+    ) as events:
+        for chunk in events:
+            ident = chunk.id
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            content += choice.delta.content or ""
+            for t in choice.delta.tool_calls or []:
+                call = calls.setdefault(t.index, {"id": None, "name": "", "arguments": ""})
+                if t.id:
+                    call["id"] = t.id
+                if t.function and t.function.name:
+                    call["name"] += t.function.name
+                if t.function and t.function.arguments:
+                    call["arguments"] += t.function.arguments
+            finish = choice.finish_reason or finish
+    return {
+        "id": ident,
+        "finish_reason": finish,
+        "content": content or None,
+        "tool_calls": [calls[i] for i in sorted(calls)],
+    }
+
+
+def client_tool(args: dict) -> dict:
+    """The model calls the client's tool; the client runs it and sends the result back."""
+    c = client()
+    stream = bool(args.get("stream"))
+    messages = [{"role": "user", "content": args["question"]}]
+    first = ask_with_tools(c, args, messages, stream)
+    messages.append(
+        {
+            "role": "assistant",
+            "content": first["content"],
+            "tool_calls": [
+                {
+                    "id": t["id"],
+                    "type": "function",
+                    "function": {"name": t["name"], "arguments": t["arguments"]},
+                }
+                for t in first["tool_calls"]
+            ],
+        }
+    )
+    for t in first["tool_calls"]:
+        city = json.loads(t["arguments"]).get("city", "")
+        messages.append(
+            {"role": "tool", "tool_call_id": t["id"], "content": args["weather"][city]}
+        )
+    second = ask_with_tools(c, args, messages, stream)
+    return {"first": first, "second": second}
+
+
 def refused(call) -> dict:
     try:
         call()
@@ -135,7 +218,7 @@ def refused(call) -> dict:
 def errors(args: dict) -> dict:
     model, hi = args["model"], [{"role": "user", "content": "hello"}]
     c = client()
-    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    tool = {"type": "code_interpreter"}
     return {
         "auth": refused(
             lambda: client("not-a-key-of-anyone-here").chat.completions.create(
@@ -163,6 +246,7 @@ SCENARIOS = {
     "conversation": conversation,
     "responses": responses,
     "errors": errors,
+    "client_tool": client_tool,
 }
 
 

@@ -21,6 +21,9 @@ pub(crate) enum Followed {
     Event(Event),
     /// The run ended and every event was yielded: the terminal run (last).
     Ended(Box<Run>),
+    /// The run paused (`requires_action`) and every event up to the pause was yielded (last;
+    /// only for a follower told to stop at pauses, see [`RunFollower::stop_at_pause`]).
+    Paused(Box<Run>),
     /// The follower's deadline came first (last); `last_seq` is the last event yielded.
     Deadline { last_seq: Option<u64> },
     /// The store could not be read (last); a code and a message fit for a client.
@@ -39,6 +42,8 @@ pub(crate) struct RunFollower {
     /// Past this the follower ends with [`Followed::Deadline`].
     deadline: Option<Instant>,
     pending: VecDeque<Event>,
+    /// Stop at a pause whose id is above this one.
+    stop_past_pause: Option<u32>,
     finished: bool,
     /// The last read found nothing new: wait for a change before the next one.
     idle: bool,
@@ -49,6 +54,7 @@ pub(crate) struct RunFollower {
 enum Poll {
     Events(Vec<Event>),
     Ended(Box<Run>),
+    Paused(Box<Run>),
     Nothing,
     Failed(&'static str, &'static str),
 }
@@ -71,10 +77,18 @@ impl RunFollower {
             after,
             deadline,
             pending: VecDeque::new(),
+            stop_past_pause: None,
             finished: false,
             idle: false,
             watch,
         }
+    }
+
+    /// Ends the follow at the run's first pause whose id is above `past` (0: any pause), as
+    /// [`Followed::Paused`]: a client that answers pauses itself stops there.
+    pub(crate) fn stop_at_pause(mut self, past: u32) -> Self {
+        self.stop_past_pause = Some(past);
+        self
     }
 
     /// The run followed.
@@ -115,6 +129,10 @@ impl RunFollower {
                     self.finished = true;
                     return Some(Followed::Ended(run));
                 }
+                Poll::Paused(run) => {
+                    self.finished = true;
+                    return Some(Followed::Paused(run));
+                }
                 Poll::Failed(code, message) => {
                     self.finished = true;
                     return Some(Followed::Failed { code, message });
@@ -138,8 +156,20 @@ impl RunFollower {
         {
             Ok(events) if !events.is_empty() => Poll::Events(events),
             Ok(_) if run.status.is_terminal() => Poll::Ended(Box::new(run)),
+            Ok(_) if self.paused_past(&run) => Poll::Paused(Box::new(run)),
             Ok(_) => Poll::Nothing,
             Err(error) => failed(error),
+        }
+    }
+}
+
+impl RunFollower {
+    fn paused_past(&self, run: &Run) -> bool {
+        match (self.stop_past_pause, &run.required_action) {
+            (Some(past), Some(action)) => {
+                run.status == agentlane_core::RunStatus::RequiresAction && action.id > past
+            }
+            _ => false,
         }
     }
 }

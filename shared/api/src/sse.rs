@@ -56,7 +56,8 @@ impl Cursor {
     async fn next(mut self) -> Option<(Result<SseEvent, Infallible>, Self)> {
         let frame = match self.follower.next().await? {
             Followed::Event(event) => to_sse(&event),
-            Followed::Ended(run) => {
+            // This follower never stops at pauses: a paused run's stream stays open.
+            Followed::Ended(run) | Followed::Paused(run) => {
                 let data = json!({"runId": run.run_id, "status": run.status});
                 SseEvent::default().event("end").data(data.to_string())
             }

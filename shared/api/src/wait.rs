@@ -92,6 +92,19 @@ pub async fn wait_for_run(
     run_id: &RunId,
     timeout: Duration,
 ) -> Result<Run, ApiError> {
+    wait_past_pause(store, notifier, tenant, run_id, timeout, 0).await
+}
+
+/// As [`wait_for_run`], but a pause counts as an end only when its id is above `past`: the
+/// wait of a client that answered pause `past` goes on until the run ends or pauses again.
+pub async fn wait_past_pause(
+    store: &dyn HistoryReader,
+    notifier: &Notifier,
+    tenant: &TenantId,
+    run_id: &RunId,
+    timeout: Duration,
+    past: u32,
+) -> Result<Run, ApiError> {
     let deadline = Instant::now() + timeout;
     let mut watch = RunWatch::new(notifier, tenant, run_id, MAX_BACKOFF);
     let mut run = store
@@ -99,10 +112,9 @@ pub async fn wait_for_run(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
     loop {
-        if run.status.is_terminal()
-            || run.status == agentlane_core::RunStatus::RequiresAction
-            || Instant::now() >= deadline
-        {
+        let paused = run.status == agentlane_core::RunStatus::RequiresAction
+            && run.required_action.as_ref().is_some_and(|a| a.id > past);
+        if run.status.is_terminal() || paused || Instant::now() >= deadline {
             return Ok(run);
         }
         if let Some(ended) = carried_end(store, &run).await? {

@@ -196,6 +196,10 @@ pub struct RequiredAction {
     /// a later pickup that finds it set never starts those calls again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resumed: bool,
+    /// The `seq` of the pause's `requires_action` lifecycle event: a client following the run
+    /// from its answer reads the events after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_seq: Option<u64>,
 }
 
 /// The output of one client tool call.
@@ -434,6 +438,7 @@ mod tests {
 
     fn action(resumed: bool) -> RequiredAction {
         RequiredAction {
+            event_seq: None,
             id: 1,
             tool_calls: vec![
                 call("c1", PendingKind::Client),

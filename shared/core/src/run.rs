@@ -368,6 +368,10 @@ pub struct Run {
     /// (then [`RequiredAction::resumed`]). Written by the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_action: Option<crate::action::RequiredAction>,
+    /// How long the run waited paused, over all its pauses (ms): its own timeout counts the
+    /// time it ran, not the time it waited for an answer. Written by the runner at resume.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub paused_ms: u64,
     /// The answer to the run's latest pause. Only the API and the supervisor write it, beside
     /// the run record (like `abort_requested`): a runner commit never changes it. Not part of
     /// the run's JSON: each store keeps it in its own attribute.
@@ -386,6 +390,10 @@ impl Run {
             None => self.session_key == *key && self.request.message == request.message,
         }
     }
+}
+
+fn is_zero_ms(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u32) -> bool {

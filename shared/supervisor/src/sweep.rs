@@ -229,13 +229,20 @@ impl Supervisor {
         Ok(report)
     }
 
-    /// A paused run past its `expiresAt` and still unanswered: its pending calls are answered
+    /// A paused run aborted, or answered a while ago, gets its lane message again (the one sent
+    /// was lost). A paused run past its `expiresAt` and still unanswered: its pending calls are answered
     /// `Expired` (recorded like any answer, so a late client answer then gets `409`) and its
     /// lane message sent, so the run goes on. `true` when this sweep expired it.
     async fn expire(&self, run: &agentlane_core::Run, now: u64) -> StoreResult<bool> {
         let Some(action) = &run.required_action else {
             return Ok(false);
         };
+        if run.abort_requested {
+            // Aborted while paused and still paused: the wake the abort sent was lost (a
+            // duplicate is harmless: the run ends once).
+            self.send_resume(run, action.id).await;
+            return Ok(false);
+        }
         if let Some(answer) = run
             .action_answer
             .as_ref()

@@ -273,3 +273,236 @@ async fn kill_9_while_turns_steer_collect_and_interrupt_loses_and_duplicates_not
     );
     Ok(())
 }
+
+/// The calls an HTTP tool's receiver got, by (run, tool call id).
+#[derive(Default)]
+struct Calls(std::sync::Mutex<HashMap<(String, String), u32>>);
+
+async fn pay(
+    axum::extract::State(calls): axum::extract::State<std::sync::Arc<Calls>>,
+    headers: axum::http::HeaderMap,
+) -> String {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let key = (header("x-agentlane-run"), header("x-agentlane-tool-call"));
+    // Counted on arrival: a kill during the 300 ms below still counts the call as sent.
+    *calls
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r#"{"paid": true}"#.to_owned()
+}
+
+/// What a pause soak turn asks: a payment (an HTTP tool that needs approval) or a question to
+/// the user (a client tool).
+const PAUSE_KINDS: [&str; 2] = ["pay the bill", "ask me first"];
+const PAID: &str = "Paid.";
+const NOTED: &str = "Thanks, noted.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_runs_pause_and_resume_loses_no_answer_and_runs_no_call_twice()
+-> anyhow::Result<()> {
+    // GIVEN an agent whose HTTP tool `pay` needs approval (its receiver counts every call), a
+    // client tool `ask_user` offered per turn, and a server with short leases and visibility
+    let calls = std::sync::Arc::new(Calls::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/pay", listener.local_addr()?);
+    let app = axum::Router::new()
+        .route("/pay", axum::routing::post(pay))
+        .with_state(calls.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos() as u64 | 1;
+    eprintln!("pause soak seed: {seed}");
+    let mut rng = Rng(seed);
+    let mut scn = scenario_with(|o| {
+        o.env("AGENTLANE_LOCK_LEASE_MS", "900")
+            .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
+            .env("AGENTLANE_MAX_FAILED_PICKUPS", "50")
+            .env("AGENTLANE_HTTP_FETCH_ALLOW", "127.0.0.1")
+    })?;
+    scn.mock.add_fixtures(vec![
+        serde_json::json!({"match": {"userMessage": PAUSE_KINDS[0], "hasToolResult": true},
+                           "response": {"content": PAID}}),
+        serde_json::json!({"match": {"userMessage": PAUSE_KINDS[0], "hasToolResult": false},
+                           "response": {"toolCalls": [
+                               {"id": "call_pay", "name": "pay", "arguments": {"amount": 10}}]}}),
+        serde_json::json!({"match": {"userMessage": PAUSE_KINDS[1], "hasToolResult": true},
+                           "response": {"content": NOTED}}),
+        serde_json::json!({"match": {"userMessage": PAUSE_KINDS[1], "hasToolResult": false},
+                           "response": {"toolCalls": [
+                               {"id": "call_ask", "name": "ask_user", "arguments": {"q": "ok?"}}]}}),
+    ])?;
+    let (status, body) = scn
+        .a()
+        .json(
+            reqwest::Method::POST,
+            "/v1/agents",
+            Some(serde_json::json!({
+                "agentId": "payer",
+                "approval": {"tools": ["pay"]},
+                "tools": {"http": [{"name": "pay", "description": "Pays a bill.",
+                    "parameters": {"type": "object"}, "url": url}]}
+            })),
+        )
+        .await?;
+    assert_eq!(status, 201, "{body}");
+    let started = Instant::now();
+
+    // WHEN rounds of turns (one per session) pause, and while they are answered — approvals
+    // and client outputs, posted again while a run stays paused — the server is killed
+    // (SIGKILL) at a random moment and restarted on the same data
+    const ROUNDS: usize = 5;
+    const PAUSE_SESSIONS: usize = 4;
+    let mut runs: Vec<(String, usize, String)> = Vec::new();
+    let mut kills = 0u32;
+    for round in 0..ROUNDS {
+        let a = scn.a();
+        let mut pending = Vec::new();
+        for s in 0..PAUSE_SESSIONS {
+            let kind = (round + s) % 2;
+            let session = format!("pause-{s}");
+            let message = format!("{} #{round}", PAUSE_KINDS[kind]);
+            let accepted = a
+                .agent_with(serde_json::json!({
+                    "sessionKey": session, "agentId": "payer", "message": message,
+                    "tools": [{"name": "ask_user", "description": "Asks the user."}]
+                }))
+                .await?;
+            runs.push((session, kind, accepted.run_id.clone()));
+            pending.push((kind, accepted.run_id));
+        }
+        // Somewhere in the round: before the pause, while paused, between the answer and the
+        // resume, during the approved call (the receiver takes 300 ms), or after.
+        let kill_after = Duration::from_millis(rng.between(10, 900));
+        let round_started = Instant::now();
+        let mut killed = false;
+        while !pending.is_empty() || !killed {
+            anyhow::ensure!(
+                round_started.elapsed() < LONG,
+                "round {round} never settled"
+            );
+            if !killed && round_started.elapsed() >= kill_after {
+                scn.server.kill_hard();
+                kills += 1;
+                scn.server.restart()?;
+                killed = true;
+            }
+            let a = scn.a();
+            let mut still = Vec::new();
+            for (kind, run_id) in pending {
+                let Ok((_, run)) = a
+                    .json(reqwest::Method::GET, &format!("/v1/runs/{run_id}"), None)
+                    .await
+                else {
+                    still.push((kind, run_id));
+                    continue;
+                };
+                let status = run["status"].as_str().unwrap_or_default();
+                if matches!(status, "ok" | "error" | "aborted" | "timeout") {
+                    continue;
+                }
+                if status == "requires_action" {
+                    let body = if kind == 0 {
+                        serde_json::json!({"approvals": [{"toolCallId": "call_pay", "approve": true}]})
+                    } else {
+                        serde_json::json!({"toolOutputs": [{"toolCallId": "call_ask", "output": "yes"}]})
+                    };
+                    // The same body again is harmless (200) and sends the resume again.
+                    let _ = a
+                        .json(
+                            reqwest::Method::POST,
+                            &format!("/v1/runs/{run_id}/actions"),
+                            Some(body),
+                        )
+                        .await;
+                }
+                still.push((kind, run_id));
+            }
+            pending = still;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // THEN every run ended exactly once, answered from its tool's result
+    let a = scn.a();
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for (_, kind, run_id) in &runs {
+        let run = a.wait_done(run_id, LONG).await?;
+        assert_eq!(terminal_events(&a, run_id).await?, 1, "{run_id} ended once");
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        assert_eq!(run.reply_text(), [PAID, NOTED][*kind], "{run:?}");
+        *outcomes.entry(format!("{:?}", run.status)).or_default() += 1;
+    }
+    // AND no approved call reached the receiver twice
+    let seen = calls.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "each approved call at most once: {seen:?}"
+    );
+    // AND every transcript is paired: each run's message once, one result per call (the
+    // receiver's answer, the client's output, or "interrupted" for an approved call cut by a
+    // kill, which then never runs again), then its answer once
+    let mut ran_once = 0;
+    let mut cut = 0;
+    for s in 0..PAUSE_SESSIONS {
+        let session = format!("pause-{s}");
+        let transcript = a.transcript(&session).await?;
+        assert_dense(&transcript.seqs(), &session);
+        assert_eq!(
+            check_pairing(&transcript_items(&transcript.entries)),
+            Ok(())
+        );
+        for (_, kind, run_id) in runs.iter().filter(|(k, _, _)| *k == session) {
+            let entries = transcript.entries_of(run_id);
+            let results: Vec<&str> = entries
+                .iter()
+                .filter_map(|e| match &e.message {
+                    Message::Tool { content, .. } => Some(content.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(results.len(), 1, "{run_id}: one result: {entries:?}");
+            let users = entries
+                .iter()
+                .filter(|e| matches!(e.message, Message::User { .. }))
+                .count();
+            assert_eq!(users, 1, "{run_id}: the message once");
+            let key = (run_id.clone(), "call_pay".to_owned());
+            match (*kind, seen.get(&key)) {
+                (0, Some(_)) if results[0].contains("paid") => ran_once += 1,
+                (0, Some(_)) => {
+                    // Sent, then the kill came before its result was committed: never sent
+                    // again, answered "interrupted".
+                    assert!(
+                        results[0].to_lowercase().contains("interrupted"),
+                        "{run_id}: {results:?}"
+                    );
+                    cut += 1;
+                }
+                (0, None) => {
+                    assert!(
+                        results[0].to_lowercase().contains("interrupted"),
+                        "{run_id}: an approved call that never ran says why: {results:?}"
+                    );
+                    cut += 1;
+                }
+                _ => assert_eq!(results[0], "yes", "{run_id}: the client's output"),
+            }
+        }
+    }
+    eprintln!(
+        "pause soak: {} runs, {kills} kills, {outcomes:?}, approved calls ran once: {ran_once}, \
+         cut by a kill: {cut}, {:?}",
+        runs.len(),
+        started.elapsed()
+    );
+    Ok(())
+}

@@ -284,6 +284,78 @@ async fn a_job_past_its_timeout_ends_timeout_and_its_lane_is_free() -> anyhow::R
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_that_pauses_is_listed_requires_action_and_its_timeout_still_applies()
+-> anyhow::Result<()> {
+    // GIVEN an agent whose `current_time` needs approval, and a job of it with a 2 s timeout
+    let scn = scenario_with(|o| fast_ticks(o).env("AGENTLANE_SWEEP_INTERVAL_MS", "200"))?;
+    scn.mock.add_fixtures(vec![json!({"match": {"userMessage": "what time is it at the office"},
+        "response": {"toolCalls": [{"id": "call_clock", "name": "current_time", "arguments": {}}]}})])?;
+    let a = scn.a();
+    let (status, body) = a
+        .json(
+            Method::POST,
+            "/v1/agents",
+            Some(json!({"agentId": "clerk", "approval": {"tools": ["current_time"]}})),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let created = create(
+        &a,
+        json!({"name": "office-clock", "schedule": {"everySeconds": 3600}, "agentId": "clerk",
+               "message": "what time is it at the office", "timeoutSeconds": 2}),
+    )
+    .await?;
+    let id = id_of(&created);
+
+    // WHEN it is fired and nobody approves the call
+    let (status, fired) = a
+        .json(Method::POST, &format!("/v1/cron/jobs/{id}/run"), None)
+        .await?;
+    assert_eq!(status, StatusCode::ACCEPTED, "{fired}");
+    let run_id = fired["runId"].as_str().unwrap_or_default().to_owned();
+    let fired_at = fired["firedAt"].as_u64().unwrap_or_default();
+
+    // THEN the job lists the run requires_action while it waits, expiring at the timeout
+    let paused = job_until(&a, &id, Duration::from_secs(10), |j| {
+        !with_status(j, "requires_action").is_empty()
+    })
+    .await?;
+    assert_eq!(runs(&paused)[0]["runId"], run_id.as_str());
+    let (_, run) = a
+        .json(Method::GET, &format!("/v1/runs/{run_id}"), None)
+        .await?;
+    let expires_at = run["requiredAction"]["expiresAt"]
+        .as_u64()
+        .unwrap_or_default();
+    assert!(
+        expires_at <= fired_at + 2_000,
+        "the pause ends at the job's timeout, not a day later: {run}"
+    );
+    // AND at the timeout the run ends `timeout`, the call answered, the job listing it so
+    let run = a
+        .poll_run(&run_id, LONG, "end", |r| r.status.is_terminal())
+        .await?;
+    assert_eq!(run.status, RunStatus::Timeout, "{run:?}");
+    let ended = run.ended_at.unwrap_or_default();
+    assert!(
+        ended >= fired_at + 2_000 && ended < fired_at + 8_000,
+        "ended {} ms after the fire",
+        ended - fired_at
+    );
+    job_until(&a, &id, Duration::from_secs(10), |j| {
+        !with_status(j, "timeout").is_empty()
+    })
+    .await?;
+    let session_key = fired["sessionKey"].as_str().unwrap_or_default();
+    let transcript = a.transcript(session_key).await?;
+    assert_eq!(
+        agentlane_tests::check_pairing(&agentlane_tests::transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_job_fires_no_more() -> anyhow::Result<()> {
     // GIVEN a job firing every second, seen firing
     let scn = scenario_with(fast_ticks)?;

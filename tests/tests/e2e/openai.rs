@@ -433,7 +433,7 @@ async fn openai_sdks_see_refusals_in_openais_error_shape() -> anyhow::Result<()>
     let scn = scenario()?;
     for sdk in SDKS {
         // WHEN the SDK uses a wrong key, sends no messages, asks for n = 2, names an unknown
-        // model, and offers client tools (chat and responses)
+        // model, offers a tool of a type it cannot run, and offers tools to Responses
         let out = run_sdk(&scn, sdk, "errors", json!({"model": MAIN})).await?;
 
         // THEN each is the SDK's error class for OpenAI's status, with OpenAI's error body
@@ -490,8 +490,8 @@ async fn openai_sdks_see_refusals_in_openais_error_shape() -> anyhow::Result<()>
             400,
             "BadRequestError",
             invalid,
-            json!("tools_not_supported"),
-            json!("tools"),
+            json!("tool_type_not_supported"),
+            json!("tools[0]"),
         );
         expect(
             "response_tools",
@@ -501,10 +501,115 @@ async fn openai_sdks_see_refusals_in_openais_error_shape() -> anyhow::Result<()>
             json!("tools_not_supported"),
             json!("tools"),
         );
-        let message = out["tools"]["body"]["message"].as_str().unwrap();
-        assert!(message.contains("durable pauses"), "{message}");
+        let message = out["response_tools"]["body"]["message"].as_str().unwrap();
+        assert!(message.contains("/v1/chat/completions"), "{message}");
     }
     // AND none of them reached the model or queued a turn
     assert_eq!(scn.mock.model_requests()?.len(), 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sdks_run_a_client_tool_round_trip() -> anyhow::Result<()> {
+    // GIVEN a model that calls the client's weather tool, then answers from its result
+    let scn = scenario()?;
+    let a = scn.a();
+    let mut fixtures = Vec::new();
+    for (city, reply) in [
+        ("Paris", "It is sunny in Paris."),
+        ("Rome", "It rains in Rome."),
+    ] {
+        let question = format!("weather in {city}");
+        fixtures.push(
+            json!({"match": {"userMessage": question, "hasToolResult": true},
+                             "response": {"content": reply}}),
+        );
+        fixtures.push(
+            json!({"match": {"userMessage": question, "hasToolResult": false},
+                             "response": {"toolCalls": [{"id": format!("call_{city}"),
+                                 "name": "get_weather", "arguments": {"city": city}}]}}),
+        );
+    }
+    scn.mock.add_fixtures(fixtures)?;
+    let weather = json!({"Paris": "sunny, 21 C", "Rome": "rain, 14 C"});
+
+    for sdk in SDKS {
+        for (city, reply, stream, user) in [
+            (
+                "Paris",
+                "It is sunny in Paris.",
+                false,
+                Some(format!("{}-tools", sdk.name())),
+            ),
+            ("Rome", "It rains in Rome.", true, None),
+        ] {
+            // WHEN the SDK offers its tool (a named session, then a stateless stream), runs the
+            // call the answer carries and sends the result back as a role "tool" message
+            let out = run_sdk(
+                &scn,
+                sdk,
+                "client_tool",
+                json!({"model": MAIN, "question": format!("weather in {city}"), "stream": stream,
+                       "user": user, "weather": weather}),
+            )
+            .await?;
+
+            // THEN the first answer is the call (finish_reason tool_calls, an id naming the run)
+            let first = &out["first"];
+            assert_eq!(first["finish_reason"], "tool_calls", "{out}");
+            let calls = first["tool_calls"].as_array().cloned().unwrap_or_default();
+            assert_eq!(calls.len(), 1, "{out}");
+            assert_eq!(calls[0]["name"], "get_weather");
+            let arguments: Value = serde_json::from_str(calls[0]["arguments"].as_str().unwrap())?;
+            assert_eq!(arguments, json!({"city": city}));
+            let run_id = first["id"].as_str().unwrap();
+            assert_eq!(
+                calls[0]["id"].as_str().unwrap(),
+                format!("{run_id}.call_{city}"),
+                "{out}"
+            );
+            // AND the second answer is the same turn's continuation, from the tool's result
+            let second = &out["second"];
+            assert_eq!(second["finish_reason"], "stop", "{out}");
+            assert_eq!(second["content"], reply, "{out}");
+            assert_eq!(second["id"], first["id"], "one turn: {out}");
+            let run = a.run(run_id).await?;
+            assert_eq!(run.status, RunStatus::Ok);
+            assert_eq!(run.reply_text(), reply);
+            let session = run_json(&a, run_id).await?["sessionKey"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if let Some(user) = &user {
+                assert_eq!(&session, user);
+            }
+            // AND the run's transcript holds the call, the client's result and the reply
+            let entries = a.transcript(&session).await?.entries;
+            agentlane_tests::check_pairing(&agentlane_tests::transcript_items(&entries))?;
+            let expected = weather[city].as_str().unwrap();
+            assert!(
+                entries.iter().any(|e| matches!(&e.message,
+                    agentlane_core::Message::Tool { content, is_error: false, .. } if content == expected)),
+                "the client's result is the tool result: {entries:?}"
+            );
+        }
+    }
+    // AND the model saw the tool result before answering: two model calls per round trip
+    let requests = scn.mock.model_requests()?;
+    assert_eq!(requests.len(), 8);
+    assert!(requests[0].tool_names().contains(&"get_weather".to_owned()));
+
+    // AND results that answer no paused turn are refused in OpenAI's shape
+    let (status, body) = a
+        .json(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(json!({"model": MAIN, "messages": [
+                {"role": "user", "content": "weather in Paris"},
+                {"role": "tool", "tool_call_id": "call_Paris", "content": "sunny"}]})),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["param"], "messages", "{body}");
     Ok(())
 }

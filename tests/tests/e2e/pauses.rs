@@ -351,6 +351,66 @@ async fn an_abort_while_paused_ends_the_run_with_every_call_paired() -> anyhow::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_aborts_a_paused_run_and_runs_before_the_followup_queued_behind_it()
+-> anyhow::Result<()> {
+    // GIVEN a run paused on a client tool, and a followup queued behind it
+    let scn = scenario()?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "fill the form"},
+               "response": {"toolCalls": [
+                   {"id": "call_form", "name": "fill_form", "arguments": {"field": "name"}}]}}),
+        json!({"match": {"userMessage": "stop, do this instead"},
+               "response": {"content": "Doing it instead."}}),
+        json!({"match": {"userMessage": "and then this"},
+               "response": {"content": "Then this, done."}}),
+    ])?;
+    let a = scn.a();
+    let paused = a
+        .agent_with(json!({"sessionKey": "form", "message": "fill the form",
+                           "tools": [{"name": "fill_form"}]}))
+        .await?;
+    let waited = wait_json(&a, &paused.run_id, 30_000).await?;
+    assert_eq!(waited["status"], "requires_action", "{waited}");
+    let followup = a.agent("form", "and then this").await?;
+
+    // WHEN an interrupt arrives for the session
+    let interrupt = a
+        .agent_with(
+            json!({"sessionKey": "form", "message": "stop, do this instead",
+                           "queueMode": "interrupt"}),
+        )
+        .await?;
+
+    // THEN the paused run ends aborted (interrupted), its pending call paired
+    let run = a.wait_done(&paused.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Aborted, "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map(|e| e.code.as_str()),
+        Some("interrupted"),
+        "{run:?}"
+    );
+    // AND the interrupt runs, then the followup, in that order
+    let interrupted = a.wait_done(&interrupt.run_id, LONG).await?;
+    assert_eq!(interrupted.status, RunStatus::Ok, "{interrupted:?}");
+    assert_eq!(interrupted.reply_text(), "Doing it instead.");
+    let after = a.wait_done(&followup.run_id, LONG).await?;
+    assert_eq!(after.status, RunStatus::Ok, "{after:?}");
+    assert!(
+        after.started_at >= interrupted.ended_at,
+        "the followup ran after the interrupt: {after:?} {interrupted:?}"
+    );
+    let transcript = a.transcript("form").await?;
+    let got = results(&transcript.entries);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].1.starts_with("Aborted") && got[0].2, "{got:?}");
+    assert_eq!(
+        check_pairing(&transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_pause_expires_and_the_run_goes_on() -> anyhow::Result<()> {
     // GIVEN an agent whose pauses last one second, and the supervisor sweeping often
     let scn = scenario_with(|o| o.env("AGENTLANE_SWEEP_INTERVAL_MS", "200"))?;
@@ -566,4 +626,41 @@ async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()
     proxy.kill().ok();
     proxy.wait().ok();
     result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_spent_paused_does_not_count_against_the_runs_own_timeout() -> anyhow::Result<()> {
+    // GIVEN a turn with a 1 s timeout whose model calls the turn's client tool
+    let scn = scenario()?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "check the fridge", "hasToolResult": true},
+               "response": {"content": "You have milk."}}),
+        json!({"match": {"userMessage": "check the fridge", "hasToolResult": false},
+               "response": {"toolCalls": [{"id": "call_fridge", "name": "open_fridge", "arguments": {}}]}}),
+    ])?;
+    let a = scn.a();
+    let accepted = a
+        .agent_with(
+            json!({"sessionKey": "kitchen", "message": "check the fridge",
+                           "timeoutSeconds": 1, "tools": [{"name": "open_fridge"}]}),
+        )
+        .await?;
+    let waited = wait_json(&a, &accepted.run_id, 30_000).await?;
+    assert_eq!(waited["status"], "requires_action", "{waited}");
+
+    // WHEN the answer comes 2.5 s later (past the timeout, had the wait counted)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, body) = answer(
+        &a,
+        &accepted.run_id,
+        json!({"toolOutputs": [{"toolCallId": "call_fridge", "output": "milk"}]}),
+    )
+    .await?;
+    assert_eq!(status, 202, "{body}");
+
+    // THEN the run goes on and answers: only the time it ran counts
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.reply_text(), "You have milk.");
+    Ok(())
 }

@@ -189,17 +189,19 @@ impl Runner {
         self
     }
 
-    /// When the run must end (ms since epoch): its timeout from its first start, or the
-    /// absolute deadline its request carries (a cron fire's), whichever comes first.
+    /// When the run must end (ms since epoch): its timeout from its first start (time spent
+    /// paused for an answer not counted), or the absolute deadline its request carries (a
+    /// cron fire's, which pauses do not move), whichever comes first.
     fn deadline(&self, run: &Run) -> Option<u64> {
         let timeout = match run.request.timeout_seconds {
             Some(0) => return run.request.deadline_at,
             Some(s) => Duration::from_secs(s),
             None => self.config.default_run_timeout,
         };
-        let own = run
-            .started_at
-            .map(|s| s.saturating_add(timeout.as_millis() as u64));
+        let own = run.started_at.map(|s| {
+            s.saturating_add(timeout.as_millis() as u64)
+                .saturating_add(run.paused_ms)
+        });
         match (own, run.request.deadline_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -92,18 +92,28 @@ impl Turn<'_> {
             .required_action
             .as_ref()
             .map_or(1, |a| a.id + 1);
+        // An absolute deadline (a cron fire's timeout) still holds: the pause expires then,
+        // and the resumed run ends `timeout`.
+        let mut expires_at = now.saturating_add(timeout);
+        if let Some(deadline) = self.writer.run().request.deadline_at {
+            expires_at = expires_at.min(deadline.max(now));
+        }
         RequiredAction {
             id,
             tool_calls: calls,
             paused_at: now,
-            expires_at: now.saturating_add(timeout),
+            expires_at,
             resumed: false,
+            event_seq: None,
         }
     }
 
     /// Commits the pause: `requires_action` (livenessState `paused`), the checkpoint, a
     /// `lifecycle` event, the session still busy and the lock released.
-    pub(super) async fn pause(mut self, action: RequiredAction) -> Result<TurnExit, StoreError> {
+    pub(super) async fn pause(
+        mut self,
+        mut action: RequiredAction,
+    ) -> Result<TurnExit, StoreError> {
         let calls: Vec<Value> = action
             .tool_calls
             .iter()
@@ -121,8 +131,9 @@ impl Turn<'_> {
             "the run pauses for its pending tool calls"
         );
         self.writer.checkpoint(&self.retry);
-        self.writer.require_action(action);
         self.writer.event(EventStream::Lifecycle, event);
+        action.event_seq = self.writer.last_event_seq();
+        self.writer.require_action(action);
         self.writer.commit(CommitKind::HandBack).await?;
         agentlane_core::metrics::incr(
             agentlane_core::metrics::TURNS,

@@ -105,6 +105,7 @@ mod tests {
             out_of_turn: false,
             warnings: Vec::new(),
             required_action: None,
+            paused_ms: 0,
             action_answer: None,
         };
         run.attempts.push(AttemptRecord {

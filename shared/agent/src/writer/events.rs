@@ -51,6 +51,11 @@ impl EventBuffer {
         self.next_seq += 1;
     }
 
+    /// The `seq` of the last event queued, if any was.
+    pub(super) fn last_seq(&self) -> Option<u64> {
+        self.next_seq.checked_sub(1)
+    }
+
     /// Starts a new model attempt's text.
     pub(super) fn begin_attempt(&mut self, ts: u64) {
         self.take_delta(ts);

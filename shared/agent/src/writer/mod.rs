@@ -89,6 +89,11 @@ impl RunWriter {
         self.events.push(stream, data, ts);
     }
 
+    /// The `seq` of the last event queued (committed or not), if the run has any.
+    pub fn last_event_seq(&self) -> Option<u64> {
+        self.events.last_seq()
+    }
+
     /// Starts a new model attempt's text (assistant events carry the text accumulated so far).
     pub fn begin_attempt_text(&mut self) {
         let ts = self.now();

@@ -26,6 +26,14 @@ impl RunWriter {
     pub fn begin_pickup(&mut self, model: String) {
         let now = self.now();
         let run = &mut self.run;
+        if run.status == RunStatus::RequiresAction
+            && let Some(action) = &run.required_action
+        {
+            // Resuming: the wait does not count against the run's own timeout.
+            run.paused_ms = run
+                .paused_ms
+                .saturating_add(now.saturating_sub(action.paused_at));
+        }
         run.status = RunStatus::Running;
         run.liveness_state = LivenessState::Working;
         run.started_at.get_or_insert(now);

@@ -1,25 +1,31 @@
 //! `POST /v1/chat/completions`: the request as OpenAI's SDKs send it, its turn, and the
 //! answer (`chat.completion`, or `chat.completion.chunk`s then `[DONE]`).
 //!
-//! Parameters: `model`, `messages`, `user`, `stream`, `stream_options.include_usage` and
-//! `reasoning_effort` (a thinking level) are honoured. `n` must be 1. Refused with 400:
-//! non-empty `tools` or `functions`, tool calls or tool results in `messages`
-//! (`tools_not_supported`), `logprobs: true`, a `response_format` other than `text`, audio
-//! output, and content parts other than text. Every other parameter (`temperature`, `top_p`,
-//! `max_tokens`, `max_completion_tokens`, `stop`, `seed`, penalties, `metadata`, `store`,
-//! `tool_choice` without tools, ...) is accepted and ignored: the agent's configuration
-//! decides how its model is called.
+//! Parameters: `model`, `messages`, `user`, `stream`, `stream_options.include_usage`,
+//! `reasoning_effort` (a thinking level) and `tools` (client tools of the turn) are honoured.
+//! `n` must be 1. Refused with 400: tools of a type other than `function`, the legacy
+//! `functions` and `role: "function"`, `logprobs: true`, a `response_format` other than `text`,
+//! audio output, and content parts other than text. Every other parameter (`temperature`,
+//! `top_p`, `max_tokens`, `max_completion_tokens`, `stop`, `seed`, penalties, `metadata`,
+//! `store`, `tool_choice`, `parallel_tool_calls`, ...) is accepted and ignored: the agent's
+//! configuration decides how its model is called.
+//!
+//! Client tools: when the model calls one of the request's `tools`, the turn pauses and the
+//! answer is the calls (`finish_reason: "tool_calls"`); a request whose messages end with the
+//! `role: "tool"` results of those calls answers the paused turn, and its answer is the turn's
+//! continuation (the reply, or more calls). Earlier tool calls and results in `messages` are
+//! not replayed into a fresh session's history (their assistant text is).
 
 use super::error::OpenAiError;
 use super::stream::{Frame, Frames};
 use super::turn::{
-    IDEMPOTENCY_HEADER, Said, Speaker, StreamedText, TurnAsk, client_tools_refused, parts_text,
-    plan_turn, reply_text, session_choice,
+    IDEMPOTENCY_HEADER, Said, Speaker, StreamedText, ToolResults, TurnAsk, awaits_approval,
+    client_calls, client_tool, parts_text, plan_turn, reply_text, session_choice,
 };
 use crate::ApiConfig;
 use crate::follow::Followed;
 use crate::validate::ValidTurn;
-use agentlane_core::{Event, Run, TenantId};
+use agentlane_core::{ClientTool, Event, Run, RunStatus, TenantId};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -53,10 +59,11 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1)]
     pub n: Option<u64>,
-    /// Refused when not empty (`tools_not_supported`).
+    /// Client tools of this turn (`type: "function"` only): a call of one pauses the turn and
+    /// the answer carries the calls (`finish_reason: "tool_calls"`).
     #[serde(default)]
-    #[schema(max_items = 0)]
-    pub tools: Option<Vec<Value>>,
+    #[schema(max_items = 64)]
+    pub tools: Option<Vec<ChatTool>>,
     /// The legacy form of `tools`: refused when not empty.
     #[serde(default)]
     #[schema(max_items = 0)]
@@ -91,6 +98,29 @@ pub struct ChatCompletionRequest {
     pub max_completion_tokens: Option<u64>,
 }
 
+/// One of `tools`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct ChatTool {
+    /// Only `function`.
+    #[serde(rename = "type")]
+    #[schema(example = "function")]
+    pub kind: String,
+    #[serde(default)]
+    pub function: Option<FunctionDefinition>,
+}
+
+/// A function tool: its name, what it does, the JSON Schema of its arguments.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct FunctionDefinition {
+    /// `[a-zA-Z0-9_-]{1,64}`.
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Value>,
+}
+
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct StreamOptions {
@@ -113,15 +143,22 @@ pub struct ChatMessage {
     /// Text, or text parts (`{"type": "text", "text": …}`).
     #[serde(default)]
     pub content: Option<MessageContent>,
-    /// Refused when not empty (client tools).
+    /// An assistant message's tool calls (an earlier answer's; not replayed).
     #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    #[allow(dead_code)] // documented, accepted and not replayed
     pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` message: the call it answers (an id from the answer's `tool_calls`).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
     /// The legacy form of `tool_calls`: refused.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub function_call: Option<Value>,
 }
 
-/// The role of a message. `tool` and `function` (results of client tools) are refused.
+/// The role of a message. `tool` messages that end `messages` answer a paused turn; the legacy
+/// `function` is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ChatRole {
@@ -163,10 +200,19 @@ impl MessageContent {
     }
 }
 
-/// A chat request's turn and how to answer it.
+/// What a chat request asks for.
+#[derive(Debug, Clone)]
+pub enum ChatAsk {
+    /// A turn.
+    Turn(ValidTurn),
+    /// The results of a paused turn's client tools: its continuation.
+    Results(ToolResults),
+}
+
+/// A chat request's turn (or answer) and how to answer it.
 #[derive(Debug, Clone)]
 pub struct ChatPlan {
-    pub turn: ValidTurn,
+    pub ask: ChatAsk,
     /// The `model` asked for, echoed in the answer.
     pub model: String,
     pub stream: bool,
@@ -181,31 +227,111 @@ pub fn plan(
     tenant: &TenantId,
 ) -> Result<ChatPlan, OpenAiError> {
     refuse_unsupported(&request)?;
+    let tools = tools_of(&request)?;
+    let session = session_choice(headers, request.user.as_deref())?;
+    let stream = request.stream.unwrap_or(false);
+    let include_usage = request
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    if let Some(outputs) = trailing_results(&request.messages)? {
+        // The model must still name an agent, even though the paused turn's agent answers.
+        super::models::agent_of(&request.model)
+            .ok_or_else(|| OpenAiError::model_not_found(&request.model))?;
+        return Ok(ChatPlan {
+            ask: ChatAsk::Results(ToolResults {
+                outputs,
+                param: "messages",
+                session,
+            }),
+            model: request.model,
+            stream,
+            include_usage,
+        });
+    }
     let mut conversation = Vec::with_capacity(request.messages.len());
     for (index, message) in request.messages.iter().enumerate() {
-        conversation.push(said(message, index)?);
+        conversation.extend(said(message, index)?);
     }
     let ask = TurnAsk {
         model: request.model.clone(),
         conversation,
         conversation_param: "messages",
         instructions: None,
-        session: session_choice(headers, request.user.as_deref())?,
+        session,
         reasoning_effort: request
             .reasoning_effort
             .clone()
             .map(|effort| (effort, "reasoning_effort")),
         idempotency_key: idempotency_key(headers)?,
+        tools,
     };
     Ok(ChatPlan {
-        turn: plan_turn(ask, config, tenant)?,
+        ask: ChatAsk::Turn(plan_turn(ask, config, tenant)?),
         model: request.model,
-        stream: request.stream.unwrap_or(false),
-        include_usage: request
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
+        stream,
+        include_usage,
     })
+}
+
+/// The request's `tools` as client tools.
+fn tools_of(request: &ChatCompletionRequest) -> Result<Vec<ClientTool>, OpenAiError> {
+    let mut tools = Vec::new();
+    for (index, tool) in request.tools.iter().flatten().enumerate() {
+        let param = format!("tools[{index}]");
+        if tool.kind != "function" {
+            return Err(OpenAiError::unsupported(
+                &param,
+                "tool_type_not_supported",
+                format!(
+                    "tools of type {:?} are not supported: only function tools, which the \
+                     client runs",
+                    tool.kind
+                ),
+            ));
+        }
+        let function = tool.function.as_ref();
+        tools.push(client_tool(
+            function.map(|f| f.name.as_str()),
+            function.and_then(|f| f.description.as_deref()),
+            function.and_then(|f| f.parameters.as_ref()),
+            &format!("{param}.function"),
+        )?);
+    }
+    Ok(tools)
+}
+
+/// The `role: "tool"` messages `messages` ends with (system messages aside): `(tool_call_id,
+/// output)` each. `None` when the last message is not a tool result.
+fn trailing_results(
+    messages: &[ChatMessage],
+) -> Result<Option<Vec<(String, String)>>, OpenAiError> {
+    let mut outputs = Vec::new();
+    for (index, message) in messages.iter().enumerate().rev() {
+        match message.role {
+            ChatRole::System | ChatRole::Developer => continue,
+            ChatRole::Tool => {}
+            _ => break,
+        }
+        let param = format!("messages[{index}]");
+        let Some(id) = message.tool_call_id.clone() else {
+            return Err(OpenAiError::invalid(
+                &format!("{param}.tool_call_id"),
+                format!("{param} (role tool) has no tool_call_id"),
+            ));
+        };
+        let output = match &message.content {
+            Some(content) => content.text(&format!("{param}.content"))?,
+            None => String::new(),
+        };
+        outputs.push((id, output));
+    }
+    if outputs.is_empty() {
+        return Ok(None);
+    }
+    outputs.reverse();
+    Ok(Some(outputs))
 }
 
 /// The `Idempotency-Key` header, when sent.
@@ -222,11 +348,8 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, OpenAiErro
 }
 
 fn refuse_unsupported(request: &ChatCompletionRequest) -> Result<(), OpenAiError> {
-    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(client_tools_refused("tools"));
-    }
     if request.functions.as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err(client_tools_refused("functions"));
+        return Err(legacy_functions("functions"));
     }
     if let Some(n) = request.n
         && n != 1
@@ -268,24 +391,35 @@ fn refuse_unsupported(request: &ChatCompletionRequest) -> Result<(), OpenAiError
     Ok(())
 }
 
-/// One message as text, its speaker from its role.
-fn said(message: &ChatMessage, index: usize) -> Result<Said, OpenAiError> {
+/// The refusal of the legacy `functions` / `function_call` / `role: "function"` forms.
+fn legacy_functions(param: &str) -> OpenAiError {
+    OpenAiError::unsupported(
+        param,
+        "functions_not_supported",
+        "the legacy functions form is not supported: send tools, and answer tool calls with \
+         role \"tool\" messages carrying their tool_call_id",
+    )
+}
+
+/// One message as text, its speaker from its role; `None` for an earlier tool result (not
+/// replayed).
+fn said(message: &ChatMessage, index: usize) -> Result<Option<Said>, OpenAiError> {
     let param = format!("messages[{index}]");
     let speaker = match message.role {
         ChatRole::System | ChatRole::Developer => Speaker::System,
         ChatRole::User => Speaker::User,
         ChatRole::Assistant => Speaker::Assistant,
-        ChatRole::Tool | ChatRole::Function => return Err(client_tools_refused(&param)),
+        ChatRole::Tool => return Ok(None),
+        ChatRole::Function => return Err(legacy_functions(&param)),
     };
-    if message.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) || message.function_call.is_some()
-    {
-        return Err(client_tools_refused(&format!("{param}.tool_calls")));
+    if message.function_call.is_some() {
+        return Err(legacy_functions(&format!("{param}.function_call")));
     }
     let text = match &message.content {
         Some(content) => content.text(&format!("{param}.content"))?,
         None => String::new(),
     };
-    Ok(Said::new(speaker, text))
+    Ok(Some(Said::new(speaker, text)))
 }
 
 /// `chat.completion`: a finished turn's answer.
@@ -309,7 +443,8 @@ pub struct ChatCompletion {
 pub struct ChatChoice {
     pub index: u32,
     pub message: AssistantMessage,
-    /// Always `stop`: the turn ended with its reply.
+    /// `stop`: the turn ended with its reply; `tool_calls`: it paused for the client tools'
+    /// calls in `message.tool_calls`.
     #[schema(example = "stop")]
     pub finish_reason: String,
     /// Always null.
@@ -323,9 +458,44 @@ pub struct AssistantMessage {
     /// Always `assistant`.
     #[schema(example = "assistant")]
     pub role: String,
-    pub content: String,
+    /// The reply (null with tool calls).
+    pub content: Option<String>,
     /// Always null.
     pub refusal: Option<String>,
+    /// The client tools' calls the turn paused for; answer each with a `role: "tool"` message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ChatToolCall>>,
+}
+
+/// A call of a client tool.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ChatToolCall {
+    /// `<runId>.<callId>`: the `tool_call_id` of its result.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    #[schema(example = "function")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+/// The function called and its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments, as JSON text.
+    pub arguments: String,
+}
+
+fn tool_calls_of(run: &Run) -> Vec<ChatToolCall> {
+    client_calls(run)
+        .into_iter()
+        .map(|(id, name, arguments)| ChatToolCall {
+            id,
+            kind: "function".to_owned(),
+            function: FunctionCall { name, arguments },
+        })
+        .collect()
 }
 
 /// Tokens of every model call of the turn.
@@ -346,8 +516,24 @@ impl CompletionUsage {
     }
 }
 
-/// The answer of a run that ended `ok`.
+/// The answer of a run that ended `ok`, or paused for client tools (`tool_calls`).
 pub fn completion(run: &Run, model: &str) -> ChatCompletion {
+    let paused = run.status == RunStatus::RequiresAction;
+    let message = if paused {
+        AssistantMessage {
+            role: "assistant".to_owned(),
+            content: None,
+            refusal: None,
+            tool_calls: Some(tool_calls_of(run)),
+        }
+    } else {
+        AssistantMessage {
+            role: "assistant".to_owned(),
+            content: Some(reply_text(run)),
+            refusal: None,
+            tool_calls: None,
+        }
+    };
     ChatCompletion {
         id: run.run_id.to_string(),
         object: "chat.completion".to_owned(),
@@ -355,12 +541,8 @@ pub fn completion(run: &Run, model: &str) -> ChatCompletion {
         model: model.to_owned(),
         choices: vec![ChatChoice {
             index: 0,
-            message: AssistantMessage {
-                role: "assistant".to_owned(),
-                content: reply_text(run),
-                refusal: None,
-            },
-            finish_reason: "stop".to_owned(),
+            message,
+            finish_reason: if paused { "tool_calls" } else { "stop" }.to_owned(),
             logprobs: None,
         }],
         usage: CompletionUsage::of(run),
@@ -378,7 +560,7 @@ pub struct ChatChunks {
 }
 
 impl ChatChunks {
-    /// The chunks of `run` (just accepted), answering as `model`.
+    /// The chunks of `run` (just accepted, or just answered), answering as `model`.
     pub fn new(run: &Run, model: &str, include_usage: bool) -> Self {
         Self {
             id: run.run_id.to_string(),
@@ -408,6 +590,20 @@ impl ChatChunks {
         Frame::data(chunk)
     }
 
+    /// The usage chunk, when asked for.
+    fn usage(&self, run: &Run) -> Option<Frame> {
+        self.include_usage.then(|| {
+            Frame::data(json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": CompletionUsage::of(run),
+            }))
+        })
+    }
+
     fn content(&self, text: &str) -> Frame {
         self.chunk(json!({"content": text}), None)
     }
@@ -432,7 +628,31 @@ impl Frames for ChatChunks {
 
     fn end(&mut self, end: &Followed) -> Vec<Frame> {
         match end {
-            Followed::Ended(run) if run.status == agentlane_core::RunStatus::Ok => {
+            Followed::Paused(run) if awaits_approval(run) => {
+                self.error(OpenAiError::awaiting_approval(run))
+            }
+            Followed::Paused(run) => {
+                let calls: Vec<Value> = tool_calls_of(run)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, call)| {
+                        json!({
+                            "index": index,
+                            "id": call.id,
+                            "type": call.kind,
+                            "function": {"name": call.function.name, "arguments": call.function.arguments},
+                        })
+                    })
+                    .collect();
+                let mut frames = vec![
+                    self.chunk(json!({"tool_calls": calls}), None),
+                    self.chunk(json!({}), Some("tool_calls")),
+                ];
+                frames.extend(self.usage(run));
+                frames.push(Frame::done());
+                frames
+            }
+            Followed::Ended(run) if run.status == RunStatus::Ok => {
                 let mut frames: Vec<Frame> = self
                     .text
                     .missing(run)
@@ -440,16 +660,7 @@ impl Frames for ChatChunks {
                     .into_iter()
                     .collect();
                 frames.push(self.chunk(json!({}), Some("stop")));
-                if self.include_usage {
-                    frames.push(Frame::data(json!({
-                        "id": self.id,
-                        "object": "chat.completion.chunk",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": CompletionUsage::of(run),
-                    })));
-                }
+                frames.extend(self.usage(run));
                 frames.push(Frame::done());
                 frames
             }
@@ -513,10 +724,22 @@ mod tests {
                 "ok",
             ),
             (json!({"tools": []}), "ok"),
-            (json!({"tools": tool}), "400 tools_not_supported tools"),
+            (json!({"tools": tool}), "ok"),
+            (
+                json!({"tools": [{"type": "code_interpreter"}]}),
+                "400 tool_type_not_supported tools[0]",
+            ),
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "400  tools[0].function",
+            ),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "no spaces"}}]}),
+                "400  tools[0].function",
+            ),
             (
                 json!({"functions": [{"name": "f"}]}),
-                "400 tools_not_supported functions",
+                "400 functions_not_supported functions",
             ),
             (json!({"n": 2}), "400 n_not_supported n"),
             (
@@ -542,11 +765,23 @@ mod tests {
                     {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function"}]},
                     {"role": "tool", "tool_call_id": "c", "content": "sunny"},
                     {"role": "user", "content": "thanks"}]}),
-                "400 tools_not_supported messages[1].tool_calls",
+                "ok",
             ),
             (
                 json!({"messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]}),
-                "400 tools_not_supported messages[0]",
+                "ok",
+            ),
+            (
+                json!({"messages": [{"role": "tool", "content": "x"}]}),
+                "400  messages[0].tool_call_id",
+            ),
+            (
+                json!({"messages": [{"role": "function", "name": "f", "content": "x"}, {"role": "user", "content": "hi"}]}),
+                "400 functions_not_supported messages[0]",
+            ),
+            (
+                json!({"model": "gpt-4o", "messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]}),
+                "404 model_not_found model",
             ),
             (json!({"messages": []}), "400  messages"),
             (json!({"user": "not a key"}), "400  user"),
@@ -569,17 +804,134 @@ mod tests {
             ]
         }))
         .unwrap();
-        assert_eq!(plan.turn.request.message, "Hello there");
+        let ChatAsk::Turn(turn) = &plan.ask else {
+            panic!("a turn")
+        };
+        assert_eq!(turn.request.message, "Hello there");
         assert_eq!(
-            plan.turn.request.extra_system_prompt.as_deref(),
+            turn.request.extra_system_prompt.as_deref(),
             Some("Be brief.")
         );
-        assert_eq!(plan.turn.request.agent_id.as_deref(), Some("support"));
-        assert_eq!(plan.turn.session_key.as_str(), "ada");
+        assert_eq!(turn.request.agent_id.as_deref(), Some("support"));
+        assert_eq!(turn.session_key.as_str(), "ada");
         assert_eq!(
             (plan.model.as_str(), plan.stream, plan.include_usage),
             ("agentlane/support", true, true)
         );
+    }
+
+    #[test]
+    fn tools_join_the_turn_and_trailing_tool_messages_answer_a_pause() {
+        let plan = request(json!({
+            "model": "agentlane",
+            "messages": [{"role": "user", "content": "weather in Paris?"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+                "description": "The weather", "parameters": {"type": "object"}}}],
+        }))
+        .unwrap();
+        let ChatAsk::Turn(turn) = &plan.ask else {
+            panic!("a turn")
+        };
+        assert_eq!(
+            turn.request.tools,
+            vec![ClientTool {
+                name: "get_weather".into(),
+                description: Some("The weather".into()),
+                parameters: Some(json!({"type": "object"})),
+            }]
+        );
+
+        let run_id = agentlane_core::RunId::generate();
+        let id = |call: &str| super::super::turn::client_call_id(&run_id, call);
+        let plan = request(json!({
+            "model": "agentlane",
+            "user": "ada",
+            "messages": [
+                {"role": "user", "content": "weather in Paris and Rome?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": id("c1"), "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+                    {"id": id("c2"), "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": id("c1"), "content": "sunny"},
+                {"role": "system", "content": "ignored here"},
+                {"role": "tool", "tool_call_id": id("c2"), "content": [{"type": "text", "text": "rain"}]},
+            ],
+        }))
+        .unwrap();
+        let ChatAsk::Results(results) = &plan.ask else {
+            panic!("an answer")
+        };
+        let (answered, answer) = results.answer().unwrap();
+        assert_eq!(answered, run_id);
+        let outputs: Vec<(&str, &str)> = answer
+            .tool_outputs
+            .iter()
+            .map(|o| (o.tool_call_id.as_str(), o.output.as_str()))
+            .collect();
+        assert_eq!(outputs, [("c1", "sunny"), ("c2", "rain")]);
+
+        // ids that name no run, or two runs, are refused
+        let bad = |ids: [&str; 2]| {
+            let plan = request(json!({"model": "agentlane", "messages": [
+                {"role": "tool", "tool_call_id": ids[0], "content": "a"},
+                {"role": "tool", "tool_call_id": ids[1], "content": "b"}]}))
+            .unwrap();
+            let ChatAsk::Results(results) = plan.ask else {
+                panic!("an answer")
+            };
+            results.answer().unwrap_err().message
+        };
+        assert!(bad(["call_1", "call_2"]).contains("names no call of a paused turn"));
+        let other = super::super::turn::client_call_id(&agentlane_core::RunId::generate(), "c2");
+        assert!(bad([&id("c1"), &other]).contains("different turns"));
+    }
+
+    #[test]
+    fn a_run_paused_for_client_tools_is_a_tool_calls_completion() {
+        let mut paused = run(RunStatus::RequiresAction);
+        paused.payloads.clear();
+        paused.required_action = Some(agentlane_core::RequiredAction {
+            id: 1,
+            tool_calls: vec![agentlane_core::PendingCall {
+                id: "c1".into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": "Paris"}),
+                kind: agentlane_core::PendingKind::Client,
+            }],
+            paused_at: 0,
+            expires_at: 1,
+            resumed: false,
+            event_seq: Some(4),
+        });
+        let answer = serde_json::to_value(completion(&paused, "agentlane")).unwrap();
+        let choice = &answer["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        assert_eq!(
+            choice["message"]["tool_calls"],
+            json!([{"id": format!("{}.c1", paused.run_id), "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}])
+        );
+        // streamed: the calls in one chunk, then finish_reason tool_calls and [DONE]
+        let mut chunks = ChatChunks::new(&paused, "agentlane", false);
+        let sent = frames(&mut chunks, &[], Followed::Paused(Box::new(paused.clone())));
+        let parsed: Vec<Value> = sent[..sent.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let calls = &parsed[1]["choices"][0]["delta"]["tool_calls"];
+        assert_eq!(calls[0]["index"], 0);
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        assert_eq!(parsed[2]["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(sent.last().map(String::as_str), Some("[DONE]"));
+
+        // a pause for the agent's approvals is an error: the client cannot give one here
+        if let Some(action) = paused.required_action.as_mut() {
+            action.tool_calls[0].kind = agentlane_core::PendingKind::Approval;
+        }
+        let mut chunks = ChatChunks::new(&paused, "agentlane", false);
+        let sent = frames(&mut chunks, &[], Followed::Paused(Box::new(paused)));
+        let last: Value = serde_json::from_str(sent.last().unwrap()).unwrap();
+        assert_eq!(last["error"]["code"], "requires_approval");
     }
 
     fn run(status: RunStatus) -> Run {

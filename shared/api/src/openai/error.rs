@@ -128,6 +128,28 @@ impl OpenAiError {
         )
     }
 
+    /// 409 `requires_approval`: the turn paused for the agent's own gated calls, which a person
+    /// approves through `POST /v1/runs/{id}/actions` (OpenAI's protocol has no approvals).
+    pub fn awaiting_approval(run: &Run) -> Self {
+        let names: Vec<&str> = run
+            .required_action
+            .iter()
+            .flat_map(|a| a.tool_calls.iter())
+            .filter(|c| c.kind == agentlane_core::PendingKind::Approval)
+            .map(|c| c.name.as_str())
+            .collect();
+        Self::after_accept(
+            StatusCode::CONFLICT,
+            "requires_approval",
+            format!(
+                "the turn paused: the agent's calls of {} need approval; approve or deny them                  with POST /v1/runs/{}/actions (agentlane runs approve {}), then wait for the                  run with POST /v1/agent.wait",
+                names.join(", "),
+                run.run_id,
+                run.run_id
+            ),
+        )
+    }
+
     /// 504: the wait for the accepted turn ended before it did. The turn goes on.
     pub fn still_running(run: &Run, waited: Duration) -> Self {
         Self::after_accept(

@@ -4,7 +4,8 @@
 //!
 //! Honoured: `model`, `input` (a string, or message items with text content), `instructions`
 //! (joins the system prompt), `previous_response_id`, `user`, `stream`, `reasoning.effort`.
-//! Refused with 400: non-empty `tools` and tool items in `input` (`tools_not_supported`),
+//! Refused with 400: non-empty `tools` and tool items in `input` (`tools_not_supported`: client
+//! tools are served by Chat Completions),
 //! `background: true`, `conversation`, a `text.format` other than `text`, content other than
 //! text. Every other parameter (`temperature`, `top_p`, `max_output_tokens`, `store`,
 //! `metadata`, `truncation`, `include`, ...) is accepted and ignored.
@@ -13,8 +14,7 @@ use super::chat::{MessageContent, TypeOnly, idempotency_key};
 use super::error::OpenAiError;
 use super::stream::{Frame, Frames};
 use super::turn::{
-    Said, SessionChoice, Speaker, StreamedText, TurnAsk, client_tools_refused, plan_turn,
-    reply_text, session_choice,
+    Said, SessionChoice, Speaker, StreamedText, TurnAsk, plan_turn, reply_text, session_choice,
 };
 use crate::ApiConfig;
 use crate::follow::Followed;
@@ -184,6 +184,7 @@ pub fn plan(
             .and_then(|r| r.effort.clone())
             .map(|effort| (effort, "reasoning.effort")),
         idempotency_key: idempotency_key(headers)?,
+        tools: Vec::new(),
     };
     Ok(ResponsePlan {
         turn: plan_turn(ask, config, tenant)?,
@@ -192,6 +193,19 @@ pub fn plan(
         instructions: request.instructions,
         previous_response_id: request.previous_response_id,
     })
+}
+
+/// The refusal of client tools here: Chat Completions serves them (`tools`, then the
+/// `role: "tool"` results answer the paused turn); the Responses API does not yet.
+fn client_tools_refused(param: &str) -> OpenAiError {
+    OpenAiError::unsupported(
+        param,
+        "tools_not_supported",
+        "client tools are not supported by the Responses API here: use POST \
+         /v1/chat/completions with tools (the turn pauses and its answer carries the calls), \
+         or give the agent its own tools (built-ins, MCP servers, HTTP tools), which run on the \
+         server",
+    )
 }
 
 fn refuse_unsupported(request: &ResponseRequest) -> Result<(), OpenAiError> {
@@ -547,6 +561,9 @@ impl Frames for ResponseEvents {
                 let response = response_object(run, &self.echo, None);
                 vec![self.frame("response.failed", json!({"response": response}))]
             }
+            // Paused for the agent's own client tools or approvals: answered through
+            // `POST /v1/runs/{id}/actions`, not here.
+            Followed::Paused(run) => self.error(super::stream::paused(run)),
             Followed::Deadline { .. } => {
                 let id = self.run.run_id.to_string();
                 self.error(super::stream::cut_off(&id))

@@ -79,6 +79,24 @@ pub fn cut_off(run_id: &str) -> OpenAiError {
     )
 }
 
+/// The error of a stream whose run paused for calls this protocol cannot answer (the agent's
+/// approvals, or client tools where the route serves none).
+pub fn paused(run: &agentlane_core::Run) -> OpenAiError {
+    if super::turn::awaits_approval(run) {
+        return OpenAiError::awaiting_approval(run);
+    }
+    OpenAiError::after_accept(
+        StatusCode::CONFLICT,
+        "requires_action",
+        format!(
+            "the turn paused for the agent's client tools; answer them with POST \
+             /v1/runs/{}/actions, or call the agent through POST /v1/chat/completions, whose \
+             answers carry the calls",
+            run.run_id
+        ),
+    )
+}
+
 /// The error of a stream whose store reads failed.
 pub fn store_failed(code: &str, message: &str) -> OpenAiError {
     OpenAiError::after_accept(StatusCode::INTERNAL_SERVER_ERROR, code, message)

@@ -12,14 +12,21 @@
 //! - without one, the turn runs on a fresh session whose transcript is seeded with the earlier
 //!   user and assistant messages (`TurnRequest::history`), so a stateless client gets a
 //!   stateless answer;
-//! - turns are `followup` whatever the session's default mode: each request gets its own reply.
+//! - turns are `followup` whatever the session's default mode: each request gets its own reply;
+//! - the request's tools are client tools of the turn: when the model calls one, the run pauses
+//!   and the answer carries the calls, their ids naming the run ([`client_call_id`]); the
+//!   client's next request carrying the tools' results ([`ToolResults`]) answers the paused run
+//!   and waits for it to go on, instead of starting a turn.
 
 use super::error::OpenAiError;
 use super::models::agent_of;
 use crate::ApiConfig;
 use crate::validate::{AgentBody, ValidTurn, validate_agent_body};
 use agentlane_core::validate::validate_session_key;
-use agentlane_core::{Event, EventStream, Message, Run, TenantId};
+use agentlane_core::{
+    ActionAnswer, ClientTool, Event, EventStream, Message, PendingKind, Run, RunId, TenantId,
+    ToolOutputAnswer,
+};
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
@@ -128,6 +135,8 @@ pub struct TurnAsk {
     pub reasoning_effort: Option<(String, &'static str)>,
     /// The `Idempotency-Key` header.
     pub idempotency_key: Option<String>,
+    /// The request's tools: client tools of this turn.
+    pub tools: Vec<ClientTool>,
 }
 
 /// The turn `ask` describes, checked by the rules of `POST /v1/agent` (sizes, the thinking
@@ -209,7 +218,7 @@ pub fn plan_turn(
         timeout_seconds: None,
         extra_system_prompt: Some(system).filter(|s| !s.is_empty()),
         agent_id: Some(agent.to_owned()),
-        tools: None,
+        tools: Some(ask.tools).filter(|t| !t.is_empty()),
     };
     let mut turn = validate_agent_body(body, config, tenant)?;
     turn.request.history = history;
@@ -253,17 +262,136 @@ fn thinking_of(effort: &str, param: &str) -> Result<String, OpenAiError> {
     }
 }
 
-/// The refusal of client tools. Tools the client runs itself need the turn to pause until the
-/// client sends the tools' results, which needs the durable-pause feature; until it is wired
-/// here, a request offering tools (or replaying tool calls and results) is refused.
-pub fn client_tools_refused(param: &str) -> OpenAiError {
-    OpenAiError::unsupported(
-        param,
-        "tools_not_supported",
-        "client tools are not supported yet: running a tool on the client needs the turn to \
-         pause until the client sends its result (agentlane's durable pauses). The agent's own \
-         tools (its built-ins, MCP servers and HTTP tools) run on the server; send no `tools`",
-    )
+/// The id a client sees for the tool call `call_id` of run `run_id`: `<runId>.<callId>`, so
+/// that the tool result the client sends back names the paused run (run ids hold no `.`).
+pub fn client_call_id(run_id: &RunId, call_id: &str) -> String {
+    format!("{run_id}.{call_id}")
+}
+
+/// The run and the model's call id of a client's `tool_call_id` (see [`client_call_id`]).
+pub fn parse_client_call_id(id: &str) -> Option<(RunId, &str)> {
+    let (run, call) = id.split_once('.')?;
+    let run_id = crate::routes::run_id(run.to_owned()).ok()?;
+    (!call.is_empty()).then_some((run_id, call))
+}
+
+/// The client-tool calls of a paused run, as the client sees them: `(id, name, arguments
+/// as JSON text)`. Empty when the run is not paused or waits on approvals only.
+pub fn client_calls(run: &Run) -> Vec<(String, String, String)> {
+    run.required_action
+        .iter()
+        .flat_map(|a| a.tool_calls.iter())
+        .filter(|c| c.kind == PendingKind::Client)
+        .map(|c| {
+            let arguments = match &c.arguments {
+                serde_json::Value::String(raw) => raw.clone(),
+                other => other.to_string(),
+            };
+            (
+                client_call_id(&run.run_id, &c.id),
+                c.name.clone(),
+                arguments,
+            )
+        })
+        .collect()
+}
+
+/// Whether a paused run also waits on approvals (which the client cannot give here).
+pub fn awaits_approval(run: &Run) -> bool {
+    run.required_action
+        .iter()
+        .flat_map(|a| a.tool_calls.iter())
+        .any(|c| c.kind == PendingKind::Approval)
+}
+
+/// The tool results a request ends with (`role: "tool"` messages, `function_call_output`
+/// items): the answer to a paused run, not a new turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResults {
+    /// `(tool_call_id as the client sent it, output)`, in order.
+    pub outputs: Vec<(String, String)>,
+    /// Where the results are (`messages`, `input`), for errors.
+    pub param: &'static str,
+    /// The session the request names, if any: the run must be one of its.
+    pub session: SessionChoice,
+}
+
+impl ToolResults {
+    /// The paused run the results answer and the answer: every id must name one run.
+    pub fn answer(&self) -> Result<(RunId, ActionAnswer), OpenAiError> {
+        let param = self.param;
+        let mut run: Option<RunId> = None;
+        let mut tool_outputs = Vec::with_capacity(self.outputs.len());
+        for (id, output) in &self.outputs {
+            let Some((run_id, call)) = parse_client_call_id(id) else {
+                return Err(OpenAiError::invalid(
+                    param,
+                    format!(
+                        "tool_call_id {id:?} names no call of a paused turn: send back the ids \
+                         of the tool calls the previous answer carried"
+                    ),
+                ));
+            };
+            match &run {
+                Some(seen) if *seen != run_id => {
+                    return Err(OpenAiError::invalid(
+                        param,
+                        "the tool results answer calls of different turns: send the results \
+                         of one answer's tool calls together",
+                    ));
+                }
+                Some(_) => {}
+                None => run = Some(run_id.clone()),
+            }
+            tool_outputs.push(ToolOutputAnswer {
+                tool_call_id: call.to_owned(),
+                output: output.clone(),
+                is_error: false,
+            });
+        }
+        let run = run.ok_or_else(|| OpenAiError::invalid(param, "no tool results"))?;
+        Ok((
+            run,
+            ActionAnswer {
+                tool_outputs,
+                approvals: Vec::new(),
+            },
+        ))
+    }
+
+    /// Refuses a run of another session than the one the request names.
+    pub fn check_session(&self, run: &Run) -> Result<(), OpenAiError> {
+        match &self.session {
+            SessionChoice::Named { key, param } if key != run.session_key.as_str() => {
+                Err(OpenAiError::invalid(
+                    param,
+                    format!("the tool results answer a turn of another session than {param} names"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A request's tool definition (`{name, description?, parameters?}`) as a client tool.
+pub fn client_tool(
+    name: Option<&str>,
+    description: Option<&str>,
+    parameters: Option<&serde_json::Value>,
+    param: &str,
+) -> Result<ClientTool, OpenAiError> {
+    let Some(name) = name else {
+        return Err(OpenAiError::invalid(param, format!("{param} has no name")));
+    };
+    let tool = ClientTool {
+        name: name.to_owned(),
+        description: description.map(str::to_owned),
+        parameters: parameters.cloned(),
+    };
+    match tool.problem(param) {
+        Some(problem) => Err(OpenAiError::invalid(param, problem)),
+        None => Ok(tool),
+    }
 }
 
 /// The reply of a run that ended `ok`: its payloads' text (several join as paragraphs).
@@ -339,6 +467,7 @@ mod tests {
             session,
             reasoning_effort: None,
             idempotency_key: None,
+            tools: Vec::new(),
         }
     }
 

@@ -12,7 +12,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, EmptyBody, read_json};
 use agentlane_core::action::check_answers;
 use agentlane_core::{
-    ActionAnswer, AnswerOutcome, LaneMessage, RecordedAnswer, Run, RunId, RunStatus,
+    ActionAnswer, AnswerOutcome, LaneMessage, RecordedAnswer, Run, RunId, RunStatus, TenantId,
 };
 use axum::Json;
 use axum::body::Body;
@@ -61,17 +61,49 @@ pub async fn answer(
         EmptyBody::Reject,
     )
     .await?;
+    let answered = record_answer(&state, &tenant, &id, body).await?;
+    let status = if answered.view.repeated {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(answered.view)))
+}
+
+/// An answer recorded (or found recorded) for one pause of a run.
+#[derive(Debug, Clone)]
+pub(crate) struct Answered {
+    pub view: ActionsView,
+    /// The pause answered ([`agentlane_core::RequiredAction::id`]).
+    pub action_id: u32,
+    /// The run as the answer left it.
+    pub run: Run,
+}
+
+/// Records `body` as the answer to run `id`'s pause and sends the lane message that resumes
+/// it; the same body again is found recorded (`repeated`) and the resume is sent again. The
+/// errors of `POST /v1/runs/{runId}/actions`.
+pub(crate) async fn record_answer(
+    state: &Shared,
+    tenant: &TenantId,
+    id: &RunId,
+    body: ActionAnswer,
+) -> Result<Answered, ApiError> {
     let run = state
         .history()
-        .get_run(&tenant, &id)
+        .get_run(tenant, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id}")))?;
     let Some(action) = run.required_action.clone() else {
         return Err(not_waiting(&run));
     };
     if let Some(view) = repeated(&run, action.id, &body) {
-        resume(&state, &run, action.id).await?;
-        return Ok((StatusCode::OK, Json(view)));
+        resume(state, &run, action.id).await?;
+        return Ok(Answered {
+            view,
+            action_id: action.id,
+            run,
+        });
     }
     if run.status != RunStatus::RequiresAction {
         return Err(not_waiting(&run));
@@ -83,24 +115,29 @@ pub async fn answer(
         answered_at: state.clock.now_ms(),
         expired: false,
     };
-    match state.intake().answer_action(&tenant, &id, recorded).await? {
+    match state.intake().answer_action(tenant, id, recorded).await? {
         AnswerOutcome::Recorded(run) => {
-            resume(&state, &run, action.id).await?;
+            resume(state, &run, action.id).await?;
             tracing::info!(run_id = %id, action = action.id, "pause answered");
             let answered_at = run.action_answer.as_ref().map_or(0, |a| a.answered_at);
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(ActionsView {
-                    run_id: id,
+            Ok(Answered {
+                view: ActionsView {
+                    run_id: id.clone(),
                     status: run.status,
                     answered_at,
                     repeated: false,
-                }),
-            ))
+                },
+                action_id: action.id,
+                run,
+            })
         }
         AnswerOutcome::NotWaiting(run) => match repeated(&run, action.id, &body) {
             // Two identical answers raced: the other recorded it.
-            Some(view) => Ok((StatusCode::OK, Json(view))),
+            Some(view) => Ok(Answered {
+                view,
+                action_id: action.id,
+                run,
+            }),
             None => Err(not_waiting(&run)),
         },
         AnswerOutcome::NotFound => Err(ApiError::not_found(format!("run {id}"))),

@@ -222,8 +222,8 @@ pub(crate) async fn enqueue_with_retry(
 }
 
 /// `interrupt` (SPEC §4): the run active on the session when `interrupting` was accepted is
-/// asked to abort (`interrupted`); the order rule lets `interrupting` go next (its accept
-/// marked the session).
+/// asked to abort (`interrupted`), and woken when it is paused; the order rule lets
+/// `interrupting` go next (its accept marked the session).
 async fn interrupt_active_run(
     state: &Shared,
     tenant: &agentlane_core::TenantId,
@@ -238,10 +238,15 @@ async fn interrupt_active_run(
     };
     if active != interrupting.run_id {
         tracing::info!(run = %active, by = %interrupting.run_id, "interrupting the active run");
-        state
+        let aborted = state
             .intake()
             .request_abort_for(tenant, &active, agentlane_core::AbortReason::Interrupted)
             .await?;
+        // A paused run has no runner to see the abort: its message is sent, and its pickup
+        // answers the pending calls "aborted"; then the interrupt runs.
+        if let Some(run) = aborted {
+            super::actions::wake_for_abort(state, &run).await?;
+        }
     }
     Ok(())
 }

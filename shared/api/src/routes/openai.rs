@@ -3,22 +3,24 @@
 //! accepts one ([`super::agent::accept`]); the answer waits for the run as `agent.wait` does, or
 //! follows its events as the SSE event stream does.
 
+use super::actions::{Answered, record_answer};
 use super::agent::{AcceptedTurn, accept};
 use crate::Shared;
+use crate::admission::Slot;
 use crate::deadline::ResponseDeadline;
 use crate::error::ApiError;
 use crate::extract::{EmptyBody, read_json};
 use crate::follow::RunFollower;
-use crate::openai::chat::{self, ChatChunks, ChatCompletion, ChatCompletionRequest};
+use crate::openai::chat::{self, ChatAsk, ChatChunks, ChatCompletion, ChatCompletionRequest};
 use crate::openai::models::{ModelList, model_list};
 #[allow(unused_imports)] // the documented answer
 use crate::openai::responses::ResponseObject;
 use crate::openai::responses::{self, Echo, ResponseEvents, ResponseRequest};
 use crate::openai::stream::{Frames, frame_stream};
-use crate::openai::turn::{RUN_HEADER, SESSION_HEADER};
+use crate::openai::turn::{RUN_HEADER, SESSION_HEADER, ToolResults, awaits_approval};
 use crate::openai::{OpenAiError, OpenAiErrorBody, OpenAiTenant};
 use crate::validate::ValidTurn;
-use crate::wait::{RunWatch, wait_for_run};
+use crate::wait::{RunWatch, wait_past_pause};
 use agentlane_core::{Agent, Run, RunStatus, TenantId};
 use axum::body::Body;
 use axum::extract::State;
@@ -60,7 +62,10 @@ pub async fn list_models(
 /// `chat.completion.chunk`s as the model writes it, then `data: [DONE]`. With a session (the
 /// `X-Agentlane-Session-Key` header, else `user`) only the last user message is sent: the
 /// session's transcript is the context. Without one, a fresh session is seeded with the
-/// earlier messages. Client `tools` are refused (`tools_not_supported`). Errors are OpenAI's.
+/// earlier messages. `tools` are client tools of the turn: when the model calls one, the turn
+/// pauses and the answer carries the calls (`finish_reason: "tool_calls"`); a request whose
+/// messages end with their `role: "tool"` results answers the paused turn, and its answer is
+/// the turn's continuation. Errors are OpenAI's.
 #[utoipa::path(post, path = "/v1/chat/completions", operation_id = "createChatCompletion", tag = "openai",
     request_body = ChatCompletionRequest,
     params(
@@ -79,7 +84,7 @@ pub async fn list_models(
                 ("x-agentlane-run-id" = String, description = "The turn's run (also the answer's `id`)"),
                 ("x-agentlane-session-key" = String, description = "The turn's session"),
             )),
-        (status = 409, description = "`conflict`: the session belongs to another agent, or the Idempotency-Key names another turn", body = OpenAiErrorBody),
+        (status = 409, description = "`conflict`: the session belongs to another agent, the Idempotency-Key names another turn, or the tool results answer a turn that is not waiting for them; `requires_approval`: the turn paused for the agent's gated calls (answer them with POST /v1/runs/{id}/actions)", body = OpenAiErrorBody),
         (status = 504, description = "`turn_still_running`: the turn did not end within the longest wait; it goes on (its run is named)", body = OpenAiErrorBody),
     ))]
 pub async fn chat_completions(
@@ -98,23 +103,94 @@ pub async fn chat_completions(
     .await?;
     let plan = chat::plan(request, &headers, &state.config, &tenant)?;
     let deadline = deadline.map(|Extension(deadline)| deadline);
-    if plan.stream {
-        let (model, include_usage) = (plan.model.clone(), plan.include_usage);
-        return stream_turn(state, tenant, deadline, plan.turn, &plan.model, |run| {
-            ChatChunks::new(run, &model, include_usage)
-        })
-        .await;
-    }
-    let run = complete_turn(&state, &tenant, deadline, plan.turn, &plan.model).await?;
+    let (model, include_usage) = (plan.model.clone(), plan.include_usage);
+    let chunks = |run: &Run| ChatChunks::new(run, &model, include_usage);
+    let run = match plan.ask {
+        ChatAsk::Turn(turn) if plan.stream => {
+            return stream_turn(state, tenant, deadline, turn, &plan.model, chunks).await;
+        }
+        ChatAsk::Turn(turn) => {
+            complete_turn(&state, &tenant, deadline, turn, &plan.model, true).await?
+        }
+        ChatAsk::Results(results) => {
+            let answered = answer_results(&state, &tenant, &results).await?;
+            if plan.stream {
+                let slot = state.admission.stream_slot(&tenant).await?;
+                let after = answered
+                    .run
+                    .required_action
+                    .as_ref()
+                    .and_then(|a| a.event_seq);
+                let follow = Follow {
+                    after,
+                    past_pause: Some(answered.action_id),
+                };
+                let frames = chunks(&answered.run);
+                return Ok(follow_run(
+                    state,
+                    tenant,
+                    deadline,
+                    slot,
+                    &answered.run,
+                    follow,
+                    frames,
+                ));
+            }
+            let _slot = state.admission.wait_slot(&tenant).await?;
+            settle(
+                &state,
+                &tenant,
+                deadline,
+                &answered.run,
+                answered.action_id,
+                true,
+            )
+            .await?
+        }
+    };
     let answer: ChatCompletion = chat::completion(&run, &plan.model);
     Ok(with_turn_headers(Json(answer).into_response(), &run))
+}
+
+/// Records the client tools' results as the answer to the paused run they name; an error in
+/// OpenAI's shape when they answer no waiting run of this tenant (and session, when named).
+async fn answer_results(
+    state: &Shared,
+    tenant: &TenantId,
+    results: &ToolResults,
+) -> Result<Answered, OpenAiError> {
+    let (run_id, answer) = results.answer()?;
+    let not_found = || {
+        OpenAiError::from(ApiError::NotFound(format!(
+            "the tool results answer run {run_id}, which this API key's tenant does not have"
+        )))
+        .param(results.param)
+        .code("tool_call_not_found")
+    };
+    let run = state
+        .history()
+        .get_run(tenant, &run_id)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(not_found)?;
+    results.check_session(&run)?;
+    record_answer(state, tenant, &run_id, answer)
+        .await
+        .map_err(|error| match error {
+            ApiError::NotFound(_) => not_found(),
+            ApiError::InvalidRequest(message) => OpenAiError::invalid(
+                results.param,
+                format!("the tool results do not answer the paused turn's calls: {message}"),
+            ),
+            other => OpenAiError::from(other).param(results.param),
+        })
 }
 
 /// One turn as an OpenAI response (the Responses API): its id is the run id, and
 /// `previous_response_id` continues that run's session. Answers once the turn ended, or with
 /// `"stream": true` streams `response.created`, `response.output_text.delta`s and
 /// `response.completed` (with the item and part events between) as SSE. Client `tools` are
-/// refused (`tools_not_supported`). Errors are OpenAI's.
+/// refused (`tools_not_supported`: Chat Completions serves them). Errors are OpenAI's.
 #[utoipa::path(post, path = "/v1/responses", operation_id = "createResponse", tag = "openai",
     request_body = ResponseRequest,
     params(
@@ -163,7 +239,7 @@ pub async fn create_response(
         })
         .await;
     }
-    let run = complete_turn(&state, &tenant, deadline, plan.turn, &plan.model).await?;
+    let run = complete_turn(&state, &tenant, deadline, plan.turn, &plan.model, false).await?;
     let answer = responses::response_object(&run, &echo, None);
     Ok(with_turn_headers(Json(answer).into_response(), &run))
 }
@@ -208,46 +284,78 @@ async fn accept_as(
 }
 
 /// Accepts `turn` and waits for its run to end (at most the longest wait, or the host's
-/// deadline): the run when it ended `ok`, else the error that says how it ended or that it
-/// goes on. Holds one of the tenant's wait slots meanwhile.
+/// deadline): see [`settle`]. Holds one of the tenant's wait slots meanwhile.
 async fn complete_turn(
     state: &Shared,
     tenant: &TenantId,
     deadline: Option<ResponseDeadline>,
     turn: ValidTurn,
     model: &str,
+    client_tools: bool,
 ) -> Result<Run, OpenAiError> {
     let _slot = state.admission.wait_slot(tenant).await?;
     let accepted = accept_as(state, tenant, turn, model).await?;
+    settle(state, tenant, deadline, &accepted.run, 0, client_tools).await
+}
+
+/// Waits for `run` to end or pause again after pause `past` (0: any pause): the run when it
+/// ended `ok` or (with `client_tools`, the route answering them) paused for client tools
+/// only, else the error that says how it ended, that it waits on approvals, or that it goes
+/// on.
+async fn settle(
+    state: &Shared,
+    tenant: &TenantId,
+    deadline: Option<ResponseDeadline>,
+    run: &Run,
+    past: u32,
+    client_tools: bool,
+) -> Result<Run, OpenAiError> {
     let mut waited = Duration::from_millis(state.config.max_wait_ms);
     if let Some(deadline) = deadline {
         waited = waited.min(deadline.remaining());
     }
-    let run = wait_for_run(
+    let run = wait_past_pause(
         state.history(),
         &state.notifier,
         tenant,
-        &accepted.run.run_id,
+        &run.run_id,
         waited,
+        past,
     )
     .await
     .map_err(|error| OpenAiError::from(error).no_retry())?;
+    let paused_past = run.status == RunStatus::RequiresAction
+        && run.required_action.as_ref().is_some_and(|a| a.id > past);
     match run.status {
         RunStatus::Ok => Ok(run),
+        RunStatus::RequiresAction if paused_past => {
+            if client_tools && !awaits_approval(&run) {
+                Ok(run)
+            } else {
+                Err(crate::openai::stream::paused(&run))
+            }
+        }
         RunStatus::Error | RunStatus::Aborted | RunStatus::Timeout => {
             Err(OpenAiError::turn_failed(&run))
         }
-        // Paused for the agent's own client tools or approvals (the OpenAI routes bring no
-        // tools): answered through `POST /v1/runs/{id}/actions`, not here.
         RunStatus::Queued | RunStatus::Running | RunStatus::RequiresAction => {
             Err(OpenAiError::still_running(&run, waited))
         }
     }
 }
 
+/// Where a stream starts and where it stops.
+#[derive(Debug, Clone, Copy, Default)]
+struct Follow {
+    /// The last event already seen (the stream starts after it).
+    after: Option<u64>,
+    /// Stop at the run's next pause after this one (client tools), or follow through pauses.
+    past_pause: Option<u32>,
+}
+
 /// Accepts `turn` and streams the frames `frames` writes for its run, from its first event to
-/// its end (or the host's deadline). Holds one of the tenant's stream slots meanwhile; the
-/// turn goes on if the client goes away.
+/// its end or its first pause (or the host's deadline). Holds one of the tenant's stream slots
+/// meanwhile; the turn goes on if the client goes away.
 async fn stream_turn<F: Frames>(
     state: Arc<Shared>,
     tenant: TenantId,
@@ -258,19 +366,42 @@ async fn stream_turn<F: Frames>(
 ) -> Result<Response, OpenAiError> {
     let slot = state.admission.stream_slot(&tenant).await?;
     let run = accept_as(&state, &tenant, turn, model).await?.run;
+    let follow = Follow {
+        after: None,
+        past_pause: Some(0),
+    };
+    let frames = frames(&run);
+    Ok(follow_run(
+        state, tenant, deadline, slot, &run, follow, frames,
+    ))
+}
+
+/// Streams `frames` over `run`'s events as `follow` says.
+fn follow_run<F: Frames>(
+    state: Arc<Shared>,
+    tenant: TenantId,
+    deadline: Option<ResponseDeadline>,
+    slot: Slot,
+    run: &Run,
+    follow: Follow,
+    frames: F,
+) -> Response {
     let max_poll = Duration::from_millis(state.config.sse_poll_ms);
     let watch = RunWatch::new(&state.notifier, &tenant, &run.run_id, max_poll);
-    let follower = RunFollower::new(
+    let mut follower = RunFollower::new(
         state.clone(),
         tenant,
         run.run_id.clone(),
-        None,
+        follow.after,
         deadline.map(|deadline| deadline.instant()),
         watch,
     );
+    if let Some(past) = follow.past_pause {
+        follower = follower.stop_at_pause(past);
+    }
     let keep_alive = crate::sse::keep_alive(&state);
-    let body = frame_stream(follower, frames(&run), slot, keep_alive);
-    Ok(with_turn_headers(body.into_response(), &run))
+    let body = frame_stream(follower, frames, slot, keep_alive);
+    with_turn_headers(body.into_response(), run)
 }
 
 /// `response` naming the turn's run and session.

@@ -55,6 +55,7 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         out_of_turn: false,
         warnings: Vec::new(),
         required_action: None,
+        paused_ms: 0,
         action_answer: None,
     };
     assert_eq!(outcome.run, expected);

@@ -13,6 +13,7 @@ fn paused(run: &Run, id: u32, now: u64) -> Run {
     Run {
         status: RunStatus::RequiresAction,
         required_action: Some(RequiredAction {
+            event_seq: Some(3),
             id,
             tool_calls: vec![PendingCall {
                 id: format!("call-{id}"),

@@ -121,6 +121,7 @@ impl NewTurn {
             out_of_turn: false,
             warnings: Vec::new(),
             required_action: None,
+            paused_ms: 0,
             action_answer: None,
         }
     }

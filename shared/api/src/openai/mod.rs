@@ -9,8 +9,9 @@
 //!   deltas as they are committed ([`stream`]);
 //! - errors in OpenAI's shape and status codes ([`error`]).
 //!
-//! Client tools are refused until the durable-pause feature is wired in
-//! ([`turn::client_tools_refused`] is the one place that refuses them).
+//! Client tools ride on durable pauses: a chat request's `tools` are the turn's client tools,
+//! a pause is its `tool_calls` answer, and the `role: "tool"` results that end the next request
+//! answer the paused run ([`turn::ToolResults`]). The Responses API refuses tools.
 
 pub mod chat;
 pub mod error;

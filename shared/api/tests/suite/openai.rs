@@ -211,7 +211,25 @@ async fn refusals_are_in_openais_error_shape_and_queue_nothing() {
                 "/v1/chat/completions",
                 Some(ACME_KEY),
                 json!({"model": "agentlane", "messages": user("hi"),
-                   "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]}),
+                   "tools": [{"type": "retrieval"}]}),
+            ),
+            (400, "tool_type_not_supported", "tools[0]"),
+        ),
+        (
+            (
+                "/v1/chat/completions",
+                Some(ACME_KEY),
+                json!({"model": "agentlane", "messages": [
+                    {"role": "tool", "tool_call_id": "call_1", "content": "x"}]}),
+            ),
+            (400, "", "messages"),
+        ),
+        (
+            (
+                "/v1/responses",
+                Some(ACME_KEY),
+                json!({"model": "agentlane", "input": "hi",
+                   "tools": [{"type": "function", "name": "lookup", "parameters": {}}]}),
             ),
             (400, "tools_not_supported", "tools"),
         ),

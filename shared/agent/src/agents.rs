@@ -51,6 +51,8 @@ pub struct AgentProfile {
     pub client_tools: std::collections::BTreeSet<String>,
     /// Which calls need a person's yes.
     pub approval: Option<agentlane_core::ApprovalPolicy>,
+    /// The spend limits of each run (a turn's own fill what it sets).
+    pub budget: Option<agentlane_core::spend::RunBudget>,
 }
 
 impl AgentProfile {
@@ -68,6 +70,7 @@ impl AgentProfile {
             warnings: Vec::new(),
             client_tools: Default::default(),
             approval: None,
+            budget: None,
         }
     }
 
@@ -265,6 +268,7 @@ impl AgentResolver {
                 warnings,
                 client_tools: Default::default(),
                 approval: spec.approval.clone(),
+                budget: spec.budget,
             }
             .with_client_tools(spec.client_tools()),
         ))

@@ -60,6 +60,11 @@ pub struct RunnerConfig {
     /// that calls a [sequential](agentlane_tools::Tool::sequential) tool does, and the others
     /// run their calls concurrently.
     pub sequential_tools: bool,
+    /// The prices attempts are charged by (`costUsd`), and budgets checked with.
+    pub prices: agentlane_core::spend::PriceTable,
+    /// The most a model call may write when its request sets no `max_output_tokens`: the
+    /// output half of the worst case a budget must hold before each call.
+    pub budget_output_reserve: u64,
 }
 
 impl Default for RunnerConfig {
@@ -89,6 +94,8 @@ impl Default for RunnerConfig {
             max_failed_pickups: 5,
             collect_window: Duration::from_millis(500),
             sequential_tools: false,
+            prices: agentlane_core::spend::PriceTable::builtin(),
+            budget_output_reserve: 4096,
         }
     }
 }

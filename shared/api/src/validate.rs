@@ -68,6 +68,11 @@ pub struct AgentBody {
     /// 64; a name another tool has is 400.
     #[serde(default)]
     pub tools: Option<Vec<agentlane_core::ClientTool>>,
+    /// The turn's spend limits over all its model calls (retries, fallbacks, tool rounds):
+    /// before each call its worst case (prompt estimate + the most it may write) must fit, or
+    /// the run ends `error` `budget_exceeded`. The agent's budget fills what is unset.
+    #[serde(default)]
+    pub budget: Option<agentlane_core::spend::RunBudget>,
 }
 
 /// A body that passed every rule.
@@ -123,6 +128,9 @@ pub fn validate_agent_body(
     let tools = body.tools.unwrap_or_default();
     let builtins = config.builtin_tools.iter().cloned().collect();
     check_client_tools(&tools, "tools", &builtins, &Default::default())?;
+    if let Some(problem) = body.budget.as_ref().and_then(|b| b.problem("budget")) {
+        return Err(invalid(problem));
+    }
     Ok(ValidTurn {
         session_key: SessionKey::new(body.session_key),
         request: TurnRequest {
@@ -138,6 +146,7 @@ pub fn validate_agent_body(
             agent_id,
             agent_version: None,
             tools,
+            budget: body.budget.filter(|b| !b.is_unlimited()),
         },
         idempotency_key: body.idempotency_key,
     })
@@ -367,6 +376,7 @@ mod tests {
             extra_system_prompt: None,
             agent_id: None,
             tools: None,
+            budget: None,
         }
     }
 
@@ -399,6 +409,7 @@ mod tests {
                     agent_id: None,
                     agent_version: None,
                     tools: Vec::new(),
+                    budget: None,
                 },
                 idempotency_key: None,
             }

@@ -66,6 +66,9 @@ pub struct WaitView {
     /// Tokens used by every attempt (terminal runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// What every attempt cost in USD (terminal runs whose models have prices only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// The model that answered (terminal runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -140,6 +143,7 @@ impl WaitView {
             error,
             payloads: ended.then(|| run.payloads.clone()),
             usage: ended.then_some(run.usage),
+            cost_usd: run.cost_usd.filter(|_| ended),
             model: if ended { run.model.clone() } else { None },
             timeout_phase,
             required_action: RequiredActionView::of(run),

@@ -41,6 +41,7 @@ pub fn job(tenant: &TenantId, name: &str, next: Option<u64>) -> CronJob {
         model: None,
         timeout_seconds: Some(30),
         agent_id: None,
+        budget: None,
         enabled: true,
         delete_after_run: false,
         delivery: None,

@@ -78,6 +78,7 @@ pub fn request(message: &str) -> TurnRequest {
         agent_id: None,
         agent_version: None,
         tools: Vec::new(),
+        budget: None,
     }
 }
 

@@ -127,6 +127,9 @@ pub struct AgentSpec {
     /// Calls that need a person's yes before they run (any kind of tool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::action::ApprovalPolicy>,
+    /// Each run's spend limits over all its model calls (a turn's `budget` fills first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::spend::RunBudget>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,

@@ -202,6 +202,9 @@ pub struct CronJob {
     /// The agent each fire runs (`None`: `main`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// Each fire's spend limits (its agent's fill what is unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::spend::RunBudget>,
     pub enabled: bool,
     /// A one-shot job is deleted after its run succeeds (else disabled).
     #[serde(default)]
@@ -329,6 +332,7 @@ mod tests {
             model: None,
             timeout_seconds: None,
             agent_id: None,
+            budget: None,
             enabled: true,
             delete_after_run: false,
             delivery: None,

@@ -20,6 +20,7 @@ pub mod record_size;
 pub mod run;
 pub mod session;
 pub mod slots;
+pub mod spend;
 pub mod store;
 pub mod thinking;
 pub mod transcript;

@@ -163,6 +163,9 @@ pub struct TurnRequest {
     /// Client tools for this turn only (they join the agent's); a call of one pauses the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<crate::action::ClientTool>,
+    /// The turn's spend limits (over all its model calls); the agent's fill what is unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::spend::RunBudget>,
 }
 
 impl TurnRequest {
@@ -216,7 +219,7 @@ impl Usage {
 }
 
 /// One model call made for a run, in order (the attempt ledger).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct AttemptRecord {
@@ -228,6 +231,10 @@ pub struct AttemptRecord {
     /// `ok`, `tool_calls`, or a failure class such as `rate_limit`, `timeout`, `aborted`.
     pub outcome: String,
     pub usage: Usage,
+    /// What the call cost (USD), from the deployment's price of its model; `None` when the
+    /// model has no price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     pub started_at: u64,
     pub duration_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -316,6 +323,10 @@ pub struct Run {
     pub attempts: Vec<AttemptRecord>,
     #[serde(default)]
     pub usage: Usage,
+    /// What the run's model calls cost (USD, the sum of its attempts' `costUsd`); `None` while
+    /// none was priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     #[serde(default)]
     pub payloads: Vec<Payload>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

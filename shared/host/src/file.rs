@@ -37,6 +37,11 @@ pub(crate) struct ConfigFile {
     /// HTTP webhook hooks (`[[hooks]]`: name, url, points, priority, timeoutMs, secretHeader).
     #[serde(default)]
     pub hooks: Vec<agentlane_agent::hooks::WebhookConfig>,
+    /// Prices in USD per million tokens, keyed by `provider/model` (`[prices."openai/gpt-4o"]`
+    /// `input`, `output`, `cache_read`, `cache_write`): they replace or add to the built-in
+    /// list prices.
+    #[serde(default)]
+    pub prices: BTreeMap<String, agentlane_core::spend::Price>,
 }
 
 /// `[queue]`: how messages to a busy session are handled (SPEC §4).

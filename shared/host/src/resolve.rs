@@ -73,6 +73,7 @@ fn resolve(
                 .ms("AGENTLANE_COLLECT_WINDOW_MS")?
                 .or(file.queue.collect_window_ms.map(Duration::from_millis)),
             sequential_tools: ctx.sequential_tools(&file.tools)?,
+            prices: ctx.prices(&file.prices)?,
             ..ctx.runner(&file.runner)?
         },
         api: ctx.api(&file.api, &file.limits, &file.queue)?,
@@ -235,6 +236,30 @@ impl Ctx<'_> {
         Ok(out)
     }
 
+    /// `[prices]`, each price checked.
+    fn prices(
+        &self,
+        prices: &BTreeMap<String, agentlane_core::spend::Price>,
+    ) -> Result<BTreeMap<String, agentlane_core::spend::Price>, ConfigError> {
+        for (model, price) in prices {
+            if let Some(message) = price.problem() {
+                return Err(ConfigError::Invalid {
+                    file: self.file.to_owned(),
+                    key: format!("prices.\"{model}\""),
+                    message,
+                });
+            }
+            if !model.contains('/') {
+                return Err(ConfigError::Invalid {
+                    file: self.file.to_owned(),
+                    key: format!("prices.\"{model}\""),
+                    message: "prices are keyed by provider/model".to_owned(),
+                });
+            }
+        }
+        Ok(prices.clone())
+    }
+
     fn runner(&self, file: &RunnerEntry) -> Result<RunnerSettings, ConfigError> {
         let ms = |var: &str, value: Option<u64>| -> Result<Option<Duration>, ConfigError> {
             Ok(self.env.ms(var)?.or(value.map(Duration::from_millis)))
@@ -288,6 +313,7 @@ impl Ctx<'_> {
             // From `[queue]` and `[tools]`: set by the caller.
             collect_window: None,
             sequential_tools: None,
+            prices: BTreeMap::new(),
         })
     }
 

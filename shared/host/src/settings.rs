@@ -98,6 +98,8 @@ pub struct RunnerSettings {
     pub collect_window: Option<Duration>,
     /// `[tools] execution = "sequential"` / `AGENTLANE_TOOL_EXECUTION=sequential`.
     pub sequential_tools: Option<bool>,
+    /// `[prices."provider/model"]`: over the built-in list prices.
+    pub prices: std::collections::BTreeMap<String, agentlane_core::spend::Price>,
 }
 
 /// HTTP edge knobs; `None` keeps the host's default.
@@ -176,6 +178,7 @@ impl RunnerSettings {
             max_failed_pickups: self.max_failed_pickups.unwrap_or(d.max_failed_pickups),
             collect_window: self.collect_window.unwrap_or(d.collect_window),
             sequential_tools: self.sequential_tools.unwrap_or(d.sequential_tools),
+            prices: d.prices.clone().with_overrides(&self.prices),
             system_prompt: self
                 .system_prompt
                 .clone()

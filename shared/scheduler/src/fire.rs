@@ -29,6 +29,7 @@ pub enum SubmitError {
 pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
     let timeout = job.effective_timeout_seconds();
     TurnRequest {
+        budget: job.budget,
         message: job.message.clone(),
         queue_mode: Some(QueueMode::Followup),
         model: job.model.clone(),

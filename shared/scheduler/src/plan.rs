@@ -294,6 +294,7 @@ mod tests {
             model: None,
             timeout_seconds: None,
             agent_id: None,
+            budget: None,
             enabled: true,
             delete_after_run: false,
             delivery: None,

@@ -84,6 +84,7 @@ fn job(w: &World, schedule: Schedule, next: u64, timeout: Option<u64>) -> CronJo
         model: None,
         timeout_seconds: timeout,
         agent_id: None,
+        budget: None,
         enabled: true,
         delete_after_run: false,
         delivery: None,

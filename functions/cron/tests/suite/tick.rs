@@ -24,6 +24,7 @@ fn every_second_job(tenant: &TenantId) -> CronJob {
         model: None,
         timeout_seconds: None,
         agent_id: None,
+        budget: None,
         enabled: true,
         delete_after_run: false,
         delivery: None,

@@ -63,6 +63,51 @@ fn idle_error(idle: Duration) -> ProviderError {
 }
 
 impl Turn<'_> {
+    /// Prices an attempt's usage (`costUsd`; `None` when its model has no price).
+    pub(super) fn charge(&self, record: &mut AttemptRecord) {
+        record.cost_usd = self
+            .runner
+            .config
+            .prices
+            .cost_micros(&record.model, &record.usage)
+            .map(agentlane_core::spend::usd);
+    }
+
+    /// The run's budget (the turn's, filled by its agent's), and whether the next call, to
+    /// `selected` with `request`, fits it: its worst case (the prompt's estimate plus the most
+    /// it may write) on top of what the run spent. `Some`: the run ends `budget_exceeded`.
+    pub(super) fn over_budget(
+        &self,
+        selected: &Selected,
+        request: &ModelRequest,
+    ) -> Option<agentlane_core::RunError> {
+        use agentlane_core::spend::{CallAsk, OverBudget, Spent, check_call, micros};
+        let run = self.writer.run();
+        let budget = run.request.budget.unwrap_or_default().or(self.agent.budget);
+        if budget.is_unlimited() {
+            return None;
+        }
+        let config = &self.runner.config;
+        let ask = CallAsk {
+            model: selected.model.full_name.clone(),
+            prompt_tokens: estimate_tokens(request),
+            max_output_tokens: request
+                .max_output_tokens
+                .map_or(config.budget_output_reserve, u64::from),
+            price: config.prices.price(&selected.model.full_name).copied(),
+        };
+        let spent = Spent {
+            tokens: run.usage.input_tokens + run.usage.output_tokens,
+            micros: micros(run.cost_usd.unwrap_or(0.0)),
+        };
+        let over = check_call(&budget, spent, &ask).err()?;
+        tracing::info!(run = %run.run_id, reason = %over.message(), "the run's budget stops it");
+        Some(agentlane_core::RunError::new(
+            OverBudget::CODE,
+            over.message(),
+        ))
+    }
+
     /// Streams `request` to the selected model. Failures and stops are recorded in the ledger
     /// here; an answer is recorded by the caller once normalised.
     pub(super) async fn attempt(
@@ -104,6 +149,7 @@ impl Turn<'_> {
             profile: Some(selected.profile.name.clone()),
             outcome: String::new(),
             usage: Default::default(),
+            cost_usd: None,
             started_at,
             duration_ms: started.elapsed().as_millis() as u64,
             error: None,
@@ -116,6 +162,7 @@ impl Turn<'_> {
             Err(StreamError::Failed(_) | StreamError::Stopped) => {
                 let reason = self.stop.reason().unwrap_or(StopReason::Abort);
                 record.outcome = AttemptOutcome::Stopped.as_str().into();
+                self.charge(&mut record);
                 self.writer.record_attempt(record);
                 return Ok(Attempted::Stopped(reason));
             }
@@ -123,6 +170,7 @@ impl Turn<'_> {
         let (error, stage, progress) = failure.classify(idle);
         record.outcome = AttemptOutcome::Failed(error.reason).as_str().into();
         record.error = Some(error.message.clone());
+        self.charge(&mut record);
         self.writer.record_attempt(record);
         Ok(Attempted::Failed(FailedAttempt {
             error,

@@ -33,6 +33,7 @@ impl Turn<'_> {
         };
         record.outcome = outcome.as_str().into();
         record.usage = turn.usage;
+        self.charge(&mut record);
         self.writer.record_attempt(record);
         let visible = !turn.text.trim().is_empty();
         let reasoning = !turn.reasoning.trim().is_empty();

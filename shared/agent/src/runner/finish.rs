@@ -96,6 +96,8 @@ impl Turn<'_> {
             "endedAt": run.ended_at,
             "error": run.error,
             "livenessState": run.liveness_state,
+            "usage": run.usage,
+            "costUsd": run.cost_usd,
         });
         self.writer.event(EventStream::Lifecycle, event);
         self.writer

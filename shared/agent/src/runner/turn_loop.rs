@@ -104,6 +104,9 @@ impl Turn<'_> {
             };
             self.precheck(&selected).await?;
             let request = self.build_request(&selected.model);
+            if let Some(error) = self.over_budget(&selected, &request) {
+                return Ok(LoopEnd::Failed(error));
+            }
             let attempt = self.attempt(&selected, request).await?;
             let step = match attempt {
                 Attempted::Answered { turn, record } => {

@@ -79,6 +79,12 @@ impl RunWriter {
             &[("outcome", record.outcome.as_str())],
         );
         self.run.usage.add(record.usage);
+        if let Some(cost) = record.cost_usd {
+            // Summed in micro-dollars, so that a long run's total does not drift.
+            let micros = agentlane_core::spend::micros(self.run.cost_usd.unwrap_or(0.0))
+                + agentlane_core::spend::micros(cost);
+            self.run.cost_usd = Some(agentlane_core::spend::usd(micros));
+        }
         self.run.attempts.push(record);
     }
 

@@ -204,7 +204,7 @@ impl MessageContent {
 #[derive(Debug, Clone)]
 pub enum ChatAsk {
     /// A turn.
-    Turn(ValidTurn),
+    Turn(Box<ValidTurn>),
     /// The results of a paused turn's client tools: its continuation.
     Results(ToolResults),
 }
@@ -268,7 +268,7 @@ pub fn plan(
         tools,
     };
     Ok(ChatPlan {
-        ask: ChatAsk::Turn(plan_turn(ask, config, tenant)?),
+        ask: ChatAsk::Turn(Box::new(plan_turn(ask, config, tenant)?)),
         model: request.model,
         stream,
         include_usage,

@@ -219,6 +219,7 @@ pub fn plan_turn(
         extra_system_prompt: Some(system).filter(|s| !s.is_empty()),
         agent_id: Some(agent.to_owned()),
         tools: Some(ask.tools).filter(|t| !t.is_empty()),
+        budget: None,
     };
     let mut turn = validate_agent_body(body, config, tenant)?;
     turn.request.history = history;

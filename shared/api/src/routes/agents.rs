@@ -199,6 +199,9 @@ pub fn check_spec(spec: &AgentSpec, config: &ApiConfig, tenant: &TenantId) -> Re
             )));
         }
     }
+    if let Some(problem) = spec.budget.as_ref().and_then(|b| b.problem("budget")) {
+        return Err(ApiError::InvalidRequest(problem));
+    }
     if let Some(problem) = spec.approval.as_ref().and_then(|a| a.problem()) {
         return Err(invalid(problem));
     }

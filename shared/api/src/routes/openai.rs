@@ -107,10 +107,10 @@ pub async fn chat_completions(
     let chunks = |run: &Run| ChatChunks::new(run, &model, include_usage);
     let run = match plan.ask {
         ChatAsk::Turn(turn) if plan.stream => {
-            return stream_turn(state, tenant, deadline, turn, &plan.model, chunks).await;
+            return stream_turn(state, tenant, deadline, *turn, &plan.model, chunks).await;
         }
         ChatAsk::Turn(turn) => {
-            complete_turn(&state, &tenant, deadline, turn, &plan.model, true).await?
+            complete_turn(&state, &tenant, deadline, *turn, &plan.model, true).await?
         }
         ChatAsk::Results(results) => {
             let answered = answer_results(&state, &tenant, &results).await?;

@@ -41,6 +41,7 @@ pub async fn case_accept_turn_creates_session_and_queued_run(store: Arc<dyn Stor
         model: None,
         attempts: vec![],
         usage: Usage::default(),
+        cost_usd: None,
         payloads: vec![],
         error: None,
         abort_requested: false,

@@ -107,6 +107,7 @@ impl NewTurn {
             model: None,
             attempts: Vec::new(),
             usage: Usage::default(),
+            cost_usd: None,
             payloads: Vec::new(),
             error: None,
             abort_requested: false,

@@ -27,6 +27,10 @@ macro_rules! job_body {
             #[serde(default)]
             #[schema(min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")]
             pub agent_id: Option<String>,
+            /// Each fire's spend limits over all its model calls (the agent's fill what is
+            /// unset).
+            #[serde(default)]
+            pub budget: Option<agentlane_core::spend::RunBudget>,
             #[serde(default)]
             pub enabled: Option<bool>,
             #[serde(default)]
@@ -45,6 +49,9 @@ macro_rules! job_body {
                 if let Some(id) = &self.agent_id {
                     agentlane_core::agent::validate_agent_id(id)
                         .map_err(ApiError::InvalidRequest)?;
+                }
+                if let Some(problem) = self.budget.as_ref().and_then(|b| b.problem("budget")) {
+                    return Err(ApiError::InvalidRequest(problem));
                 }
                 check_settings(
                     self.model.as_deref(),

@@ -71,6 +71,7 @@ pub async fn create(
         model: body.model,
         timeout_seconds: body.timeout_seconds,
         agent_id: body.agent_id.filter(|a| a != agentlane_core::MAIN_AGENT),
+        budget: body.budget,
         enabled,
         delete_after_run: body.delete_after_run.unwrap_or(false),
         delivery: body.delivery,
@@ -217,6 +218,9 @@ fn apply_patch(
     }
     if let Some(model) = &patch.model {
         next.model = Some(model.clone());
+    }
+    if let Some(budget) = patch.budget {
+        next.budget = Some(budget).filter(|b| !b.is_unlimited());
     }
     if let Some(agent) = &patch.agent_id {
         next.agent_id = Some(agent.clone()).filter(|a| a != agentlane_core::MAIN_AGENT);

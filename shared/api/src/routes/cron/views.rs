@@ -19,6 +19,9 @@ pub struct JobView {
     pub timeout_seconds: Option<u64>,
     /// The agent each fire runs.
     pub agent_id: String,
+    /// Each fire's spend limits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<agentlane_core::spend::RunBudget>,
     pub enabled: bool,
     pub delete_after_run: bool,
     /// `{webhook: {url, hasToken}}`: the token itself is never shown.
@@ -85,6 +88,7 @@ impl From<&CronJob> for JobView {
                 .agent_id
                 .clone()
                 .unwrap_or_else(|| agentlane_core::MAIN_AGENT.to_owned()),
+            budget: j.budget,
             enabled: j.enabled,
             delete_after_run: j.delete_after_run,
             delivery: j.delivery.as_ref().map(|d| {

@@ -117,6 +117,21 @@ fn the_shipped_example_parses_into_every_setting() {
             max_failed_pickups: None,
             collect_window: Some(Duration::from_millis(500)),
             sequential_tools: Some(false),
+            prices: std::collections::BTreeMap::from([
+                (
+                    "local/llama3.2".to_owned(),
+                    agentlane_core::spend::Price::default()
+                ),
+                (
+                    "openai/gpt-4o-mini".to_owned(),
+                    agentlane_core::spend::Price {
+                        input: 0.15,
+                        output: 0.60,
+                        cache_read: 0.075,
+                        cache_write: 0.0,
+                    }
+                ),
+            ]),
         }
     );
     assert_eq!(

@@ -1,0 +1,379 @@
+//! Spend control (issue 21), the pure part: what a model's tokens cost, and whether one more
+//! model call fits a run's budget.
+//!
+//! Money is counted in micro-dollars (`u64`): a price in USD per million tokens times a token
+//! count is exactly micro-dollars, so sums never drift. A model without a price has no cost
+//! (`costUsd: null`); a run whose budget is in USD cannot call such a model.
+
+use crate::run::Usage;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default)]
+    pub cache_read: f64,
+    #[serde(default)]
+    pub cache_write: f64,
+}
+
+impl Price {
+    /// What `usage` costs, in micro-dollars (rounded up).
+    pub fn cost_micros(&self, usage: &Usage) -> u64 {
+        let micros =
+            usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output;
+        micros.max(0.0).ceil() as u64
+    }
+
+    /// The problem with this price, if any (a negative or non-finite number).
+    pub fn problem(&self) -> Option<String> {
+        let all = [self.input, self.output, self.cache_read, self.cache_write];
+        (!all.iter().all(|p| p.is_finite() && *p >= 0.0))
+            .then(|| "prices must be finite numbers of USD per million tokens, at least 0".into())
+    }
+}
+
+/// List prices of the models the providers know, in USD per million tokens, as published on
+/// 2026-11-30 (openai.com/api/pricing, anthropic.com/pricing). The deployment's
+/// `[prices."provider/model"]` entries override or add to them.
+const BUILTIN: &[(&str, Price)] = &[
+    ("openai/gpt-4o", price(2.50, 10.00, 1.25, 0.0)),
+    ("openai/gpt-4o-mini", price(0.15, 0.60, 0.075, 0.0)),
+    ("openai/gpt-4.1", price(2.00, 8.00, 0.50, 0.0)),
+    ("openai/gpt-4.1-mini", price(0.40, 1.60, 0.10, 0.0)),
+    ("openai/gpt-4.1-nano", price(0.10, 0.40, 0.025, 0.0)),
+    ("openai/o3", price(2.00, 8.00, 0.50, 0.0)),
+    ("openai/o4-mini", price(1.10, 4.40, 0.275, 0.0)),
+    (
+        "anthropic/claude-opus-4-1",
+        price(15.00, 75.00, 1.50, 18.75),
+    ),
+    (
+        "anthropic/claude-sonnet-4-5",
+        price(3.00, 15.00, 0.30, 3.75),
+    ),
+    (
+        "anthropic/claude-sonnet-4-0",
+        price(3.00, 15.00, 0.30, 3.75),
+    ),
+    ("anthropic/claude-haiku-4-5", price(1.00, 5.00, 0.10, 1.25)),
+    (
+        "anthropic/claude-3-5-haiku-latest",
+        price(0.80, 4.00, 0.08, 1.00),
+    ),
+    // The built-in demo model runs in process: free.
+    ("demo/agentlane-demo", price(0.0, 0.0, 0.0, 0.0)),
+];
+
+const fn price(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Price {
+    Price {
+        input,
+        output,
+        cache_read,
+        cache_write,
+    }
+}
+
+/// The prices a deployment charges by, per `provider/model`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PriceTable {
+    prices: BTreeMap<String, Price>,
+}
+
+impl PriceTable {
+    /// The built-in list prices.
+    pub fn builtin() -> Self {
+        Self {
+            prices: BUILTIN
+                .iter()
+                .map(|(model, price)| ((*model).to_owned(), *price))
+                .collect(),
+        }
+    }
+
+    /// These prices, with `overrides` replacing or adding entries.
+    pub fn with_overrides(mut self, overrides: &BTreeMap<String, Price>) -> Self {
+        for (model, price) in overrides {
+            self.prices.insert(model.clone(), *price);
+        }
+        self
+    }
+
+    /// The price of `model` (`provider/model`), if it has one.
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model)
+    }
+
+    /// What `usage` of `model` costs in micro-dollars; `None` when the model has no price.
+    pub fn cost_micros(&self, model: &str, usage: &Usage) -> Option<u64> {
+        self.price(model).map(|p| p.cost_micros(usage))
+    }
+}
+
+/// Micro-dollars as USD.
+pub fn usd(micros: u64) -> f64 {
+    micros as f64 / 1_000_000.0
+}
+
+/// USD as micro-dollars (rounded down: a budget never grows by rounding).
+pub fn micros(usd: f64) -> u64 {
+    (usd.max(0.0) * 1_000_000.0).floor() as u64
+}
+
+/// What one run may spend over all its model calls (retries, fallbacks, tool rounds).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct RunBudget {
+    /// At most this many USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// At most this many tokens, input and output together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+// JSON has no NaN and budgets are checked finite before use: equality is total here.
+impl Eq for RunBudget {}
+
+impl RunBudget {
+    /// No limit at all.
+    pub fn is_unlimited(&self) -> bool {
+        self.max_cost_usd.is_none() && self.max_tokens.is_none()
+    }
+
+    /// This budget where set, else `fallback`'s, field by field (a turn's over its agent's).
+    pub fn or(self, fallback: Option<RunBudget>) -> RunBudget {
+        let fallback = fallback.unwrap_or_default();
+        RunBudget {
+            max_cost_usd: self.max_cost_usd.or(fallback.max_cost_usd),
+            max_tokens: self.max_tokens.or(fallback.max_tokens),
+        }
+    }
+
+    /// The problem with this budget under `at` (the field's name), if any.
+    pub fn problem(&self, at: &str) -> Option<String> {
+        if let Some(usd) = self.max_cost_usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Some(format!("{at}.maxCostUsd must be a positive number of USD"));
+        }
+        if self.max_tokens == Some(0) {
+            return Some(format!("{at}.maxTokens must be at least 1"));
+        }
+        None
+    }
+}
+
+/// What a run has spent so far: tokens, and micro-dollars where every call was priced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Spent {
+    pub tokens: u64,
+    pub micros: u64,
+}
+
+/// The worst case of the next model call: its prompt estimate plus the most it may write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallAsk {
+    /// `provider/model`.
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub max_output_tokens: u64,
+    /// The model's price (`None`: unpriced).
+    pub price: Option<Price>,
+}
+
+impl CallAsk {
+    /// The call's worst-case tokens.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.max_output_tokens)
+    }
+
+    /// The call's worst-case cost in micro-dollars (`None`: unpriced).
+    pub fn micros(&self) -> Option<u64> {
+        self.price.map(|p| {
+            p.cost_micros(&Usage {
+                input_tokens: self.prompt_tokens,
+                output_tokens: self.max_output_tokens,
+            })
+        })
+    }
+}
+
+/// Why a call does not fit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OverBudget {
+    /// The budget is in USD and the model has no price.
+    Unpriced {
+        model: String,
+    },
+    Tokens {
+        spent: u64,
+        ask: u64,
+        max: u64,
+    },
+    Cost {
+        spent: u64,
+        ask: u64,
+        max: u64,
+    },
+}
+
+impl OverBudget {
+    /// The run's error code.
+    pub const CODE: &'static str = "budget_exceeded";
+
+    /// A sentence for the run's error.
+    pub fn message(&self) -> String {
+        match self {
+            OverBudget::Unpriced { model } => format!(
+                "the run has a USD budget and {model} has no price: set [prices.\"{model}\"]"
+            ),
+            OverBudget::Tokens { spent, ask, max } => format!(
+                "the next model call may use {ask} tokens; the run has used {spent} of its \
+                 maxTokens {max}"
+            ),
+            OverBudget::Cost { spent, ask, max } => format!(
+                "the next model call may cost ${:.6}; the run has spent ${:.6} of its \
+                 maxCostUsd ${:.6}",
+                usd(*ask),
+                usd(*spent),
+                usd(*max)
+            ),
+        }
+    }
+}
+
+/// Whether the call `ask` fits `budget` after `spent`: the worst case must fit, so a run never
+/// passes its budget by more than the estimate of a prompt is off.
+pub fn check_call(budget: &RunBudget, spent: Spent, ask: &CallAsk) -> Result<(), OverBudget> {
+    if let Some(max) = budget.max_tokens {
+        let ask = ask.tokens();
+        if spent.tokens.saturating_add(ask) > max {
+            return Err(OverBudget::Tokens {
+                spent: spent.tokens,
+                ask,
+                max,
+            });
+        }
+    }
+    if let Some(max_usd) = budget.max_cost_usd {
+        let Some(ask_micros) = ask.micros() else {
+            return Err(OverBudget::Unpriced {
+                model: ask.model.clone(),
+            });
+        };
+        let max = micros(max_usd);
+        if spent.micros.saturating_add(ask_micros) > max {
+            return Err(OverBudget::Cost {
+                spent: spent.micros,
+                ask: ask_micros,
+                max,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(prompt: u64, output: u64, price: Option<Price>) -> CallAsk {
+        CallAsk {
+            model: "openai/gpt-4o-mini".into(),
+            prompt_tokens: prompt,
+            max_output_tokens: output,
+            price,
+        }
+    }
+
+    #[test]
+    fn a_price_times_tokens_is_micro_dollars() {
+        let table = PriceTable::builtin();
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 2_000,
+        };
+        // 1M input at $0.15 + 2k output at $0.60/M = $0.1512
+        assert_eq!(
+            table.cost_micros("openai/gpt-4o-mini", &usage),
+            Some(151_200)
+        );
+        assert_eq!(table.cost_micros("acme/unknown", &usage), None);
+        let cheap = BTreeMap::from([("acme/unknown".to_owned(), price(1.0, 2.0, 0.0, 0.0))]);
+        let table = table.with_overrides(&cheap);
+        assert_eq!(table.cost_micros("acme/unknown", &usage), Some(1_004_000));
+        assert_eq!(usd(151_200), 0.1512);
+        assert_eq!(micros(0.1512), 151_200);
+        assert!(price(-1.0, 0.0, 0.0, 0.0).problem().is_some());
+        assert!(price(f64::NAN, 0.0, 0.0, 0.0).problem().is_some());
+    }
+
+    #[test]
+    fn a_call_fits_only_when_its_worst_case_fits() {
+        let mini = PriceTable::builtin().price("openai/gpt-4o-mini").copied();
+        let tokens = RunBudget {
+            max_tokens: Some(1_000),
+            ..Default::default()
+        };
+        let dollars = RunBudget {
+            max_cost_usd: Some(0.001),
+            ..Default::default()
+        };
+        let spent = |tokens, micros| Spent { tokens, micros };
+        let unlimited = RunBudget::default();
+        let cases: Vec<(&RunBudget, Spent, CallAsk, &str)> = vec![
+            (&unlimited, spent(1 << 40, 1 << 40), ask(9, 9, None), "ok"),
+            (&tokens, spent(0, 0), ask(400, 600, None), "ok"),
+            (&tokens, spent(1, 0), ask(400, 600, None), "tokens"),
+            (&tokens, spent(900, 0), ask(50, 100, None), "tokens"),
+            // 1,000 prompt at 0.15 + 1,000 output at 0.60 = 750 micros, within 1,000
+            (&dollars, spent(0, 0), ask(1_000, 1_000, mini), "ok"),
+            (&dollars, spent(0, 250), ask(1_000, 1_000, mini), "ok"),
+            (&dollars, spent(0, 251), ask(1_000, 1_000, mini), "cost"),
+            (&dollars, spent(0, 0), ask(1, 1, None), "unpriced"),
+        ];
+        for (index, (budget, spent, ask, expected)) in cases.into_iter().enumerate() {
+            let got = match check_call(budget, spent, &ask) {
+                Ok(()) => "ok",
+                Err(OverBudget::Tokens { .. }) => "tokens",
+                Err(OverBudget::Cost { .. }) => "cost",
+                Err(OverBudget::Unpriced { .. }) => "unpriced",
+            };
+            assert_eq!(got, expected, "case #{index}");
+        }
+    }
+
+    #[test]
+    fn a_turns_budget_wins_over_its_agents_field_by_field() {
+        let turn = RunBudget {
+            max_tokens: Some(5),
+            ..Default::default()
+        };
+        let agent = RunBudget {
+            max_tokens: Some(50),
+            max_cost_usd: Some(1.0),
+        };
+        assert_eq!(
+            turn.or(Some(agent)),
+            RunBudget {
+                max_tokens: Some(5),
+                max_cost_usd: Some(1.0)
+            }
+        );
+        assert!(RunBudget::default().or(None).is_unlimited());
+        assert!(
+            RunBudget {
+                max_cost_usd: Some(0.0),
+                ..Default::default()
+            }
+            .problem("budget")
+            .is_some()
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! Spend control (issue 21), per run: each attempt is priced from the deployment's
+//! `[prices]`, the run shows its total, and a run's `budget` (`maxCostUsd`, `maxTokens`)
+//! stops it before a model call whose worst case would not fit. Both backends.
+
+use crate::support::{LONG, scenario_with};
+use agentlane_core::RunStatus;
+use agentlane_tests::{Scenario, check_pairing, transcript_items};
+use serde_json::{Value, json};
+
+/// A server charging $1 per million input tokens and $2 per million output tokens for the
+/// test model (a `[prices]` entry in its config file, over the built-in list price).
+fn priced() -> anyhow::Result<(Scenario, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[prices.\"{}\"]\ninput = 1.0\noutput = 2.0\n",
+            agentlane_tests::MODEL
+        ),
+    )?;
+    let scn = scenario_with(|o| o.env("AGENTLANE_CONFIG", config.display().to_string()))?;
+    Ok((scn, dir))
+}
+
+fn usage(prompt: u64, completion: u64) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_is_priced_and_the_run_shows_its_total() -> anyhow::Result<()> {
+    // GIVEN a model that calls a tool (1,000 in, 100 out) then answers (2,000 in, 50 out)
+    let (scn, _dir) = priced()?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "what does the time cost", "hasToolResult": true},
+               "response": {"content": "Noon, cheaply.", "usage": usage(2_000, 50)}}),
+        json!({"match": {"userMessage": "what does the time cost", "hasToolResult": false},
+               "response": {"toolCalls": [{"id": "call_t", "name": "current_time", "arguments": {}}],
+                            "usage": usage(1_000, 100)}}),
+    ])?;
+    let a = scn.a();
+
+    // WHEN the turn runs
+    let accepted = a.agent("priced", "what does the time cost?").await?;
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+
+    // THEN each attempt's cost is its usage at the configured price, and the run's the sum
+    let (_, view) = a
+        .json(
+            reqwest::Method::GET,
+            &format!("/v1/runs/{}", accepted.run_id),
+            None,
+        )
+        .await?;
+    let costs: Vec<f64> = view["attempts"]
+        .as_array()
+        .map(|attempts| {
+            attempts
+                .iter()
+                .map(|a| a["costUsd"].as_f64().unwrap_or(-1.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    // 1,000 × $1/M + 100 × $2/M = $0.0012; 2,000 × $1/M + 50 × $2/M = $0.0021
+    assert_eq!(costs, vec![0.0012, 0.0021], "{view}");
+    assert_eq!(view["costUsd"].as_f64(), Some(0.0033), "{view}");
+    assert_eq!(
+        view["usage"],
+        json!({"inputTokens": 3_000, "outputTokens": 150})
+    );
+    // AND the wait and the run's last lifecycle event carry them too
+    let (_, waited) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agent.wait",
+            Some(json!({"runId": accepted.run_id, "timeoutMs": 1000})),
+        )
+        .await?;
+    assert_eq!(waited["costUsd"].as_f64(), Some(0.0033), "{waited}");
+    let events = a.events(&accepted.run_id).await?;
+    let end = events
+        .iter()
+        .rev()
+        .find(|e| e.data.get("phase").and_then(Value::as_str) == Some("end"))
+        .map(|e| e.data.clone())
+        .unwrap_or_default();
+    assert_eq!(end["costUsd"].as_f64(), Some(0.0033), "{end}");
+    assert_eq!(end["usage"]["inputTokens"], 3_000, "{end}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_budget_stops_it_before_a_call_that_may_not_fit() -> anyhow::Result<()> {
+    // GIVEN a model that calls a tool forever, each answer 1,000 tokens in and 1,000 out
+    // ($0.003 at the configured price)
+    let (scn, _dir) = priced()?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "count the clocks"},
+               "response": {"toolCalls": [{"id": "call_c", "name": "current_time", "arguments": {}}],
+                            "usage": usage(1_000, 1_000)}}),
+        json!({"match": {"userMessage": "just say hi"},
+               "response": {"content": "hi", "usage": usage(1_000, 1_000)}}),
+    ])?;
+    let a = scn.a();
+
+    // WHEN a turn may spend $0.02 over all its calls
+    let accepted = a
+        .agent_with(
+            json!({"sessionKey": "clocks", "message": "count the clocks",
+                           "budget": {"maxCostUsd": 0.02}}),
+        )
+        .await?;
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+
+    // THEN it ends budget_exceeded before the call whose worst case (the prompt's estimate plus
+    // 4,096 tokens it may write) would pass the budget, having spent at most the budget
+    assert_eq!(run.status, RunStatus::Error, "{run:?}");
+    let error = run.error.clone().unwrap_or_else(|| panic!("{run:?}"));
+    assert_eq!(error.code, "budget_exceeded", "{error:?}");
+    assert!(error.message.contains("maxCostUsd"), "{error:?}");
+    let (_, view) = a
+        .json(
+            reqwest::Method::GET,
+            &format!("/v1/runs/{}", accepted.run_id),
+            None,
+        )
+        .await?;
+    let spent = view["costUsd"].as_f64().unwrap_or(1.0);
+    let calls = view["attempts"].as_array().map_or(0, Vec::len);
+    assert!(spent <= 0.02, "spent {spent}: {view}");
+    assert!(calls >= 2, "it ran until the budget stopped it: {view}");
+    assert_eq!(
+        scn.mock.model_requests()?.len(),
+        calls,
+        "no call past the stop"
+    );
+    // AND its transcript is paired: every call it made has its result
+    let transcript = a.transcript("clocks").await?;
+    assert_eq!(
+        check_pairing(&transcript_items(&transcript.entries)),
+        Ok(())
+    );
+
+    // WHEN a turn's token budget cannot hold even its first call
+    let before = scn.mock.model_requests()?.len();
+    let tiny = a
+        .agent_with(json!({"sessionKey": "tiny", "message": "just say hi",
+                           "budget": {"maxTokens": 100}}))
+        .await?;
+    let run = a.wait_done(&tiny.run_id, LONG).await?;
+    // THEN it ends budget_exceeded with no model call at all
+    assert_eq!(run.status, RunStatus::Error, "{run:?}");
+    assert_eq!(
+        run.error.as_ref().map(|e| e.code.as_str()),
+        Some("budget_exceeded")
+    );
+    assert_eq!(scn.mock.model_requests()?.len(), before, "no model call");
+
+    // AND an agent's budget applies to its runs, a turn's own fields winning
+    let (status, body) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agents",
+            Some(json!({"agentId": "frugal", "budget": {"maxTokens": 100}})),
+        )
+        .await?;
+    assert_eq!(status, 201, "{body}");
+    let frugal = a
+        .agent_with(
+            json!({"sessionKey": "frugal-1", "agentId": "frugal", "message": "just say hi"}),
+        )
+        .await?;
+    let run = a.wait_done(&frugal.run_id, LONG).await?;
+    assert_eq!(
+        run.error.as_ref().map(|e| e.code.as_str()),
+        Some("budget_exceeded"),
+        "{run:?}"
+    );
+    let roomy = a
+        .agent_with(
+            json!({"sessionKey": "frugal-2", "agentId": "frugal", "message": "just say hi",
+                           "budget": {"maxTokens": 100_000}}),
+        )
+        .await?;
+    let run = a.wait_done(&roomy.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+
+    // AND a malformed budget is refused naming the field
+    for bad in [
+        json!({"maxCostUsd": -1}),
+        json!({"maxTokens": 0}),
+        json!({"maxUsd": 1}),
+    ] {
+        let (status, body) = a
+            .json(
+                reqwest::Method::POST,
+                "/v1/agent",
+                Some(json!({"sessionKey": "bad", "message": "m", "budget": bad})),
+            )
+            .await?;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body.to_string().contains("budget") || body.to_string().contains("max"),
+            "{body}"
+        );
+    }
+    Ok(())
+}

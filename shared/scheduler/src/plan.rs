@@ -268,9 +268,12 @@ pub fn overdue(job: &CronJob, entry: &JobRun, now: u64) -> Overdue {
         return Overdue::No;
     }
     let deadline = entry.fired_at.saturating_add(timeout.saturating_mul(1000));
+    // A paused fire is not asked to abort: its pause expires at the deadline and the resumed
+    // run ends `timeout` itself (an abort would end it `aborted` instead).
+    let paused = entry.status == JobRunStatus::RequiresAction;
     if now >= deadline.saturating_add(TIMEOUT_CLEANUP_MS) {
         Overdue::RecordTimeout
-    } else if now >= deadline && entry.abort_requested_at.is_none() {
+    } else if now >= deadline && entry.abort_requested_at.is_none() && !paused {
         Overdue::RequestAbort
     } else {
         Overdue::No
@@ -580,6 +583,11 @@ mod tests {
         let mut asked = entry.clone();
         asked.abort_requested_at = Some(15_000);
         assert_eq!(overdue(&j, &asked, 20_000), Overdue::No, "asked once");
+        // A paused fire is left to its pause's expiry, then recorded as a timeout all the same.
+        let mut paused = entry.clone();
+        paused.status = JobRunStatus::RequiresAction;
+        assert_eq!(overdue(&j, &paused, 15_000), Overdue::No, "paused");
+        assert_eq!(overdue(&j, &paused, 35_000), Overdue::RecordTimeout);
         let mut no_timeout = j.clone();
         no_timeout.timeout_seconds = Some(0);
         assert_eq!(overdue(&no_timeout, &entry, 10_000_000), Overdue::No);

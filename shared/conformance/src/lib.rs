@@ -34,6 +34,7 @@ pub mod keys;
 pub mod pending;
 pub mod queue;
 pub mod slots;
+pub mod spend;
 pub mod store;
 
 use std::future::Future;

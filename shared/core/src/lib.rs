@@ -52,6 +52,7 @@ pub use session::{
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.
 pub use slots::{SlotKind, SlotStore};
+pub use spend::SpendLedger;
 pub use store::{
     AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, FencedWriter,
     HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, ProcessingIndex, SessionLock, SteerTake,

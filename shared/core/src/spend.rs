@@ -5,7 +5,11 @@
 //! count is exactly micro-dollars, so sums never drift. A model without a price has no cost
 //! (`costUsd: null`); a run whose budget is in USD cannot call such a model.
 
+use crate::ids::TenantId;
 use crate::run::Usage;
+use crate::store::StoreResult;
+use async_trait::async_trait;
+use chrono::{Datelike, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -279,6 +283,198 @@ pub fn check_call(budget: &RunBudget, spent: Spent, ask: &CallAsk) -> Result<(),
     Ok(())
 }
 
+/// What one tenant may spend per UTC day and per calendar month (UTC), in USD and tokens
+/// (`[limits.tenant]` `daily_usd`, `monthly_usd`, `daily_tokens`, `monthly_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TenantBudget {
+    pub daily_usd: Option<f64>,
+    pub monthly_usd: Option<f64>,
+    pub daily_tokens: Option<u64>,
+    pub monthly_tokens: Option<u64>,
+}
+
+// Budgets are checked finite before use (config validation): equality is total here.
+impl Eq for TenantBudget {}
+
+impl TenantBudget {
+    /// No limit at all (the ledger is then not touched).
+    pub fn is_unlimited(&self) -> bool {
+        self.daily_usd.is_none()
+            && self.monthly_usd.is_none()
+            && self.daily_tokens.is_none()
+            && self.monthly_tokens.is_none()
+    }
+
+    /// The problem with these numbers, if any.
+    pub fn problem(&self) -> Option<String> {
+        for usd in [self.daily_usd, self.monthly_usd].into_iter().flatten() {
+            if !(usd.is_finite() && usd >= 0.0) {
+                return Some("daily_usd and monthly_usd must be numbers of USD, at least 0".into());
+            }
+        }
+        None
+    }
+
+    /// The limited periods at `now`: the day's, then the month's (either may be absent).
+    pub fn caps(&self, now: u64) -> Vec<PeriodCap> {
+        let mut caps = Vec::new();
+        let (day, day_end) = day_period(now);
+        if self.daily_usd.is_some() || self.daily_tokens.is_some() {
+            caps.push(PeriodCap {
+                period: day,
+                ends_at: day_end,
+                max_micros: self.daily_usd.map(micros),
+                max_tokens: self.daily_tokens,
+            });
+        }
+        let (month, month_end) = month_period(now);
+        if self.monthly_usd.is_some() || self.monthly_tokens.is_some() {
+            caps.push(PeriodCap {
+                period: month,
+                ends_at: month_end,
+                max_micros: self.monthly_usd.map(micros),
+                max_tokens: self.monthly_tokens,
+            });
+        }
+        caps
+    }
+}
+
+/// The UTC day of `now` (ms) as a period key (`D2026-12-04`) and when it ends (ms).
+pub fn day_period(now: u64) -> (String, u64) {
+    let at = utc(now);
+    let start = Utc
+        .with_ymd_and_hms(at.year(), at.month(), at.day(), 0, 0, 0)
+        .single()
+        .map_or(0, |d| d.timestamp_millis());
+    let end = u64::try_from(start).unwrap_or(0) + 86_400_000;
+    (format!("D{}", at.format("%Y-%m-%d")), end)
+}
+
+/// The UTC month of `now` (ms) as a period key (`M2026-12`) and when it ends (ms).
+pub fn month_period(now: u64) -> (String, u64) {
+    let at = utc(now);
+    let (year, month) = if at.month() == 12 {
+        (at.year() + 1, 1)
+    } else {
+        (at.year(), at.month() + 1)
+    };
+    let end = Utc
+        .with_ymd_and_hms(year, month, 1, 0, 0, 0)
+        .single()
+        .map_or(0, |d| d.timestamp_millis());
+    (
+        format!("M{}", at.format("%Y-%m")),
+        u64::try_from(end).unwrap_or(0),
+    )
+}
+
+fn utc(now: u64) -> chrono::DateTime<Utc> {
+    Utc.timestamp_millis_opt(i64::try_from(now).unwrap_or(i64::MAX))
+        .single()
+        .unwrap_or_default()
+}
+
+/// One tenant period's limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeriodCap {
+    /// `D2026-12-04` or `M2026-12`.
+    pub period: String,
+    /// When the period ends (ms): a refused turn may retry then.
+    pub ends_at: u64,
+    pub max_micros: Option<u64>,
+    pub max_tokens: Option<u64>,
+}
+
+/// A reservation of one model call's worst case, held until the call is settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// `<runId>.<attempt index>`: unique, and names the attempt whose ledger entry settles it.
+    pub id: String,
+    pub micros: u64,
+    pub tokens: u64,
+    /// When it was taken (ms): a hold older than the lock lease is a crashed call's.
+    pub at: u64,
+}
+
+impl Hold {
+    /// The run and attempt index the hold is for.
+    pub fn attempt(&self) -> Option<(&str, u32)> {
+        let (run, index) = self.id.rsplit_once('.')?;
+        Some((run, index.parse().ok()?))
+    }
+}
+
+/// What a reservation got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    Granted,
+    /// `period` would pass its cap; it ends at `ends_at`.
+    Refused {
+        period: String,
+        ends_at: u64,
+    },
+}
+
+/// What a tenant's period holds: settled spend plus open holds, and the holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PeriodSpend {
+    pub micros: u64,
+    pub tokens: u64,
+    pub holds: Vec<Hold>,
+}
+
+/// Where tenants' period counters are kept (the same database or table as the sessions). A
+/// counter counts settled spend and open holds together, so the check at reserve time is one
+/// comparison and concurrent reservations can never pass a cap.
+#[async_trait]
+pub trait SpendLedger: Send + Sync + 'static {
+    /// Adds `hold` to every period of `caps` in one atomic write, when each stays within its
+    /// caps with it; else changes nothing and names the first period that would not.
+    async fn reserve(
+        &self,
+        tenant: &TenantId,
+        caps: &[PeriodCap],
+        hold: &Hold,
+    ) -> StoreResult<Reserved>;
+
+    /// Replaces `hold` in `periods` by what the call spent (in one atomic write); a hold
+    /// already settled (or never taken) changes nothing.
+    async fn settle(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+    ) -> StoreResult<()>;
+
+    /// What `period` holds for `tenant` (zero when nothing was counted).
+    async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend>;
+}
+
+/// A tenant's budget of each tenant: `[limits.tenant]` with `[limits.tenants.<name>]`'s keys
+/// over it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TenantBudgets {
+    pub default: TenantBudget,
+    pub tenants: BTreeMap<String, TenantBudget>,
+}
+
+impl TenantBudgets {
+    /// `tenant`'s budget.
+    pub fn for_tenant(&self, tenant: &TenantId) -> TenantBudget {
+        self.tenants
+            .get(tenant.as_str())
+            .copied()
+            .unwrap_or(self.default)
+    }
+
+    /// Whether no tenant has a budget.
+    pub fn is_unlimited(&self) -> bool {
+        self.default.is_unlimited() && self.tenants.values().all(TenantBudget::is_unlimited)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,6 +543,33 @@ mod tests {
             };
             assert_eq!(got, expected, "case #{index}");
         }
+    }
+
+    #[test]
+    fn periods_are_utc_days_and_months() {
+        // 2026-12-31T23:59:59.999Z
+        let now = 1_798_761_599_999;
+        assert_eq!(day_period(now), ("D2026-12-31".into(), now + 1));
+        assert_eq!(month_period(now), ("M2026-12".into(), now + 1));
+        assert_eq!(day_period(now + 1).0, "D2027-01-01");
+        let budget = TenantBudget {
+            daily_usd: Some(20.0),
+            monthly_tokens: Some(1_000),
+            ..Default::default()
+        };
+        let caps = budget.caps(now);
+        assert_eq!(caps.len(), 2);
+        assert_eq!(caps[0].max_micros, Some(20_000_000));
+        assert_eq!(caps[0].max_tokens, None);
+        assert_eq!(caps[1].max_tokens, Some(1_000));
+        assert!(TenantBudget::default().caps(now).is_empty());
+        let hold = Hold {
+            id: "run_01ab.3".into(),
+            micros: 1,
+            tokens: 1,
+            at: 0,
+        };
+        assert_eq!(hold.attempt(), Some(("run_01ab", 3)));
     }
 
     #[test]

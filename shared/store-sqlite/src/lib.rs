@@ -36,6 +36,7 @@ mod queue;
 mod records;
 mod schema;
 mod slots;
+mod spend;
 mod steer;
 mod store;
 mod writer;

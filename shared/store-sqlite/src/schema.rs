@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     crate::slots::SCHEMA,
     crate::agents::SCHEMA,
     ACTION_ANSWERS,
+    crate::spend::SCHEMA,
 ];
 
 /// The answer to a paused run's pending tool calls (issue 20): owned by the API and the

@@ -67,6 +67,7 @@ mod lock;
 mod processing;
 mod read;
 mod slots;
+mod spend;
 mod steer;
 
 use agentlane_core::{

@@ -32,3 +32,7 @@ agentlane_conformance::slots_conformance!(async {
 agentlane_conformance::agents_conformance!(async {
     Arc::new(crate::common::store().await) as Arc<dyn agentlane_conformance::agents::AgentBackend>
 });
+
+agentlane_conformance::spend_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::SpendLedger>
+});

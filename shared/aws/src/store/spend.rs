@@ -1,0 +1,243 @@
+//! [`SpendLedger`] for [`DynamoStore`]: one item per tenant period.
+//!
+//! | `PK` | `SK` | attributes |
+//! |---|---|---|
+//! | `T#{t}#SPEND` | `D2026-12-04` / `M2026-12` | `m` (micro-dollars), `k` (tokens): settled spend plus open holds; `o_{holdId}` (`micros:tokens:at`) per open hold; `expiresAt` |
+//!
+//! - Reserve: one `TransactWriteItems` with an update per limited period: `SET` the hold,
+//!   `ADD` its amounts, conditional on the hold not being there and on `m` and `k` staying
+//!   within the caps with it. DynamoDB serialises the writes to one item, so a burst of
+//!   reservations never passes a cap. A failed condition is read once: a hold already there
+//!   is a retried reservation (granted), else the period is full.
+//! - Settle: one `TransactWriteItems` that `REMOVE`s the hold and `ADD`s what was spent minus
+//!   what was held, conditional on the hold being there as taken (so it settles once).
+//! - `expiresAt` (TTL) is 400 days after the period ends: a year of history for reading.
+
+use super::DynamoStore;
+use super::error::build_error;
+use super::item::{EXPIRES_AT, Item, n, s};
+use super::keys::{PK, SK};
+use agentlane_core::spend::{Hold, PeriodCap, PeriodSpend, Reserved, Spent};
+use agentlane_core::{SpendLedger, StoreResult, TenantId};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+
+const MICROS: &str = "m";
+const TOKENS: &str = "k";
+const HOLD_PREFIX: &str = "o_";
+/// How long a period's item is kept after the period ends (TTL, seconds).
+const KEEP_AFTER_SECS: u64 = 400 * 86_400;
+
+fn spend_pk(tenant: &TenantId) -> String {
+    format!("T#{tenant}#SPEND")
+}
+
+fn hold_attr(id: &str) -> String {
+    format!("{HOLD_PREFIX}{id}")
+}
+
+fn hold_value(hold: &Hold) -> AttributeValue {
+    s(format!("{}:{}:{}", hold.micros, hold.tokens, hold.at))
+}
+
+fn signed(value: i128) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn number(item: &Item, name: &str) -> u64 {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok())
+        .map_or(0, |v| u64::try_from(v).unwrap_or(0))
+}
+
+/// The open holds of an item.
+fn holds_of(item: &Item) -> Vec<Hold> {
+    let mut holds: Vec<Hold> = item
+        .iter()
+        .filter_map(|(name, value)| {
+            let id = name.strip_prefix(HOLD_PREFIX)?;
+            let mut parts = value.as_s().ok()?.split(':').map(str::parse::<u64>);
+            Some(Hold {
+                id: id.to_owned(),
+                micros: parts.next()?.ok()?,
+                tokens: parts.next()?.ok()?,
+                at: parts.next()?.ok()?,
+            })
+        })
+        .collect();
+    holds.sort_by_key(|h| h.at);
+    holds
+}
+
+impl DynamoStore {
+    fn reserve_update(
+        &self,
+        tenant: &TenantId,
+        cap: &PeriodCap,
+        hold: &Hold,
+    ) -> StoreResult<TransactWriteItem> {
+        let mut conditions = vec!["attribute_not_exists(#o)".to_owned()];
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(spend_pk(tenant)))
+            .key(SK, s(&cap.period))
+            .update_expression("SET #o = :hold, #x = :ttl ADD #m :m, #k :k")
+            .expression_attribute_names("#o", hold_attr(&hold.id))
+            .expression_attribute_names("#m", MICROS)
+            .expression_attribute_names("#k", TOKENS)
+            .expression_attribute_names("#x", EXPIRES_AT)
+            .expression_attribute_values(":hold", hold_value(hold))
+            .expression_attribute_values(":ttl", n(cap.ends_at / 1000 + KEEP_AFTER_SECS))
+            .expression_attribute_values(":m", n(hold.micros))
+            .expression_attribute_values(":k", n(hold.tokens));
+        if let Some(max) = cap.max_micros {
+            conditions.push("(attribute_not_exists(#m) OR #m <= :capm)".to_owned());
+            update = update.expression_attribute_values(":capm", n(max - hold.micros));
+        }
+        if let Some(max) = cap.max_tokens {
+            conditions.push("(attribute_not_exists(#k) OR #k <= :capk)".to_owned());
+            update = update.expression_attribute_values(":capk", n(max - hold.tokens));
+        }
+        let update = update
+            .condition_expression(conditions.join(" AND "))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    fn settle_update(
+        &self,
+        tenant: &TenantId,
+        period: &str,
+        hold: &Hold,
+        spent: Spent,
+    ) -> StoreResult<TransactWriteItem> {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(spend_pk(tenant)))
+            .key(SK, s(period))
+            .update_expression("REMOVE #o ADD #m :dm, #k :dk")
+            .condition_expression("#o = :hold")
+            .expression_attribute_names("#o", hold_attr(&hold.id))
+            .expression_attribute_names("#m", MICROS)
+            .expression_attribute_names("#k", TOKENS)
+            .expression_attribute_values(":hold", hold_value(hold))
+            .expression_attribute_values(
+                ":dm",
+                signed(i128::from(spent.micros) - i128::from(hold.micros)),
+            )
+            .expression_attribute_values(
+                ":dk",
+                signed(i128::from(spent.tokens) - i128::from(hold.tokens)),
+            )
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    async fn spend_item(&self, tenant: &TenantId, period: &str) -> StoreResult<Item> {
+        Ok(self
+            .get_item(spend_pk(tenant), period)
+            .await?
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl SpendLedger for DynamoStore {
+    async fn reserve(
+        &self,
+        tenant: &TenantId,
+        caps: &[PeriodCap],
+        hold: &Hold,
+    ) -> StoreResult<Reserved> {
+        let refused = |cap: &PeriodCap| Reserved::Refused {
+            period: cap.period.clone(),
+            ends_at: cap.ends_at,
+        };
+        // A hold larger than a cap can never fit: no write.
+        if let Some(cap) = caps.iter().find(|c| {
+            c.max_micros.is_some_and(|m| hold.micros > m)
+                || c.max_tokens.is_some_and(|m| hold.tokens > m)
+        }) {
+            return Ok(refused(cap));
+        }
+        if caps.is_empty() {
+            return Ok(Reserved::Granted);
+        }
+        let items = caps
+            .iter()
+            .map(|cap| self.reserve_update(tenant, cap, hold))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let failed = match self.transact(items, "reserve spend").await? {
+            Ok(()) => return Ok(Reserved::Granted),
+            Err(failed) => failed,
+        };
+        for index in failed {
+            let Some(cap) = caps.get(index) else { continue };
+            let item = self.spend_item(tenant, &cap.period).await?;
+            if !item.contains_key(&hold_attr(&hold.id)) {
+                return Ok(refused(cap));
+            }
+        }
+        // Every failed condition was the hold already there: this reservation was made before
+        // (a retry after a lost answer); the periods that did not have it are taken again.
+        let missing: Vec<&PeriodCap> = {
+            let mut missing = Vec::new();
+            for cap in caps {
+                let item = self.spend_item(tenant, &cap.period).await?;
+                if !item.contains_key(&hold_attr(&hold.id)) {
+                    missing.push(cap);
+                }
+            }
+            missing
+        };
+        if missing.is_empty() {
+            return Ok(Reserved::Granted);
+        }
+        let caps: Vec<PeriodCap> = missing.into_iter().cloned().collect();
+        Box::pin(self.reserve(tenant, &caps, hold)).await
+    }
+
+    async fn settle(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+    ) -> StoreResult<()> {
+        let mut open = Vec::new();
+        for period in periods {
+            open.push(period.clone());
+        }
+        while !open.is_empty() {
+            let items = open
+                .iter()
+                .map(|period| self.settle_update(tenant, period, hold, spent))
+                .collect::<StoreResult<Vec<_>>>()?;
+            match self.transact(items, "settle spend").await? {
+                Ok(()) => return Ok(()),
+                // Periods without the hold (settled before, or never taken) are left out.
+                Err(failed) => {
+                    open = open
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| !failed.contains(i))
+                        .map(|(_, p)| p)
+                        .collect();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend> {
+        let item = self.spend_item(tenant, period).await?;
+        Ok(PeriodSpend {
+            micros: number(&item, MICROS),
+            tokens: number(&item, TOKENS),
+            holds: holds_of(&item),
+        })
+    }
+}

@@ -1,0 +1,213 @@
+//! The [`SpendLedger`] cases (issue 21): a burst of reservations never passes a period's cap;
+//! a settlement replaces its hold by what was spent, once; a retried reservation counts once;
+//! tenants and periods are counted apart, and a refusal names its period. Every case uses
+//! fresh random tenants, so cases may share one backend.
+//!
+//! In an adapter's integration test:
+//!
+//! ```ignore
+//! agentlane_conformance::spend_conformance!(async { Arc::new(make()) as Arc<dyn SpendLedger> });
+//! ```
+
+use crate::fixtures::{tenant, wall_ms};
+use agentlane_core::SpendLedger;
+use agentlane_core::spend::{Hold, PeriodCap, Reserved, Spent};
+use std::sync::Arc;
+
+/// Generates `mod spend_conformance` with one `#[tokio::test]` per case. The argument is an
+/// expression (typically an `async` block) yielding `Arc<dyn SpendLedger>`, evaluated per case.
+#[macro_export]
+macro_rules! spend_conformance {
+    ($make:expr) => {
+        $crate::__expand_cases! { tests spend_conformance spend ($make);
+            case_twenty_concurrent_reservations_against_room_for_five_grant_exactly_five,
+            case_a_settlement_replaces_its_hold_by_what_was_spent_once,
+            case_a_retried_reservation_counts_once,
+            case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period,
+        }
+    };
+}
+
+fn cap(period: &str, max_micros: Option<u64>, max_tokens: Option<u64>) -> PeriodCap {
+    PeriodCap {
+        period: period.to_owned(),
+        ends_at: wall_ms() + 3_600_000,
+        max_micros,
+        max_tokens,
+    }
+}
+
+fn hold(id: &str, micros: u64, tokens: u64) -> Hold {
+    Hold {
+        id: id.to_owned(),
+        micros,
+        tokens,
+        at: wall_ms(),
+    }
+}
+
+pub async fn case_twenty_concurrent_reservations_against_room_for_five_grant_exactly_five(
+    store: Arc<dyn SpendLedger>,
+) {
+    let acme = tenant();
+    let caps = vec![
+        cap("D2026-12-04", Some(500), None),
+        cap("M2026-12", Some(10_000), Some(1_000_000)),
+    ];
+    let reservations = (0..20).map(|i| {
+        let (store, acme, caps) = (store.clone(), acme.clone(), caps.clone());
+        tokio::spawn(async move {
+            store
+                .reserve(&acme, &caps, &hold(&format!("run_r{i}.0"), 100, 10))
+                .await
+        })
+    });
+    let mut granted = 0;
+    for reservation in futures::future::join_all(reservations).await {
+        match reservation.unwrap().unwrap() {
+            Reserved::Granted => granted += 1,
+            Reserved::Refused { period, .. } => assert_eq!(period, "D2026-12-04"),
+        }
+    }
+    assert_eq!(
+        granted, 5,
+        "20 reservations of 100 against 500 granted {granted}"
+    );
+    let day = store.period_spend(&acme, "D2026-12-04").await.unwrap();
+    assert_eq!((day.micros, day.tokens, day.holds.len()), (500, 50, 5));
+    // Both periods took each granted hold, and only those.
+    let month = store.period_spend(&acme, "M2026-12").await.unwrap();
+    assert_eq!(
+        (month.micros, month.tokens, month.holds.len()),
+        (500, 50, 5)
+    );
+}
+
+pub async fn case_a_settlement_replaces_its_hold_by_what_was_spent_once(
+    store: Arc<dyn SpendLedger>,
+) {
+    let acme = tenant();
+    let periods = ["D2026-12-04".to_owned(), "M2026-12".to_owned()];
+    let caps = vec![
+        cap(&periods[0], Some(1_000), Some(100)),
+        cap(&periods[1], Some(1_000), None),
+    ];
+    let held = hold("run_a.0", 400, 40);
+    assert_eq!(
+        store.reserve(&acme, &caps, &held).await.unwrap(),
+        Reserved::Granted
+    );
+    let spent = Spent {
+        micros: 120,
+        tokens: 12,
+    };
+    store.settle(&acme, &periods, &held, spent).await.unwrap();
+    store.settle(&acme, &periods, &held, spent).await.unwrap();
+    for period in &periods {
+        let now = store.period_spend(&acme, period).await.unwrap();
+        assert_eq!(
+            (now.micros, now.tokens, now.holds.len()),
+            (120, 12, 0),
+            "{period}: the hold replaced by the spend, once"
+        );
+    }
+    // The room the settlement gave back is usable: 880 left of 1,000.
+    assert_eq!(
+        store
+            .reserve(&acme, &caps, &hold("run_a.1", 880, 1))
+            .await
+            .unwrap(),
+        Reserved::Granted
+    );
+    assert!(matches!(
+        store
+            .reserve(&acme, &caps, &hold("run_a.2", 1, 1))
+            .await
+            .unwrap(),
+        Reserved::Refused { .. }
+    ));
+    // Settling a hold never taken changes nothing.
+    store
+        .settle(&acme, &periods, &hold("run_none.0", 5, 5), spent)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.period_spend(&acme, &periods[0]).await.unwrap().micros,
+        1_000
+    );
+}
+
+pub async fn case_a_retried_reservation_counts_once(store: Arc<dyn SpendLedger>) {
+    let acme = tenant();
+    let caps = vec![cap("D2026-12-04", Some(1_000), None)];
+    let held = hold("run_b.3", 300, 30);
+    for _ in 0..3 {
+        assert_eq!(
+            store.reserve(&acme, &caps, &held).await.unwrap(),
+            Reserved::Granted
+        );
+    }
+    let day = store.period_spend(&acme, "D2026-12-04").await.unwrap();
+    assert_eq!((day.micros, day.tokens), (300, 30));
+    assert_eq!(day.holds, vec![held]);
+}
+
+pub async fn case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period(
+    store: Arc<dyn SpendLedger>,
+) {
+    let (acme, beta) = (tenant(), tenant());
+    let full = cap("D2026-12-04", Some(100), None);
+    assert_eq!(
+        store
+            .reserve(&acme, std::slice::from_ref(&full), &hold("run_c.0", 100, 1))
+            .await
+            .unwrap(),
+        Reserved::Granted
+    );
+    // A token cap refuses on tokens alone; the refusal names the period and when it ends.
+    let tokens = cap("M2026-12", None, Some(5));
+    match store
+        .reserve(&acme, &[tokens.clone()], &hold("run_c.1", 1, 6))
+        .await
+        .unwrap()
+    {
+        Reserved::Refused { period, ends_at } => {
+            assert_eq!((period.as_str(), ends_at), ("M2026-12", tokens.ends_at));
+        }
+        other => panic!("6 tokens over a cap of 5: {other:?}"),
+    }
+    match store
+        .reserve(
+            &acme,
+            &[full.clone(), tokens.clone()],
+            &hold("run_c.2", 1, 1),
+        )
+        .await
+        .unwrap()
+    {
+        Reserved::Refused { period, .. } => assert_eq!(period, "D2026-12-04"),
+        other => panic!("the day is full: {other:?}"),
+    }
+    // Nothing of a refused reservation was written, in any period.
+    let month = store.period_spend(&acme, "M2026-12").await.unwrap();
+    assert_eq!((month.micros, month.tokens, month.holds.len()), (0, 0, 0));
+    // Another tenant, and another day, have their own counts.
+    assert_eq!(
+        store
+            .reserve(&beta, std::slice::from_ref(&full), &hold("run_d.0", 100, 1))
+            .await
+            .unwrap(),
+        Reserved::Granted
+    );
+    assert_eq!(
+        store
+            .reserve(
+                &acme,
+                &[cap("D2026-12-05", Some(100), None)],
+                &hold("run_c.3", 100, 1)
+            )
+            .await
+            .unwrap(),
+        Reserved::Granted
+    );
+}

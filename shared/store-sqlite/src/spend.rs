@@ -1,0 +1,182 @@
+//! [`SpendLedger`] for `SqliteBackend`: one row per tenant period (settled spend and open
+//! holds summed) and one row per open hold. Every reservation runs on the writer thread in one
+//! savepoint (check each period, then add to each), so reservations are serialized and a cap
+//! is exact.
+
+use crate::backend::SqliteBackend;
+use crate::error::Result;
+use agentlane_core::spend::{Hold, PeriodCap, PeriodSpend, Reserved, Spent};
+use agentlane_core::{SpendLedger, StoreResult, TenantId};
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, params};
+
+/// Migration 12: tenant spend per period, and the open holds.
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE spend_periods (
+    tenant TEXT NOT NULL,
+    period TEXT NOT NULL,
+    micros INTEGER NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, period)
+) WITHOUT ROWID;
+CREATE TABLE spend_holds (
+    tenant  TEXT NOT NULL,
+    period  TEXT NOT NULL,
+    hold_id TEXT NOT NULL,
+    micros  INTEGER NOT NULL,
+    tokens  INTEGER NOT NULL,
+    at      INTEGER NOT NULL,
+    PRIMARY KEY (tenant, period, hold_id)
+) WITHOUT ROWID;
+";
+
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn uint(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+#[async_trait]
+impl SpendLedger for SqliteBackend {
+    async fn reserve(
+        &self,
+        tenant: &TenantId,
+        caps: &[PeriodCap],
+        hold: &Hold,
+    ) -> StoreResult<Reserved> {
+        let (tenant, caps, hold) = (tenant.as_str().to_owned(), caps.to_vec(), hold.clone());
+        self.with_conn(move |c| -> Result<Reserved> {
+            let tx = c.savepoint()?;
+            for cap in &caps {
+                let held: Option<(i64, i64)> = tx
+                    .query_row(
+                        "SELECT micros, tokens FROM spend_periods WHERE tenant = ?1 AND period = ?2",
+                        params![tenant, cap.period],
+                        |row| Ok((row.get(0)?, row.get(1)?)),
+                    )
+                    .optional()?;
+                let (micros, tokens) = held.map_or((0, 0), |(m, t)| (uint(m), uint(t)));
+                let over_micros = cap
+                    .max_micros
+                    .is_some_and(|max| micros.saturating_add(hold.micros) > max);
+                let over_tokens = cap
+                    .max_tokens
+                    .is_some_and(|max| tokens.saturating_add(hold.tokens) > max);
+                if over_micros || over_tokens {
+                    return Ok(Reserved::Refused {
+                        period: cap.period.clone(),
+                        ends_at: cap.ends_at,
+                    });
+                }
+            }
+            for cap in &caps {
+                let added = tx.execute(
+                    "INSERT INTO spend_holds (tenant, period, hold_id, micros, tokens, at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+                    params![
+                        tenant,
+                        cap.period,
+                        hold.id,
+                        int(hold.micros),
+                        int(hold.tokens),
+                        int(hold.at)
+                    ],
+                )?;
+                if added == 0 {
+                    // Reserved before (a retried call): counted once.
+                    continue;
+                }
+                tx.execute(
+                    "INSERT INTO spend_periods (tenant, period, micros, tokens) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (tenant, period) DO UPDATE
+                     SET micros = micros + excluded.micros, tokens = tokens + excluded.tokens",
+                    params![tenant, cap.period, int(hold.micros), int(hold.tokens)],
+                )?;
+            }
+            tx.commit()?;
+            Ok(Reserved::Granted)
+        })
+        .await
+    }
+
+    async fn settle(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+    ) -> StoreResult<()> {
+        let (tenant, periods, hold_id) = (
+            tenant.as_str().to_owned(),
+            periods.to_vec(),
+            hold.id.clone(),
+        );
+        self.with_conn(move |c| -> Result<()> {
+            let tx = c.savepoint()?;
+            for period in &periods {
+                let held: Option<(i64, i64)> = tx
+                    .query_row(
+                        "DELETE FROM spend_holds WHERE tenant = ?1 AND period = ?2 AND hold_id = ?3
+                         RETURNING micros, tokens",
+                        params![tenant, period, hold_id],
+                        |row| Ok((row.get(0)?, row.get(1)?)),
+                    )
+                    .optional()?;
+                let Some((micros, tokens)) = held else {
+                    continue;
+                };
+                tx.execute(
+                    "UPDATE spend_periods SET micros = max(0, micros - ?3 + ?4),
+                     tokens = max(0, tokens - ?5 + ?6) WHERE tenant = ?1 AND period = ?2",
+                    params![
+                        tenant,
+                        period,
+                        micros,
+                        int(spent.micros),
+                        tokens,
+                        int(spent.tokens)
+                    ],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend> {
+        let (tenant, period) = (tenant.as_str().to_owned(), period.to_owned());
+        self.with_conn(move |c| -> Result<PeriodSpend> {
+            let held: Option<(i64, i64)> = c
+                .query_row(
+                    "SELECT micros, tokens FROM spend_periods WHERE tenant = ?1 AND period = ?2",
+                    params![tenant, period],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?;
+            let mut statement = c.prepare(
+                "SELECT hold_id, micros, tokens, at FROM spend_holds
+                 WHERE tenant = ?1 AND period = ?2 ORDER BY at",
+            )?;
+            let holds = statement
+                .query_map(params![tenant, period], |row| {
+                    Ok(Hold {
+                        id: row.get(0)?,
+                        micros: uint(row.get(1)?),
+                        tokens: uint(row.get(2)?),
+                        at: uint(row.get(3)?),
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let (micros, tokens) = held.map_or((0, 0), |(m, t)| (uint(m), uint(t)));
+            Ok(PeriodSpend {
+                micros,
+                tokens,
+                holds,
+            })
+        })
+        .await
+    }
+}

@@ -94,6 +94,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     }
     let state = ApiState {
         shared_slots: Some(backends.slots.clone()),
+        spend: Some(backends.spend.clone()),
         store: host::api_store(&backends, &settings)?,
         queue: backends.queue,
         clock: backends.clock,

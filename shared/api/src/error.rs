@@ -41,6 +41,13 @@ pub enum ApiError {
         message: String,
         retry_after: std::time::Duration,
     },
+    /// 429: the tenant's spend budget for the current period is spent; `Retry-After` is the
+    /// period's end.
+    #[error("{message}")]
+    BudgetExceeded {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     /// 408: the request (or its body) did not complete in time.
     #[error("{0}")]
     Timeout(String),
@@ -64,6 +71,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::SessionBusy(_) => "session_busy",
             ApiError::RateLimited(_) | ApiError::LimitReached { .. } => "rate_limited",
+            ApiError::BudgetExceeded { .. } => "budget_exceeded",
             ApiError::Timeout(_) => "timeout",
             ApiError::UriTooLong(_) => "uri_too_long",
             ApiError::Internal(_) => "internal",
@@ -79,9 +87,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::SessionBusy(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RateLimited(_) | ApiError::LimitReached { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::RateLimited(_)
+            | ApiError::LimitReached { .. }
+            | ApiError::BudgetExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -108,7 +116,8 @@ impl ApiError {
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             ApiError::RateLimited(_) => Some(std::time::Duration::from_secs(1)),
-            ApiError::LimitReached { retry_after, .. } => Some(*retry_after),
+            ApiError::LimitReached { retry_after, .. }
+            | ApiError::BudgetExceeded { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

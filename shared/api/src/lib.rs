@@ -80,6 +80,9 @@ pub struct ApiState {
     /// Where the per-tenant stream and wait caps are kept when many processes serve the API
     /// (the ingress Lambda: one request per instance); `None`: in this process only (`serve`).
     pub shared_slots: Option<Arc<dyn SlotStore>>,
+    /// Tenants' spend per period: a turn of a tenant whose period budget is spent answers
+    /// `429 budget_exceeded` (`None`: no check at accept; the runner still enforces budgets).
+    pub spend: Option<Arc<dyn agentlane_core::SpendLedger>>,
 }
 
 impl ApiState {

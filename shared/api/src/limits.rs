@@ -90,7 +90,7 @@ impl Default for Limits {
 }
 
 /// Admission limits of one tenant. A `0` turns that limit off.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantLimits {
     /// Sustained requests per second (every authenticated request counts); beyond it `429
@@ -106,6 +106,30 @@ pub struct TenantLimits {
     /// Runs of one session queued or running at once; a further turn answers `429
     /// rate_limited`. Default 64.
     pub max_queued_runs_per_session: u64,
+    /// USD the tenant's model calls may cost per UTC day (every run, retry and fallback
+    /// counted; checked before each call against its worst case). Unset: no limit.
+    pub daily_usd: Option<f64>,
+    /// USD per calendar month (UTC). Unset: no limit.
+    pub monthly_usd: Option<f64>,
+    /// Tokens (input and output) per UTC day. Unset: no limit.
+    pub daily_tokens: Option<u64>,
+    /// Tokens per calendar month (UTC). Unset: no limit.
+    pub monthly_tokens: Option<u64>,
+}
+
+// The USD limits are checked finite at start-up: equality is total here.
+impl Eq for TenantLimits {}
+
+impl TenantLimits {
+    /// The tenant's spend budget.
+    pub fn budget(&self) -> agentlane_core::spend::TenantBudget {
+        agentlane_core::spend::TenantBudget {
+            daily_usd: self.daily_usd,
+            monthly_usd: self.monthly_usd,
+            daily_tokens: self.daily_tokens,
+            monthly_tokens: self.monthly_tokens,
+        }
+    }
 }
 
 impl Default for TenantLimits {
@@ -116,12 +140,16 @@ impl Default for TenantLimits {
             max_event_streams: 64,
             max_waits: 256,
             max_queued_runs_per_session: 64,
+            daily_usd: None,
+            monthly_usd: None,
+            daily_tokens: None,
+            monthly_tokens: None,
         }
     }
 }
 
 /// One tenant's replacements: the keys given win over `[limits.tenant]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantOverride {
     /// Replaces [`TenantLimits::requests_per_second`].
@@ -136,7 +164,18 @@ pub struct TenantOverride {
     pub max_queued_runs_per_session: Option<u64>,
     /// The models this tenant may ask for, instead of the global list.
     pub allowed_models: Option<Vec<String>>,
+    /// Replaces [`TenantLimits::daily_usd`].
+    pub daily_usd: Option<f64>,
+    /// Replaces [`TenantLimits::monthly_usd`].
+    pub monthly_usd: Option<f64>,
+    /// Replaces [`TenantLimits::daily_tokens`].
+    pub daily_tokens: Option<u64>,
+    /// Replaces [`TenantLimits::monthly_tokens`].
+    pub monthly_tokens: Option<u64>,
 }
+
+// The USD limits are checked finite at start-up: equality is total here.
+impl Eq for TenantOverride {}
 
 impl Limits {
     /// The admission limits of `tenant`: `[limits.tenant]` with its override applied.
@@ -153,7 +192,34 @@ impl Limits {
             max_queued_runs_per_session: o
                 .max_queued_runs_per_session
                 .unwrap_or(base.max_queued_runs_per_session),
+            daily_usd: o.daily_usd.or(base.daily_usd),
+            monthly_usd: o.monthly_usd.or(base.monthly_usd),
+            daily_tokens: o.daily_tokens.or(base.daily_tokens),
+            monthly_tokens: o.monthly_tokens.or(base.monthly_tokens),
         }
+    }
+
+    /// Every tenant's spend budget: `[limits.tenant]` and the per-tenant overrides.
+    pub fn budgets(&self) -> agentlane_core::spend::TenantBudgets {
+        agentlane_core::spend::TenantBudgets {
+            default: self.tenant.budget(),
+            tenants: self
+                .tenants
+                .keys()
+                .map(|name| {
+                    let tenant = TenantId::new(name.as_str());
+                    (name.clone(), self.for_tenant(&tenant).budget())
+                })
+                .collect(),
+        }
+    }
+
+    /// The problem with the spend limits, if any (a negative or non-finite USD amount).
+    pub fn budget_problem(&self) -> Option<String> {
+        let budgets = self.budgets();
+        std::iter::once(&budgets.default)
+            .chain(budgets.tenants.values())
+            .find_map(|b| b.problem())
     }
 
     /// The models `tenant` may ask for: its own list, else the global one, else `configured`

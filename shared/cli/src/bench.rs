@@ -173,6 +173,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let key = "bench-key-0123456789abcdef";
     let app = agentlane_api::app(ApiState {
         shared_slots: None,
+        spend: None,
         store,
         queue: queue.clone(),
         clock,

@@ -109,6 +109,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         clock: backends.clock.clone(),
         cron: backends.cron.clone(),
         agents: backends.agents.clone(),
+        spend: Some(backends.spend.clone()),
         keys,
         config,
     };

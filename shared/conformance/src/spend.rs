@@ -167,7 +167,7 @@ pub async fn case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_
     // A token cap refuses on tokens alone; the refusal names the period and when it ends.
     let tokens = cap("M2026-12", None, Some(5));
     match store
-        .reserve(&acme, &[tokens.clone()], &hold("run_c.1", 1, 6))
+        .reserve(&acme, std::slice::from_ref(&tokens), &hold("run_c.1", 1, 6))
         .await
         .unwrap()
     {

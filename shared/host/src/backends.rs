@@ -27,6 +27,8 @@ pub struct Backends {
     pub keys: Arc<dyn agentlane_core::KeyStore>,
     /// Per-tenant stream and wait slots shared by every process (the same database or table).
     pub slots: Arc<dyn agentlane_core::SlotStore>,
+    /// Tenants' spend per period, for their budgets (the same database or table).
+    pub spend: Arc<dyn agentlane_core::SpendLedger>,
     /// Which backend these are.
     pub kind: BackendKind,
 }
@@ -81,6 +83,7 @@ pub fn open_embedded_backend(
         processing: Arc::new(backend.clone()),
         keys: Arc::new(backend.clone()),
         slots: Arc::new(backend.clone()),
+        spend: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
         kind: BackendKind::Embedded,
@@ -105,6 +108,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         processing: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
         slots: Arc::new(store.clone()),
+        spend: Arc::new(store.clone()),
         agents: Arc::new(store.clone()),
         cron: Arc::new(store),
         queue: Arc::new(

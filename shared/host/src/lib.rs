@@ -190,7 +190,8 @@ pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<R
         settings.runner_config(),
     )
     .with_hooks(hooks)
-    .with_agents(Arc::new(agents)))
+    .with_agents(Arc::new(agents))
+    .with_tenant_budgets(backends.spend.clone(), settings.api.limits.budgets()))
 }
 
 /// API keys from `AGENTLANE_API_KEYS` (`tenant:key,...`).

@@ -362,6 +362,13 @@ impl Ctx<'_> {
             |n: &usize| *n >= 1,
         )?;
         let mut limits = limits.clone();
+        if let Some(message) = limits.budget_problem() {
+            return Err(ConfigError::Invalid {
+                file: self.file.to_owned(),
+                key: "limits.tenant".to_owned(),
+                message,
+            });
+        }
         if let Some(models) = self.env.list("AGENTLANE_ALLOWED_MODELS") {
             limits.allowed_models = models
                 .iter()

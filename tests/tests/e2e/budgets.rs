@@ -1,6 +1,7 @@
-//! Spend control (issue 21), per run: each attempt is priced from the deployment's
-//! `[prices]`, the run shows its total, and a run's `budget` (`maxCostUsd`, `maxTokens`)
-//! stops it before a model call whose worst case would not fit. Both backends.
+//! Spend control (issue 21): each attempt is priced from the deployment's `[prices]`, the run
+//! shows its total, a run's `budget` (`maxCostUsd`, `maxTokens`) stops it before a model call
+//! whose worst case would not fit, and a tenant's daily budget (`[limits.tenants.<name>]`)
+//! holds across its concurrent runs. Both backends.
 
 use crate::support::{LONG, scenario_with};
 use agentlane_core::RunStatus;
@@ -10,12 +11,17 @@ use serde_json::{Value, json};
 /// A server charging $1 per million input tokens and $2 per million output tokens for the
 /// test model (a `[prices]` entry in its config file, over the built-in list price).
 fn priced() -> anyhow::Result<(Scenario, tempfile::TempDir)> {
+    priced_with("")
+}
+
+/// [`priced`], with more of the config file.
+fn priced_with(more: &str) -> anyhow::Result<(Scenario, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("agentlane.toml");
     std::fs::write(
         &config,
         format!(
-            "[prices.\"{}\"]\ninput = 1.0\noutput = 2.0\n",
+            "[prices.\"{}\"]\ninput = 1.0\noutput = 2.0\n\n{more}",
             agentlane_tests::MODEL
         ),
     )?;
@@ -205,5 +211,127 @@ async fn a_runs_budget_stops_it_before_a_call_that_may_not_fit() -> anyhow::Resu
             "{body}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_daily_budget_holds_across_twenty_concurrent_runs() -> anyhow::Result<()> {
+    // GIVEN tenant A may spend $0.035 a day; each answer costs $0.003 (1,000 in, 1,000 out)
+    // and each call's worst case is about $0.0083 (its prompt plus 4,096 tokens out)
+    let (scn, _dir) = priced_with(&format!(
+        "[limits.tenants.{}]\ndaily_usd = 0.035\n",
+        agentlane_tests::TENANT_A.name
+    ))?;
+    scn.mock
+        .add_fixtures(vec![json!({"match": {"userMessage": "spend"},
+        "response": {"content": "spent", "usage": usage(1_000, 1_000)}})])?;
+    let (a, b) = (scn.a(), scn.b());
+
+    // WHEN 20 sessions of tenant A each send a turn at once
+    let turns = (0..20).map(|i| {
+        let a = a.clone();
+        async move { a.agent(&format!("spender-{i}"), "spend a little").await }
+    });
+    let accepted: Vec<_> = futures::future::join_all(turns)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let mut ok = 0;
+    let mut refused = 0;
+    let mut spent = 0.0;
+    for turn in &accepted {
+        let run = a.wait_done(&turn.run_id, LONG).await?;
+        let (_, view) = a
+            .json(
+                reqwest::Method::GET,
+                &format!("/v1/runs/{}", turn.run_id),
+                None,
+            )
+            .await?;
+        match run.status {
+            RunStatus::Ok => {
+                ok += 1;
+                spent += view["costUsd"].as_f64().unwrap_or(0.0);
+            }
+            _ => {
+                // THEN each refused run ends budget_exceeded, having called no model
+                assert_eq!(
+                    run.error.as_ref().map(|e| e.code.as_str()),
+                    Some("budget_exceeded"),
+                    "{run:?}"
+                );
+                assert!(
+                    run.error
+                        .as_ref()
+                        .is_some_and(|e| e.message.contains("the day")),
+                    "{run:?}"
+                );
+                assert_eq!(view["attempts"], json!([]), "no model call: {view}");
+                refused += 1;
+            }
+        }
+    }
+    // AND what the tenant spent never passes its budget; some runs did get through
+    eprintln!("daily budget: {ok} ok, {refused} refused, ${spent:.6} spent of $0.035");
+    assert!(spent <= 0.035 + 1e-9, "spent {spent}");
+    assert!(ok >= 3, "{ok} runs got through");
+    assert!(refused >= 1, "the budget refused some of 20 runs");
+    assert_eq!(
+        scn.mock.model_requests()?.len(),
+        ok,
+        "one model call per ok run"
+    );
+
+    // AND another tenant is not affected
+    let theirs = b.agent("other-tenant", "spend a little").await?;
+    let run = b.wait_done(&theirs.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_day_is_spent_gets_429_at_once() -> anyhow::Result<()> {
+    // GIVEN tenant A may use 5,000 tokens a day, and an answer that uses 10,000 (more than
+    // its call's worst case was estimated: the overshoot a wrong estimate allows)
+    let (scn, _dir) = priced_with(&format!(
+        "[limits.tenants.{}]\ndaily_tokens = 5000\n",
+        agentlane_tests::TENANT_A.name
+    ))?;
+    scn.mock
+        .add_fixtures(vec![json!({"match": {"userMessage": "big"},
+        "response": {"content": "a long answer", "usage": usage(5_000, 5_000)}})])?;
+    let a = scn.a();
+    let first = a.agent("big-1", "big question").await?;
+    assert_eq!(
+        a.wait_done(&first.run_id, LONG).await?.status,
+        RunStatus::Ok
+    );
+
+    // WHEN it sends another turn
+    let (status, body) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agent",
+            Some(json!({"sessionKey": "big-2", "message": "big question"})),
+        )
+        .await?;
+
+    // THEN it is refused at once, 429 budget_exceeded, until the day ends
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("daily"),
+        "{body}"
+    );
+    assert_eq!(scn.mock.model_requests()?.len(), 1);
+    // AND the other tenant still talks
+    let theirs = scn.b().agent("big-b", "big question").await?;
+    assert_eq!(
+        scn.b().wait_done(&theirs.run_id, LONG).await?.status,
+        RunStatus::Ok
+    );
     Ok(())
 }

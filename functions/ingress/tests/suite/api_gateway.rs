@@ -17,6 +17,7 @@ async fn call(backend: &SqliteBackend, event: &str) -> (http::StatusCode, serde_
     let app = agentlane_api::app(ApiState {
         // As the ingress function: the stream and wait caps in the store.
         shared_slots: Some(Arc::new(backend.clone())),
+        spend: Some(Arc::new(backend.clone())),
         store: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),

@@ -56,6 +56,7 @@ impl Emulator {
             processing: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
             slots: Arc::new(store.clone()),
+            spend: Arc::new(store.clone()),
             agents: Arc::new(store.clone()),
             cron: Arc::new(store),
             queue: Arc::new(SqsLaneQueue::new(sqs.clone(), resources.queue_url.clone())),
@@ -78,6 +79,7 @@ impl Emulator {
     ) -> (StatusCode, Value) {
         let app = agentlane_api::app(ApiState {
             shared_slots: None,
+            spend: None,
             store: self.backends.store.clone(),
             queue: self.backends.queue.clone(),
             clock: self.backends.clock.clone(),

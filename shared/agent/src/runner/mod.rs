@@ -30,6 +30,7 @@ mod pause;
 mod pickup;
 pub mod poison;
 mod request;
+mod spend;
 pub mod stop;
 mod stream;
 pub mod tool_exec;
@@ -109,6 +110,11 @@ pub struct Runner {
     instance: String,
     /// Agents defined through the API; `None`: only the deployment's own `main` runs.
     agents: Option<Arc<AgentResolver>>,
+    /// The tenants' period counters and budgets; `None`: no tenant budget applies.
+    spend: Option<(
+        Arc<dyn agentlane_core::SpendLedger>,
+        agentlane_core::spend::TenantBudgets,
+    )>,
 }
 
 impl Runner {
@@ -129,7 +135,21 @@ impl Runner {
             hooks: HookRegistry::new(),
             instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),
             agents: None,
+            spend: None,
         }
+    }
+
+    /// Tenant budgets, held in `ledger`: before each model call its worst case is reserved
+    /// against every limited period of the tenant, and settled to what it spent after it.
+    pub fn with_tenant_budgets(
+        mut self,
+        ledger: Arc<dyn agentlane_core::SpendLedger>,
+        budgets: agentlane_core::spend::TenantBudgets,
+    ) -> Self {
+        if !budgets.is_unlimited() {
+            self.spend = Some((ledger, budgets));
+        }
+        self
     }
 
     /// The runner's settings.

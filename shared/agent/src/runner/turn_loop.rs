@@ -107,7 +107,15 @@ impl Turn<'_> {
             if let Some(error) = self.over_budget(&selected, &request) {
                 return Ok(LoopEnd::Failed(error));
             }
-            let attempt = self.attempt(&selected, request).await?;
+            let held = match self.reserve_spend(&selected, &request).await {
+                Ok(held) => held,
+                Err(error) => return Ok(LoopEnd::Failed(error)),
+            };
+            let attempt = self.attempt(&selected, request).await;
+            if let Ok(attempted) = &attempt {
+                self.settle_spend(held, attempted).await;
+            }
+            let attempt = attempt?;
             let step = match attempt {
                 Attempted::Answered { turn, record } => {
                     self.after_answer(&selected, turn, record).await?

@@ -193,6 +193,8 @@ impl From<ApiError> for OpenAiError {
             ApiError::RateLimited(_) | ApiError::LimitReached { .. } => {
                 (RATE_LIMIT, Some("rate_limit_exceeded"))
             }
+            // OpenAI's own code for a spent quota.
+            ApiError::BudgetExceeded { .. } => (RATE_LIMIT, Some("insufficient_quota")),
             ApiError::Timeout(_) => (INVALID_REQUEST, Some("timeout")),
             ApiError::UriTooLong(_) => (INVALID_REQUEST, Some("uri_too_long")),
             ApiError::Internal(_) => (SERVER_ERROR, Some("internal")),

@@ -83,6 +83,7 @@ impl LiveServer {
                 config,
                 cron: backend.clone(),
                 agents: backend.clone(),
+                spend: Some(backend.clone()),
             },
             notifier.clone(),
         );

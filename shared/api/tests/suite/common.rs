@@ -125,6 +125,7 @@ impl Harness {
         let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let state = ApiState {
             shared_slots: None,
+            spend: None,
             store: wrap(store.clone()),
             queue: queue.clone(),
             clock: clock.clone(),

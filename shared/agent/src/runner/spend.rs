@@ -1,0 +1,197 @@
+//! Tenant budgets in the loop (issue 21): before each model call its worst case is reserved
+//! against every limited period of the tenant (one atomic store write); after it, the hold is
+//! settled to what the call spent (one more). A reservation that does not fit ends the run
+//! `budget_exceeded` before the call. A crash between the two leaves a hold that a later
+//! refusal finds stale (older than two lock leases) and settles from the attempt ledger of its
+//! run, so it never leaks for good.
+
+use super::attempt::Attempted;
+use super::turn_loop::{Selected, Turn};
+use crate::context::tokens::estimate_tokens;
+use agentlane_core::spend::{Hold, OverBudget, PeriodCap, Reserved, Spent};
+use agentlane_core::{RunError, StoreError, TenantId, Usage};
+use agentlane_providers::ModelRequest;
+
+/// A reservation held for one model call.
+pub(super) struct Held {
+    hold: Hold,
+    periods: Vec<String>,
+    model: String,
+}
+
+impl Turn<'_> {
+    /// Reserves the next call's worst case against the tenant's budget: `Ok(None)` when no
+    /// budget applies, `Err` with the run's error when it does not fit.
+    pub(super) async fn reserve_spend(
+        &self,
+        selected: &Selected,
+        request: &ModelRequest,
+    ) -> Result<Option<Held>, RunError> {
+        let Some((_, budgets)) = &self.runner.spend else {
+            return Ok(None);
+        };
+        let run = self.writer.run();
+        let now = self.writer.now();
+        let caps = budgets.for_tenant(&run.tenant).caps(now);
+        if caps.is_empty() {
+            return Ok(None);
+        }
+        let config = &self.runner.config;
+        let model = selected.model.full_name.clone();
+        let price = config.prices.price(&model).copied();
+        if price.is_none() && caps.iter().any(|c| c.max_micros.is_some()) {
+            let over = OverBudget::Unpriced { model };
+            return Err(RunError::new(OverBudget::CODE, over.message()));
+        }
+        let prompt_tokens = estimate_tokens(request);
+        let max_output = request
+            .max_output_tokens
+            .map_or(config.budget_output_reserve, u64::from);
+        let hold = Hold {
+            id: format!("{}.{}", run.run_id, self.writer.next_attempt_index()),
+            micros: price.map_or(0, |p| {
+                p.cost_micros(&Usage {
+                    input_tokens: prompt_tokens,
+                    output_tokens: max_output,
+                })
+            }),
+            tokens: prompt_tokens + max_output,
+            at: now,
+        };
+        let refused = match self.try_reserve(&run.tenant, &caps, &hold).await {
+            Ok(None) => {
+                return Ok(Some(Held {
+                    hold,
+                    periods: caps.iter().map(|c| c.period.clone()).collect(),
+                    model,
+                }));
+            }
+            Ok(Some(refused)) => refused,
+            Err(error) => {
+                // The ledger cannot be reached: the budget cannot be shown to hold.
+                tracing::warn!(%error, run = %run.run_id, "the spend ledger is unreachable");
+                return Err(RunError::new(
+                    OverBudget::CODE,
+                    "the tenant's spend could not be checked (the store is unreachable)",
+                ));
+            }
+        };
+        tracing::info!(run = %run.run_id, period = %refused, "the tenant's budget stops the run");
+        Err(RunError::new(
+            OverBudget::CODE,
+            format!(
+                "the tenant's budget for {} is spent: the next model call may cost up to \
+                 ${:.6} ({} tokens)",
+                describe(&refused),
+                agentlane_core::spend::usd(hold.micros),
+                hold.tokens
+            ),
+        ))
+    }
+
+    /// One reservation, and once more after settling the stale holds of a refused period.
+    /// `Some(period)`: refused.
+    async fn try_reserve(
+        &self,
+        tenant: &TenantId,
+        caps: &[PeriodCap],
+        hold: &Hold,
+    ) -> Result<Option<String>, StoreError> {
+        let Some((ledger, _)) = &self.runner.spend else {
+            return Ok(None);
+        };
+        let period = match ledger.reserve(tenant, caps, hold).await? {
+            Reserved::Granted => return Ok(None),
+            Reserved::Refused { period, .. } => period,
+        };
+        if self.settle_stale(tenant, &period, caps).await? == 0 {
+            return Ok(Some(period));
+        }
+        Ok(match ledger.reserve(tenant, caps, hold).await? {
+            Reserved::Granted => None,
+            Reserved::Refused { period, .. } => Some(period),
+        })
+    }
+
+    /// Settles the holds of `period` older than two lock leases (their call's runner died
+    /// before settling) to what their attempt ledger says was spent (nothing when the attempt
+    /// was never recorded). Returns how many it settled.
+    async fn settle_stale(
+        &self,
+        tenant: &TenantId,
+        period: &str,
+        caps: &[PeriodCap],
+    ) -> Result<usize, StoreError> {
+        let Some((ledger, _)) = &self.runner.spend else {
+            return Ok(0);
+        };
+        let stale_before = self
+            .writer
+            .now()
+            .saturating_sub(2 * self.runner.config.lock_lease.as_millis() as u64);
+        let periods: Vec<String> = caps.iter().map(|c| c.period.clone()).collect();
+        let mut settled = 0;
+        for hold in ledger.period_spend(tenant, period).await?.holds {
+            if hold.at > stale_before {
+                continue;
+            }
+            let spent = match hold.attempt() {
+                Some((run_id, index)) => {
+                    let run = self
+                        .runner
+                        .store
+                        .get_run(tenant, &agentlane_core::RunId::new(run_id))
+                        .await?;
+                    run.and_then(|r| r.attempts.into_iter().find(|a| a.index == index))
+                        .map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage))
+                }
+                None => Spent::default(),
+            };
+            tracing::info!(hold = %hold.id, "settling a stale spend hold from its attempt ledger");
+            ledger.settle(tenant, &periods, &hold, spent).await?;
+            settled += 1;
+        }
+        Ok(settled)
+    }
+
+    /// Settles `held` to what the attempt spent. A failure is logged: the hold stays, and a
+    /// later refusal settles it as stale.
+    pub(super) async fn settle_spend(&self, held: Option<Held>, attempted: &Attempted) {
+        let (Some(held), Some((ledger, _))) = (held, &self.runner.spend) else {
+            return;
+        };
+        let usage = match attempted {
+            Attempted::Answered { turn, .. } => turn.usage,
+            Attempted::Failed(_) | Attempted::Stopped(_) => Usage::default(),
+        };
+        let spent = self.spent_by(&held.model, &usage);
+        let tenant = &self.writer.run().tenant;
+        if let Err(error) = ledger
+            .settle(tenant, &held.periods, &held.hold, spent)
+            .await
+        {
+            tracing::warn!(%error, hold = %held.hold.id, "a spend hold could not be settled yet");
+        }
+    }
+
+    fn spent_by(&self, model: &str, usage: &Usage) -> Spent {
+        Spent {
+            micros: self
+                .runner
+                .config
+                .prices
+                .cost_micros(model, usage)
+                .unwrap_or(0),
+            tokens: usage.input_tokens + usage.output_tokens,
+        }
+    }
+}
+
+/// `the day 2026-12-04 (UTC)` / `the month 2026-12 (UTC)`.
+fn describe(period: &str) -> String {
+    match period.split_at_checked(1) {
+        Some(("D", day)) => format!("the day {day} (UTC)"),
+        Some(("M", month)) => format!("the month {month} (UTC)"),
+        _ => period.to_owned(),
+    }
+}

@@ -31,6 +31,12 @@ pub const QUEUE_AGE_MS: &str = "queue_age_ms";
 pub const STUCK_SESSIONS: &str = "stuck_sessions";
 /// Cron slots claimed, by `outcome` (`fired`, `skipped`).
 pub const CRON_FIRES: &str = "cron_fires";
+/// USD the model calls cost, by `tenant` and `model` (priced models only; Prometheus
+/// `agentlane_cost_usd_total`).
+pub const COST_USD_TOTAL: &str = "cost_usd";
+/// Tokens (input and output) of the model calls, by `tenant` and `model` (Prometheus
+/// `agentlane_tokens_total`).
+pub const TOKENS_TOTAL: &str = "tokens";
 
 /// Whether a metric adds up ([`Kind::Counter`]) or reports its last value ([`Kind::Gauge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

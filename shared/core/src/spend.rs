@@ -450,6 +450,19 @@ pub trait SpendLedger: Send + Sync + 'static {
 
     /// What `period` holds for `tenant` (zero when nothing was counted).
     async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend>;
+
+    /// What each of `periods` holds, in order (one read where the store can batch them).
+    async fn periods_spend(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+    ) -> StoreResult<Vec<PeriodSpend>> {
+        let mut out = Vec::with_capacity(periods.len());
+        for period in periods {
+            out.push(self.period_spend(tenant, period).await?);
+        }
+        Ok(out)
+    }
 }
 
 /// A tenant's budget of each tenant: `[limits.tenant]` with `[limits.tenants.<name>]`'s keys

@@ -93,6 +93,18 @@ async fn each_attempt_is_priced_and_the_run_shows_its_total() -> anyhow::Result<
         .unwrap_or_default();
     assert_eq!(end["costUsd"].as_f64(), Some(0.0033), "{end}");
     assert_eq!(end["usage"]["inputTokens"], 3_000, "{end}");
+    // AND /metrics counts them by tenant and model
+    let metrics = a.raw(reqwest::Method::GET, "/metrics", None).await?;
+    let text = metrics.body.clone();
+    let sample = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains("tenant=\"tenant-a\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let cost = sample("agentlane_cost_usd_total{").unwrap_or(-1.0);
+    assert!((cost - 0.0033).abs() < 1e-9, "{text}");
+    assert_eq!(sample("agentlane_tokens_total{"), Some(3_150.0), "{text}");
     Ok(())
 }
 
@@ -332,6 +344,80 @@ async fn a_tenant_whose_day_is_spent_gets_429_at_once() -> anyhow::Result<()> {
     assert_eq!(
         scn.b().wait_done(&theirs.run_id, LONG).await?.status,
         RunStatus::Ok
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budgeted_turn_costs_three_more_aws_requests_than_a_plain_one() -> anyhow::Result<()> {
+    // (Always on the emulator; the AWS pass of the suite would only repeat it.)
+    if agentlane_tests::backend_is_aws() {
+        return Ok(());
+    }
+    // GIVEN two servers on DynamoDB + SQS behind a logging proxy: one where tenant A has a
+    // daily budget, one without budgets
+    let log = crate::support::AwsRequestLog::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[limits.tenants.{}]\ndaily_usd = 5.0\nmonthly_tokens = 10000000\n",
+            agentlane_tests::TENANT_A.name
+        ),
+    )?;
+    let mut counts = Vec::new();
+    for budgeted in [false, true] {
+        let scn = crate::support::scenario_with(|o| {
+            let o = o
+                .aws_backend()
+                .env("AGENTLANE_SWEEP_INTERVAL_MS", "3600000");
+            if budgeted {
+                o.env("AGENTLANE_CONFIG", config.display().to_string())
+            } else {
+                o
+            }
+        })?;
+        let a = scn.a();
+        // A first turn warms the session up; the second is the one counted.
+        let first = a.agent("counted", "hello").await?;
+        a.wait_done(&first.run_id, LONG).await?;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let before = log.len();
+        let turn = a.agent("counted", "hello again").await?;
+        let run = a.wait_done(&turn.run_id, LONG).await?;
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let requests = log.since(before);
+        let total: u32 = requests
+            .iter()
+            .filter(|(op, _)| !matches!(op.as_str(), "ReceiveMessage" | "Query"))
+            .map(|(_, n)| n)
+            .sum();
+        eprintln!("budgeted {budgeted}: {total} requests besides polls and queries: {requests:?}");
+        counts.push((total, requests));
+    }
+    // THEN the budgeted turn adds the accept's read of both periods (one BatchGetItem), one
+    // reservation and one settlement (each one TransactWriteItems over both periods)
+    // (GetItem counts vary with how often agent.wait polled the run: not compared.)
+    let (plain, budgeted) = (&counts[0], &counts[1]);
+    let op = |counts: &std::collections::BTreeMap<String, u32>, name: &str| {
+        counts.get(name).copied().unwrap_or(0)
+    };
+    for same in ["UpdateItem", "SendMessage", "DeleteMessage"] {
+        assert_eq!(
+            op(&budgeted.1, same),
+            op(&plain.1, same),
+            "{same}: {counts:?}"
+        );
+    }
+    assert_eq!(
+        op(&budgeted.1, "BatchGetItem"),
+        op(&plain.1, "BatchGetItem") + 1
+    );
+    assert_eq!(
+        op(&budgeted.1, "TransactWriteItems"),
+        op(&plain.1, "TransactWriteItems") + 2
     );
     Ok(())
 }

@@ -506,3 +506,75 @@ async fn kill_9_while_runs_pause_and_resume_loses_no_answer_and_runs_no_call_twi
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_a_tenant_budget_settles_every_hold_and_counts_what_the_ledgers_say()
+-> anyhow::Result<()> {
+    // GIVEN a tenant with a daily budget it will not reach, answers of 1,000 tokens in and 1,000
+    // out at $1/$2 per million ($0.003), and a server with short leases
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[prices.\"{}\"]\ninput = 1.0\noutput = 2.0\n\n[limits.tenants.{}]\ndaily_usd = 100.0\ndaily_tokens = 100000000\n",
+            agentlane_tests::MODEL,
+            agentlane_tests::TENANT_A.name
+        ),
+    )?;
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos() as u64 | 1;
+    eprintln!("budget soak seed: {seed}");
+    let mut rng = Rng(seed);
+    let mut scn = scenario_with(|o| {
+        o.env("AGENTLANE_LOCK_LEASE_MS", "900")
+            .env("AGENTLANE_VISIBILITY_TIMEOUT_MS", "900")
+            .env("AGENTLANE_MAX_FAILED_PICKUPS", "50")
+            .env("AGENTLANE_CONFIG", config.display().to_string())
+    })?;
+    scn.mock.add_fixtures(vec![serde_json::json!({"match": {"userMessage": "charge"},
+        "response": {"content": "charged", "usage": {"prompt_tokens": 1000, "completion_tokens": 1000}}})])?;
+
+    // WHEN 50 turns are sent in waves, the server killed at random moments between them
+    let (runs, kills) = send_in_waves_with_kills(&mut scn, &mut rng, 1200, |n, _| {
+        let (session, message) = (format!("budget-{}", n % SESSIONS), format!("charge #{n}"));
+        let body = serde_json::json!({ "sessionKey": session, "message": message });
+        (session, message, body)
+    })
+    .await?;
+    let a = scn.a();
+    let mut ledger_micros = 0u64;
+    let mut ledger_tokens = 0u64;
+    for (_, message, run_id) in &runs {
+        let run = a.wait_done(run_id, LONG).await?;
+        assert!(run.status.is_terminal(), "{message}: {run:?}");
+        let (_, view) = a
+            .json(reqwest::Method::GET, &format!("/v1/runs/{run_id}"), None)
+            .await?;
+        ledger_micros += (view["costUsd"].as_f64().unwrap_or(0.0) * 1e6).round() as u64;
+        ledger_tokens += view["usage"]["inputTokens"].as_u64().unwrap_or(0)
+            + view["usage"]["outputTokens"].as_u64().unwrap_or(0);
+    }
+
+    // THEN no hold is left open: every call a kill cut was settled by its run's next pickup
+    let (_, usage) = a.json(reqwest::Method::GET, "/v1/usage", None).await?;
+    eprintln!(
+        "budget soak: {kills} kills; usage {usage}; ledgers ${ledger_micros} micros, {ledger_tokens} tokens"
+    );
+    assert_eq!(usage["counted"], true, "{usage}");
+    assert_eq!(usage["day"]["heldTokens"], 0, "{usage}");
+    // AND the day's counters are the runs' attempt ledgers, plus at most one call per run in
+    // flight at each kill (a call settled whose record the kill lost: the provider did charge
+    // it, and the run calls again)
+    let counted_tokens = usage["day"]["tokens"].as_u64().unwrap_or(0);
+    let counted_micros = (usage["day"]["costUsd"].as_f64().unwrap_or(0.0) * 1e6).round() as u64;
+    let slack = u64::from(kills) * SESSIONS as u64;
+    assert!(
+        counted_tokens >= ledger_tokens && counted_tokens <= ledger_tokens + slack * 2_000,
+        "counted {counted_tokens} tokens, ledgers {ledger_tokens}, {kills} kills"
+    );
+    assert!(
+        counted_micros >= ledger_micros && counted_micros <= ledger_micros + slack * 3_000,
+        "counted {counted_micros} micros, ledgers {ledger_micros}, {kills} kills"
+    );
+    Ok(())
+}

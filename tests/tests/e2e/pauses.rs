@@ -518,17 +518,6 @@ async fn bad_client_tools_and_policies_are_refused_naming_the_field() -> anyhow:
 }
 
 /// The AWS requests in `log` from line `from` on, by operation (`X-Amz-Target` or method+path).
-fn requests_since(log: &std::path::Path, from: usize) -> std::collections::BTreeMap<String, u32> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut counts = std::collections::BTreeMap::new();
-    for line in text.lines().skip(from) {
-        let op = line.split_once(' ').map_or(line, |(_, op)| op);
-        let op = op.rsplit('.').next().unwrap_or(op).to_owned();
-        *counts.entry(op).or_insert(0) += 1;
-    }
-    counts
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()> {
     // (Always on the emulator; the AWS pass of the suite would only repeat it.)
@@ -536,34 +525,12 @@ async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()
         return Ok(());
     }
     // GIVEN a server on DynamoDB + SQS whose every AWS request goes through a logging proxy
-    let dir = tempfile::tempdir()?;
-    let log = dir.path().join("aws.log");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let upstream =
-        std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
-    let script = agentlane_tests::repo_root().join("scripts/aws-request-log.py");
-    let mut proxy = std::process::Command::new("python3")
-        .arg(&script)
-        .args([
-            "--listen",
-            &port.to_string(),
-            "--upstream",
-            &upstream,
-            "--log",
-        ])
-        .arg(&log)
-        .spawn()?;
-    let proxied = format!("http://127.0.0.1:{port}");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // SAFETY: nextest runs each test in its own process; nothing else reads the variable now.
-    unsafe { std::env::set_var("AWS_ENDPOINT_URL", &proxied) };
+    let log = crate::support::AwsRequestLog::start().await?;
+    // How long the run waits (AGENTLANE_PAUSE_PROBE_SECS, 5 by default; 60 for the report).
+    let wait_secs = std::env::var("AGENTLANE_PAUSE_PROBE_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(5);
     let result = async {
         let scn = scenario_with(|o| {
             o.aws_backend()
@@ -584,11 +551,11 @@ async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()
         let waited = wait_json(&a, &accepted.run_id, 30_000).await?;
         anyhow::ensure!(waited["status"] == "requires_action", "{waited}");
 
-        // WHEN the run waits (5 s)
+        // WHEN the run waits
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let start = std::fs::read_to_string(&log)?.lines().count();
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let waiting = requests_since(&log, start);
+        let start = log.len();
+        tokio::time::sleep(Duration::from_secs(wait_secs)).await;
+        let waiting = log.since(start);
 
         // THEN nothing but the lane worker's receive poll (on Lambda: the event source
         // mapping's, not a function's) and the cron ticker's due-job query reached AWS
@@ -597,10 +564,12 @@ async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()
             .filter(|(op, _)| !matches!(op.as_str(), "ReceiveMessage" | "Query"))
             .collect();
         assert!(others.is_empty(), "requests while paused: {waiting:?}");
-        eprintln!("AWS requests in 5 s of pause (serve's own polls included): {waiting:?}");
+        eprintln!(
+            "AWS requests in {wait_secs} s of pause (serve's own polls included): {waiting:?}"
+        );
 
         // AND the answer and the resume are a handful of requests
-        let before = std::fs::read_to_string(&log)?.lines().count();
+        let before = log.len();
         let (status, body) = answer(
             &a,
             &accepted.run_id,
@@ -608,10 +577,10 @@ async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()
         )
         .await?;
         anyhow::ensure!(status == 202, "{body}");
-        let after_answer = requests_since(&log, before);
+        let after_answer = log.since(before);
         let run = a.wait_done(&accepted.run_id, LONG).await?;
         assert_eq!(run.status, RunStatus::Ok);
-        let resume = requests_since(&log, before);
+        let resume = log.since(before);
         eprintln!(
             "AWS requests of the answer: {after_answer:?}; answer + resume to the end: {resume:?}"
         );
@@ -623,8 +592,7 @@ async fn a_paused_run_costs_no_aws_request_while_it_waits() -> anyhow::Result<()
         anyhow::Ok(())
     }
     .await;
-    proxy.kill().ok();
-    proxy.wait().ok();
+    drop(log);
     result
 }
 

@@ -97,3 +97,76 @@ pub fn assistant_deltas(events: &[Event]) -> String {
         .filter_map(|e| e.data.get("delta").and_then(|d| d.as_str()))
         .collect()
 }
+
+/// Every AWS request of this test process's servers, logged by `scripts/aws-request-log.py`
+/// (a proxy in front of the emulator): `AWS_ENDPOINT_URL` points at it while this lives.
+pub struct AwsRequestLog {
+    _dir: tempfile::TempDir,
+    log: std::path::PathBuf,
+    proxy: std::process::Child,
+}
+
+impl AwsRequestLog {
+    /// Starts the proxy and points `AWS_ENDPOINT_URL` at it. Only for a test that runs in its
+    /// own process (nextest does so) and starts its servers after this.
+    pub async fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join("aws.log");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let upstream =
+            std::env::var("AWS_ENDPOINT_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".into());
+        let script = agentlane_tests::repo_root().join("scripts/aws-request-log.py");
+        let proxy = std::process::Command::new("python3")
+            .arg(&script)
+            .args([
+                "--listen",
+                &port.to_string(),
+                "--upstream",
+                &upstream,
+                "--log",
+            ])
+            .arg(&log)
+            .spawn()?;
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // SAFETY: nextest runs each test in its own process; nothing else reads the variable now.
+        unsafe { std::env::set_var("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")) };
+        Ok(Self {
+            _dir: dir,
+            log,
+            proxy,
+        })
+    }
+
+    /// How many requests were logged so far.
+    pub fn len(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// The requests logged after the first `from`, counted by operation.
+    pub fn since(&self, from: usize) -> std::collections::BTreeMap<String, u32> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let mut counts = std::collections::BTreeMap::new();
+        for line in text.lines().skip(from) {
+            let op = line.split_once(' ').map_or(line, |(_, op)| op);
+            let op = op.rsplit('.').next().unwrap_or(op).to_owned();
+            *counts.entry(op).or_insert(0) += 1;
+        }
+        counts
+    }
+}
+
+impl Drop for AwsRequestLog {
+    fn drop(&mut self) {
+        self.proxy.kill().ok();
+        self.proxy.wait().ok();
+    }
+}

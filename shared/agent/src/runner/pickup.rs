@@ -386,6 +386,8 @@ impl Runner {
                 .await;
         }
         turn.start(has_user).await?;
+        // A pickup after one that died settles that one's spend holds from the ledger.
+        turn.settle_own_holds().await;
         if turn.collects() {
             turn.collect(has_user).await?;
         }

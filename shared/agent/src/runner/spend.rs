@@ -154,6 +154,50 @@ impl Turn<'_> {
         Ok(settled)
     }
 
+    /// At a pickup after an earlier one of the run (which died, or handed the run back): every
+    /// hold of this run still open in the tenant's current periods is a dead pickup's (a live
+    /// one settles before it ends), so it is settled from the run's attempt ledger. Nothing
+    /// is read on a run's first pickup, or without a tenant budget.
+    pub(super) async fn settle_own_holds(&self) {
+        let Some((ledger, budgets)) = &self.runner.spend else {
+            return;
+        };
+        let run = self.writer.run();
+        if run.pickups <= 1 {
+            return;
+        }
+        let caps = budgets.for_tenant(&run.tenant).caps(self.writer.now());
+        if caps.is_empty() {
+            return;
+        }
+        let periods: Vec<String> = caps.iter().map(|c| c.period.clone()).collect();
+        let spends = match ledger.periods_spend(&run.tenant, &periods).await {
+            Ok(spends) => spends,
+            Err(error) => {
+                tracing::warn!(%error, "the run's spend holds could not be read");
+                return;
+            }
+        };
+        let own = format!("{}.", run.run_id);
+        let mut holds: Vec<Hold> = spends
+            .into_iter()
+            .flat_map(|s| s.holds)
+            .filter(|h| h.id.starts_with(&own))
+            .collect();
+        holds.sort_by(|a, b| a.id.cmp(&b.id));
+        holds.dedup_by(|a, b| a.id == b.id);
+        for hold in holds {
+            let spent = hold
+                .attempt()
+                .and_then(|(_, index)| run.attempts.iter().find(|a| a.index == index))
+                .map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
+            tracing::info!(hold = %hold.id, "settling a dead pickup's spend hold");
+            if let Err(error) = ledger.settle(&run.tenant, &periods, &hold, spent).await {
+                tracing::warn!(%error, hold = %hold.id, "a dead pickup's hold could not be settled");
+            }
+        }
+    }
+
     /// Settles `held` to what the attempt spent. A failure is logged: the hold stays, and a
     /// later refusal settles it as stale.
     pub(super) async fn settle_spend(&self, held: Option<Held>, attempted: &Attempted) {

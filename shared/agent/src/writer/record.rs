@@ -79,7 +79,22 @@ impl RunWriter {
             &[("outcome", record.outcome.as_str())],
         );
         self.run.usage.add(record.usage);
+        let dims = [
+            ("tenant", self.run.tenant.as_str()),
+            ("model", record.model.as_str()),
+        ];
+        let tokens = record.usage.input_tokens + record.usage.output_tokens;
+        agentlane_core::metrics::global().add(
+            agentlane_core::metrics::TOKENS_TOTAL,
+            &dims,
+            tokens as f64,
+        );
         if let Some(cost) = record.cost_usd {
+            agentlane_core::metrics::global().add(
+                agentlane_core::metrics::COST_USD_TOTAL,
+                &dims,
+                cost,
+            );
             // Summed in micro-dollars, so that a long run's total does not drift.
             let micros = agentlane_core::spend::micros(self.run.cost_usd.unwrap_or(0.0))
                 + agentlane_core::spend::micros(cost);

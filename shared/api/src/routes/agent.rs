@@ -221,7 +221,8 @@ pub(crate) async fn enqueue_with_retry(
 }
 
 /// `429 budget_exceeded` (with `Retry-After`: the period's end) when a limited period of the
-/// tenant's budget is spent already; one read per limited period, none without a budget. A
+/// tenant's budget is spent already; one read (of every limited period), none without a
+/// budget. A
 /// period with a little room left accepts the turn: the runner's reservation before each model
 /// call is the exact check.
 async fn check_tenant_budget(
@@ -233,8 +234,13 @@ async fn check_tenant_budget(
         return Ok(());
     };
     let now = state.clock.now_ms();
-    for cap in budget.caps(now) {
-        let spent = ledger.period_spend(tenant, &cap.period).await?;
+    let caps = budget.caps(now);
+    if caps.is_empty() {
+        return Ok(());
+    }
+    let periods: Vec<String> = caps.iter().map(|c| c.period.clone()).collect();
+    let spends = ledger.periods_spend(tenant, &periods).await?;
+    for (cap, spent) in caps.into_iter().zip(spends) {
         let usd_spent = cap.max_micros.is_some_and(|max| spent.micros >= max);
         let tokens_spent = cap.max_tokens.is_some_and(|max| spent.tokens >= max);
         if usd_spent || tokens_spent {

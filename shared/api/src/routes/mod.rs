@@ -7,6 +7,7 @@ pub mod cron;
 pub mod openai;
 pub mod runs;
 pub mod sessions;
+pub mod usage;
 
 use crate::Shared;
 use crate::error::ApiError;
@@ -56,6 +57,7 @@ pub(crate) fn table() -> Table {
         .routes(routes!(cron::run_now))
         .routes(routes!(agents::list, agents::create))
         .routes(routes!(agents::get, agents::patch, agents::delete))
+        .routes(routes!(usage::get_usage))
         .routes(routes!(openai::list_models));
     Table {
         waits: waiting_routes(),

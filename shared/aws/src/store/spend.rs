@@ -14,13 +14,14 @@
 //! - `expiresAt` (TTL) is 400 days after the period ends: a year of history for reading.
 
 use super::DynamoStore;
-use super::error::build_error;
+use super::error::{build_error, classify};
 use super::item::{EXPIRES_AT, Item, n, s};
 use super::keys::{PK, SK};
 use agentlane_core::spend::{Hold, PeriodCap, PeriodSpend, Reserved, Spent};
 use agentlane_core::{SpendLedger, StoreResult, TenantId};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
+use std::collections::HashMap;
 
 const MICROS: &str = "m";
 const TOKENS: &str = "k";
@@ -68,6 +69,14 @@ fn holds_of(item: &Item) -> Vec<Hold> {
         .collect();
     holds.sort_by_key(|h| h.at);
     holds
+}
+
+fn spend_of(item: &Item) -> PeriodSpend {
+    PeriodSpend {
+        micros: number(item, MICROS),
+        tokens: number(item, TOKENS),
+        holds: holds_of(item),
+    }
 }
 
 impl DynamoStore {
@@ -233,11 +242,58 @@ impl SpendLedger for DynamoStore {
     }
 
     async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend> {
-        let item = self.spend_item(tenant, period).await?;
-        Ok(PeriodSpend {
-            micros: number(&item, MICROS),
-            tokens: number(&item, TOKENS),
-            holds: holds_of(&item),
-        })
+        Ok(spend_of(&self.spend_item(tenant, period).await?))
+    }
+
+    /// One `BatchGetItem` (consistent) for every period.
+    async fn periods_spend(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+    ) -> StoreResult<Vec<PeriodSpend>> {
+        if periods.len() < 2 {
+            let mut out = Vec::new();
+            for period in periods {
+                out.push(self.period_spend(tenant, period).await?);
+            }
+            return Ok(out);
+        }
+        let pk = spend_pk(tenant);
+        let mut request = KeysAndAttributes::builder().consistent_read(true);
+        for period in periods {
+            request = request.keys(HashMap::from([
+                (PK.to_owned(), s(&pk)),
+                (SK.to_owned(), s(period)),
+            ]));
+        }
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(&self.table, request.build().map_err(build_error)?)
+            .send()
+            .await
+            .map_err(classify)?;
+        if out.unprocessed_keys.as_ref().is_some_and(|u| !u.is_empty()) {
+            // Throttled part-way: read them one by one.
+            let mut spends = Vec::new();
+            for period in periods {
+                spends.push(self.period_spend(tenant, period).await?);
+            }
+            return Ok(spends);
+        }
+        let items = out
+            .responses
+            .and_then(|mut r| r.remove(&self.table))
+            .unwrap_or_default();
+        Ok(periods
+            .iter()
+            .map(|period| {
+                items
+                    .iter()
+                    .find(|item| item.get(SK).and_then(|v| v.as_s().ok()) == Some(period))
+                    .map(spend_of)
+                    .unwrap_or_default()
+            })
+            .collect())
     }
 }

@@ -1,6 +1,8 @@
 //! Command-line arguments.
 
-use crate::{agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve};
+use crate::{
+    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, usage_cmd,
+};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +49,8 @@ pub enum Command {
     Agents(agents_cmd::AgentsArgs),
     /// A run's record, and answers to a paused run: show, approve, answer.
     Runs(runs_cmd::RunsArgs),
+    /// What the API key's tenant spent today and this month against its budget.
+    Usage(usage_cmd::UsageArgs),
 }
 
 #[derive(Args, Debug)]
@@ -147,5 +151,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys(a) => keys_cmd::run(a).await,
         Command::Agents(a) => agents_cmd::run(a).await,
         Command::Runs(a) => runs_cmd::run(a).await,
+        Command::Usage(a) => usage_cmd::run(a).await,
     }
 }

@@ -13,6 +13,7 @@ mod cron_cmd;
 mod keys_cmd;
 mod runs_cmd;
 pub mod serve;
+mod usage_cmd;
 
 use clap::Parser;
 use std::process::ExitCode;

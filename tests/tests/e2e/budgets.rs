@@ -339,6 +339,31 @@ async fn a_tenant_whose_day_is_spent_gets_429_at_once() -> anyhow::Result<()> {
         "{body}"
     );
     assert_eq!(scn.mock.model_requests()?.len(), 1);
+    // AND GET /v1/usage (and `agentlane usage`) shows the day spent against its limit
+    let (_, usage) = a.json(reqwest::Method::GET, "/v1/usage", None).await?;
+    assert_eq!(usage["counted"], true, "{usage}");
+    assert_eq!(usage["day"]["tokens"], 10_000, "{usage}");
+    assert_eq!(usage["day"]["maxTokens"], 5_000, "{usage}");
+    assert_eq!(usage["day"]["heldTokens"], 0, "{usage}");
+    let output = scn
+        .server
+        .cli()
+        .args([
+            "usage",
+            "--url",
+            scn.server.url(),
+            "--api-key",
+            agentlane_tests::TENANT_A.key,
+        ])
+        .output()?;
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    let day = usage["day"]["period"].as_str().unwrap_or_default();
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(day))
+        .unwrap_or_default();
+    assert!(line.contains("10000") && line.contains("5000"), "{table}");
     // AND the other tenant still talks
     let theirs = scn.b().agent("big-b", "big question").await?;
     assert_eq!(

@@ -632,3 +632,76 @@ async fn the_time_spent_paused_does_not_count_against_the_runs_own_timeout() -> 
     assert_eq!(run.reply_text(), "You have milk.");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_sent_while_paused_reaches_the_model_right_after_the_tool_results()
+-> anyhow::Result<()> {
+    // GIVEN a run paused on a client tool
+    let scn = scenario()?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "book a table", "hasToolResult": false},
+               "response": {"toolCalls": [{"id": "call_book", "name": "book", "arguments": {"seats": 2}}]}}),
+        json!({"match": {"userMessage": "make it for four"},
+               "response": {"content": "Booked, and noted: four seats."}}),
+    ])?;
+    let a = scn.a();
+    let paused = a
+        .agent_with(json!({"sessionKey": "dinner", "message": "book a table",
+                           "tools": [{"name": "book"}]}))
+        .await?;
+    let waited = wait_json(&a, &paused.run_id, 30_000).await?;
+    assert_eq!(waited["status"], "requires_action", "{waited}");
+
+    // WHEN a steer arrives while it waits, then the client's output
+    let steer = a
+        .agent_with(
+            json!({"sessionKey": "dinner", "message": "make it for four",
+                           "queueMode": "steer"}),
+        )
+        .await?;
+    let (status, body) = answer(
+        &a,
+        &paused.run_id,
+        json!({"toolOutputs": [{"toolCallId": "call_book", "output": "booked for 2"}]}),
+    )
+    .await?;
+    assert_eq!(status, 202, "{body}");
+
+    // THEN the resumed run's next model request has the tool result, then the steer
+    let run = a.wait_done(&paused.run_id, LONG).await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.reply_text(), "Booked, and noted: four seats.");
+    let requests = scn.mock.model_requests()?;
+    let last = requests
+        .last()
+        .map(|r| r.roles_and_texts())
+        .unwrap_or_default();
+    let tail: Vec<&str> = last
+        .iter()
+        .rev()
+        .take(2)
+        .map(|(role, _)| role.as_str())
+        .collect();
+    assert_eq!(
+        tail,
+        ["user", "tool"],
+        "the steer right after the result: {last:?}"
+    );
+    assert_eq!(
+        last.last().map(|(_, t)| t.as_str()),
+        Some("make it for four")
+    );
+    // AND the steer ends with the run that carried it
+    let steered = a.wait_done(&steer.run_id, LONG).await?;
+    assert_eq!(steered.status, RunStatus::Ok, "{steered:?}");
+    let (_, view) = a
+        .json(Method::GET, &format!("/v1/runs/{}", steer.run_id), None)
+        .await?;
+    assert_eq!(view["queueOutcome"], "steered", "{view}");
+    let transcript = a.transcript("dinner").await?;
+    assert_eq!(
+        check_pairing(&transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    Ok(())
+}

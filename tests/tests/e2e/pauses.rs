@@ -691,13 +691,14 @@ async fn a_steer_sent_while_paused_reaches_the_model_right_after_the_tool_result
         last.last().map(|(_, t)| t.as_str()),
         Some("make it for four")
     );
-    // AND the steer ends with the run that carried it
-    let steered = a.wait_done(&steer.run_id, LONG).await?;
-    assert_eq!(steered.status, RunStatus::Ok, "{steered:?}");
+    // AND the steer ends with the run that carried it (agent.wait resolves with the carrier)
+    let steered = wait_json(&a, &steer.run_id, 30_000).await?;
+    assert_eq!(steered["runStatus"], "ok", "{steered}");
     let (_, view) = a
         .json(Method::GET, &format!("/v1/runs/{}", steer.run_id), None)
         .await?;
     assert_eq!(view["queueOutcome"], "steered", "{view}");
+    assert_eq!(view["intoRunId"], json!(paused.run_id), "{view}");
     let transcript = a.transcript("dinner").await?;
     assert_eq!(
         check_pairing(&transcript_items(&transcript.entries)),

@@ -140,6 +140,8 @@ pub struct ApiConfig {
     pub max_agents: u32,
     /// The built-in tools an agent may name in `tools.builtin` (the runner's registry).
     pub builtin_tools: Vec<String>,
+    /// The prices of the models (a turn with a USD budget cannot name an unpriced one).
+    pub prices: agentlane_core::spend::PriceTable,
 }
 
 /// Default largest message: 256 KiB.
@@ -165,6 +167,7 @@ impl Default for ApiConfig {
             default_queue_mode: None,
             max_agents: agentlane_core::agent::DEFAULT_MAX_AGENTS,
             builtin_tools: vec!["current_time".into(), "http_fetch".into()],
+            prices: agentlane_core::spend::PriceTable::builtin(),
         }
     }
 }

@@ -131,6 +131,23 @@ pub fn validate_agent_body(
     if let Some(problem) = body.budget.as_ref().and_then(|b| b.problem("budget")) {
         return Err(invalid(problem));
     }
+    if body.budget.is_some_and(|b| b.max_cost_usd.is_some()) {
+        // The model the turn names, else (for `main`) the deployment's default.
+        let main = agent_id.is_none();
+        let model = body.model.as_deref().or(config
+            .configured_models
+            .first()
+            .map(String::as_str)
+            .filter(|_| main));
+        if let Some(model) = model
+            && config.prices.price(model).is_none()
+        {
+            return Err(invalid(format!(
+                "budget.maxCostUsd: the model {model} has no price, so a USD budget cannot \
+                 hold; set [prices.\"{model}\"] or use budget.maxTokens"
+            )));
+        }
+    }
     Ok(ValidTurn {
         session_key: SessionKey::new(body.session_key),
         request: TurnRequest {

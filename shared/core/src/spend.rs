@@ -88,6 +88,9 @@ pub struct PriceTable {
     prices: BTreeMap<String, Price>,
 }
 
+// Prices are checked finite at start-up: equality is total here.
+impl Eq for PriceTable {}
+
 impl PriceTable {
     /// The built-in list prices.
     pub fn builtin() -> Self {

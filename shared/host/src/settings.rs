@@ -138,6 +138,8 @@ impl Settings {
         config.configured_models = std::iter::once(self.models.default_model.clone())
             .chain(self.models.fallback_models.iter().cloned())
             .collect();
+        config.prices =
+            agentlane_core::spend::PriceTable::builtin().with_overrides(&self.runner.prices);
         config
     }
 }

@@ -446,3 +446,83 @@ async fn a_budgeted_turn_costs_three_more_aws_requests_than_a_plain_one() -> any
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_budget_stops_its_retries_before_a_fallback_it_cannot_afford() -> anyhow::Result<()>
+{
+    // GIVEN a model that answers 429 every time, and a fallback priced at $1,000 per million
+    // output tokens (its worst case, 4,096 tokens out, is over $4)
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(
+        &config,
+        "[prices.\"openai/gpt-4o\"]\ninput = 10.0\noutput = 1000.0\n",
+    )?;
+    let scn = scenario_with(|o| {
+        o.env("AGENTLANE_CONFIG", config.display().to_string())
+            .env("AGENTLANE_FALLBACK_MODELS", "openai/gpt-4o")
+            .env("AGENTLANE_RETRY_DELAY_SCALE", "0.01")
+            .env(
+                "AGENTLANE_ALLOWED_MODELS",
+                "openai/gpt-4o-mini,openai/gpt-4o,openai/my-finetune",
+            )
+    })?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "pricey-fallback", "model": "gpt-4o-mini"},
+               "response": {"error": {"message": "Rate limited", "type": "rate_limit_error"},
+                            "status": 429}}),
+        json!({"match": {"userMessage": "pricey-fallback", "model": "gpt-4o"},
+               "response": {"content": "the expensive answer"}}),
+    ])?;
+    let a = scn.a();
+
+    // WHEN a turn that may spend $1 runs into the rate limits
+    let accepted = a
+        .agent_with(json!({"sessionKey": "pricey", "message": "pricey-fallback",
+                           "budget": {"maxCostUsd": 1.0}}))
+        .await?;
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+
+    // THEN its retries ran, and it stopped before the fallback call it could not afford
+    assert_eq!(run.status, RunStatus::Error, "{run:?}");
+    let error = run.error.clone().unwrap_or_else(|| panic!("{run:?}"));
+    assert_eq!(error.code, "budget_exceeded", "{error:?}");
+    assert!(!run.attempts.is_empty(), "{run:?}");
+    assert!(
+        run.attempts
+            .iter()
+            .all(|a| a.model == agentlane_tests::MODEL),
+        "no attempt on the fallback: {run:?}"
+    );
+    let requests = scn.mock.model_requests()?;
+    assert!(
+        requests.iter().all(|r| r.status == 429),
+        "the fallback was never called: {:?}",
+        requests.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    // AND a USD budget cannot name a model without a price (a token budget can)
+    let (status, body) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agent",
+            Some(
+                json!({"sessionKey": "tuned", "message": "m", "model": "openai/my-finetune",
+                        "budget": {"maxCostUsd": 1.0}}),
+            ),
+        )
+        .await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("openai/my-finetune"), "{body}");
+    let (status, body) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agent",
+            Some(
+                json!({"sessionKey": "tuned", "message": "hello", "model": "openai/my-finetune",
+                        "budget": {"maxTokens": 100000}}),
+            ),
+        )
+        .await?;
+    assert_eq!(status, 202, "{body}");
+    Ok(())
+}

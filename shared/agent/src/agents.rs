@@ -53,6 +53,8 @@ pub struct AgentProfile {
     pub approval: Option<agentlane_core::ApprovalPolicy>,
     /// The spend limits of each run (a turn's own fill what it sets).
     pub budget: Option<agentlane_core::spend::RunBudget>,
+    /// Prices over the deployment's, by `provider/model`.
+    pub prices: std::collections::BTreeMap<String, agentlane_core::spend::Price>,
 }
 
 impl AgentProfile {
@@ -71,6 +73,7 @@ impl AgentProfile {
             client_tools: Default::default(),
             approval: None,
             budget: None,
+            prices: Default::default(),
         }
     }
 
@@ -269,6 +272,7 @@ impl AgentResolver {
                 client_tools: Default::default(),
                 approval: spec.approval.clone(),
                 budget: spec.budget,
+                prices: spec.prices.clone().unwrap_or_default(),
             }
             .with_client_tools(spec.client_tools()),
         ))

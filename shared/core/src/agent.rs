@@ -130,6 +130,11 @@ pub struct AgentSpec {
     /// Each run's spend limits over all its model calls (a turn's `budget` fills first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::spend::RunBudget>,
+    /// Prices (USD per million tokens) of this agent's runs, by `provider/model`, over the
+    /// deployment's (a negotiated rate, a fine-tuned model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
+    pub prices: Option<std::collections::BTreeMap<String, crate::spend::Price>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,

@@ -13,15 +13,16 @@ use chrono::{Datelike, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// USD per million tokens.
+/// USD per million tokens (`cacheRead` / `cache_read` and `cacheWrite` / `cache_write`: the
+/// config file's TOML takes either spelling).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Price {
     pub input: f64,
     pub output: f64,
-    #[serde(default)]
+    #[serde(default, alias = "cache_read")]
     pub cache_read: f64,
-    #[serde(default)]
+    #[serde(default, alias = "cache_write")]
     pub cache_write: f64,
 }
 

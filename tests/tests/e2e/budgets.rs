@@ -105,6 +105,44 @@ async fn each_attempt_is_priced_and_the_run_shows_its_total() -> anyhow::Result<
     let cost = sample("agentlane_cost_usd_total{").unwrap_or(-1.0);
     assert!((cost - 0.0033).abs() < 1e-9, "{text}");
     assert_eq!(sample("agentlane_tokens_total{"), Some(3_150.0), "{text}");
+
+    // AND an agent's own price wins over the deployment's for its runs
+    let (status, body) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agents",
+            Some(json!({"agentId": "premium", "prices": {
+                (agentlane_tests::MODEL): {"input": 10.0, "output": 20.0}}})),
+        )
+        .await?;
+    assert_eq!(status, 201, "{body}");
+    let premium = a
+        .agent_with(json!({"sessionKey": "premium", "agentId": "premium",
+                           "message": "what does the time cost?"}))
+        .await?;
+    a.wait_done(&premium.run_id, LONG).await?;
+    let (_, view) = a
+        .json(
+            reqwest::Method::GET,
+            &format!("/v1/runs/{}", premium.run_id),
+            None,
+        )
+        .await?;
+    assert_eq!(
+        view["costUsd"].as_f64(),
+        Some(0.033),
+        "ten times the price: {view}"
+    );
+    let (status, body) = a
+        .json(
+            reqwest::Method::POST,
+            "/v1/agents",
+            Some(
+                json!({"agentId": "broken", "prices": {"no-slash": {"input": 1.0, "output": 1.0}}}),
+            ),
+        )
+        .await?;
+    assert_eq!(status, 400, "{body}");
     Ok(())
 }
 

@@ -66,11 +66,17 @@ impl Turn<'_> {
     /// Prices an attempt's usage (`costUsd`; `None` when its model has no price).
     pub(super) fn charge(&self, record: &mut AttemptRecord) {
         record.cost_usd = self
-            .runner
-            .config
+            .price_of(&record.model)
+            .map(|p| agentlane_core::spend::usd(p.cost_micros(&record.usage)));
+    }
+
+    /// The price of `model` for this run: its agent's, else the deployment's.
+    pub(super) fn price_of(&self, model: &str) -> Option<agentlane_core::spend::Price> {
+        self.agent
             .prices
-            .cost_micros(&record.model, &record.usage)
-            .map(agentlane_core::spend::usd);
+            .get(model)
+            .or_else(|| self.runner.config.prices.price(model))
+            .copied()
     }
 
     /// The run's budget (the turn's, filled by its agent's), and whether the next call, to
@@ -94,7 +100,7 @@ impl Turn<'_> {
             max_output_tokens: request
                 .max_output_tokens
                 .map_or(config.budget_output_reserve, u64::from),
-            price: config.prices.price(&selected.model.full_name).copied(),
+            price: self.price_of(&selected.model.full_name),
         };
         let spent = Spent {
             tokens: run.usage.input_tokens + run.usage.output_tokens,

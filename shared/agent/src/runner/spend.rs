@@ -38,7 +38,7 @@ impl Turn<'_> {
         }
         let config = &self.runner.config;
         let model = selected.model.full_name.clone();
-        let price = config.prices.price(&model).copied();
+        let price = self.price_of(&model);
         if price.is_none() && caps.iter().any(|c| c.max_micros.is_some()) {
             let over = OverBudget::Unpriced { model };
             return Err(RunError::new(OverBudget::CODE, over.message()));
@@ -220,12 +220,7 @@ impl Turn<'_> {
 
     fn spent_by(&self, model: &str, usage: &Usage) -> Spent {
         Spent {
-            micros: self
-                .runner
-                .config
-                .prices
-                .cost_micros(model, usage)
-                .unwrap_or(0),
+            micros: self.price_of(model).map_or(0, |p| p.cost_micros(usage)),
             tokens: usage.input_tokens + usage.output_tokens,
         }
     }

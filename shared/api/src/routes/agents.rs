@@ -202,6 +202,19 @@ pub fn check_spec(spec: &AgentSpec, config: &ApiConfig, tenant: &TenantId) -> Re
     if let Some(problem) = spec.budget.as_ref().and_then(|b| b.problem("budget")) {
         return Err(ApiError::InvalidRequest(problem));
     }
+    for (model, price) in spec.prices.iter().flatten() {
+        if let Some(problem) = price.problem() {
+            return Err(invalid(format!("prices.{model}: {problem}")));
+        }
+        if !model.contains('/') || model.len() > 128 {
+            return Err(invalid(format!(
+                "prices.{model}: prices are keyed by provider/model"
+            )));
+        }
+    }
+    if spec.prices.as_ref().is_some_and(|p| p.len() > 32) {
+        return Err(invalid("prices: at most 32 models"));
+    }
     if let Some(problem) = spec.approval.as_ref().and_then(|a| a.problem()) {
         return Err(invalid(problem));
     }

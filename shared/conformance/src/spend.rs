@@ -11,7 +11,7 @@
 
 use crate::fixtures::{tenant, wall_ms};
 use agentlane_core::SpendLedger;
-use agentlane_core::spend::{Hold, PeriodCap, Reserved, Spent};
+use agentlane_core::spend::{Hold, PeriodCap, Reserved, SpendTags, Spent, UsageGroup};
 use std::sync::Arc;
 
 /// Generates `mod spend_conformance` with one `#[tokio::test]` per case. The argument is an
@@ -24,6 +24,7 @@ macro_rules! spend_conformance {
             case_a_settlement_replaces_its_hold_by_what_was_spent_once,
             case_a_retried_reservation_counts_once,
             case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period,
+            case_settled_spend_is_read_by_day_agent_model_and_session,
         }
     };
 }
@@ -34,6 +35,16 @@ fn cap(period: &str, max_micros: Option<u64>, max_tokens: Option<u64>) -> Period
         ends_at: wall_ms() + 3_600_000,
         max_micros,
         max_tokens,
+    }
+}
+
+fn tags(day: &str, agent: &str, session: &str) -> SpendTags {
+    SpendTags {
+        day: day.to_owned(),
+        day_ends_at: wall_ms() + 3_600_000,
+        agent: agent.to_owned(),
+        model: "openai/gpt-4o-mini".to_owned(),
+        session: session.to_owned(),
     }
 }
 
@@ -101,8 +112,15 @@ pub async fn case_a_settlement_replaces_its_hold_by_what_was_spent_once(
         micros: 120,
         tokens: 12,
     };
-    store.settle(&acme, &periods, &held, spent).await.unwrap();
-    store.settle(&acme, &periods, &held, spent).await.unwrap();
+    let day = tags(&periods[0], "main", "s1");
+    store
+        .settle(&acme, &periods, &held, spent, &day)
+        .await
+        .unwrap();
+    store
+        .settle(&acme, &periods, &held, spent, &day)
+        .await
+        .unwrap();
     for period in &periods {
         let now = store.period_spend(&acme, period).await.unwrap();
         assert_eq!(
@@ -128,7 +146,7 @@ pub async fn case_a_settlement_replaces_its_hold_by_what_was_spent_once(
     ));
     // Settling a hold never taken changes nothing.
     store
-        .settle(&acme, &periods, &hold("run_none.0", 5, 5), spent)
+        .settle(&acme, &periods, &hold("run_none.0", 5, 5), spent, &day)
         .await
         .unwrap();
     assert_eq!(
@@ -209,5 +227,89 @@ pub async fn case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_
             .await
             .unwrap(),
         Reserved::Granted
+    );
+}
+
+pub async fn case_settled_spend_is_read_by_day_agent_model_and_session(
+    store: Arc<dyn SpendLedger>,
+) {
+    let acme = tenant();
+    let calls = [
+        ("D2026-12-03", "main", "s1", 100),
+        ("D2026-12-04", "main", "s1", 200),
+        ("D2026-12-04", "support", "s2", 300),
+        ("D2026-12-04", "support", "s3", 400),
+        ("D2026-12-06", "main", "s1", 500),
+    ];
+    for (i, (day, agent, session, micros)) in calls.iter().enumerate() {
+        let caps = vec![cap(day, None, None), cap("M2026-12", None, None)];
+        let held = hold(&format!("run_u{i}.0"), 1_000, 100);
+        assert_eq!(
+            store.reserve(&acme, &caps, &held).await.unwrap(),
+            Reserved::Granted
+        );
+        let periods = [day.to_string(), "M2026-12".to_owned()];
+        let spent = Spent {
+            micros: *micros,
+            tokens: micros / 10,
+        };
+        store
+            .settle(&acme, &periods, &held, spent, &tags(day, agent, session))
+            .await
+            .unwrap();
+    }
+    let rows = |group| {
+        let store = store.clone();
+        let acme = acme.clone();
+        async move {
+            store
+                .usage(&acme, group, "D2026-12-04", "D2026-12-06")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.day, r.key, r.micros, r.tokens))
+                .collect::<Vec<_>>()
+        }
+    };
+    let s = |v: &str| v.to_owned();
+    assert_eq!(
+        rows(UsageGroup::Day).await,
+        vec![
+            (s("D2026-12-04"), s(""), 900, 90),
+            (s("D2026-12-06"), s(""), 500, 50)
+        ],
+        "the days in range, the month left out"
+    );
+    assert_eq!(
+        rows(UsageGroup::Agent).await,
+        vec![
+            (s("D2026-12-04"), s("main"), 200, 20),
+            (s("D2026-12-04"), s("support"), 700, 70),
+            (s("D2026-12-06"), s("main"), 500, 50)
+        ]
+    );
+    assert_eq!(
+        rows(UsageGroup::Session).await,
+        vec![
+            (s("D2026-12-04"), s("s1"), 200, 20),
+            (s("D2026-12-04"), s("s2"), 300, 30),
+            (s("D2026-12-04"), s("s3"), 400, 40),
+            (s("D2026-12-06"), s("s1"), 500, 50)
+        ]
+    );
+    assert_eq!(
+        rows(UsageGroup::Model).await,
+        vec![
+            (s("D2026-12-04"), s("openai/gpt-4o-mini"), 900, 90),
+            (s("D2026-12-06"), s("openai/gpt-4o-mini"), 500, 50)
+        ]
+    );
+    // Another tenant sees none of it.
+    assert!(
+        store
+            .usage(&tenant(), UsageGroup::Day, "D2026-12-01", "D2026-12-31")
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

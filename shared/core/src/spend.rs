@@ -319,28 +319,37 @@ impl TenantBudget {
         None
     }
 
-    /// The limited periods at `now`: the day's, then the month's (either may be absent).
+    /// The periods counted at `now` for a tenant with a budget: the day's, then the month's,
+    /// each with its limits (`None` where that period is not limited, counted all the same so
+    /// that usage can be read per day and per month). Empty without any budget.
     pub fn caps(&self, now: u64) -> Vec<PeriodCap> {
-        let mut caps = Vec::new();
+        if self.is_unlimited() {
+            return Vec::new();
+        }
         let (day, day_end) = day_period(now);
-        if self.daily_usd.is_some() || self.daily_tokens.is_some() {
-            caps.push(PeriodCap {
+        let (month, month_end) = month_period(now);
+        vec![
+            PeriodCap {
                 period: day,
                 ends_at: day_end,
                 max_micros: self.daily_usd.map(micros),
                 max_tokens: self.daily_tokens,
-            });
-        }
-        let (month, month_end) = month_period(now);
-        if self.monthly_usd.is_some() || self.monthly_tokens.is_some() {
-            caps.push(PeriodCap {
+            },
+            PeriodCap {
                 period: month,
                 ends_at: month_end,
                 max_micros: self.monthly_usd.map(micros),
                 max_tokens: self.monthly_tokens,
-            });
-        }
-        caps
+            },
+        ]
+    }
+
+    /// The limited periods among [`caps`](Self::caps).
+    pub fn limited_caps(&self, now: u64) -> Vec<PeriodCap> {
+        self.caps(now)
+            .into_iter()
+            .filter(|c| c.max_micros.is_some() || c.max_tokens.is_some())
+            .collect()
     }
 }
 
@@ -409,6 +418,63 @@ impl Hold {
     }
 }
 
+/// What a settled call is counted under besides its periods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpendTags {
+    /// The day (`D2026-12-04`) it is counted in, and when that day ends (ms).
+    pub day: String,
+    pub day_ends_at: u64,
+    pub agent: String,
+    /// `provider/model`.
+    pub model: String,
+    pub session: String,
+}
+
+impl SpendTags {
+    /// `(group, key)` of each tag.
+    pub fn groups(&self) -> [(UsageGroup, &str); 3] {
+        [
+            (UsageGroup::Agent, self.agent.as_str()),
+            (UsageGroup::Model, self.model.as_str()),
+            (UsageGroup::Session, self.session.as_str()),
+        ]
+    }
+}
+
+/// How usage is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub enum UsageGroup {
+    Day,
+    Agent,
+    Model,
+    Session,
+}
+
+impl UsageGroup {
+    /// `day`, `agent`, `model`, `session`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageGroup::Day => "day",
+            UsageGroup::Agent => "agent",
+            UsageGroup::Model => "model",
+            UsageGroup::Session => "session",
+        }
+    }
+}
+
+/// One row of counted usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    /// `D2026-12-04`.
+    pub day: String,
+    /// The agent, model or session (empty by day).
+    pub key: String,
+    pub micros: u64,
+    pub tokens: u64,
+}
+
 /// What a reservation got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reserved {
@@ -442,15 +508,27 @@ pub trait SpendLedger: Send + Sync + 'static {
         hold: &Hold,
     ) -> StoreResult<Reserved>;
 
-    /// Replaces `hold` in `periods` by what the call spent (in one atomic write); a hold
-    /// already settled (or never taken) changes nothing.
+    /// Replaces `hold` in `periods` by what the call spent, and adds the spend to the day's
+    /// counters of `tags` (its agent, model and session), in one atomic write; a hold already
+    /// settled (or never taken) changes nothing.
     async fn settle(
         &self,
         tenant: &TenantId,
         periods: &[String],
         hold: &Hold,
         spent: Spent,
+        tags: &SpendTags,
     ) -> StoreResult<()>;
+
+    /// The tenant's counted spend from day `from` to day `to` (`D2026-12-01`, inclusive),
+    /// by day, or by the day and the agent, model or session: ordered by day, then key.
+    async fn usage(
+        &self,
+        tenant: &TenantId,
+        group: UsageGroup,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Vec<UsageRow>>;
 
     /// What `period` holds for `tenant` (zero when nothing was counted).
     async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend>;

@@ -5,7 +5,9 @@
 
 use crate::backend::SqliteBackend;
 use crate::error::Result;
-use agentlane_core::spend::{Hold, PeriodCap, PeriodSpend, Reserved, Spent};
+use agentlane_core::spend::{
+    Hold, PeriodCap, PeriodSpend, Reserved, SpendTags, Spent, UsageGroup, UsageRow,
+};
 use agentlane_core::{SpendLedger, StoreResult, TenantId};
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, params};
@@ -18,6 +20,15 @@ CREATE TABLE spend_periods (
     micros INTEGER NOT NULL DEFAULT 0,
     tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, period)
+) WITHOUT ROWID;
+CREATE TABLE spend_groups (
+    tenant TEXT NOT NULL,
+    grp    TEXT NOT NULL,
+    day    TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    micros INTEGER NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, grp, day, key)
 ) WITHOUT ROWID;
 CREATE TABLE spend_holds (
     tenant  TEXT NOT NULL,
@@ -107,14 +118,17 @@ impl SpendLedger for SqliteBackend {
         periods: &[String],
         hold: &Hold,
         spent: Spent,
+        tags: &SpendTags,
     ) -> StoreResult<()> {
-        let (tenant, periods, hold_id) = (
+        let (tenant, periods, hold_id, tags) = (
             tenant.as_str().to_owned(),
             periods.to_vec(),
             hold.id.clone(),
+            tags.clone(),
         );
         self.with_conn(move |c| -> Result<()> {
             let tx = c.savepoint()?;
+            let mut settled = false;
             for period in &periods {
                 let held: Option<(i64, i64)> = tx
                     .query_row(
@@ -127,6 +141,7 @@ impl SpendLedger for SqliteBackend {
                 let Some((micros, tokens)) = held else {
                     continue;
                 };
+                settled = true;
                 tx.execute(
                     "UPDATE spend_periods SET micros = max(0, micros - ?3 + ?4),
                      tokens = max(0, tokens - ?5 + ?6) WHERE tenant = ?1 AND period = ?2",
@@ -140,8 +155,64 @@ impl SpendLedger for SqliteBackend {
                     ],
                 )?;
             }
+            if settled {
+                for (group, key) in tags.groups() {
+                    tx.execute(
+                        "INSERT INTO spend_groups (tenant, grp, day, key, micros, tokens)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, grp, day, key)
+                         DO UPDATE SET micros = micros + excluded.micros,
+                         tokens = tokens + excluded.tokens",
+                        params![
+                            tenant,
+                            group.as_str(),
+                            tags.day,
+                            key,
+                            int(spent.micros),
+                            int(spent.tokens)
+                        ],
+                    )?;
+                }
+            }
             tx.commit()?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn usage(
+        &self,
+        tenant: &TenantId,
+        group: UsageGroup,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Vec<UsageRow>> {
+        let (tenant, from, to) = (tenant.as_str().to_owned(), from.to_owned(), to.to_owned());
+        self.with_conn(move |c| -> Result<Vec<UsageRow>> {
+            let row = |r: &rusqlite::Row<'_>| {
+                Ok(UsageRow {
+                    day: r.get(0)?,
+                    key: r.get(1)?,
+                    micros: uint(r.get(2)?),
+                    tokens: uint(r.get(3)?),
+                })
+            };
+            let rows = if group == UsageGroup::Day {
+                c.prepare(
+                    "SELECT period, '', micros, tokens FROM spend_periods
+                     WHERE tenant = ?1 AND period BETWEEN ?2 AND ?3 ORDER BY period",
+                )?
+                .query_map(params![tenant, from, to], row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?
+            } else {
+                c.prepare(
+                    "SELECT day, key, micros, tokens FROM spend_groups
+                     WHERE tenant = ?1 AND grp = ?2 AND day BETWEEN ?3 AND ?4
+                     ORDER BY day, key",
+                )?
+                .query_map(params![tenant, group.as_str(), from, to], row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?
+            };
+            Ok(rows)
         })
         .await
     }

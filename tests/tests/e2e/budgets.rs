@@ -332,6 +332,53 @@ async fn a_tenants_daily_budget_holds_across_twenty_concurrent_runs() -> anyhow:
         "one model call per ok run"
     );
 
+    // AND /v1/usage reads the day's spend by day, agent, model and session
+    let usage = |query: &'static str| {
+        let a = a.clone();
+        async move {
+            a.json(reqwest::Method::GET, &format!("/v1/usage?{query}"), None)
+                .await
+        }
+    };
+    let (_, by_day) = usage("groupBy=day").await?;
+    let rows = by_day["rows"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 1, "{by_day}");
+    assert!(
+        (rows[0]["costUsd"].as_f64().unwrap_or(0.0) - spent).abs() < 1e-9,
+        "{by_day}"
+    );
+    assert_eq!(rows[0]["day"], by_day["day"]["period"], "{by_day}");
+    let (_, by_agent) = usage("groupBy=agent").await?;
+    assert_eq!(by_agent["rows"][0]["key"], "main", "{by_agent}");
+    assert!((by_agent["rows"][0]["costUsd"].as_f64().unwrap_or(0.0) - spent).abs() < 1e-9);
+    let (_, by_model) = usage("groupBy=model").await?;
+    assert_eq!(
+        by_model["rows"][0]["key"],
+        agentlane_tests::MODEL,
+        "{by_model}"
+    );
+    let (_, by_session) = usage("groupBy=session").await?;
+    let sessions = by_session["rows"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        sessions.len(),
+        ok,
+        "one row per session that spent: {by_session}"
+    );
+    assert!(
+        sessions
+            .iter()
+            .all(|r| r["costUsd"].as_f64() == Some(0.003)),
+        "{by_session}"
+    );
+    for bad in [
+        "groupBy=team",
+        "groupBy=day&from=2026-12-05&to=2026-12-01",
+        "groupBy=day&from=yesterday",
+    ] {
+        let (status, body) = usage(bad).await?;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+
     // AND another tenant is not affected
     let theirs = b.agent("other-tenant", "spend a little").await?;
     let run = b.wait_done(&theirs.run_id, LONG).await?;

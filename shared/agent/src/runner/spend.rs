@@ -8,7 +8,7 @@
 use super::attempt::Attempted;
 use super::turn_loop::{Selected, Turn};
 use crate::context::tokens::estimate_tokens;
-use agentlane_core::spend::{Hold, OverBudget, PeriodCap, Reserved, Spent};
+use agentlane_core::spend::{Hold, OverBudget, PeriodCap, Reserved, SpendTags, Spent};
 use agentlane_core::{RunError, StoreError, TenantId, Usage};
 use agentlane_providers::ModelRequest;
 
@@ -17,6 +17,28 @@ pub(super) struct Held {
     hold: Hold,
     periods: Vec<String>,
     model: String,
+    /// The day it is counted in, and when that day ends.
+    day: (String, u64),
+}
+
+/// What a call of `run` to `model` is counted under on `day`.
+fn tags(run: &agentlane_core::Run, model: &str, day: &(String, u64)) -> SpendTags {
+    SpendTags {
+        day: day.0.clone(),
+        day_ends_at: day.1,
+        agent: run.request.agent().to_owned(),
+        model: model.to_owned(),
+        session: run.session_key.to_string(),
+    }
+}
+
+/// The day of `caps` (the first: [`TenantBudget::caps`] puts it first).
+///
+/// [`TenantBudget::caps`]: agentlane_core::spend::TenantBudget::caps
+fn day_of(caps: &[PeriodCap]) -> (String, u64) {
+    caps.first()
+        .map(|c| (c.period.clone(), c.ends_at))
+        .unwrap_or_default()
 }
 
 impl Turn<'_> {
@@ -64,6 +86,7 @@ impl Turn<'_> {
                     hold,
                     periods: caps.iter().map(|c| c.period.clone()).collect(),
                     model,
+                    day: day_of(&caps),
                 }));
             }
             Ok(Some(refused)) => refused,
@@ -135,20 +158,29 @@ impl Turn<'_> {
             if hold.at > stale_before {
                 continue;
             }
-            let spent = match hold.attempt() {
+            let spent: (Spent, SpendTags) = match hold.attempt() {
                 Some((run_id, index)) => {
                     let run = self
                         .runner
                         .store
                         .get_run(tenant, &agentlane_core::RunId::new(run_id))
                         .await?;
-                    run.and_then(|r| r.attempts.into_iter().find(|a| a.index == index))
-                        .map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage))
+                    match run {
+                        Some(run) => {
+                            let attempt = run.attempts.iter().find(|a| a.index == index);
+                            let spent = attempt
+                                .map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
+                            let model = attempt.map_or("", |a| a.model.as_str());
+                            (spent, tags(&run, model, &day_of(caps)))
+                        }
+                        None => (Spent::default(), orphan(&day_of(caps))),
+                    }
                 }
-                None => Spent::default(),
+                None => (Spent::default(), orphan(&day_of(caps))),
             };
+            let (spent, tags) = spent;
             tracing::info!(hold = %hold.id, "settling a stale spend hold from its attempt ledger");
-            ledger.settle(tenant, &periods, &hold, spent).await?;
+            ledger.settle(tenant, &periods, &hold, spent, &tags).await?;
             settled += 1;
         }
         Ok(settled)
@@ -186,13 +218,18 @@ impl Turn<'_> {
             .collect();
         holds.sort_by(|a, b| a.id.cmp(&b.id));
         holds.dedup_by(|a, b| a.id == b.id);
+        let day = day_of(&caps);
         for hold in holds {
-            let spent = hold
+            let attempt = hold
                 .attempt()
-                .and_then(|(_, index)| run.attempts.iter().find(|a| a.index == index))
-                .map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
+                .and_then(|(_, index)| run.attempts.iter().find(|a| a.index == index));
+            let spent = attempt.map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
+            let tags = tags(run, attempt.map_or("", |a| a.model.as_str()), &day);
             tracing::info!(hold = %hold.id, "settling a dead pickup's spend hold");
-            if let Err(error) = ledger.settle(&run.tenant, &periods, &hold, spent).await {
+            if let Err(error) = ledger
+                .settle(&run.tenant, &periods, &hold, spent, &tags)
+                .await
+            {
                 tracing::warn!(%error, hold = %hold.id, "a dead pickup's hold could not be settled");
             }
         }
@@ -209,9 +246,10 @@ impl Turn<'_> {
             Attempted::Failed(_) | Attempted::Stopped(_) => Usage::default(),
         };
         let spent = self.spent_by(&held.model, &usage);
-        let tenant = &self.writer.run().tenant;
+        let run = self.writer.run();
+        let tags = tags(run, &held.model, &held.day);
         if let Err(error) = ledger
-            .settle(tenant, &held.periods, &held.hold, spent)
+            .settle(&run.tenant, &held.periods, &held.hold, spent, &tags)
             .await
         {
             tracing::warn!(%error, hold = %held.hold.id, "a spend hold could not be settled yet");
@@ -223,6 +261,17 @@ impl Turn<'_> {
             micros: self.price_of(model).map_or(0, |p| p.cost_micros(usage)),
             tokens: usage.input_tokens + usage.output_tokens,
         }
+    }
+}
+
+/// The tags of a hold whose run is gone.
+fn orphan(day: &(String, u64)) -> SpendTags {
+    SpendTags {
+        day: day.0.clone(),
+        day_ends_at: day.1,
+        agent: String::new(),
+        model: String::new(),
+        session: String::new(),
     }
 }
 

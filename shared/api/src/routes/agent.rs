@@ -234,7 +234,7 @@ async fn check_tenant_budget(
         return Ok(());
     };
     let now = state.clock.now_ms();
-    let caps = budget.caps(now);
+    let caps = budget.limited_caps(now);
     if caps.is_empty() {
         return Ok(());
     }

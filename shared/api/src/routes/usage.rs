@@ -1,13 +1,15 @@
 //! `GET /v1/usage`: what the calling tenant spent today and this month (UTC), from the period
-//! counters its budget keeps (issue 21): one read, never a scan.
+//! counters its budget keeps (issue 21): one read, never a scan; with `groupBy`, the spend of
+//! each day of a range, by day, agent, model or session (one range read of per-day items).
 
 use crate::Shared;
 use crate::auth::Tenant;
 use crate::error::ApiError;
-use agentlane_core::spend::{day_period, month_period, usd};
+use crate::extract::ApiQuery;
+use agentlane_core::spend::{UsageGroup, day_period, month_period, usd};
 use axum::Json;
 use axum::extract::State;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// One period of the tenant's spend.
@@ -30,6 +32,38 @@ pub struct PeriodUsage {
     pub ends_at: u64,
 }
 
+/// Longest range of days `groupBy` reads.
+const MAX_DAYS: i64 = 92;
+
+/// `GET /v1/usage` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct UsageQuery {
+    /// Rows per day (`day`), or per day and agent, model or session.
+    pub group_by: Option<UsageGroup>,
+    /// First day (`YYYY-MM-DD`, UTC; default: the first of this month).
+    #[param(pattern = r"^\d{4}-\d{2}-\d{2}$")]
+    pub from: Option<String>,
+    /// Last day, inclusive (default: today). At most 92 days after `from`.
+    #[param(pattern = r"^\d{4}-\d{2}-\d{2}$")]
+    pub to: Option<String>,
+}
+
+/// One row of `rows`.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRowView {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// The agent, model or session (absent by day).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// USD (by day: open reservations of calls in flight included).
+    pub cost_usd: f64,
+    pub tokens: u64,
+}
+
 /// The answer of `GET /v1/usage`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -39,14 +73,51 @@ pub struct UsageView {
     pub counted: bool,
     pub day: PeriodUsage,
     pub month: PeriodUsage,
+    /// With `groupBy`: how the rows are grouped, and their range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<UsageGroup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<UsageRowView>>,
+}
+
+/// `(from, to)` as period keys (`D2026-12-01`), checked.
+fn day_range(query: &UsageQuery, now: u64) -> Result<(String, String), ApiError> {
+    let (today, _) = day_period(now);
+    let today = today.get(1..).unwrap_or_default().to_owned();
+    let first = format!("{}-01", today.get(..7).unwrap_or_default());
+    let parse = |field: &str, value: &str| {
+        chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d").map_err(|_| {
+            ApiError::InvalidRequest(format!("{field} must be a day, YYYY-MM-DD (got {value:?})"))
+        })
+    };
+    let from = query.from.clone().unwrap_or(first);
+    let to = query.to.clone().unwrap_or(today);
+    let (a, b) = (parse("from", &from)?, parse("to", &to)?);
+    let days = (b - a).num_days();
+    if days < 0 {
+        return Err(ApiError::InvalidRequest("from must not be after to".into()));
+    }
+    if days >= MAX_DAYS {
+        return Err(ApiError::InvalidRequest(format!(
+            "from..to spans {} days; at most {MAX_DAYS}",
+            days + 1
+        )));
+    }
+    Ok((format!("D{from}"), format!("D{to}")))
 }
 
 /// The calling tenant's spend today and this month (UTC) against its budget.
 #[utoipa::path(get, path = "/v1/usage", operation_id = "getUsage", tag = "runs",
-    responses((status = 200, description = "Spend today and this month", body = UsageView)))]
+    params(UsageQuery),
+    responses((status = 200, description = "Spend today and this month (and with `groupBy` per day of a range)", body = UsageView)))]
 pub async fn get_usage(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
+    ApiQuery(query): ApiQuery<UsageQuery>,
 ) -> Result<Json<UsageView>, ApiError> {
     let limits = state.admission.limits_of(&tenant);
     let now = state.clock.now_ms();
@@ -74,7 +145,32 @@ pub async fn get_usage(
             }
         };
     let empty = agentlane_core::spend::PeriodSpend::default();
+    let mut grouped = (None, None, None, None);
+    if let Some(group) = query.group_by {
+        let (from, to) = day_range(&query, now)?;
+        let rows = match &state.spend {
+            Some(ledger) if !budget.is_unlimited() => {
+                ledger.usage(&tenant, group, &from, &to).await?
+            }
+            _ => Vec::new(),
+        };
+        let rows = rows
+            .into_iter()
+            .map(|r| UsageRowView {
+                day: r.day.get(1..).unwrap_or_default().to_owned(),
+                key: (group != UsageGroup::Day).then_some(r.key),
+                cost_usd: usd(r.micros),
+                tokens: r.tokens,
+            })
+            .collect();
+        let day = |d: &str| d.get(1..).unwrap_or_default().to_owned();
+        grouped = (Some(group), Some(day(&from)), Some(day(&to)), Some(rows));
+    }
     Ok(Json(UsageView {
+        group_by: grouped.0,
+        from: grouped.1,
+        to: grouped.2,
+        rows: grouped.3,
         counted: !budget.is_unlimited(),
         day: view(
             &day,

@@ -11,13 +11,18 @@
 //!   is a retried reservation (granted), else the period is full.
 //! - Settle: one `TransactWriteItems` that `REMOVE`s the hold and `ADD`s what was spent minus
 //!   what was held, conditional on the hold being there as taken (so it settles once).
+//! - The settlement also `ADD`s the call's spend to the day's counter of its agent, its model
+//!   and its session (`SK` `G#agent#D2026-12-04#<agentId>`, ...), in the same transaction, so
+//!   usage by day, agent, model or session is one `Query` over a range of sort keys.
 //! - `expiresAt` (TTL) is 400 days after the period ends: a year of history for reading.
 
 use super::DynamoStore;
 use super::error::{build_error, classify};
 use super::item::{EXPIRES_AT, Item, n, s};
 use super::keys::{PK, SK};
-use agentlane_core::spend::{Hold, PeriodCap, PeriodSpend, Reserved, Spent};
+use agentlane_core::spend::{
+    Hold, PeriodCap, PeriodSpend, Reserved, SpendTags, Spent, UsageGroup, UsageRow,
+};
 use agentlane_core::{SpendLedger, StoreResult, TenantId};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
@@ -31,6 +36,11 @@ const KEEP_AFTER_SECS: u64 = 400 * 86_400;
 
 fn spend_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#SPEND")
+}
+
+/// `G#agent#D2026-12-04#<agentId>`.
+fn group_sk(group: UsageGroup, day: &str, key: &str) -> String {
+    format!("G#{}#{day}#{key}", group.as_str())
 }
 
 fn hold_attr(id: &str) -> String {
@@ -145,6 +155,56 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
+    fn group_update(
+        &self,
+        tenant: &TenantId,
+        group: UsageGroup,
+        key: &str,
+        tags: &SpendTags,
+        spent: Spent,
+    ) -> StoreResult<TransactWriteItem> {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(spend_pk(tenant)))
+            .key(SK, s(group_sk(group, &tags.day, key)))
+            .update_expression("SET #x = :ttl ADD #m :m, #k :k")
+            .expression_attribute_names("#m", MICROS)
+            .expression_attribute_names("#k", TOKENS)
+            .expression_attribute_names("#x", EXPIRES_AT)
+            .expression_attribute_values(":m", n(spent.micros))
+            .expression_attribute_values(":k", n(spent.tokens))
+            .expression_attribute_values(":ttl", n(tags.day_ends_at / 1000 + KEEP_AFTER_SECS))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Every item whose sort key is between `from` and `to` (one paged `Query`).
+    async fn spend_range(&self, tenant: &TenantId, from: &str, to: &str) -> StoreResult<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression(format!("{PK} = :pk AND {SK} BETWEEN :from AND :to"))
+                .expression_attribute_values(":pk", s(spend_pk(tenant)))
+                .expression_attribute_values(":from", s(from))
+                .expression_attribute_values(":to", s(to))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(classify)?;
+            items.extend(out.items.unwrap_or_default());
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(items),
+            }
+        }
+    }
+
     async fn spend_item(&self, tenant: &TenantId, period: &str) -> StoreResult<Item> {
         Ok(self
             .get_item(spend_pk(tenant), period)
@@ -215,16 +275,18 @@ impl SpendLedger for DynamoStore {
         periods: &[String],
         hold: &Hold,
         spent: Spent,
+        tags: &SpendTags,
     ) -> StoreResult<()> {
-        let mut open = Vec::new();
-        for period in periods {
-            open.push(period.clone());
-        }
+        let mut open = periods.to_vec();
         while !open.is_empty() {
-            let items = open
+            let mut items = open
                 .iter()
                 .map(|period| self.settle_update(tenant, period, hold, spent))
                 .collect::<StoreResult<Vec<_>>>()?;
+            // Counted by agent, model and session with the hold's removal: once.
+            for (group, key) in tags.groups() {
+                items.push(self.group_update(tenant, group, key, tags, spent)?);
+            }
             match self.transact(items, "settle spend").await? {
                 Ok(()) => return Ok(()),
                 // Periods without the hold (settled before, or never taken) are left out.
@@ -239,6 +301,43 @@ impl SpendLedger for DynamoStore {
             }
         }
         Ok(())
+    }
+
+    async fn usage(
+        &self,
+        tenant: &TenantId,
+        group: UsageGroup,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Vec<UsageRow>> {
+        let (low, high) = match group {
+            UsageGroup::Day => (from.to_owned(), to.to_owned()),
+            other => (group_sk(other, from, ""), group_sk(other, to, "\u{10FFFF}")),
+        };
+        let prefix = format!("G#{}#", group.as_str());
+        let mut rows: Vec<UsageRow> = self
+            .spend_range(tenant, &low, &high)
+            .await?
+            .iter()
+            .filter_map(|item| {
+                let sk = item.get(SK)?.as_s().ok()?;
+                let (day, key) = match group {
+                    UsageGroup::Day => (sk.clone(), String::new()),
+                    _ => {
+                        let (day, key) = sk.strip_prefix(&prefix)?.split_once('#')?;
+                        (day.to_owned(), key.to_owned())
+                    }
+                };
+                Some(UsageRow {
+                    day,
+                    key,
+                    micros: number(item, MICROS),
+                    tokens: number(item, TOKENS),
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.day, &a.key).cmp(&(&b.day, &b.key)));
+        Ok(rows)
     }
 
     async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend> {

@@ -132,6 +132,11 @@ pub fn micros(usd: f64) -> u64 {
     (usd.max(0.0) * 1_000_000.0).floor() as u64
 }
 
+/// A spent amount in USD (a sum of whole micro-dollars) back as micro-dollars.
+pub fn spent_micros(usd: f64) -> u64 {
+    (usd.max(0.0) * 1_000_000.0).round() as u64
+}
+
 /// What one run may spend over all its model calls (retries, fallbacks, tool rounds).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

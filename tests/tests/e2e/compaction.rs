@@ -27,6 +27,23 @@ async fn an_overflowing_turn_compacts_the_earlier_history_and_answers() -> anyho
     assert_eq!(run.reply_text(), "Second answer, after compaction.");
     let outcomes: Vec<&str> = run.attempts.iter().map(|a| a.outcome.as_str()).collect();
     assert_eq!(outcomes, ["context_overflow", "ok"]);
+    // AND the summarizing call is in the run's usage and cost (it is no attempt of the ledger)
+    let (_, view) = a
+        .json(
+            reqwest::Method::GET,
+            &format!("/v1/runs/{}", second.run_id),
+            None,
+        )
+        .await?;
+    let attempts_cost: f64 = view["attempts"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|a| a["costUsd"].as_f64()).sum())
+        .unwrap_or(0.0);
+    let run_cost = view["costUsd"].as_f64().unwrap_or(0.0);
+    assert!(
+        run_cost > attempts_cost,
+        "the summary's cost counts: run {run_cost}, attempts {attempts_cost}: {view}"
+    );
     // exactly: turn one, the overflowing request, the summarizing call, the retry
     let requests = scn.mock.model_requests()?;
     assert_eq!(requests.len(), 4, "{requests:#?}");

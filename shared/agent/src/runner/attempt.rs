@@ -87,7 +87,7 @@ impl Turn<'_> {
         selected: &Selected,
         request: &ModelRequest,
     ) -> Option<agentlane_core::RunError> {
-        use agentlane_core::spend::{CallAsk, OverBudget, Spent, check_call, micros};
+        use agentlane_core::spend::{CallAsk, OverBudget, Spent, check_call, spent_micros};
         let run = self.writer.run();
         let budget = run.request.budget.unwrap_or_default().or(self.agent.budget);
         if budget.is_unlimited() {
@@ -104,7 +104,7 @@ impl Turn<'_> {
         };
         let spent = Spent {
             tokens: run.usage.input_tokens + run.usage.output_tokens,
-            micros: micros(run.cost_usd.unwrap_or(0.0)),
+            micros: spent_micros(run.cost_usd.unwrap_or(0.0)),
         };
         let over = check_call(&budget, spent, &ask).err()?;
         tracing::info!(run = %run.run_id, reason = %over.message(), "the run's budget stops it");

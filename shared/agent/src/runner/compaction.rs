@@ -75,10 +75,8 @@ impl Turn<'_> {
             };
             hooks.before_compaction(&self.hook_ctx, event).await;
         }
-        let provider = selected.profile.provider.as_ref();
-        let model = &selected.model.model;
         let result = self
-            .summarize_history(provider, model, idle, trigger, through_seq, &system)
+            .summarize_history(selected, idle, trigger, through_seq, &system)
             .await?;
         if !hooks.is_empty() {
             let event = CompactionResultEvent {
@@ -95,8 +93,7 @@ impl Turn<'_> {
     /// in the transcript, by a compaction entry.
     async fn summarize_history(
         &mut self,
-        provider: &dyn ModelProvider,
-        model: &str,
+        selected: &Selected,
         idle: Duration,
         trigger: CompactionTrigger,
         through_seq: u64,
@@ -112,8 +109,25 @@ impl Turn<'_> {
             json!({ "phase": "start", "trigger": trigger, "tokensBefore": tokens_before }),
         );
         self.writer.flush_events().await?;
-        let request = summary_request(model, &self.history, run_start);
-        let summary = match self.summarize(provider, request, idle).await {
+        let request = summary_request(&selected.model.model, &self.history, run_start);
+        // The summarizing call counts against the run's and the tenant's budgets like any.
+        if let Some(error) = self.over_budget(selected, &request) {
+            return Ok(Err(format!("budget_exceeded: {}", error.message)));
+        }
+        let held = match self.reserve_side_call(selected, &request).await {
+            Ok(held) => held,
+            Err(error) => return Ok(Err(format!("budget_exceeded: {}", error.message))),
+        };
+        let provider = selected.profile.provider.as_ref();
+        let called = self.summarize(provider, request, idle).await;
+        let usage = called.as_ref().map(|(_, usage)| *usage).unwrap_or_default();
+        self.settle_usage(held, usage).await;
+        let model = &selected.model.full_name;
+        let cost = self
+            .price_of(model)
+            .map(|p| agentlane_core::spend::usd(p.cost_micros(&usage)));
+        self.writer.record_usage(model, usage, cost);
+        let summary = match called.map(|(text, _)| text) {
             Ok(s) if !s.trim().is_empty() => s,
             Ok(_) => return Ok(Err("the summary came back empty".into())),
             Err(e) => {
@@ -160,9 +174,9 @@ impl Turn<'_> {
         provider: &dyn ModelProvider,
         request: ModelRequest,
         idle: Duration,
-    ) -> Result<String, String> {
+    ) -> Result<(String, agentlane_core::Usage), String> {
         match stream_model(provider, request, idle, self.stop.token(), None).await {
-            Ok(turn) => Ok(turn.text),
+            Ok(turn) => Ok((turn.text, turn.usage)),
             Err(StreamError::Failed(failure)) => Err(match failure {
                 ModelFailure::Refused(e) | ModelFailure::Broken { error: e, .. } => e.message,
                 ModelFailure::OpenTimedOut => "the compaction call timed out".into(),

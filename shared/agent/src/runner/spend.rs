@@ -49,6 +49,25 @@ impl Turn<'_> {
         selected: &Selected,
         request: &ModelRequest,
     ) -> Result<Option<Held>, RunError> {
+        self.reserve_call(selected, request, "").await
+    }
+
+    /// [`Self::reserve_spend`] for a call outside the attempt ledger (a compaction's summary):
+    /// its hold's id does not name an attempt.
+    pub(super) async fn reserve_side_call(
+        &self,
+        selected: &Selected,
+        request: &ModelRequest,
+    ) -> Result<Option<Held>, RunError> {
+        self.reserve_call(selected, request, "-compaction").await
+    }
+
+    async fn reserve_call(
+        &self,
+        selected: &Selected,
+        request: &ModelRequest,
+        suffix: &str,
+    ) -> Result<Option<Held>, RunError> {
         let Some((_, budgets)) = &self.runner.spend else {
             return Ok(None);
         };
@@ -70,7 +89,11 @@ impl Turn<'_> {
             .max_output_tokens
             .map_or(config.budget_output_reserve, u64::from);
         let hold = Hold {
-            id: format!("{}.{}", run.run_id, self.writer.next_attempt_index()),
+            id: format!(
+                "{}.{}{suffix}",
+                run.run_id,
+                self.writer.next_attempt_index()
+            ),
             micros: price.map_or(0, |p| {
                 p.cost_micros(&Usage {
                     input_tokens: prompt_tokens,
@@ -238,12 +261,17 @@ impl Turn<'_> {
     /// Settles `held` to what the attempt spent. A failure is logged: the hold stays, and a
     /// later refusal settles it as stale.
     pub(super) async fn settle_spend(&self, held: Option<Held>, attempted: &Attempted) {
-        let (Some(held), Some((ledger, _))) = (held, &self.runner.spend) else {
-            return;
-        };
         let usage = match attempted {
             Attempted::Answered { turn, .. } => turn.usage,
             Attempted::Failed(_) | Attempted::Stopped(_) => Usage::default(),
+        };
+        self.settle_usage(held, usage).await;
+    }
+
+    /// Settles `held` to `usage` (a failure is logged, as for [`Self::settle_spend`]).
+    pub(super) async fn settle_usage(&self, held: Option<Held>, usage: Usage) {
+        let (Some(held), Some((ledger, _))) = (held, &self.runner.spend) else {
+            return;
         };
         let spent = self.spent_by(&held.model, &usage);
         let run = self.writer.run();

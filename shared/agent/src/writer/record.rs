@@ -78,29 +78,33 @@ impl RunWriter {
             agentlane_core::metrics::ATTEMPTS,
             &[("outcome", record.outcome.as_str())],
         );
-        self.run.usage.add(record.usage);
-        let dims = [
-            ("tenant", self.run.tenant.as_str()),
-            ("model", record.model.as_str()),
-        ];
-        let tokens = record.usage.input_tokens + record.usage.output_tokens;
+        self.record_usage(&record.model, record.usage, record.cost_usd);
+        self.run.attempts.push(record);
+    }
+
+    /// Adds a model call's usage and cost to the run's totals and the metrics: an attempt's,
+    /// or a call outside the ledger (a compaction's summary).
+    pub fn record_usage(&mut self, model: &str, usage: agentlane_core::Usage, cost: Option<f64>) {
+        self.run.usage.add(usage);
+        let dims = [("tenant", self.run.tenant.as_str()), ("model", model)];
+        let tokens = usage.input_tokens + usage.output_tokens;
         agentlane_core::metrics::global().add(
             agentlane_core::metrics::TOKENS_TOTAL,
             &dims,
             tokens as f64,
         );
-        if let Some(cost) = record.cost_usd {
+        if let Some(cost) = cost {
             agentlane_core::metrics::global().add(
                 agentlane_core::metrics::COST_USD_TOTAL,
                 &dims,
                 cost,
             );
-            // Summed in micro-dollars, so that a long run's total does not drift.
-            let micros = agentlane_core::spend::micros(self.run.cost_usd.unwrap_or(0.0))
-                + agentlane_core::spend::micros(cost);
+            // Summed in micro-dollars (each cost is a whole number of them), so that a long
+            // run's total does not drift.
+            let as_micros = |usd: f64| (usd * 1_000_000.0).round().max(0.0) as u64;
+            let micros = as_micros(self.run.cost_usd.unwrap_or(0.0)) + as_micros(cost);
             self.run.cost_usd = Some(agentlane_core::spend::usd(micros));
         }
-        self.run.attempts.push(record);
     }
 
     /// The index the next attempt record gets.

@@ -179,6 +179,7 @@ impl From<StoreError> for ApiError {
             StoreError::Throttled(_) => {
                 ApiError::RateLimited("the store is throttling requests; retry shortly".into())
             }
+            StoreError::BudgetSpent { period, ends_at } => budget_spent(&period, ends_at),
             StoreError::SessionFull { open, cap } => ApiError::RateLimited(format!(
                 "this session already has {open} runs queued or running (at most {cap})"
             )),
@@ -194,6 +195,24 @@ impl From<StoreError> for ApiError {
             | StoreError::Unavailable(_)
             | StoreError::Corrupt(_) => ApiError::Internal(format!("store: {error}")),
         }
+    }
+}
+
+/// `429 budget_exceeded` for a spent `period` (`D2026-12-04`, `M2026-12`) ending at `ends_at`.
+pub fn budget_spent(period: &str, ends_at: u64) -> ApiError {
+    let (what, when) = match period.split_at_checked(1) {
+        Some(("D", day)) => ("daily", day),
+        Some(("M", month)) => ("monthly", month),
+        _ => ("period", period),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    ApiError::BudgetExceeded {
+        message: format!(
+            "this tenant's {what} budget for {when} (UTC) is spent; it resets when the period ends"
+        ),
+        retry_after: std::time::Duration::from_millis(ends_at.saturating_sub(now).max(1000)),
     }
 }
 

@@ -95,6 +95,7 @@ pub fn turn(tenant: &TenantId, key: &SessionKey, now: u64) -> NewTurn {
         idempotency_ttl_ms: DAY_MS,
         max_open_runs: 0,
         default_mode: None,
+        spend_caps: Vec::new(),
     }
 }
 

@@ -72,6 +72,7 @@ pub async fn submit(
             idempotency_ttl_ms: FIRE_IDEMPOTENCY_TTL_MS,
             max_open_runs: 0,
             default_mode: None,
+            spend_caps: Vec::new(),
         })
         .await?;
     if outcome.run.status.is_terminal() {

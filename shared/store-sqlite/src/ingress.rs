@@ -17,6 +17,13 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
         return Ok(turn.replay(run)?);
     }
 
+    // A spent period of the tenant's budget refuses the turn, in the accepting transaction.
+    let spends = turn
+        .spend_caps
+        .iter()
+        .map(|cap| crate::spend::period_totals(&tx, &turn.tenant, &cap.period))
+        .collect::<crate::error::Result<Vec<_>>>()?;
+    turn.check_spend(&spends)?;
     let current = crate::agents::current(&tx, &turn.tenant, turn.request.agent())?;
     let agent = turn.resolve_agent(current.as_ref())?;
     let (mut session, session_seq) = match load_session(&tx, &turn.tenant, &turn.session_key)? {

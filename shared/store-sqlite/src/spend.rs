@@ -41,6 +41,27 @@ CREATE TABLE spend_holds (
 ) WITHOUT ROWID;
 ";
 
+/// A period's totals (no holds listed), inside a transaction.
+pub(crate) fn period_totals(
+    c: &rusqlite::Connection,
+    tenant: &TenantId,
+    period: &str,
+) -> Result<PeriodSpend> {
+    let held: Option<(i64, i64)> = c
+        .query_row(
+            "SELECT micros, tokens FROM spend_periods WHERE tenant = ?1 AND period = ?2",
+            params![tenant.as_str(), period],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    let (micros, tokens) = held.map_or((0, 0), |(m, t)| (uint(m), uint(t)));
+    Ok(PeriodSpend {
+        micros,
+        tokens,
+        holds: Vec::new(),
+    })
+}
+
 fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }

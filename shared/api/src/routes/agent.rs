@@ -85,8 +85,13 @@ pub(crate) async fn accept(
     turn: crate::validate::ValidTurn,
 ) -> Result<AcceptedTurn, ApiError> {
     let limits = state.admission.limits_of(tenant);
-    check_tenant_budget(state, tenant, &limits.budget()).await?;
     let max_open_runs = limits.max_queued_runs_per_session;
+    let now = state.clock.now_ms();
+    // Read with the accept's own reads: a spent period refuses the turn (429).
+    let spend_caps = match &state.spend {
+        Some(_) => limits.budget().limited_caps(now),
+        None => Vec::new(),
+    };
     let outcome = state
         .intake()
         .accept_turn(NewTurn {
@@ -96,10 +101,11 @@ pub(crate) async fn accept(
             new_session_id: SessionId::generate(),
             request: turn.request,
             idempotency_key: turn.idempotency_key,
-            now: state.clock.now_ms(),
+            now,
             idempotency_ttl_ms: state.config.idempotency_ttl_ms,
             max_open_runs,
             default_mode: state.config.default_queue_mode,
+            spend_caps,
         })
         .await
         .map_err(|error| match error {
@@ -218,47 +224,6 @@ pub(crate) async fn enqueue_with_retry(
             other => return other,
         }
     }
-}
-
-/// `429 budget_exceeded` (with `Retry-After`: the period's end) when a limited period of the
-/// tenant's budget is spent already; one read (of every limited period), none without a
-/// budget. A
-/// period with a little room left accepts the turn: the runner's reservation before each model
-/// call is the exact check.
-async fn check_tenant_budget(
-    state: &Shared,
-    tenant: &agentlane_core::TenantId,
-    budget: &agentlane_core::spend::TenantBudget,
-) -> Result<(), ApiError> {
-    let Some(ledger) = &state.spend else {
-        return Ok(());
-    };
-    let now = state.clock.now_ms();
-    let caps = budget.limited_caps(now);
-    if caps.is_empty() {
-        return Ok(());
-    }
-    let periods: Vec<String> = caps.iter().map(|c| c.period.clone()).collect();
-    let spends = ledger.periods_spend(tenant, &periods).await?;
-    for (cap, spent) in caps.into_iter().zip(spends) {
-        let usd_spent = cap.max_micros.is_some_and(|max| spent.micros >= max);
-        let tokens_spent = cap.max_tokens.is_some_and(|max| spent.tokens >= max);
-        if usd_spent || tokens_spent {
-            let (what, when) = match cap.period.split_at_checked(1) {
-                Some(("D", day)) => ("daily", day.to_owned()),
-                Some(("M", month)) => ("monthly", month.to_owned()),
-                _ => ("period", cap.period.clone()),
-            };
-            return Err(ApiError::BudgetExceeded {
-                message: format!(
-                    "this tenant's {what} budget for {when} (UTC) is spent; it resets when the \
-                     period ends"
-                ),
-                retry_after: Duration::from_millis(cap.ends_at.saturating_sub(now).max(1000)),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// `interrupt` (SPEC §4): the run active on the session when `interrupting` was accepted is

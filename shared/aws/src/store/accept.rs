@@ -26,6 +26,8 @@ struct AcceptRead {
     record: Option<Item>,
     /// The live definition of the agent the turn names.
     agent: Option<agentlane_core::Agent>,
+    /// The tenant's spend in each of the turn's `spend_caps` periods.
+    spends: Vec<agentlane_core::spend::PeriodSpend>,
 }
 
 /// Where each write sits in the transaction, to read its cancellation reason.
@@ -56,6 +58,7 @@ impl DynamoStore {
                 session: existing,
                 record,
                 agent,
+                spends,
             } = self
                 .read_for_accept(&turn, &session_pk, idempotency_pk.as_deref())
                 .await?;
@@ -63,6 +66,8 @@ impl DynamoStore {
             if let Some(record) = record.filter(|r| is_live(r, turn.now)) {
                 return self.replay(&turn, &record).await;
             }
+            // A spent period of the tenant's budget refuses the turn (read in the same batch).
+            turn.check_spend(&spends)?;
             let agent = turn.resolve_agent(agent.as_ref())?;
             let (session_write, session_id, session_seq, default_mode) = match &existing {
                 None => (
@@ -171,6 +176,10 @@ impl DynamoStore {
         if let Some(idempotency_pk) = idempotency_pk {
             request = request.keys(key(idempotency_pk, IDEM_SK));
         }
+        let spend_pk = super::spend::spend_pk(&turn.tenant);
+        for cap in &turn.spend_caps {
+            request = request.keys(key(&spend_pk, &cap.period));
+        }
         let out = self
             .client
             .batch_get_item()
@@ -186,10 +195,16 @@ impl DynamoStore {
                 Some(pk) => self.get_item(pk.to_owned(), IDEM_SK).await?,
                 None => None,
             };
+            let mut spends = Vec::new();
+            for cap in &turn.spend_caps {
+                let item = self.get_item(spend_pk.clone(), &cap.period).await?;
+                spends.push(super::spend::spend_of(&item.unwrap_or_default()));
+            }
             return Ok(AcceptRead {
                 session,
                 record,
                 agent: agents::live_from_head(&turn.tenant, agent.as_ref())?,
+                spends,
             });
         }
         let mut items = out
@@ -210,9 +225,19 @@ impl DynamoStore {
         let session = take(session_pk, SESSION_SK);
         let agent = take(&agent_pk, &agent_sk);
         let record = idempotency_pk.and_then(|pk| take(pk, IDEM_SK));
+        let spends = turn
+            .spend_caps
+            .iter()
+            .map(|cap| {
+                take(&spend_pk, &cap.period)
+                    .map(|item| super::spend::spend_of(&item))
+                    .unwrap_or_default()
+            })
+            .collect();
         Ok(AcceptRead {
             session,
             record,
+            spends,
             agent: agents::live_from_head(&turn.tenant, agent.as_ref())?,
         })
     }

@@ -34,7 +34,7 @@ const HOLD_PREFIX: &str = "o_";
 /// How long a period's item is kept after the period ends (TTL, seconds).
 const KEEP_AFTER_SECS: u64 = 400 * 86_400;
 
-fn spend_pk(tenant: &TenantId) -> String {
+pub(super) fn spend_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#SPEND")
 }
 
@@ -81,7 +81,7 @@ fn holds_of(item: &Item) -> Vec<Hold> {
     holds
 }
 
-fn spend_of(item: &Item) -> PeriodSpend {
+pub(super) fn spend_of(item: &Item) -> PeriodSpend {
     PeriodSpend {
         micros: number(item, MICROS),
         tokens: number(item, TOKENS),

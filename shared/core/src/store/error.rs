@@ -36,6 +36,10 @@ pub enum StoreError {
     /// was not accepted (see [`NewTurn::max_open_runs`](crate::NewTurn::max_open_runs)).
     #[error("session full: {open} runs queued or running (at most {cap})")]
     SessionFull { open: u64, cap: u64 },
+    /// The tenant's budget for `period` is spent: the turn was not accepted (see
+    /// [`NewTurn::spend_caps`](crate::NewTurn::spend_caps)); the period ends at `ends_at` (ms).
+    #[error("budget spent for {period}")]
+    BudgetSpent { period: String, ends_at: u64 },
 }
 
 impl StoreError {
@@ -48,7 +52,8 @@ impl StoreError {
             | StoreError::NotFound(_)
             | StoreError::Corrupt(_)
             | StoreError::TooLarge(_)
-            | StoreError::SessionFull { .. } => false,
+            | StoreError::SessionFull { .. }
+            | StoreError::BudgetSpent { .. } => false,
         }
     }
 }

@@ -35,9 +35,29 @@ pub struct NewTurn {
     /// `AGENTLANE_DEFAULT_QUEUE_MODE`): the mode of a turn that names none on a session that
     /// has none. `None`: `followup`.
     pub default_mode: Option<QueueMode>,
+    /// The tenant's limited spend periods at `now`: the turn is refused
+    /// ([`StoreError::BudgetSpent`](super::StoreError::BudgetSpent)) when one is spent already.
+    /// Read with the accept's own reads (no extra request); empty: no check.
+    pub spend_caps: Vec<crate::spend::PeriodCap>,
 }
 
 impl NewTurn {
+    /// `BudgetSpent` when one of [`spend_caps`](Self::spend_caps) is spent in `spends` (one
+    /// per cap, in order).
+    pub fn check_spend(&self, spends: &[crate::spend::PeriodSpend]) -> super::StoreResult<()> {
+        for (cap, spent) in self.spend_caps.iter().zip(spends) {
+            let usd = cap.max_micros.is_some_and(|max| spent.micros >= max);
+            let tokens = cap.max_tokens.is_some_and(|max| spent.tokens >= max);
+            if usd || tokens {
+                return Err(super::StoreError::BudgetSpent {
+                    period: cap.period.clone(),
+                    ends_at: cap.ends_at,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The agent this turn runs, given the agent's current definition as the accepting
     /// transaction read it (`None`: no live definition): its version, or version 0 (the
     /// deployment's configuration) for `main` without a definition of the tenant's own;

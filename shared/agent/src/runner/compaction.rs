@@ -114,7 +114,7 @@ impl Turn<'_> {
         if let Some(error) = self.over_budget(selected, &request) {
             return Ok(Err(format!("budget_exceeded: {}", error.message)));
         }
-        let held = match self.reserve_side_call(selected, &request).await {
+        let held = match self.reserve_side_call(selected, &request).await? {
             Ok(held) => held,
             Err(error) => return Ok(Err(format!("budget_exceeded: {}", error.message))),
         };

@@ -43,12 +43,14 @@ fn day_of(caps: &[PeriodCap]) -> (String, u64) {
 
 impl Turn<'_> {
     /// Reserves the next call's worst case against the tenant's budget: `Ok(None)` when no
-    /// budget applies, `Err` with the run's error when it does not fit.
+    /// budget applies, `Err` with the run's error when it does not fit. A store failure is
+    /// the outer `Err`: the pickup fails and the run is picked up again, its budget unchecked
+    /// calls never made.
     pub(super) async fn reserve_spend(
         &self,
         selected: &Selected,
         request: &ModelRequest,
-    ) -> Result<Option<Held>, RunError> {
+    ) -> Result<Result<Option<Held>, RunError>, StoreError> {
         self.reserve_call(selected, request, "").await
     }
 
@@ -58,7 +60,7 @@ impl Turn<'_> {
         &self,
         selected: &Selected,
         request: &ModelRequest,
-    ) -> Result<Option<Held>, RunError> {
+    ) -> Result<Result<Option<Held>, RunError>, StoreError> {
         self.reserve_call(selected, request, "-compaction").await
     }
 
@@ -67,22 +69,22 @@ impl Turn<'_> {
         selected: &Selected,
         request: &ModelRequest,
         suffix: &str,
-    ) -> Result<Option<Held>, RunError> {
+    ) -> Result<Result<Option<Held>, RunError>, StoreError> {
         let Some((_, budgets)) = &self.runner.spend else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let run = self.writer.run();
         let now = self.writer.now();
         let caps = budgets.for_tenant(&run.tenant).caps(now);
         if caps.is_empty() {
-            return Ok(None);
+            return Ok(Ok(None));
         }
         let config = &self.runner.config;
         let model = selected.model.full_name.clone();
         let price = self.price_of(&model);
         if price.is_none() && caps.iter().any(|c| c.max_micros.is_some()) {
             let over = OverBudget::Unpriced { model };
-            return Err(RunError::new(OverBudget::CODE, over.message()));
+            return Ok(Err(RunError::new(OverBudget::CODE, over.message())));
         }
         let prompt_tokens = estimate_tokens(request);
         let max_output = request
@@ -103,27 +105,16 @@ impl Turn<'_> {
             tokens: prompt_tokens + max_output,
             at: now,
         };
-        let refused = match self.try_reserve(&run.tenant, &caps, &hold).await {
-            Ok(None) => {
-                return Ok(Some(Held {
-                    hold,
-                    periods: caps.iter().map(|c| c.period.clone()).collect(),
-                    model,
-                    day: day_of(&caps),
-                }));
-            }
-            Ok(Some(refused)) => refused,
-            Err(error) => {
-                // The ledger cannot be reached: the budget cannot be shown to hold.
-                tracing::warn!(%error, run = %run.run_id, "the spend ledger is unreachable");
-                return Err(RunError::new(
-                    OverBudget::CODE,
-                    "the tenant's spend could not be checked (the store is unreachable)",
-                ));
-            }
+        let Some(refused) = self.try_reserve(&run.tenant, &caps, &hold).await? else {
+            return Ok(Ok(Some(Held {
+                hold,
+                periods: caps.iter().map(|c| c.period.clone()).collect(),
+                model,
+                day: day_of(&caps),
+            })));
         };
         tracing::info!(run = %run.run_id, period = %refused, "the tenant's budget stops the run");
-        Err(RunError::new(
+        Ok(Err(RunError::new(
             OverBudget::CODE,
             format!(
                 "the tenant's budget for {} is spent: the next model call may cost up to \
@@ -132,7 +123,7 @@ impl Turn<'_> {
                 agentlane_core::spend::usd(hold.micros),
                 hold.tokens
             ),
-        ))
+        )))
     }
 
     /// One reservation, and once more after settling the stale holds of a refused period.

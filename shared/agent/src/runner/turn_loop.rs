@@ -107,7 +107,7 @@ impl Turn<'_> {
             if let Some(error) = self.over_budget(&selected, &request) {
                 return Ok(LoopEnd::Failed(error));
             }
-            let held = match self.reserve_spend(&selected, &request).await {
+            let held = match self.reserve_spend(&selected, &request).await? {
                 Ok(held) => held,
                 Err(error) => return Ok(LoopEnd::Failed(error)),
             };

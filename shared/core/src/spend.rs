@@ -27,10 +27,15 @@ pub struct Price {
 }
 
 impl Price {
-    /// What `usage` costs, in micro-dollars (rounded up).
+    /// What `usage` costs, in micro-dollars (rounded up): cached prompt tokens at the cache
+    /// prices, the rest of the prompt at the input price.
     pub fn cost_micros(&self, usage: &Usage) -> u64 {
-        let micros =
-            usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output;
+        let cached = usage.cache_read_tokens + usage.cache_write_tokens;
+        let fresh = usage.input_tokens.saturating_sub(cached);
+        let micros = fresh as f64 * self.input
+            + usage.cache_read_tokens as f64 * self.cache_read
+            + usage.cache_write_tokens as f64 * self.cache_write
+            + usage.output_tokens as f64 * self.output;
         micros.max(0.0).ceil() as u64
     }
 
@@ -212,6 +217,7 @@ impl CallAsk {
             p.cost_micros(&Usage {
                 input_tokens: self.prompt_tokens,
                 output_tokens: self.max_output_tokens,
+                ..Default::default()
             })
         })
     }
@@ -594,6 +600,7 @@ mod tests {
         let usage = Usage {
             input_tokens: 1_000_000,
             output_tokens: 2_000,
+            ..Default::default()
         };
         // 1M input at $0.15 + 2k output at $0.60/M = $0.1512
         assert_eq!(
@@ -606,6 +613,15 @@ mod tests {
         assert_eq!(table.cost_micros("acme/unknown", &usage), Some(1_004_000));
         assert_eq!(usd(151_200), 0.1512);
         assert_eq!(micros(0.1512), 151_200);
+        // Cached prompt tokens at the cache prices: 600 fresh at $1, 300 read at $0.1, 100
+        // written at $1.25, 10 out at $2 = 600 + 30 + 125 + 20
+        let cached = Usage {
+            input_tokens: 1_000,
+            output_tokens: 10,
+            cache_read_tokens: 300,
+            cache_write_tokens: 100,
+        };
+        assert_eq!(price(1.0, 2.0, 0.1, 1.25).cost_micros(&cached), 775);
         assert!(price(-1.0, 0.0, 0.0, 0.0).problem().is_some());
         assert!(price(f64::NAN, 0.0, 0.0, 0.0).problem().is_some());
     }

@@ -117,6 +117,7 @@ mod tests {
             StreamEvent::Usage(Usage {
                 input_tokens: 3,
                 output_tokens: 4,
+                ..Default::default()
             }),
             StreamEvent::Finished(FinishReason::ToolCalls),
         ] {
@@ -142,7 +143,8 @@ mod tests {
                 ],
                 usage: Usage {
                     input_tokens: 3,
-                    output_tokens: 4
+                    output_tokens: 4,
+                    ..Default::default()
                 },
                 finish: Some(FinishReason::ToolCalls),
             }

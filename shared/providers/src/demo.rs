@@ -205,6 +205,7 @@ fn events(request: &ModelRequest, reply: DemoReply) -> Vec<StreamEvent> {
     events.push(StreamEvent::Usage(Usage {
         input_tokens: estimate_tokens(prompt_chars(request)),
         output_tokens: estimate_tokens(output_chars),
+        ..Default::default()
     }));
     events.push(StreamEvent::Finished(finish));
     events

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub(super) enum Attempted {
     /// The model answered; the record's outcome is filled in once the answer is read.
     Answered {
-        turn: AssistantTurn,
+        turn: Box<AssistantTurn>,
         record: AttemptRecord,
     },
     /// The call failed (already recorded).
@@ -161,7 +161,12 @@ impl Turn<'_> {
             error: None,
         };
         let failure = match outcome {
-            Ok(turn) => return Ok(Attempted::Answered { turn, record }),
+            Ok(turn) => {
+                return Ok(Attempted::Answered {
+                    turn: Box::new(turn),
+                    record,
+                });
+            }
             Err(StreamError::Store(e)) => return Err(e),
             // A failure while the run is being stopped is the stop, whatever the provider said.
             Err(StreamError::Failed(failure)) if self.stop.reason().is_none() => failure,

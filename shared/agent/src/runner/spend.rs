@@ -100,6 +100,7 @@ impl Turn<'_> {
                 p.cost_micros(&Usage {
                     input_tokens: prompt_tokens,
                     output_tokens: max_output,
+                    ..Default::default()
                 })
             }),
             tokens: prompt_tokens + max_output,

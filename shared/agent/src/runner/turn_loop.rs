@@ -118,6 +118,7 @@ impl Turn<'_> {
             let attempt = attempt?;
             let step = match attempt {
                 Attempted::Answered { turn, record } => {
+                    let turn = *turn;
                     self.after_answer(&selected, turn, record).await?
                 }
                 Attempted::Failed(failed) => self.after_failure(&selected, failed).await?,

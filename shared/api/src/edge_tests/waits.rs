@@ -44,6 +44,7 @@ async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhi
     run.usage = Usage {
         input_tokens: 12,
         output_tokens: 3,
+        ..Default::default()
     };
     run.model = Some("openai/gpt-4o-mini".into());
     let committed = Instant::now();

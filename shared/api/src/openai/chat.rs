@@ -950,6 +950,7 @@ mod tests {
         run.usage = Usage {
             input_tokens: 12,
             output_tokens: 5,
+            ..Default::default()
         };
         run.payloads = vec![Payload {
             text: "Hi there!".into(),

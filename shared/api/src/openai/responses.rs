@@ -612,6 +612,7 @@ mod tests {
         run.usage = Usage {
             input_tokens: 3,
             output_tokens: 4,
+            ..Default::default()
         };
         run.payloads = vec![Payload {
             text: "Hello Ada.".into(),

@@ -26,6 +26,7 @@ async fn answer_next_turn(h: &Harness, tenant: &TenantId, deltas: [&str; 2]) -> 
     run.usage = Usage {
         input_tokens: 21,
         output_tokens: 4,
+        ..Default::default()
     };
     run.payloads = vec![Payload {
         text: deltas.concat(),

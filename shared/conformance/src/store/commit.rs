@@ -28,6 +28,7 @@ pub(crate) fn finished(run: &Run, now: u64) -> Run {
         usage: Usage {
             input_tokens: 12,
             output_tokens: 7,
+            ..Default::default()
         },
         payloads: vec![Payload {
             text: "done".into(),
@@ -339,6 +340,7 @@ pub async fn case_commit_preserves_abort_requested(store: Arc<dyn Store>) {
         usage: Usage {
             input_tokens: 3,
             output_tokens: 4,
+            ..Default::default()
         },
         ..started.clone()
     };

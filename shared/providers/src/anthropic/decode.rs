@@ -287,7 +287,7 @@ impl EventDecoder {
     }
 
     /// Counts are cumulative: the latest report wins. Cached prompt tokens count as input (the
-    /// API reports them apart from `input_tokens`).
+    /// API reports them apart from `input_tokens`), and are kept apart too, for their prices.
     fn usage(&mut self, usage: &WireUsage) {
         let input = [
             usage.input_tokens,
@@ -302,6 +302,12 @@ impl EventDecoder {
         }
         if let Some(output) = usage.output_tokens {
             self.usage.output_tokens = output;
+        }
+        if let Some(read) = usage.cache_read_input_tokens {
+            self.usage.cache_read_tokens = read;
+        }
+        if let Some(written) = usage.cache_creation_input_tokens {
+            self.usage.cache_write_tokens = written;
         }
     }
 
@@ -545,7 +551,9 @@ mod tests {
             events[0],
             StreamEvent::Usage(Usage {
                 input_tokens: 105,
-                output_tokens: 42
+                output_tokens: 42,
+                cache_read_tokens: 90,
+                cache_write_tokens: 5,
             })
         );
     }
@@ -641,7 +649,8 @@ mod tests {
                 },
                 StreamEvent::Usage(Usage {
                     input_tokens: 7,
-                    output_tokens: 3
+                    output_tokens: 3,
+                    ..Default::default()
                 }),
                 StreamEvent::Finished(FinishReason::ToolCalls),
             ]

@@ -89,6 +89,15 @@ struct WireUsage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    /// `cached_tokens`: prompt tokens read from OpenAI's prompt cache.
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 fn text(value: Option<Value>) -> Option<String> {
@@ -141,6 +150,11 @@ impl ChunkDecoder {
             out.push(StreamEvent::Usage(Usage {
                 input_tokens: usage.prompt_tokens.unwrap_or(0),
                 output_tokens: usage.completion_tokens.unwrap_or(0),
+                cache_read_tokens: usage
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0),
+                cache_write_tokens: 0,
             }));
         }
         Ok(Step::More)
@@ -313,6 +327,23 @@ mod tests {
     }
 
     #[test]
+    fn cached_prompt_tokens_are_reported_apart() {
+        let (events, _) = run(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1200,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":1024}}}"#,
+        ]);
+        assert_eq!(
+            events.last(),
+            Some(&StreamEvent::Usage(Usage {
+                input_tokens: 1200,
+                output_tokens: 9,
+                cache_read_tokens: 1024,
+                cache_write_tokens: 0,
+            }))
+        );
+    }
+
+    #[test]
     fn whole_message_with_object_arguments_and_reasoning_alias() {
         let (events, end) = run(&[
             r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"ok","reasoning":"hmm","tool_calls":[{"id":"x","type":"function","function":{"name":"g","arguments":{"k":"v"}}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#,
@@ -333,7 +364,8 @@ mod tests {
                 },
                 StreamEvent::Usage(Usage {
                     input_tokens: 5,
-                    output_tokens: 2
+                    output_tokens: 2,
+                    ..Default::default()
                 }),
             ]
         );

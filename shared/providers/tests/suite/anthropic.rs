@@ -187,7 +187,8 @@ async fn text_streams_with_usage_then_finished() {
             StreamEvent::TextDelta(" there!".into()),
             StreamEvent::Usage(Usage {
                 input_tokens: 25,
-                output_tokens: 6
+                output_tokens: 6,
+                ..Default::default()
             }),
             StreamEvent::Finished(FinishReason::Stop),
         ]
@@ -249,7 +250,8 @@ async fn two_parallel_tool_use_blocks_with_arguments_split_mid_token() {
             },
             StreamEvent::Usage(Usage {
                 input_tokens: 40,
-                output_tokens: 55
+                output_tokens: 55,
+                ..Default::default()
             }),
             StreamEvent::Finished(FinishReason::ToolCalls),
         ]
@@ -316,7 +318,8 @@ async fn thinking_then_text() {
             tool_calls: vec![],
             usage: Usage {
                 input_tokens: 12,
-                output_tokens: 30
+                output_tokens: 30,
+                ..Default::default()
             },
             finish: Some(FinishReason::Stop),
         }

@@ -141,7 +141,8 @@ async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
             },
             StreamEvent::Usage(Usage {
                 input_tokens: 42,
-                output_tokens: 17
+                output_tokens: 17,
+                ..Default::default()
             }),
             StreamEvent::Finished(FinishReason::ToolCalls),
         ]
@@ -165,7 +166,8 @@ async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
             ],
             usage: Usage {
                 input_tokens: 42,
-                output_tokens: 17
+                output_tokens: 17,
+                ..Default::default()
             },
             finish: Some(FinishReason::ToolCalls),
         }
@@ -265,7 +267,8 @@ async fn reasoning_content_and_text_then_usage_after_finish() {
             tool_calls: vec![],
             usage: Usage {
                 input_tokens: 9,
-                output_tokens: 5
+                output_tokens: 5,
+                ..Default::default()
             },
             finish: Some(FinishReason::Stop),
         }
@@ -282,7 +285,8 @@ async fn reasoning_content_and_text_then_usage_after_finish() {
         events[events.len() - 2],
         StreamEvent::Usage(Usage {
             input_tokens: 9,
-            output_tokens: 5
+            output_tokens: 5,
+            ..Default::default()
         })
     );
 }
@@ -389,7 +393,8 @@ async fn non_streamed_json_answer_is_decoded() {
             StreamEvent::TextDelta("Whole answer.".into()),
             StreamEvent::Usage(Usage {
                 input_tokens: 3,
-                output_tokens: 2
+                output_tokens: 2,
+                ..Default::default()
             }),
             StreamEvent::Finished(FinishReason::Stop),
         ]

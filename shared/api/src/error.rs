@@ -200,14 +200,10 @@ impl From<StoreError> for ApiError {
 
 /// `429 budget_exceeded` for a spent `period` (`D2026-12-04`, `M2026-12`) ending at `ends_at`.
 pub fn budget_spent(period: &str, ends_at: u64) -> ApiError {
-    let (what, when) = match period.split_at_checked(1) {
-        Some(("D", day)) => ("daily", day),
-        Some(("M", month)) => ("monthly", month),
-        _ => ("period", period),
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    use agentlane_core::spend::{period_date, period_kind};
+    let (what, when) = (period_kind(period), period_date(period));
+    use agentlane_core::Clock;
+    let now = agentlane_core::SystemClock.now_ms();
     ApiError::BudgetExceeded {
         message: format!(
             "this tenant's {what} budget for {when} (UTC) is spent; it resets when the period ends"

@@ -364,6 +364,20 @@ impl TenantBudget {
     }
 }
 
+/// The date of a period key: `2026-12-04` of `D2026-12-04`, `2026-12` of `M2026-12`.
+pub fn period_date(period: &str) -> &str {
+    period.get(1..).unwrap_or_default()
+}
+
+/// `daily` or `monthly`, by a period key's kind.
+pub fn period_kind(period: &str) -> &'static str {
+    if period.starts_with('M') {
+        "monthly"
+    } else {
+        "daily"
+    }
+}
+
 /// The UTC day of `now` (ms) as a period key (`D2026-12-04`) and when it ends (ms).
 pub fn day_period(now: u64) -> (String, u64) {
     let at = utc(now);

@@ -78,18 +78,12 @@ impl SpendLedger for SqliteBackend {
         caps: &[PeriodCap],
         hold: &Hold,
     ) -> StoreResult<Reserved> {
-        let (tenant, caps, hold) = (tenant.as_str().to_owned(), caps.to_vec(), hold.clone());
+        let (id, caps, hold) = (tenant.clone(), caps.to_vec(), hold.clone());
         self.with_conn(move |c| -> Result<Reserved> {
+            let tenant = id.as_str();
             let tx = c.savepoint()?;
             for cap in &caps {
-                let held: Option<(i64, i64)> = tx
-                    .query_row(
-                        "SELECT micros, tokens FROM spend_periods WHERE tenant = ?1 AND period = ?2",
-                        params![tenant, cap.period],
-                        |row| Ok((row.get(0)?, row.get(1)?)),
-                    )
-                    .optional()?;
-                let (micros, tokens) = held.map_or((0, 0), |(m, t)| (uint(m), uint(t)));
+                let PeriodSpend { micros, tokens, .. } = period_totals(&tx, &id, &cap.period)?;
                 let over_micros = cap
                     .max_micros
                     .is_some_and(|max| micros.saturating_add(hold.micros) > max);
@@ -239,21 +233,15 @@ impl SpendLedger for SqliteBackend {
     }
 
     async fn period_spend(&self, tenant: &TenantId, period: &str) -> StoreResult<PeriodSpend> {
-        let (tenant, period) = (tenant.as_str().to_owned(), period.to_owned());
+        let (tenant, period) = (tenant.clone(), period.to_owned());
         self.with_conn(move |c| -> Result<PeriodSpend> {
-            let held: Option<(i64, i64)> = c
-                .query_row(
-                    "SELECT micros, tokens FROM spend_periods WHERE tenant = ?1 AND period = ?2",
-                    params![tenant, period],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
-                )
-                .optional()?;
+            let mut spend = period_totals(c, &tenant, &period)?;
             let mut statement = c.prepare(
                 "SELECT hold_id, micros, tokens, at FROM spend_holds
                  WHERE tenant = ?1 AND period = ?2 ORDER BY at",
             )?;
-            let holds = statement
-                .query_map(params![tenant, period], |row| {
+            spend.holds = statement
+                .query_map(params![tenant.as_str(), period], |row| {
                     Ok(Hold {
                         id: row.get(0)?,
                         micros: uint(row.get(1)?),
@@ -262,12 +250,7 @@ impl SpendLedger for SqliteBackend {
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            let (micros, tokens) = held.map_or((0, 0), |(m, t)| (uint(m), uint(t)));
-            Ok(PeriodSpend {
-                micros,
-                tokens,
-                holds,
-            })
+            Ok(spend)
         })
         .await
     }

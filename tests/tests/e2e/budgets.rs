@@ -29,6 +29,18 @@ fn priced_with(more: &str) -> anyhow::Result<(Scenario, tempfile::TempDir)> {
     Ok((scn, dir))
 }
 
+/// `GET /v1/runs/{id}` as JSON.
+async fn run_view(a: &agentlane_tests::Client, run_id: &str) -> anyhow::Result<Value> {
+    let (status, view) = a
+        .json(reqwest::Method::GET, &format!("/v1/runs/{run_id}"), None)
+        .await?;
+    anyhow::ensure!(
+        status.is_success(),
+        "GET /v1/runs/{run_id}: {status} {view}"
+    );
+    Ok(view)
+}
+
 fn usage(prompt: u64, completion: u64) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion})
 }
@@ -52,13 +64,7 @@ async fn each_attempt_is_priced_and_the_run_shows_its_total() -> anyhow::Result<
     assert_eq!(run.status, RunStatus::Ok, "{run:?}");
 
     // THEN each attempt's cost is its usage at the configured price, and the run's the sum
-    let (_, view) = a
-        .json(
-            reqwest::Method::GET,
-            &format!("/v1/runs/{}", accepted.run_id),
-            None,
-        )
-        .await?;
+    let view = run_view(&a, &accepted.run_id).await?;
     let costs: Vec<f64> = view["attempts"]
         .as_array()
         .map(|attempts| {
@@ -121,13 +127,7 @@ async fn each_attempt_is_priced_and_the_run_shows_its_total() -> anyhow::Result<
                            "message": "what does the time cost?"}))
         .await?;
     a.wait_done(&premium.run_id, LONG).await?;
-    let (_, view) = a
-        .json(
-            reqwest::Method::GET,
-            &format!("/v1/runs/{}", premium.run_id),
-            None,
-        )
-        .await?;
+    let view = run_view(&a, &premium.run_id).await?;
     assert_eq!(
         view["costUsd"].as_f64(),
         Some(0.033),
@@ -175,13 +175,7 @@ async fn a_runs_budget_stops_it_before_a_call_that_may_not_fit() -> anyhow::Resu
     let error = run.error.clone().unwrap_or_else(|| panic!("{run:?}"));
     assert_eq!(error.code, "budget_exceeded", "{error:?}");
     assert!(error.message.contains("maxCostUsd"), "{error:?}");
-    let (_, view) = a
-        .json(
-            reqwest::Method::GET,
-            &format!("/v1/runs/{}", accepted.run_id),
-            None,
-        )
-        .await?;
+    let view = run_view(&a, &accepted.run_id).await?;
     let spent = view["costUsd"].as_f64().unwrap_or(1.0);
     let calls = view["attempts"].as_array().map_or(0, Vec::len);
     assert!(spent <= 0.02, "spent {spent}: {view}");
@@ -291,13 +285,7 @@ async fn a_tenants_daily_budget_holds_across_twenty_concurrent_runs() -> anyhow:
     let mut spent = 0.0;
     for turn in &accepted {
         let run = a.wait_done(&turn.run_id, LONG).await?;
-        let (_, view) = a
-            .json(
-                reqwest::Method::GET,
-                &format!("/v1/runs/{}", turn.run_id),
-                None,
-            )
-            .await?;
+        let view = run_view(&a, &turn.run_id).await?;
         match run.status {
             RunStatus::Ok => {
                 ok += 1;

@@ -43,6 +43,16 @@ fn results(entries: &[agentlane_core::TranscriptEntry]) -> Vec<(String, String, 
         .collect()
 }
 
+/// `agent.wait` on a run that must pause: its answer (`status: requires_action`).
+async fn paused_now(a: &agentlane_tests::Client, run_id: &str) -> anyhow::Result<Value> {
+    let waited = wait_json(a, run_id, 30_000).await?;
+    anyhow::ensure!(
+        waited["status"] == "requires_action",
+        "not paused: {waited}"
+    );
+    Ok(waited)
+}
+
 async fn answer(
     a: &agentlane_tests::Client,
     run_id: &str,
@@ -231,8 +241,7 @@ async fn a_gated_call_runs_once_approved_and_a_denied_one_never_runs() -> anyhow
                            "agentId": "careful"}),
         )
         .await?;
-    let waited = wait_json(&a, &accepted.run_id, 30_000).await?;
-    assert_eq!(waited["status"], "requires_action", "{waited}");
+    let waited = paused_now(&a, &accepted.run_id).await?;
     let kinds: Vec<(&str, &str)> = waited["requiredAction"]["toolCalls"]
         .as_array()
         .map(|calls| {
@@ -323,8 +332,7 @@ async fn an_abort_while_paused_ends_the_run_with_every_call_paired() -> anyhow::
         .agent_with(json!({"sessionKey": "browser", "message": "open the page",
                            "tools": [{"name": "open_page"}]}))
         .await?;
-    let waited = wait_json(&a, &accepted.run_id, 30_000).await?;
-    assert_eq!(waited["status"], "requires_action", "{waited}");
+    paused_now(&a, &accepted.run_id).await?;
 
     // WHEN it is aborted
     assert_eq!(a.abort(&accepted.run_id).await?, 202);
@@ -369,8 +377,7 @@ async fn an_interrupt_aborts_a_paused_run_and_runs_before_the_followup_queued_be
         .agent_with(json!({"sessionKey": "form", "message": "fill the form",
                            "tools": [{"name": "fill_form"}]}))
         .await?;
-    let waited = wait_json(&a, &paused.run_id, 30_000).await?;
-    assert_eq!(waited["status"], "requires_action", "{waited}");
+    paused_now(&a, &paused.run_id).await?;
     let followup = a.agent("form", "and then this").await?;
 
     // WHEN an interrupt arrives for the session
@@ -613,8 +620,7 @@ async fn the_time_spent_paused_does_not_count_against_the_runs_own_timeout() -> 
                            "timeoutSeconds": 1, "tools": [{"name": "open_fridge"}]}),
         )
         .await?;
-    let waited = wait_json(&a, &accepted.run_id, 30_000).await?;
-    assert_eq!(waited["status"], "requires_action", "{waited}");
+    paused_now(&a, &accepted.run_id).await?;
 
     // WHEN the answer comes 2.5 s later (past the timeout, had the wait counted)
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -649,8 +655,7 @@ async fn a_steer_sent_while_paused_reaches_the_model_right_after_the_tool_result
         .agent_with(json!({"sessionKey": "dinner", "message": "book a table",
                            "tools": [{"name": "book"}]}))
         .await?;
-    let waited = wait_json(&a, &paused.run_id, 30_000).await?;
-    assert_eq!(waited["status"], "requires_action", "{waited}");
+    paused_now(&a, &paused.run_id).await?;
 
     // WHEN a steer arrives while it waits, then the client's output
     let steer = a

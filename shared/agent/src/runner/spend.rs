@@ -173,27 +173,14 @@ impl Turn<'_> {
             if hold.at > stale_before {
                 continue;
             }
-            let spent: (Spent, SpendTags) = match hold.attempt() {
-                Some((run_id, index)) => {
-                    let run = self
-                        .runner
-                        .store
-                        .get_run(tenant, &agentlane_core::RunId::new(run_id))
-                        .await?;
-                    match run {
-                        Some(run) => {
-                            let attempt = run.attempts.iter().find(|a| a.index == index);
-                            let spent = attempt
-                                .map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
-                            let model = attempt.map_or("", |a| a.model.as_str());
-                            (spent, tags(&run, model, &day_of(caps)))
-                        }
-                        None => (Spent::default(), orphan(&day_of(caps))),
-                    }
+            let run = match hold.attempt() {
+                Some((run_id, _)) => {
+                    let run_id = agentlane_core::RunId::new(run_id);
+                    self.runner.store.get_run(tenant, &run_id).await?
                 }
-                None => (Spent::default(), orphan(&day_of(caps))),
+                None => None,
             };
-            let (spent, tags) = spent;
+            let (spent, tags) = self.ledger_spend(run.as_ref(), &hold, &day_of(caps));
             tracing::info!(hold = %hold.id, "settling a stale spend hold from its attempt ledger");
             ledger.settle(tenant, &periods, &hold, spent, &tags).await?;
             settled += 1;
@@ -235,11 +222,7 @@ impl Turn<'_> {
         holds.dedup_by(|a, b| a.id == b.id);
         let day = day_of(&caps);
         for hold in holds {
-            let attempt = hold
-                .attempt()
-                .and_then(|(_, index)| run.attempts.iter().find(|a| a.index == index));
-            let spent = attempt.map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
-            let tags = tags(run, attempt.map_or("", |a| a.model.as_str()), &day);
+            let (spent, tags) = self.ledger_spend(Some(run), &hold, &day);
             tracing::info!(hold = %hold.id, "settling a dead pickup's spend hold");
             if let Err(error) = ledger
                 .settle(&run.tenant, &periods, &hold, spent, &tags)
@@ -276,6 +259,27 @@ impl Turn<'_> {
         }
     }
 
+    /// What `hold`'s call spent by the attempt ledger of `run` (nothing when the attempt was
+    /// never recorded, or the run is gone), and what it is counted under on `day`.
+    fn ledger_spend(
+        &self,
+        run: Option<&agentlane_core::Run>,
+        hold: &Hold,
+        day: &(String, u64),
+    ) -> (Spent, SpendTags) {
+        let Some(run) = run else {
+            return (Spent::default(), orphan(day));
+        };
+        let attempt = hold
+            .attempt()
+            .and_then(|(_, index)| run.attempts.iter().find(|a| a.index == index));
+        let spent = attempt.map_or(Spent::default(), |a| self.spent_by(&a.model, &a.usage));
+        (
+            spent,
+            tags(run, attempt.map_or("", |a| a.model.as_str()), day),
+        )
+    }
+
     fn spent_by(&self, model: &str, usage: &Usage) -> Spent {
         Spent {
             micros: self.price_of(model).map_or(0, |p| p.cost_micros(usage)),
@@ -297,9 +301,12 @@ fn orphan(day: &(String, u64)) -> SpendTags {
 
 /// `the day 2026-12-04 (UTC)` / `the month 2026-12 (UTC)`.
 fn describe(period: &str) -> String {
-    match period.split_at_checked(1) {
-        Some(("D", day)) => format!("the day {day} (UTC)"),
-        Some(("M", month)) => format!("the month {month} (UTC)"),
-        _ => period.to_owned(),
-    }
+    let unit = match agentlane_core::spend::period_kind(period) {
+        "monthly" => "month",
+        _ => "day",
+    };
+    format!(
+        "the {unit} {} (UTC)",
+        agentlane_core::spend::period_date(period)
+    )
 }

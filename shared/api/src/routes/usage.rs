@@ -6,7 +6,7 @@ use crate::Shared;
 use crate::auth::Tenant;
 use crate::error::ApiError;
 use crate::extract::ApiQuery;
-use agentlane_core::spend::{UsageGroup, day_period, month_period, usd};
+use agentlane_core::spend::{UsageGroup, day_period, month_period, period_date, usd};
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
@@ -87,7 +87,7 @@ pub struct UsageView {
 /// `(from, to)` as period keys (`D2026-12-01`), checked.
 fn day_range(query: &UsageQuery, now: u64) -> Result<(String, String), ApiError> {
     let (today, _) = day_period(now);
-    let today = today.get(1..).unwrap_or_default().to_owned();
+    let today = period_date(&today).to_owned();
     let first = format!("{}-01", today.get(..7).unwrap_or_default());
     let parse = |field: &str, value: &str| {
         chrono::NaiveDate::parse_from_str(value, "%Y-%m-%d").map_err(|_| {
@@ -134,7 +134,7 @@ pub async fn get_usage(
     let view =
         |period: &str, ends_at, spend: &agentlane_core::spend::PeriodSpend, max_usd, max_tokens| {
             PeriodUsage {
-                period: period.get(1..).unwrap_or(period).to_owned(),
+                period: period_date(period).to_owned(),
                 cost_usd: usd(spend.micros),
                 tokens: spend.tokens,
                 held_usd: usd(spend.holds.iter().map(|h| h.micros).sum()),
@@ -157,14 +157,14 @@ pub async fn get_usage(
         let rows = rows
             .into_iter()
             .map(|r| UsageRowView {
-                day: r.day.get(1..).unwrap_or_default().to_owned(),
+                day: period_date(&r.day).to_owned(),
                 key: (group != UsageGroup::Day).then_some(r.key),
                 cost_usd: usd(r.micros),
                 tokens: r.tokens,
             })
             .collect();
-        let day = |d: &str| d.get(1..).unwrap_or_default().to_owned();
-        grouped = (Some(group), Some(day(&from)), Some(day(&to)), Some(rows));
+        let (from, to) = (period_date(&from).to_owned(), period_date(&to).to_owned());
+        grouped = (Some(group), Some(from), Some(to), Some(rows));
     }
     Ok(Json(UsageView {
         group_by: grouped.0,

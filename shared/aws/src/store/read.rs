@@ -20,16 +20,43 @@ impl DynamoStore {
     /// Every item of partition `pk` whose sort key starts with `prefix`, strongly consistent,
     /// all pages (listings: a tenant's API keys, its cron jobs).
     pub(super) async fn query_prefix(&self, pk: String, prefix: &str) -> StoreResult<Vec<Item>> {
+        self.query_all(pk, &format!("begins_with({SK}, :a)"), &[prefix])
+            .await
+    }
+
+    /// Every item of partition `pk` whose sort key is between `from` and `to` (inclusive),
+    /// strongly consistent, all pages (a tenant's spend counters over a range of days).
+    pub(super) async fn query_between(
+        &self,
+        pk: String,
+        from: &str,
+        to: &str,
+    ) -> StoreResult<Vec<Item>> {
+        self.query_all(pk, &format!("{SK} BETWEEN :a AND :b"), &[from, to])
+            .await
+    }
+
+    /// Every item of partition `pk` whose sort key meets `sk_condition`, over the values `:a`,
+    /// `:b`, ... (`values`, in order), strongly consistent, all pages.
+    async fn query_all(
+        &self,
+        pk: String,
+        sk_condition: &str,
+        values: &[&str],
+    ) -> StoreResult<Vec<Item>> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
-            let out = self
+            let mut query = self
                 .client
                 .query()
                 .table_name(self.table())
-                .key_condition_expression(format!("{PK} = :pk AND begins_with({SK}, :prefix)"))
-                .expression_attribute_values(":pk", s(pk.clone()))
-                .expression_attribute_values(":prefix", s(prefix))
+                .key_condition_expression(format!("{PK} = :pk AND {sk_condition}"))
+                .expression_attribute_values(":pk", s(pk.clone()));
+            for (name, value) in [":a", ":b"].iter().zip(values) {
+                query = query.expression_attribute_values(*name, s(*value));
+            }
+            let out = query
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
                 .send()

@@ -179,30 +179,17 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    /// Every item whose sort key is between `from` and `to` (one paged `Query`).
-    async fn spend_range(&self, tenant: &TenantId, from: &str, to: &str) -> StoreResult<Vec<Item>> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression(format!("{PK} = :pk AND {SK} BETWEEN :from AND :to"))
-                .expression_attribute_values(":pk", s(spend_pk(tenant)))
-                .expression_attribute_values(":from", s(from))
-                .expression_attribute_values(":to", s(to))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(classify)?;
-            items.extend(out.items.unwrap_or_default());
-            match out.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(items),
-            }
+    /// What each of `periods` holds, one read each.
+    async fn each_period_spend(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+    ) -> StoreResult<Vec<PeriodSpend>> {
+        let mut spends = Vec::with_capacity(periods.len());
+        for period in periods {
+            spends.push(spend_of(&self.spend_item(tenant, period).await?));
         }
+        Ok(spends)
     }
 
     async fn spend_item(&self, tenant: &TenantId, period: &str) -> StoreResult<Item> {
@@ -243,29 +230,25 @@ impl SpendLedger for DynamoStore {
             Ok(()) => return Ok(Reserved::Granted),
             Err(failed) => failed,
         };
-        for index in failed {
-            let Some(cap) = caps.get(index) else { continue };
-            let item = self.spend_item(tenant, &cap.period).await?;
-            if !item.contains_key(&hold_attr(&hold.id)) {
-                return Ok(refused(cap));
+        // A failed condition is a full period, unless the hold is there already: this
+        // reservation was made before (a retry after a lost answer). The periods that do not
+        // have it yet are taken again.
+        let mut missing = Vec::new();
+        for (index, cap) in caps.iter().enumerate() {
+            let held = self
+                .spend_item(tenant, &cap.period)
+                .await?
+                .contains_key(&hold_attr(&hold.id));
+            match (held, failed.contains(&index)) {
+                (false, true) => return Ok(refused(cap)),
+                (false, false) => missing.push(cap.clone()),
+                (true, _) => {}
             }
         }
-        // Every failed condition was the hold already there: this reservation was made before
-        // (a retry after a lost answer); the periods that did not have it are taken again.
-        let missing: Vec<&PeriodCap> = {
-            let mut missing = Vec::new();
-            for cap in caps {
-                let item = self.spend_item(tenant, &cap.period).await?;
-                if !item.contains_key(&hold_attr(&hold.id)) {
-                    missing.push(cap);
-                }
-            }
-            missing
-        };
         if missing.is_empty() {
             return Ok(Reserved::Granted);
         }
-        let caps: Vec<PeriodCap> = missing.into_iter().cloned().collect();
+        let caps = missing;
         Box::pin(self.reserve(tenant, &caps, hold)).await
     }
 
@@ -316,7 +299,7 @@ impl SpendLedger for DynamoStore {
         };
         let prefix = format!("G#{}#", group.as_str());
         let mut rows: Vec<UsageRow> = self
-            .spend_range(tenant, &low, &high)
+            .query_between(spend_pk(tenant), &low, &high)
             .await?
             .iter()
             .filter_map(|item| {
@@ -351,11 +334,7 @@ impl SpendLedger for DynamoStore {
         periods: &[String],
     ) -> StoreResult<Vec<PeriodSpend>> {
         if periods.len() < 2 {
-            let mut out = Vec::new();
-            for period in periods {
-                out.push(self.period_spend(tenant, period).await?);
-            }
-            return Ok(out);
+            return self.each_period_spend(tenant, periods).await;
         }
         let pk = spend_pk(tenant);
         let mut request = KeysAndAttributes::builder().consistent_read(true);
@@ -374,11 +353,7 @@ impl SpendLedger for DynamoStore {
             .map_err(classify)?;
         if out.unprocessed_keys.as_ref().is_some_and(|u| !u.is_empty()) {
             // Throttled part-way: read them one by one.
-            let mut spends = Vec::new();
-            for period in periods {
-                spends.push(self.period_spend(tenant, period).await?);
-            }
-            return Ok(spends);
+            return self.each_period_spend(tenant, periods).await;
         }
         let items = out
             .responses

@@ -314,7 +314,10 @@ impl Client {
     pub async fn transcript(&self, session_key: &str) -> HarnessResult<TranscriptView> {
         self.expect(
             Method::GET,
-            &format!("/v1/sessions/{session_key}/transcript"),
+            &format!(
+                "/v1/sessions/{}/transcript",
+                agentlane_core::validate::path_segment(session_key)
+            ),
             None,
             StatusCode::OK,
         )
@@ -330,7 +333,10 @@ impl Client {
         let query = after.map(|a| format!("?after={a}")).unwrap_or_default();
         self.expect(
             Method::GET,
-            &format!("/v1/sessions/{session_key}/transcript{query}"),
+            &format!(
+                "/v1/sessions/{}/transcript{query}",
+                agentlane_core::validate::path_segment(session_key)
+            ),
             None,
             StatusCode::OK,
         )

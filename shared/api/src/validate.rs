@@ -20,8 +20,8 @@ pub const MAX_THINKING_LEN: usize = 32;
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentBody {
-    /// The conversation: 1-256 characters of `[A-Za-z0-9:._@-]`.
-    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")]
+    /// The conversation: 1-256 characters of `[A-Za-z0-9:._@/-]`.
+    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")]
     pub session_key: String,
     /// The user's message (at most `max_message_bytes` bytes, 256 KiB by default: 413 beyond).
     #[schema(min_length = 1)]
@@ -48,7 +48,8 @@ pub struct AgentBody {
     pub thinking: Option<String>,
     /// Run timeout: 0 = no limit (where allowed), at most `max_run_timeout_seconds` (7 days by
     /// default); the deployment default (48 h) when absent.
-    #[serde(default)]
+    /// `timeout` (OpenClaw's name) is accepted as an alias.
+    #[serde(default, alias = "timeout")]
     #[schema(minimum = 0, maximum = 604800)]
     pub timeout_seconds: Option<u64>,
     /// Added to the system prompt of this turn (same size limit as `message`).
@@ -446,7 +447,8 @@ mod tests {
         };
         let cases: Vec<(&str, &str)> = vec![
             (with(|_| {}), "ok"),
-            (with(|b| b.session_key = "a/b".into()), "invalid_request"),
+            (with(|b| b.session_key = "a b".into()), "invalid_request"),
+            (with(|b| b.session_key = "agent:main/dm/42".into()), "ok"),
             (with(|b| b.session_key = String::new()), "invalid_request"),
             (with(|b| b.message = String::new()), "invalid_request"),
             (with(|b| b.message = "x".repeat(10)), "ok"),

@@ -54,6 +54,10 @@ pub struct WaitView {
     pub run_id: RunId,
     pub status: WaitStatus,
     pub run_status: RunStatus,
+    /// Whether the run, or its session after it, can still make progress (SPEC §5; OpenClaw's
+    /// `agent.wait` answers it too): `working`, `paused` (waiting for a client or a person),
+    /// `blocked` (every retry and fallback spent), `abandoned` (declared stuck).
+    pub liveness_state: agentlane_core::LivenessState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,6 +142,7 @@ impl WaitView {
             run_id: run.run_id.clone(),
             status,
             run_status: run.status,
+            liveness_state: run.liveness_state,
             started_at: run.started_at,
             ended_at: run.ended_at,
             error,

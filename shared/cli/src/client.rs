@@ -155,7 +155,10 @@ pub(crate) async fn follow_events(
 
 pub async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
-    let path = format!("/v1/sessions/{}/transcript", a.session);
+    let path = format!(
+        "/v1/sessions/{}/transcript",
+        agentlane_core::validate::path_segment(&a.session)
+    );
     print(&api.call(Method::GET, &path, None).await?);
     Ok(ExitCode::SUCCESS)
 }

@@ -26,6 +26,7 @@ mod lanes;
 mod max_size;
 mod metrics;
 mod openai;
+mod openclaw_clients;
 mod order;
 mod pauses;
 mod queue_modes;

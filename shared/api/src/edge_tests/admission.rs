@@ -107,7 +107,7 @@ async fn waits_are_capped_per_tenant() {
     let first = first.await.unwrap();
     assert_eq!(
         first.json(),
-        json!({"runId": run, "status": "pending", "runStatus": "queued", "timeoutPhase": "queue"})
+        json!({"runId": run, "status": "pending", "runStatus": "queued", "livenessState": "working", "timeoutPhase": "queue"})
     );
 }
 

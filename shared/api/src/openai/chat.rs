@@ -51,9 +51,9 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     /// The session (its transcript is the context); the `X-Agentlane-Session-Key` header wins
-    /// over it. 1-256 characters of `[A-Za-z0-9:._@-]`.
+    /// over it. 1-256 characters of `[A-Za-z0-9:._@/-]`.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")]
+    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")]
     pub user: Option<String>,
     /// Only 1.
     #[serde(default)]

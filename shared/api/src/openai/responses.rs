@@ -50,7 +50,7 @@ pub struct ResponseRequest {
     /// The session (its transcript is the context) when there is no `previous_response_id`;
     /// the `X-Agentlane-Session-Key` header wins over it.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")]
+    #[schema(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")]
     pub user: Option<String>,
     /// Refused when not empty (`tools_not_supported`).
     #[serde(default)]

@@ -575,7 +575,7 @@ mod tests {
                 ),
                 "ok",
             ),
-            (with(vec![Said::new(User, "hi")], named("a/b")), "400"),
+            (with(vec![Said::new(User, "hi")], named("a?b")), "400"),
             (with(vec![Said::new(User, "hi")], named("")), "400"),
             (
                 with(vec![Said::new(User, "hi")], named(&"k".repeat(257))),

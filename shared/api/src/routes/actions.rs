@@ -36,8 +36,8 @@ pub struct ActionsView {
 }
 
 /// Answers a paused run's pending tool calls: client tools' outputs and approvals.
-#[utoipa::path(post, path = "/v1/runs/{run_id}/actions", operation_id = "answerRunActions", tag = "runs",
-    params(("run_id" = String, Path, description = "A run id (`run_…`)")),
+#[utoipa::path(post, path = "/v1/runs/{runId}/actions", operation_id = "answerRunActions", tag = "runs",
+    params(("runId" = String, Path, description = "A run id (`run_…`)")),
     request_body = ActionAnswer,
     responses(
         (status = 202, description = "Recorded; the run resumes", body = ActionsView),

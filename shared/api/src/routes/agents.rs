@@ -417,8 +417,8 @@ pub async fn list(
 }
 
 /// `GET /v1/agents/{agentId}`: the current version, or `?version=N`.
-#[utoipa::path(get, path = "/v1/agents/{agent_id}", operation_id = "getAgent", tag = "agents",
-    params(("agent_id" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$"), VersionQuery),
+#[utoipa::path(get, path = "/v1/agents/{agentId}", operation_id = "getAgent", tag = "agents",
+    params(("agentId" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$"), VersionQuery),
     responses((status = 200, description = "The agent", body = Agent),
         (status = 404, description = "`not_found`: no such agent (or version)", body = ErrorBody)))]
 pub async fn get(
@@ -450,8 +450,8 @@ pub async fn get(
 }
 
 /// `PATCH /v1/agents/{agentId}`: any field (`null` clears it) → the new version.
-#[utoipa::path(patch, path = "/v1/agents/{agent_id}", operation_id = "updateAgent", tag = "agents",
-    params(("agent_id" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")),
+#[utoipa::path(patch, path = "/v1/agents/{agentId}", operation_id = "updateAgent", tag = "agents",
+    params(("agentId" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")),
     request_body = AgentSpec,
     responses((status = 200, description = "The agent's new version", body = Agent),
         (status = 400, description = "`invalid_request`: the message names the field", body = ErrorBody),
@@ -520,8 +520,8 @@ pub async fn patch(
 
 /// `DELETE /v1/agents/{agentId}` → 204. Runs accepted before go on with their version; later
 /// turns naming the agent answer 404.
-#[utoipa::path(delete, path = "/v1/agents/{agent_id}", operation_id = "deleteAgent", tag = "agents",
-    params(("agent_id" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")),
+#[utoipa::path(delete, path = "/v1/agents/{agentId}", operation_id = "deleteAgent", tag = "agents",
+    params(("agentId" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")),
     responses((status = 204, description = "Deleted"),
         (status = 404, description = "`not_found`: no such agent", body = ErrorBody)))]
 pub async fn delete(

@@ -44,8 +44,8 @@ async fn load_run(state: &Shared, tenant: &TenantId, id: &RunId) -> Result<Run, 
 }
 
 /// The run record (without its tenant).
-#[utoipa::path(get, path = "/v1/runs/{run_id}", operation_id = "getRun", tag = "runs",
-    params(("run_id" = String, Path, description = "A run id (`run_…`)")),
+#[utoipa::path(get, path = "/v1/runs/{runId}", operation_id = "getRun", tag = "runs",
+    params(("runId" = String, Path, description = "A run id (`run_…`)")),
     responses((status = 200, description = "The run: status, model, attempts, usage, payloads", body = Run)))]
 pub async fn get_run(
     State(state): State<Arc<Shared>>,
@@ -75,8 +75,8 @@ pub struct EventsQuery {
 /// stream slots while it lasts). `Last-Event-ID` (SSE reconnects) takes precedence over
 /// `after`. With a [`ResponseDeadline`] the stream ends just before it with a `reconnect`
 /// event and a `retry:` hint when the run has not ended by then.
-#[utoipa::path(get, path = "/v1/runs/{run_id}/events", operation_id = "runEvents", tag = "runs",
-    params(("run_id" = String, Path, description = "A run id (`run_…`)"), EventsQuery,
+#[utoipa::path(get, path = "/v1/runs/{runId}/events", operation_id = "runEvents", tag = "runs",
+    params(("runId" = String, Path, description = "A run id (`run_…`)"), EventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "SSE reconnects: the last `seq` seen (wins over `after`)")),
     responses((status = 200, description = "A page of events (JSON), or with `Accept: text/event-stream` an SSE stream until the run ends: `id` = seq, `event` = stream, `data` = the event",
         content((EventsView = "application/json"), (String = "text/event-stream")))))]
@@ -135,8 +135,8 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 }
 
 /// Asks a live run to stop at its next check.
-#[utoipa::path(post, path = "/v1/runs/{run_id}/abort", operation_id = "abortRun", tag = "runs",
-    params(("run_id" = String, Path, description = "A run id (`run_…`)")),
+#[utoipa::path(post, path = "/v1/runs/{runId}/abort", operation_id = "abortRun", tag = "runs",
+    params(("runId" = String, Path, description = "A run id (`run_…`)")),
     responses(
         (status = 202, description = "Abort requested: the run stops at its next check", body = AbortView),
         (status = 409, description = "`conflict`: the run already ended", body = ErrorBody),

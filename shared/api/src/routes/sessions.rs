@@ -40,8 +40,8 @@ async fn load_session(
 }
 
 /// Session metadata: current id, status, lane, counters, lock state.
-#[utoipa::path(get, path = "/v1/sessions/{session_key}", operation_id = "getSession", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")),
+#[utoipa::path(get, path = "/v1/sessions/{sessionKey}", operation_id = "getSession", tag = "sessions",
+    params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")),
     responses((status = 200, description = "The session", body = SessionView)))]
 pub async fn get_session(
     State(state): State<Arc<Shared>>,
@@ -99,8 +99,8 @@ pub struct TranscriptQuery {
 
 /// Transcript entries of the current session id (or of `sessionId`), in order: at most
 /// `limit`, and at most `max_page_bytes` of JSON; `next` continues (pass it as `after`).
-#[utoipa::path(get, path = "/v1/sessions/{session_key}/transcript", operation_id = "getTranscript", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$"), TranscriptQuery),
+#[utoipa::path(get, path = "/v1/sessions/{sessionKey}/transcript", operation_id = "getTranscript", tag = "sessions",
+    params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$"), TranscriptQuery),
     responses((status = 200, description = "A page of transcript entries", body = TranscriptView)))]
 pub async fn transcript(
     State(state): State<Arc<Shared>>,
@@ -154,8 +154,8 @@ fn present<'de, D: serde::Deserializer<'de>>(
 
 /// Sets the session's default queue mode (SPEC §2): the mode of a turn accepted without one.
 /// `404` for a key without a session.
-#[utoipa::path(patch, path = "/v1/sessions/{session_key}", operation_id = "patchSession", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")),
+#[utoipa::path(patch, path = "/v1/sessions/{sessionKey}", operation_id = "patchSession", tag = "sessions",
+    params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")),
     request_body = PatchSessionBody,
     responses((status = 200, description = "The session, with its default queue mode", body = SessionView)))]
 pub async fn patch_session(
@@ -212,8 +212,8 @@ pub struct ResetBody {}
 /// a running turn to release the session lock (up to `reset_wait_ms`, then 409
 /// `session_busy`), and takes it for the one write that swaps the id. Runs accepted before
 /// the reset keep the old id and end `aborted` (`session_reset`) when their message comes.
-#[utoipa::path(post, path = "/v1/sessions/{session_key}/reset", operation_id = "resetSession", tag = "sessions",
-    params(("session_key" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@-]`", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@-]+$")),
+#[utoipa::path(post, path = "/v1/sessions/{sessionKey}/reset", operation_id = "resetSession", tag = "sessions",
+    params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")),
     request_body(content = Option<ResetBody>, description = "Empty, or `{}`"),
     responses(
         (status = 200, description = "The session, with a new session id", body = SessionView),

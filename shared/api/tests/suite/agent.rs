@@ -211,7 +211,7 @@ async fn bad_bodies_answer_4xx_in_the_error_shape() {
         ),
         (
             "bad session key",
-            json!({"sessionKey": "a/b", "message": "hi"}).to_string(),
+            json!({"sessionKey": "a?b", "message": "hi"}).to_string(),
             400,
             "invalid_request",
             "sessionKey",
@@ -359,7 +359,7 @@ async fn wait_on_a_queued_run_times_out_quickly_and_the_run_goes_on() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert_eq!(
         reply.json,
-        json!({"runId": run_id, "status": "pending", "runStatus": "queued", "timeoutPhase": "queue"})
+        json!({"runId": run_id, "status": "pending", "runStatus": "queued", "livenessState": "working", "timeoutPhase": "queue"})
     );
     assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
     assert!(elapsed < Duration::from_millis(1000), "{elapsed:?}");

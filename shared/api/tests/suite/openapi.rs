@@ -78,7 +78,7 @@ async fn the_document_is_served_without_a_key_and_every_operation_lists_the_edge
     let agent = &doc["components"]["schemas"]["AgentBody"]["properties"];
     assert_eq!(agent["sessionKey"]["maxLength"], 256);
     assert_eq!(agent["idempotencyKey"]["maxLength"], 256);
-    let events = &doc["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"];
+    let events = &doc["paths"]["/v1/runs/{runId}/events"]["get"]["responses"]["200"]["content"];
     assert!(
         events["text/event-stream"].is_object(),
         "SSE not documented"

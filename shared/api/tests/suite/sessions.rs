@@ -43,9 +43,13 @@ async fn session_lookups_validate_the_key_and_404_unknown_ones() {
     h.get("/v1/sessions/bad%20key", ACME_KEY)
         .await
         .assert_error(400, "invalid_request");
-    h.get("/v1/sessions/a%2Fb/transcript", ACME_KEY)
+    h.get("/v1/sessions/a%3Fb/transcript", ACME_KEY)
         .await
         .assert_error(400, "invalid_request");
+    // a key holding `/` (OpenClaw's keys do) is one percent-encoded segment
+    h.get("/v1/sessions/a%2Fb/transcript", ACME_KEY)
+        .await
+        .assert_error(404, "not_found");
     h.post("/v1/sessions/nobody/reset", ACME_KEY, json!({}))
         .await
         .assert_error(404, "not_found");

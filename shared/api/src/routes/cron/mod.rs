@@ -110,8 +110,8 @@ pub async fn list(
 }
 
 /// `GET /v1/cron/jobs/{jobId}`.
-#[utoipa::path(get, path = "/v1/cron/jobs/{job_id}", operation_id = "getCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
+#[utoipa::path(get, path = "/v1/cron/jobs/{jobId}", operation_id = "getCronJob", tag = "cron",
+    params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 200, description = "The job", body = JobView)))]
 pub async fn get(
     State(state): State<Arc<Shared>>,
@@ -128,8 +128,8 @@ pub async fn get(
 }
 
 /// `DELETE /v1/cron/jobs/{jobId}` → 204. Fires in flight run to their end; no new ones.
-#[utoipa::path(delete, path = "/v1/cron/jobs/{job_id}", operation_id = "deleteCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
+#[utoipa::path(delete, path = "/v1/cron/jobs/{jobId}", operation_id = "deleteCronJob", tag = "cron",
+    params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 204, description = "Deleted")))]
 pub async fn delete(
     State(state): State<Arc<Shared>>,
@@ -147,8 +147,8 @@ pub async fn delete(
 
 /// `PATCH /v1/cron/jobs/{jobId}`: any field. A new schedule counts from now; re-enabling does
 /// not replay the slots missed while disabled.
-#[utoipa::path(patch, path = "/v1/cron/jobs/{job_id}", operation_id = "updateCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
+#[utoipa::path(patch, path = "/v1/cron/jobs/{jobId}", operation_id = "updateCronJob", tag = "cron",
+    params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     request_body = JobPatchBody,
     responses((status = 200, description = "The job", body = JobView)))]
 pub async fn patch(
@@ -272,8 +272,8 @@ fn apply_patch(
 }
 
 /// `POST /v1/cron/jobs/{jobId}/run` → 202 `{runId}`: one fire now, listed in `lastRuns` at once.
-#[utoipa::path(post, path = "/v1/cron/jobs/{job_id}/run", operation_id = "runCronJob", tag = "cron",
-    params(("job_id" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
+#[utoipa::path(post, path = "/v1/cron/jobs/{jobId}/run", operation_id = "runCronJob", tag = "cron",
+    params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 202, description = "Fired now", body = FiredView)))]
 pub async fn run_now(
     State(state): State<Arc<Shared>>,

@@ -59,6 +59,19 @@ const EXAMPLE_ENV: &[(&str, &str)] = &[
 fn the_shipped_example_parses_into_every_setting() {
     let s = settings(EXAMPLE, EXAMPLE_ENV);
 
+    // the example's webhook hook, with every key it shows
+    assert_eq!(s.hooks.len(), 1, "{:?}", s.hooks);
+    let hook = &s.hooks[0];
+    assert_eq!(hook.name, "audit");
+    assert_eq!(hook.url, "https://hooks.example.com/agentlane");
+    assert_eq!(hook.priority, 10);
+    assert_eq!(hook.timeout, Duration::from_millis(15_000));
+    assert_eq!(hook.points.len(), 3);
+    assert_eq!(
+        hook.secret_header.as_ref().map(|(n, _)| n.as_str()),
+        Some("X-Hook-Secret")
+    );
+
     assert_eq!(
         s.models.providers,
         vec![

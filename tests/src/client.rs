@@ -185,11 +185,12 @@ impl Client {
         }
     }
 
-    /// `GET /v1/runs/{id}` (must be 200).
+    /// `GET /v1/runs/{id}?include=internal` (must be 200): with the runner's checkpoint,
+    /// which scenarios about the retry loop read.
     pub async fn run(&self, run_id: &str) -> HarnessResult<RunView> {
         self.expect(
             Method::GET,
-            &format!("/v1/runs/{run_id}"),
+            &format!("/v1/runs/{run_id}?include=internal"),
             None,
             StatusCode::OK,
         )

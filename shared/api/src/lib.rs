@@ -31,6 +31,7 @@ pub mod limits;
 pub mod notify;
 mod openai;
 pub mod openapi;
+mod openapi_shapes;
 mod page;
 mod request_context;
 mod routes;

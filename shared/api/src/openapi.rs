@@ -221,6 +221,7 @@ pub fn document() -> Document {
     document.merge(waits.into_openapi());
     Conventions.modify(&mut document);
     flatten_agent_schemas(&mut document);
+    crate::openapi_shapes::shape(&mut document);
     document
 }
 

@@ -43,20 +43,48 @@ async fn load_run(state: &Shared, tenant: &TenantId, id: &RunId) -> Result<Run, 
         .ok_or_else(|| ApiError::not_found(format!("run {id}")))
 }
 
-/// The run record (without its tenant).
+/// Query of `GET /v1/runs/{runId}`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunQuery {
+    /// `internal`: also the runner's own records (`checkpoint`, the retry loop's state between
+    /// hand-backs, and `requestFingerprint`), for debugging; left out otherwise.
+    pub include: Option<RunInclude>,
+}
+
+/// What `?include=` adds to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunInclude {
+    Internal,
+}
+
+/// The run record (without its tenant; the runner's internals only with `?include=internal`).
 #[utoipa::path(get, path = "/v1/runs/{runId}", operation_id = "getRun", tag = "runs",
-    params(("runId" = String, Path, description = "A run id (`run_…`)")),
+    params(("runId" = String, Path, description = "A run id (`run_…`)"), RunQuery),
     responses((status = 200, description = "The run: status, model, attempts, usage, payloads", body = Run)))]
 pub async fn get_run(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
+    ApiQuery(query): ApiQuery<RunQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let id = run_id(raw)?;
     let run = load_run(&state, &tenant, &id).await?;
-    let view = run_view(&run).map_err(|e| ApiError::Internal(format!("run view: {e}")))?;
+    let mut view = run_view(&run).map_err(|e| ApiError::Internal(format!("run view: {e}")))?;
+    if query.include != Some(RunInclude::Internal)
+        && let Some(object) = view.as_object_mut()
+    {
+        for internal in INTERNAL_FIELDS {
+            object.remove(*internal);
+        }
+    }
     Ok(Json(view))
 }
+
+/// The fields of a run only `?include=internal` shows: the runner's resume state and the
+/// fingerprint idempotent resubmits are checked against.
+const INTERNAL_FIELDS: &[&str] = &["checkpoint", "requestFingerprint"];
 
 /// Query of the events route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

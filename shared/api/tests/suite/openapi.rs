@@ -29,6 +29,62 @@ fn the_committed_document_is_the_generated_one() {
     );
 }
 
+/// What client generators need: every union variant a named schema (no `Message0..3`), a
+/// discriminator where the union is tagged, camelCase path parameters, servers, and the frames
+/// of the SSE answer.
+#[test]
+fn unions_have_named_variants_and_the_event_stream_its_frames() {
+    let doc: Value = serde_json::from_str(agentlane_api::openapi_json()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    // every oneOf item of a component schema is a $ref or a plain scalar/array/null schema
+    for (name, schema) in schemas.as_object().unwrap() {
+        for item in schema["oneOf"].as_array().into_iter().flatten() {
+            assert!(
+                item.get("$ref").is_some() || item["type"] != "object",
+                "{name} has an anonymous object variant: {item}"
+            );
+        }
+    }
+    let message = &schemas["Message"];
+    assert_eq!(message["discriminator"]["propertyName"], "role");
+    for (role, variant) in [
+        ("user", "UserMessage"),
+        ("assistant", "AssistantMessage"),
+        ("compaction", "CompactionMessage"),
+        ("tool", "ToolMessage"),
+    ] {
+        assert_eq!(
+            message["discriminator"]["mapping"][role],
+            format!("#/components/schemas/{variant}")
+        );
+        assert_eq!(schemas[variant]["properties"]["role"]["enum"][0], role);
+    }
+    for variant in ["CronSchedule", "EverySchedule", "AtSchedule"] {
+        assert!(schemas[variant].is_object(), "{variant}");
+    }
+    // path parameters are camelCase
+    for path in doc["paths"].as_object().unwrap().keys() {
+        assert!(!path.contains('_') || !path.contains('{'), "{path}");
+    }
+    assert!(doc["servers"].as_array().is_some_and(|s| !s.is_empty()));
+    let sse = &doc["paths"]["/v1/runs/{runId}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"];
+    assert_eq!(
+        sse["x-sse-frame"]["$ref"],
+        "#/components/schemas/RunStreamFrame"
+    );
+    let frames: Vec<&str> = schemas["RunStreamFrame"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["$ref"].as_str())
+        .collect();
+    assert_eq!(frames.len(), 4, "{frames:?}");
+    assert_eq!(
+        schemas["RunEventFrame"]["properties"]["data"]["$ref"],
+        "#/components/schemas/Event"
+    );
+}
+
 #[tokio::test]
 async fn the_document_is_served_without_a_key_and_every_operation_lists_the_edge_errors() {
     let h = Harness::new().await;

@@ -28,6 +28,36 @@ async fn a_run_reads_back_without_its_tenant() {
 }
 
 #[tokio::test]
+async fn a_run_shows_the_runners_internals_only_when_asked() {
+    let h = Harness::new().await;
+    let reply = h
+        .agent(
+            ACME_KEY,
+            json!({"sessionKey": "main", "message": "hi", "idempotencyKey": "k-1"}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text);
+    let run_id = reply.json["runId"].as_str().unwrap().to_owned();
+    let plain = h.get(&format!("/v1/runs/{run_id}"), ACME_KEY).await;
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.text);
+    assert_eq!(plain.json.get("requestFingerprint"), None, "{}", plain.text);
+    assert_eq!(plain.json.get("checkpoint"), None, "{}", plain.text);
+    assert_eq!(plain.json["idempotencyKey"], "k-1");
+    let internal = h
+        .get(&format!("/v1/runs/{run_id}?include=internal"), ACME_KEY)
+        .await;
+    assert_eq!(internal.status, StatusCode::OK, "{}", internal.text);
+    assert!(
+        internal.json["requestFingerprint"].is_string(),
+        "{}",
+        internal.text
+    );
+    h.get(&format!("/v1/runs/{run_id}?include=everything"), ACME_KEY)
+        .await
+        .assert_error(400, "invalid_request");
+}
+
+#[tokio::test]
 async fn events_page_by_seq() {
     let h = Harness::new().await;
     let run_id = h.submit_run(ACME_KEY, "main", "hi").await;

@@ -19,6 +19,7 @@ mod cron;
 mod early_end;
 mod edge_limits;
 mod events_sse;
+mod generated_client;
 mod harness;
 mod idempotency;
 mod keys;

@@ -49,6 +49,7 @@ async fn load_run(state: &Shared, tenant: &TenantId, id: &RunId) -> Result<Run, 
 pub struct RunQuery {
     /// `internal`: also the runner's own records (`checkpoint`, the retry loop's state between
     /// hand-backs, and `requestFingerprint`), for debugging; left out otherwise.
+    #[param(inline)]
     pub include: Option<RunInclude>,
 }
 

@@ -28,7 +28,7 @@ impl From<ApiError> for HarnessError {
             ApiError::Transport {
                 method,
                 url,
-                source,
+                error: source,
             } => HarnessError::Http {
                 method: method.to_string(),
                 url,

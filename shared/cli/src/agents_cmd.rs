@@ -27,9 +27,6 @@ const SERVER_FIELDS: [&str; 3] = ["version", "createdAt", "updatedAt"];
 pub struct AgentsArgs {
     #[command(flatten)]
     pub client: ClientArgs,
-    /// Print the API's JSON instead of the human form.
-    #[arg(long, global = true)]
-    pub json: bool,
     #[command(subcommand)]
     pub command: AgentsCommand,
 }
@@ -486,7 +483,7 @@ pub(crate) fn edit_body(
 /// Runs `agentlane agents …` and prints the result.
 pub async fn run(args: AgentsArgs) -> anyhow::Result<ExitCode> {
     let api = api(&args.client)?;
-    print!("{}", execute(&api, &args.command, args.json).await?);
+    print!("{}", execute(&api, &args.command, args.client.json).await?);
     Ok(ExitCode::SUCCESS)
 }
 

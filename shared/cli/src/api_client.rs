@@ -71,14 +71,14 @@ impl RawResponse {
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// No status came back (connection refused, reset, timed out).
-    #[error("{method} {url}: {source}")]
+    #[error("{}", transport_message(method, url, error))]
     Transport {
         /// The request method.
         method: Method,
         /// The full URL.
         url: String,
-        /// The transport error.
-        source: reqwest::Error,
+        /// The transport error (its causes are in the message, so it is not a `source`).
+        error: reqwest::Error,
     },
     /// The API answered with an error status.
     #[error("{request}: {}: {}", .response.status, .response.error_text())]
@@ -88,6 +88,46 @@ pub enum ApiError {
         /// The whole answer.
         response: RawResponse,
     },
+}
+
+/// One line for a request that got no answer: where it looked, and, when nothing listens
+/// there, whether `serve` runs and how to point the client elsewhere.
+fn transport_message(method: &Method, url: &str, source: &reqwest::Error) -> String {
+    let mut cause = String::new();
+    let mut next = std::error::Error::source(source);
+    while let Some(inner) = next {
+        cause = inner.to_string();
+        next = inner.source();
+    }
+    if cause.is_empty() {
+        cause = source.without_url_ref();
+    }
+    if source.is_connect() {
+        let base = url.split("/v1/").next().unwrap_or(url);
+        format!(
+            "cannot reach the agentlane server at {base} ({cause}): is `agentlane serve` running \
+             there? Point the client elsewhere with --url or AGENTLANE_URL"
+        )
+    } else if source.is_timeout() {
+        format!("{method} {url}: no answer in time")
+    } else {
+        format!("{method} {url}: {cause}")
+    }
+}
+
+/// `error`'s text without the URL reqwest puts in it.
+trait WithoutUrlRef {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrlRef for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        let text = self.to_string();
+        match self.url() {
+            Some(url) => text.replace(&format!(" ({url})"), ""),
+            None => text,
+        }
+    }
 }
 
 /// The API at one base URL, as one caller.
@@ -140,11 +180,7 @@ impl ApiClient {
 
     fn transport(&self, method: Method, path: &str) -> impl FnOnce(reqwest::Error) -> ApiError {
         let url = format!("{}{path}", self.base);
-        move |source| ApiError::Transport {
-            method,
-            url,
-            source,
-        }
+        move |error| ApiError::Transport { method, url, error }
     }
 
     /// Any request; the status is not checked.

@@ -66,18 +66,33 @@ pub struct ServeArgs {
     pub workers: usize,
 }
 
-/// How a client finds and authenticates to the server.
+/// How a client finds and authenticates to the server, and how it prints. Every flag is
+/// global: it may come after any subcommand (`agentlane cron list --url …`).
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
     /// Server URL.
-    #[arg(long, default_value = "http://127.0.0.1:8787", env = "AGENTLANE_URL")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "http://127.0.0.1:8787",
+        env = "AGENTLANE_URL"
+    )]
     pub url: String,
     /// API key (default: the key `serve` generated in <data-dir>/api-key).
-    #[arg(long, env = "AGENTLANE_API_KEY", hide_env_values = true)]
+    #[arg(long, global = true, env = "AGENTLANE_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Data directory of a local `serve`, to find its generated API key.
-    #[arg(long, default_value = ".agentlane", env = "AGENTLANE_DATA_DIR")]
+    #[arg(
+        long,
+        global = true,
+        default_value = ".agentlane",
+        env = "AGENTLANE_DATA_DIR"
+    )]
     pub data_dir: PathBuf,
+    /// Print the API's JSON (one document; JSON Lines for `events --follow`) instead of the
+    /// human form.
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -90,9 +105,10 @@ pub struct AgentArgs {
     /// The message.
     #[arg(long)]
     pub message: String,
-    /// Wait for the run and print the reply.
+    /// Wait for the run and print the reply (with --json: the wait's answer).
     #[arg(long)]
     pub wait: bool,
+    /// The same key within 24 h names the same run (a retry sends nothing twice).
     #[arg(long)]
     pub idempotency_key: Option<String>,
     /// Model as provider/model.
@@ -105,13 +121,24 @@ pub struct AgentArgs {
     /// `main`, the deployment's own agent).
     #[arg(long, value_name = "ID")]
     pub agent: Option<String>,
+    /// How hard the model thinks: off, minimal, low, medium, high, xhigh, adaptive.
+    #[arg(long, value_name = "LEVEL")]
+    pub thinking: Option<String>,
+    /// What happens while the session is busy: followup, collect, steer, interrupt.
+    #[arg(long, value_name = "MODE")]
+    pub queue_mode: Option<String>,
+    /// Added to the system prompt of this turn.
+    #[arg(long, value_name = "TEXT")]
+    pub extra_system_prompt: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub struct WaitArgs {
     #[command(flatten)]
     pub client: ClientArgs,
+    /// The run (`run_…`).
     pub run_id: String,
+    /// How long to wait, in ms.
     #[arg(long, default_value_t = 30_000)]
     pub timeout_ms: u64,
 }
@@ -120,6 +147,7 @@ pub struct WaitArgs {
 pub struct EventsArgs {
     #[command(flatten)]
     pub client: ClientArgs,
+    /// The run (`run_…`).
     pub run_id: String,
     /// Stream events until the run ends.
     #[arg(long)]
@@ -130,6 +158,7 @@ pub struct EventsArgs {
 pub struct TranscriptArgs {
     #[command(flatten)]
     pub client: ClientArgs,
+    /// The session key.
     pub session: String,
 }
 

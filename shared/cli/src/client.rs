@@ -1,8 +1,9 @@
-//! Client commands: thin wrappers over the HTTP API ([`ApiClient`]) that print JSON (or text)
-//! to stdout.
+//! Client commands: thin wrappers over the HTTP API ([`ApiClient`]) that print the human form
+//! ([`human`]) or, with `--json`, the API's JSON to stdout.
 
 use crate::api_client::{ApiClient, Auth};
 use crate::args::{AgentArgs, ClientArgs, EventsArgs, TranscriptArgs, WaitArgs};
+use crate::human;
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use reqwest::Method;
@@ -47,20 +48,49 @@ fn wait_exit(result: &Value) -> ExitCode {
     }
 }
 
+/// Prints a wait's answer: the JSON with `--json`; else the reply as prose, or one line on
+/// stderr saying how the run ended (or that it is still going, or what it waits for).
+fn print_wait(result: &Value, as_json: bool) {
+    if as_json {
+        print(result);
+        return;
+    }
+    match result["status"].as_str() {
+        Some("ok") => println!("{}", human::reply(result)),
+        Some("requires_action") => eprintln!(
+            "run {} is paused for {} call(s): answer with `agentlane runs approve|answer`",
+            result["runId"].as_str().unwrap_or("?"),
+            result["requiredAction"]["toolCalls"]
+                .as_array()
+                .map_or(0, Vec::len)
+        ),
+        Some("pending" | "timeout") if result["error"].is_null() => eprintln!(
+            "run {} is still {} (the wait ended; the run goes on)",
+            result["runId"].as_str().unwrap_or("?"),
+            result["runStatus"].as_str().unwrap_or("going")
+        ),
+        _ => eprintln!("{}", human::failure(result)),
+    }
+}
+
 /// The body of `POST /v1/agent` for `a`.
 fn turn_body(a: &AgentArgs) -> Value {
     let mut body = json!({ "sessionKey": a.session, "message": a.message });
-    if let Some(k) = &a.idempotency_key {
-        body["idempotencyKey"] = json!(k);
-    }
-    if let Some(m) = &a.model {
-        body["model"] = json!(m);
+    let optional = [
+        ("idempotencyKey", a.idempotency_key.as_ref()),
+        ("model", a.model.as_ref()),
+        ("agentId", a.agent.as_ref()),
+        ("thinking", a.thinking.as_ref()),
+        ("queueMode", a.queue_mode.as_ref()),
+        ("extraSystemPrompt", a.extra_system_prompt.as_ref()),
+    ];
+    for (field, value) in optional {
+        if let Some(value) = value {
+            body[field] = json!(value);
+        }
     }
     if let Some(t) = a.timeout_seconds {
         body["timeoutSeconds"] = json!(t);
-    }
-    if let Some(agent) = &a.agent {
-        body["agentId"] = json!(agent);
     }
     body
 }
@@ -70,8 +100,12 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     let accepted = api
         .call(Method::POST, "/v1/agent", Some(turn_body(&a)))
         .await?;
-    print(&accepted);
     if !a.wait {
+        if a.client.json {
+            print(&accepted);
+        } else {
+            println!("{}", human::accepted(&accepted));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let run_id = accepted
@@ -79,31 +113,22 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         .and_then(Value::as_str)
         .context("the server answered without a runId")?
         .to_owned();
-    let result = api.wait_until_done(&run_id, None).await?;
-    let run = api
-        .call(Method::GET, &format!("/v1/runs/{run_id}"), None)
-        .await?;
-    for payload in run
-        .get("payloads")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(text) = payload.get("text").and_then(Value::as_str) {
-            println!("\n{text}");
-        }
-    }
-    if result.get("status").and_then(Value::as_str) != Some("ok") {
-        print(&result);
-    }
+    let spinner = crate::progress::spinner(!a.client.json, "waiting for the reply");
+    let result = api.wait_until_done(&run_id, None).await;
+    spinner.finish_and_clear();
+    let result = result?;
+    print_wait(&result, a.client.json);
     Ok(wait_exit(&result))
 }
 
 pub async fn wait(a: WaitArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
     let within = Duration::from_millis(a.timeout_ms);
-    let result = api.wait_until_done(&a.run_id, Some(within)).await?;
-    print(&result);
+    let spinner = crate::progress::spinner(!a.client.json, "waiting for the run");
+    let result = api.wait_until_done(&a.run_id, Some(within)).await;
+    spinner.finish_and_clear();
+    let result = result?;
+    print_wait(&result, a.client.json);
     Ok(wait_exit(&result))
 }
 
@@ -111,10 +136,29 @@ pub async fn events(a: EventsArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
     let path = format!("/v1/runs/{}/events", a.run_id);
     if !a.follow {
-        print(&api.call(Method::GET, &path, None).await?);
+        let page = api.call(Method::GET, &path, None).await?;
+        if a.client.json {
+            print(&page);
+        } else {
+            for event in page["events"].as_array().into_iter().flatten() {
+                println!("{}", human::event_line(event));
+            }
+        }
         return Ok(ExitCode::SUCCESS);
     }
-    follow_events(&api, &a.run_id, |event, data| println!("{event} {data}")).await?;
+    let as_json = a.client.json;
+    let mut printer = human::FollowPrinter::default();
+    follow_events(&api, &a.run_id, |event, data| {
+        if as_json {
+            let data: Value = serde_json::from_str(data).unwrap_or_else(|_| json!(data));
+            println!("{}", json!({ "event": event, "data": data }));
+        } else if let Some(frame) = human::follow_frame(event, data) {
+            use std::io::Write;
+            print!("{}", printer.render(frame));
+            let _ = std::io::stdout().flush();
+        }
+    })
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -159,7 +203,12 @@ pub async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
         "/v1/sessions/{}/transcript",
         agentlane_core::validate::path_segment(&a.session)
     );
-    print(&api.call(Method::GET, &path, None).await?);
+    let page = api.call(Method::GET, &path, None).await?;
+    if a.client.json {
+        print(&page);
+    } else {
+        print!("{}", human::transcript(&page));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,6 @@
 //! `agentlane cron add|list|show|rm|run|enable|disable`: cron jobs over the HTTP API.
 
+use crate::api_client::ApiClient;
 use crate::args::ClientArgs;
 use crate::client::{api, print};
 use clap::{Args, Subcommand};
@@ -24,15 +25,30 @@ pub enum CronCommand {
     /// List the jobs.
     List,
     /// Show one job with its recent runs.
-    Show { job_id: String },
+    Show {
+        /// The job's id (`job_…`) or its name.
+        job_id: String,
+    },
     /// Delete a job.
-    Rm { job_id: String },
+    Rm {
+        /// The job's id (`job_…`) or its name.
+        job_id: String,
+    },
     /// Fire a job now (prints the run id).
-    Run { job_id: String },
+    Run {
+        /// The job's id (`job_…`) or its name.
+        job_id: String,
+    },
     /// Enable a job (missed slots are not replayed).
-    Enable { job_id: String },
+    Enable {
+        /// The job's id (`job_…`) or its name.
+        job_id: String,
+    },
     /// Disable a job.
-    Disable { job_id: String },
+    Disable {
+        /// The job's id (`job_…`) or its name.
+        job_id: String,
+    },
 }
 
 /// `agentlane cron add`.
@@ -112,7 +128,32 @@ pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
     Ok(body)
 }
 
-/// Runs a cron subcommand and prints the API's answer.
+/// The id of the job `name_or_id` names: a `job_…` id as it is, else the job of that name
+/// (the tenant's names are looked up; none or two of that name is an error).
+async fn resolve(api: &ApiClient, name_or_id: &str) -> anyhow::Result<String> {
+    if name_or_id.starts_with("job_") {
+        return Ok(name_or_id.to_owned());
+    }
+    let list = api.call(Method::GET, "/v1/cron/jobs", None).await?;
+    let ids: Vec<&str> = list["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|job| job["name"].as_str() == Some(name_or_id))
+        .filter_map(|job| job["jobId"].as_str())
+        .collect();
+    match ids.as_slice() {
+        [id] => Ok((*id).to_owned()),
+        [] => anyhow::bail!("no cron job named {name_or_id:?} (see `agentlane cron list`)"),
+        _ => anyhow::bail!(
+            "{} cron jobs are named {name_or_id:?}; name one by its id: {}",
+            ids.len(),
+            ids.join(", ")
+        ),
+    }
+}
+
+/// Runs a cron subcommand and prints the API's answer (`--json`) or its human form.
 pub async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
     let api = api(&args.client)?;
     let path = |id: &str| format!("/v1/cron/jobs/{id}");
@@ -122,34 +163,89 @@ pub async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
                 .await?
         }
         CronCommand::List => api.call(Method::GET, "/v1/cron/jobs", None).await?,
-        CronCommand::Show { job_id } => api.call(Method::GET, &path(job_id), None).await?,
+        CronCommand::Show { job_id } => {
+            let id = resolve(&api, job_id).await?;
+            api.call(Method::GET, &path(&id), None).await?
+        }
         CronCommand::Rm { job_id } => {
-            api.call(Method::DELETE, &path(job_id), None).await?;
-            json!({"deleted": job_id})
+            let id = resolve(&api, job_id).await?;
+            api.call(Method::DELETE, &path(&id), None).await?;
+            json!({"deleted": id})
         }
         CronCommand::Run { job_id } => {
-            api.call(
-                Method::POST,
-                &format!("{}/run", path(job_id)),
-                Some(json!({})),
-            )
-            .await?
-        }
-        CronCommand::Enable { job_id } => {
-            api.call(Method::PATCH, &path(job_id), Some(json!({"enabled": true})))
+            let id = resolve(&api, job_id).await?;
+            api.call(Method::POST, &format!("{}/run", path(&id)), Some(json!({})))
                 .await?
         }
-        CronCommand::Disable { job_id } => {
-            api.call(
-                Method::PATCH,
-                &path(job_id),
-                Some(json!({"enabled": false})),
-            )
-            .await?
+        CronCommand::Enable { job_id } | CronCommand::Disable { job_id } => {
+            let enabled = matches!(args.command, CronCommand::Enable { .. });
+            let id = resolve(&api, job_id).await?;
+            api.call(Method::PATCH, &path(&id), Some(json!({"enabled": enabled})))
+                .await?
         }
     };
-    print(&answer);
+    if args.client.json {
+        print(&answer);
+    } else if matches!(args.command, CronCommand::Run { .. }) {
+        println!(
+            "fired {}: run {} on session {}",
+            answer["jobId"].as_str().unwrap_or("?"),
+            answer["runId"].as_str().unwrap_or("-"),
+            answer["sessionKey"].as_str().unwrap_or("-")
+        );
+    } else if let Some(id) = answer["deleted"].as_str() {
+        println!("deleted {id}");
+    } else if let Some(jobs) = answer["jobs"].as_array() {
+        print!("{}", jobs_table(jobs));
+    } else if answer["jobId"].is_string() {
+        print!("{}", jobs_table(std::slice::from_ref(&answer)));
+    } else {
+        print(&answer);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line per job: id, name, schedule, enabled, next fire (local time), last outcome.
+fn jobs_table(jobs: &[Value]) -> String {
+    let mut out = format!(
+        "{:<38} {:<20} {:<24} {:<8} {:<26} {}\n",
+        "ID", "NAME", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST"
+    );
+    for job in jobs {
+        let schedule = &job["schedule"];
+        let when = match (
+            schedule["cron"].as_str(),
+            schedule["everySeconds"].as_u64(),
+            schedule["at"].as_str(),
+        ) {
+            (Some(cron), _, _) => match schedule["tz"].as_str() {
+                Some(tz) => format!("{cron} ({tz})"),
+                None => cron.to_owned(),
+            },
+            (_, Some(every), _) => format!("every {every}s"),
+            (_, _, Some(at)) => format!("at {at}"),
+            _ => schedule.to_string(),
+        };
+        let last = job["lastRuns"]
+            .as_array()
+            .and_then(|runs| runs.first())
+            .and_then(|run| run["status"].as_str())
+            .unwrap_or("-");
+        out.push_str(&format!(
+            "{:<38} {:<20} {:<24} {:<8} {:<26} {}\n",
+            job["jobId"].as_str().unwrap_or("?"),
+            job["name"].as_str().unwrap_or(""),
+            when,
+            if job["enabled"] == Value::Bool(true) {
+                "yes"
+            } else {
+                "no"
+            },
+            crate::human::time(job["nextRunAt"].as_u64()),
+            last,
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -12,14 +12,11 @@ use std::process::ExitCode;
 pub struct UsageArgs {
     #[command(flatten)]
     pub client: ClientArgs,
-    /// Print the API's JSON answer instead of the table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 pub async fn run(a: UsageArgs) -> anyhow::Result<ExitCode> {
     let usage = api(&a.client)?.call(Method::GET, "/v1/usage", None).await?;
-    if a.json {
+    if a.client.json {
         print(&usage);
     } else {
         print!("{}", table(&usage));

@@ -450,11 +450,11 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_store_failure_is_an_internal_error_and_not_cached() {
+    async fn a_store_outage_is_unavailable_and_not_cached() {
         let (store, keys, new) = setup(100).await;
         store.down.store(true, Ordering::SeqCst);
         let err = keys.authenticate(&new.key).await.unwrap_err();
-        assert_eq!(err.code(), "internal");
+        assert_eq!((err.code(), err.status().as_u16()), ("unavailable", 503));
         store.down.store(false, Ordering::SeqCst);
         assert!(keys.authenticate(&new.key).await.unwrap().is_some());
     }

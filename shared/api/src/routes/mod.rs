@@ -42,6 +42,7 @@ pub(crate) struct Table {
 pub(crate) fn table() -> Table {
     let rest = OpenApiRouter::default()
         .routes(routes!(health))
+        .routes(routes!(ready))
         .routes(routes!(crate::openapi::serve_document))
         .route(METRICS, get(metrics))
         .routes(routes!(agent::submit))
@@ -96,6 +97,36 @@ pub(crate) fn streaming_table() -> Table {
     responses((status = 200, description = "The server is up", body = Object, example = json!({"ok": true}))))]
 pub async fn health() -> Json<Value> {
     Json(json!({"ok": true}))
+}
+
+/// How long `GET /readyz` waits for the store's answer.
+const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `GET /readyz`, no auth: whether this process can serve requests — the store answers a point
+/// read (of a run no tenant has) within 3 s. `503 unavailable` with `Retry-After` otherwise.
+/// `/healthz` stays a liveness probe: it answers while the process runs, whatever the store.
+#[utoipa::path(get, path = "/readyz", operation_id = "ready", tag = "health", security(()),
+    responses(
+        (status = 200, description = "The store answers", body = Object, example = json!({"ok": true})),
+        (status = 503, description = "`unavailable`: the store does not answer; see `Retry-After`",
+            body = crate::error::ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before retrying"))),
+    ))]
+pub async fn ready(
+    axum::extract::State(state): axum::extract::State<Arc<Shared>>,
+) -> Result<Json<Value>, ApiError> {
+    let (tenant, run) = (
+        agentlane_core::TenantId::new("_readyz"),
+        RunId::new("run_readyz_probe"),
+    );
+    let probe = state.store.get_run(&tenant, &run);
+    match tokio::time::timeout(READY_PROBE_TIMEOUT, probe).await {
+        Ok(Ok(_)) => Ok(Json(json!({"ok": true}))),
+        Ok(Err(e)) => Err(ApiError::Unavailable(format!("readyz: store: {e}"))),
+        Err(_) => Err(ApiError::Unavailable(format!(
+            "readyz: the store did not answer within {READY_PROBE_TIMEOUT:?}"
+        ))),
+    }
 }
 
 /// `GET /metrics`: this process's metrics (turns, attempts, breaker trips, lock takeovers,

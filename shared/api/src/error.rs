@@ -16,6 +16,9 @@ pub enum ApiError {
     /// 401: missing, malformed or unknown API key. The message is constant.
     #[error("missing or invalid API key")]
     Unauthorized,
+    /// 403: the key is valid but may not do this (a tenant's key on an operator route).
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: unknown route, or a resource this tenant does not have.
     #[error("{0}")]
     NotFound(String),
@@ -72,6 +75,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -91,6 +95,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::SessionBusy(_) => StatusCode::CONFLICT,
@@ -150,7 +155,7 @@ pub struct ErrorBody {
 /// What went wrong: a stable code and a message that says what to fix.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// `invalid_request`, `unauthorized`, `not_found`, `method_not_allowed`, `conflict`,
+    /// `invalid_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`,
     /// `payload_too_large`, `session_busy`, `rate_limited`, `budget_exceeded`, `timeout`,
     /// `uri_too_long`, `internal` or `unavailable`.
     #[schema(example = "invalid_request")]

@@ -185,6 +185,7 @@ impl From<ApiError> for OpenAiError {
         let (kind, code) = match &error {
             ApiError::InvalidRequest(_) => (INVALID_REQUEST, None),
             ApiError::Unauthorized => (INVALID_REQUEST, Some("invalid_api_key")),
+            ApiError::Forbidden(_) => (INVALID_REQUEST, Some("forbidden")),
             ApiError::NotFound(_) => (INVALID_REQUEST, Some("not_found")),
             ApiError::MethodNotAllowed => (INVALID_REQUEST, Some("method_not_allowed")),
             ApiError::Conflict(_) => (INVALID_REQUEST, Some("conflict")),

@@ -130,17 +130,38 @@ pub async fn ready(
 }
 
 /// `GET /metrics`: this process's metrics (turns, attempts, breaker trips, lock takeovers,
-/// queue age, stuck sessions, cron fires, poisoned runs) in the Prometheus text format, behind
-/// the same API-key auth as `/v1/...` (scrape with `authorization: Bearer <key>`). The counts
-/// are the process's, across tenants. `404` where [`crate::ApiConfig::expose_metrics`] is off
-/// (the ingress Lambda: its metrics go to CloudWatch as EMF instead).
+/// queue age, stuck sessions, cron fires, poisoned runs) in the Prometheus text format. The
+/// counts are the process's, across tenants, so only the operator's key
+/// ([`crate::ApiConfig::metrics_key`]) reads them (scrape with `authorization: Bearer <key>`):
+/// no key or an unknown one is `401`, a tenant's key `403` (and every key while none is
+/// configured). `404` where [`crate::ApiConfig::expose_metrics`] is off (the ingress Lambda:
+/// its metrics go to CloudWatch as EMF instead).
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::Shared>>,
-    _tenant: crate::auth::Tenant,
+    headers: axum::http::HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     if !state.config.expose_metrics {
         return Err(ApiError::NotFound("no such route".into()));
+    }
+    let token = crate::auth::bearer_in(&headers).ok_or(ApiError::Unauthorized)?;
+    let operator = state
+        .config
+        .metrics_key
+        .as_ref()
+        .is_some_and(|k| k.accepts(token));
+    if !operator {
+        return Err(match state.keys.authenticate(token).await? {
+            Some(_) if state.config.metrics_key.is_none() => ApiError::Forbidden(
+                "GET /metrics answers only to the operator's metrics key, and none is \
+                 configured (AGENTLANE_METRICS_KEY or [api] metrics_key)"
+                    .into(),
+            ),
+            Some(_) => ApiError::Forbidden(
+                "GET /metrics answers only to the operator's metrics key, not a tenant's".into(),
+            ),
+            None => ApiError::Unauthorized,
+        });
     }
     let text = agentlane_core::metrics::global().render_prometheus();
     Ok((

@@ -519,6 +519,8 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
         c.check(ddb and ddb <= DYNAMODB_ITEM_ACTIONS, f"{role_name}: item-level DynamoDB actions only: {ddb}")
         if role_name == "IngressStreamRole":
             check_stream_role(c, role_name, roles[role_name], ddb)
+        else:
+            check_tenant_writes(c, role_name, roles[role_name])
         c.check(
             {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb", "secretsmanager", "ssm", "kms"},
             f"{role_name}: nothing beyond logs, sqs, dynamodb and the provider-key reads: {sorted(actions)}",
@@ -569,6 +571,33 @@ STREAM_ROLE_WRITES = {
     "dynamodb:PutItem": ["T#*#S#*", "T#*#K#*", "T#*#R#*"],
 }
 STREAM_ROLE_READS = {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"}
+
+
+# The table writes of the ingress, runner and cron roles: every write action only in
+# statements confined by dynamodb:LeadingKeys to tenant items (`T#{tenant}#...`), so that no
+# function can write a `KEY#` lookup item (mint a key for any tenant): only the operator's
+# `agentlane keys` does.
+TABLE_WRITES = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:BatchWriteItem",
+}
+TENANT_ITEMS = ["T#*"]
+
+
+def check_tenant_writes(c: Checker, role_name: str, role: dict[str, Any]) -> None:
+    for st in statements(role):
+        writes = TABLE_WRITES & set(as_list(st["Action"]))
+        if not writes:
+            continue
+        keys = (st.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        c.check(
+            sorted(as_list(keys or [])) == TENANT_ITEMS,
+            f"{role_name}/{st.get('Sid', '?')}: {sorted(writes)} only on tenant items "
+            f"{TENANT_ITEMS} (dynamodb:LeadingKeys): {keys}",
+        )
 
 
 def check_stream_role(c: Checker, role_name: str, role: dict[str, Any], ddb: set[str]) -> None:
@@ -682,7 +711,8 @@ def check_samconfig(c: Checker, sam: dict[str, Any]) -> None:
 
 
 def check_operations(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> None:
-    """Alarms (DLQ not empty, runner errors, stuck sessions), API throttling and access logs,
+    """Alarms (DLQ not empty, runner errors, stuck sessions, dead letters, poisoned runs), API
+    throttling and access logs,
     the EMF namespace the alarms read, the concurrency knobs."""
     alarms = list(of_type(cfn, "AWS::CloudWatch::Alarm").values())
 
@@ -709,6 +739,18 @@ def check_operations(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> No
     c.check(namespace is not None, "the functions get AGENTLANE_METRICS_NAMESPACE (EMF)")
     stuck = alarm(namespace, "stuck_sessions")
     c.check(stuck is not None, f"an alarm on stuck_sessions in the functions' namespace {namespace}")
+    # The sweep deletes dead letters within a minute, so the DLQ's own metric can miss them:
+    # the sweep's count, and the runner's poisoned runs, each raise an alarm on the first one.
+    for metric in ("dead_lettered", "poisoned_runs"):
+        a = alarm(namespace, metric)
+        if c.check(a is not None, f"an alarm on {metric} in the functions' namespace {namespace}"):
+            c.check(
+                a.get("Statistic") == "Sum"
+                and a.get("Threshold") == 0
+                and a.get("ComparisonOperator") == "GreaterThanThreshold"
+                and a.get("TreatMissingData") == "notBreaching",
+                f"the {metric} alarm fires on one (Sum > 0), quiet without data: {a}",
+            )
     api = sam["Resources"]["HttpApi"]["Properties"]
     route = api.get("DefaultRouteSettings", {})
     c.check(
@@ -862,6 +904,43 @@ MUTATIONS = {
     "short visibility": ("    MinValue: 900\n", "    MinValue: 30\n"),
     "no DLQ alarm": ("      MetricName: ApproximateNumberOfMessagesVisible\n", "      MetricName: NumberOfMessagesSent\n"),
     "no API throttling": ("        ThrottlingRateLimit: !Ref ApiThrottlingRateLimit\n", ""),
+    "no dead-letter alarm": ("      MetricName: dead_lettered\n", "      MetricName: dead_letters\n"),
+    "no poisoned-runs alarm": ("      MetricName: poisoned_runs\n", "      MetricName: poison\n"),
+    "runner writes any item": (
+        "                  # queue mode steer: a taken steer's pending item (PS#<seq>) is deleted\n"
+        "                  - dynamodb:DeleteItem\n"
+        "                  - dynamodb:ConditionCheckItem\n"
+        "                Resource: !GetAtt Table.Arn\n"
+        "                Condition:\n"
+        "                  ForAllValues:StringLike:\n"
+        '                    dynamodb:LeadingKeys: ["T#*"]\n',
+        "                  # queue mode steer: a taken steer's pending item (PS#<seq>) is deleted\n"
+        "                  - dynamodb:DeleteItem\n"
+        "                  - dynamodb:ConditionCheckItem\n"
+        "                Resource: !GetAtt Table.Arn\n",
+    ),
+    "cron writes key items": (
+        "                  # a finished one-shot job with deleteAfterRun\n"
+        "                  - dynamodb:DeleteItem\n"
+        "                  - dynamodb:ConditionCheckItem\n"
+        "                Resource: !GetAtt Table.Arn\n"
+        "                Condition:\n"
+        "                  ForAllValues:StringLike:\n"
+        '                    dynamodb:LeadingKeys: ["T#*"]\n',
+        "                  # a finished one-shot job with deleteAfterRun\n"
+        "                  - dynamodb:DeleteItem\n"
+        "                  - dynamodb:ConditionCheckItem\n"
+        "                Resource: !GetAtt Table.Arn\n"
+        "                Condition:\n"
+        "                  ForAllValues:StringLike:\n"
+        '                    dynamodb:LeadingKeys: ["T#*", "KEY#*"]\n',
+    ),
+    "ingress writes in the read statement": (
+        "                  # accept_turn reads the session and the idempotency record in one call\n"
+        "                  - dynamodb:BatchGetItem\n",
+        "                  # accept_turn reads the session and the idempotency record in one call\n"
+        "                  - dynamodb:BatchGetItem\n                  - dynamodb:PutItem\n",
+    ),
     "stuck alarm in another namespace": (
         "      Namespace: !Sub agentlane/${StageName}\n      MetricName: stuck_sessions",
         "      Namespace: agentlane\n      MetricName: stuck_sessions",

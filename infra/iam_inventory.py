@@ -31,6 +31,10 @@ How the inventory is derived (no hand list of operations):
    fails (naming the function, the operation and the source file); a granted action no code
    path needs fails too. Logs actions (the Lambda runtime writes the log group) are outside
    this check (infra/checks.py checks their resource).
+6. Table writes are tenant-scoped: every DynamoDB write a function's role grants sits in a
+   statement confined by `dynamodb:LeadingKeys` to tenant items (`T#*`), and no code path of
+   a function writes an API key's `KEY#` lookup item (a function that builds `lookup_pk(` and
+   writes): only the operator's `agentlane keys` does, with the operator's credentials.
 """
 
 from __future__ import annotations
@@ -533,8 +537,8 @@ class Program:
         return out
 
 
-def inventory(ws: Workspace, function_crate: str) -> dict[str, list[Site]]:
-    """Needed IAM action -> the call sites that need it, for one function crate."""
+def reachable(ws: Workspace, function_crate: str) -> tuple["Program", set[int]]:
+    """The program of a function crate's closure and the functions its code can reach."""
     crates = ws.closure(function_crate)
     prog = Program.load(ws, crates)
     roots = [i for i, f in enumerate(prog.fns) if f.crate == function_crate]
@@ -546,11 +550,45 @@ def inventory(ws: Workspace, function_crate: str) -> dict[str, list[Site]]:
             continue
         seen.add(i)
         todo.extend(prog.callees(prog.fns[i]) - seen)
+    return prog, seen
+
+
+def inventory(ws: Workspace, function_crate: str) -> dict[str, list[Site]]:
+    """Needed IAM action -> the call sites that need it, for one function crate."""
+    prog, seen = reachable(ws, function_crate)
     needs: dict[str, list[Site]] = {}
     for i in sorted(seen):
         for site in prog.sites(prog.fns[i]):
             needs.setdefault(site.action, []).append(site)
     return needs
+
+
+# Writing an API key's lookup item (`KEY#{id}`): a function that names the lookup key and
+# writes an item.
+KEY_ITEM = re.compile(r"\blookup_pk\s*\(")
+ITEM_WRITE = re.compile(r"\b(put_item|update_item|delete_item|TransactWriteItem)\b")
+
+
+def key_item_writers(ws: Workspace, function_crate: str) -> list[str]:
+    """The reachable functions of a function crate that write `KEY#` items."""
+    prog, seen = reachable(ws, function_crate)
+    out = []
+    for i in sorted(seen):
+        f = prog.fns[i]
+        if KEY_ITEM.search(f.body) and ITEM_WRITE.search(f.body):
+            out.append(f"fn {f.name} ({rel(f.file)}:{f.body_line})")
+    return out
+
+
+# DynamoDB actions that write an item, and the items a function's role may write.
+TABLE_WRITES = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:BatchWriteItem",
+}
+TENANT_ITEMS = ["T#*"]
 
 
 # ----------------------------------------------------------------------------- template
@@ -590,6 +628,32 @@ def granted(template: dict[str, Any], function: str) -> dict[str, str]:
     return out
 
 
+def unscoped_writes(template: dict[str, Any], function: str) -> list[str]:
+    """`Sid: action` of the table writes of the function's role not confined to tenant items."""
+    res = template["Resources"]
+    att = res[function]["Properties"]["Role"]["Fn::GetAtt"]
+    role = res[att.split(".")[0] if isinstance(att, str) else att[0]]
+    out = []
+    for policy in role["Properties"].get("Policies", []):
+        sts = policy["PolicyDocument"]["Statement"]
+        for st in sts if isinstance(sts, list) else [sts]:
+            branches = st["Fn::If"][1:] if "Fn::If" in st else [st]
+            for branch in branches:
+                if not isinstance(branch, dict) or "Ref" in branch:
+                    continue
+                actions = branch.get("Action", [])
+                writes = TABLE_WRITES & set(actions if isinstance(actions, list) else [actions])
+                keys = (
+                    (branch.get("Condition") or {})
+                    .get("ForAllValues:StringLike", {})
+                    .get("dynamodb:LeadingKeys", [])
+                )
+                keys = keys if isinstance(keys, list) else [keys]
+                if writes and sorted(keys) != TENANT_ITEMS:
+                    out.extend(f"{branch.get('Sid', '?')}: {a} (LeadingKeys {keys})" for a in sorted(writes))
+    return out
+
+
 def rel(p: Path) -> str:
     try:
         return str(p.relative_to(ROOT))
@@ -626,6 +690,18 @@ def check(template_path: str, ws: Workspace | None = None, quiet: bool = False) 
                     f"  FAIL {function} is granted {action} (statement {sid}) but no code path of "
                     f"{crate} calls it: remove the grant"
                 )
+        for write in unscoped_writes(template, function):
+            failures += 1
+            print(
+                f"  FAIL {function} may write beyond tenant items ({write}): confine it with "
+                f"dynamodb:LeadingKeys {TENANT_ITEMS}"
+            )
+        for writer in key_item_writers(ws, crate):
+            failures += 1
+            print(
+                f"  FAIL {function} ({crate}) can reach {writer}, which writes an API key's KEY# "
+                "item: only the operator path may"
+            )
         if not quiet:
             print(f"  {function}: {len(set(needs) | set(platform))} actions needed, {len(have)} granted")
     return 1 if failures else 0
@@ -653,6 +729,10 @@ def selftest(template_path: str, workdir: str) -> int:
     cases = {
         "ingress without dynamodb:BatchGetItem": ("                  - dynamodb:BatchGetItem\n", ""),
         "runner without sqs:ChangeMessageVisibility": ("                  - sqs:ChangeMessageVisibility\n", ""),
+        "ingress writes any item": (
+            '                    dynamodb:LeadingKeys: ["T#*"]\n',
+            '                    dynamodb:LeadingKeys: ["T#*", "KEY#*"]\n',
+        ),
         "ingress granted sqs:ReceiveMessage it never calls": (
             "              - Sid: EnqueueTurns\n"
             "                Effect: Allow\n"
@@ -678,6 +758,14 @@ def selftest(template_path: str, workdir: str) -> int:
         else:
             print(f"  rejected ({name}): {out.getvalue().strip().splitlines()[0].strip()}")
     print(f"IAM self-test: {len(cases) - bad} of {len(cases)} broken templates rejected")
+    # The KEY# writer detector sees the operator path (`agentlane keys create|revoke`), so its
+    # silence on the functions means something.
+    operator = key_item_writers(ws, "agentlane-cli")
+    if len(operator) < 2:
+        print(f"  FAIL the KEY# writer check does not see the operator's key writes: {operator}")
+        bad += 1
+    else:
+        print(f"  the operator path writes KEY# items: {', '.join(operator)}")
     return 1 if bad else 0
 
 

@@ -34,7 +34,8 @@ pub use openai_sdk::{SDKS, Sdk};
 pub use pairing::{PairingItem, PairingViolation, check_pairing, openai_items, transcript_items};
 pub use scenario::Scenario;
 pub use server::{
-    MODEL, OPENAI_TEST_KEY, Server, ServerOptions, TENANT_A, TENANT_B, Tenant, backend_is_aws,
+    METRICS_KEY, MODEL, OPENAI_TEST_KEY, Server, ServerOptions, TENANT_A, TENANT_B, Tenant,
+    backend_is_aws,
 };
 pub use views::{
     Accepted, AttemptView, ErrorBody, ErrorDetail, EventsPage, RunView, TranscriptView, WaitReply,

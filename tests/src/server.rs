@@ -32,6 +32,9 @@ pub const TENANT_B: Tenant = Tenant {
     key: "key-b-fedcba9876543210",
 };
 
+/// The operator's key every test server reads `GET /metrics` with (`AGENTLANE_METRICS_KEY`).
+pub const METRICS_KEY: &str = "metrics-0123456789abcdef";
+
 /// The model every test server is configured with.
 pub const MODEL: &str = "openai/gpt-4o-mini";
 
@@ -67,6 +70,7 @@ impl ServerOptions {
             ),
         );
         env.insert("AGENTLANE_MODEL".to_owned(), MODEL.to_owned());
+        env.insert("AGENTLANE_METRICS_KEY".to_owned(), METRICS_KEY.to_owned());
         ServerOptions {
             binary: binary.into(),
             env,
@@ -150,6 +154,11 @@ impl Server {
     /// A client authenticated as `tenant`.
     pub fn client(&self, tenant: Tenant) -> Client {
         Client::new(&self.url, tenant.key)
+    }
+
+    /// A client with the operator's metrics key ([`METRICS_KEY`]).
+    pub fn operator(&self) -> Client {
+        Client::new(&self.url, METRICS_KEY)
     }
 
     /// A client sending no credentials.

@@ -259,9 +259,51 @@ fn constant_time_eq(a: &KeyDigest, b: &KeyDigest) -> bool {
     agentlane_core::api_key::constant_time_eq(a, b)
 }
 
+/// The operator's key for `GET /metrics` (`AGENTLANE_METRICS_KEY` / `[api] metrics_key`): kept
+/// as its digest, compared in constant time, never shown (`Debug` prints no key material).
+#[derive(Clone, PartialEq, Eq)]
+pub struct OperatorKey {
+    digest: KeyDigest,
+}
+
+impl fmt::Debug for OperatorKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OperatorKey(..)")
+    }
+}
+
+impl OperatorKey {
+    /// Shortest accepted operator key.
+    pub const MIN_CHARS: usize = 16;
+
+    /// The key `key`: at least [`OperatorKey::MIN_CHARS`] visible ASCII characters. The error
+    /// never quotes the key.
+    pub fn new(key: &str) -> Result<Self, String> {
+        if key.len() < Self::MIN_CHARS || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "the metrics key must be at least {} visible ASCII characters",
+                Self::MIN_CHARS
+            ));
+        }
+        Ok(Self {
+            digest: digest(key),
+        })
+    }
+
+    /// Whether `presented` is this key.
+    pub fn accepts(&self, presented: &str) -> bool {
+        constant_time_eq(&self.digest, &digest(presented))
+    }
+}
+
 /// The key from `Authorization: Bearer <key>`, if the header is well formed.
 fn bearer_token(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+    bearer_in(&parts.headers)
+}
+
+/// The key from `Authorization: Bearer <key>` among `headers`, if the header is well formed.
+pub(crate) fn bearer_in(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
@@ -450,11 +492,11 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_store_failure_is_an_internal_error_and_not_cached() {
+    async fn a_store_outage_is_unavailable_and_not_cached() {
         let (store, keys, new) = setup(100).await;
         store.down.store(true, Ordering::SeqCst);
         let err = keys.authenticate(&new.key).await.unwrap_err();
-        assert_eq!(err.code(), "internal");
+        assert_eq!((err.code(), err.status().as_u16()), ("unavailable", 503));
         store.down.store(false, Ordering::SeqCst);
         assert!(keys.authenticate(&new.key).await.unwrap().is_some());
     }

@@ -16,6 +16,9 @@ pub enum ApiError {
     /// 401: missing, malformed or unknown API key. The message is constant.
     #[error("missing or invalid API key")]
     Unauthorized,
+    /// 403: the key is valid but may not do this (a tenant's key on an operator route).
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: unknown route, or a resource this tenant does not have.
     #[error("{0}")]
     NotFound(String),
@@ -57,7 +60,14 @@ pub enum ApiError {
     /// 500: the detail is logged; the client gets a constant message.
     #[error("internal error: {0}")]
     Internal(String),
+    /// 503: the store or the queue cannot be reached (an outage, not a bug); `Retry-After`
+    /// says when to try again. The detail is logged; the client gets a constant message.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
+
+/// How long a client is asked to wait after a `503 unavailable`.
+pub const UNAVAILABLE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl ApiError {
     /// The stable, machine-readable code.
@@ -65,6 +75,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -75,6 +86,7 @@ impl ApiError {
             ApiError::Timeout(_) => "timeout",
             ApiError::UriTooLong(_) => "uri_too_long",
             ApiError::Internal(_) => "internal",
+            ApiError::Unavailable(_) => "unavailable",
         }
     }
 
@@ -83,6 +95,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::SessionBusy(_) => StatusCode::CONFLICT,
@@ -93,6 +106,7 @@ impl ApiError {
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -100,6 +114,9 @@ impl ApiError {
     pub fn public_message(&self) -> String {
         match self {
             ApiError::Internal(_) => "internal error; see the server logs".to_owned(),
+            ApiError::Unavailable(_) => {
+                "the service's storage is unavailable; retry after the Retry-After delay".to_owned()
+            }
             other => other.to_string(),
         }
     }
@@ -112,10 +129,11 @@ impl ApiError {
         }
     }
 
-    /// How long the client should wait before retrying (429 answers only).
+    /// How long the client should wait before retrying (429 and 503 answers only).
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             ApiError::RateLimited(_) => Some(std::time::Duration::from_secs(1)),
+            ApiError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER),
             ApiError::LimitReached { retry_after, .. }
             | ApiError::BudgetExceeded { retry_after, .. } => Some(*retry_after),
             _ => None,
@@ -137,9 +155,9 @@ pub struct ErrorBody {
 /// What went wrong: a stable code and a message that says what to fix.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// `invalid_request`, `unauthorized`, `not_found`, `method_not_allowed`, `conflict`,
-    /// `payload_too_large`, `session_busy`, `rate_limited`, `timeout`, `uri_too_long` or
-    /// `internal`.
+    /// `invalid_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`, `conflict`,
+    /// `payload_too_large`, `session_busy`, `rate_limited`, `budget_exceeded`, `timeout`,
+    /// `uri_too_long`, `internal` or `unavailable`.
     #[schema(example = "invalid_request")]
     pub code: String,
     pub message: String,
@@ -147,8 +165,12 @@ pub struct ErrorDetail {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(detail) = &self {
-            tracing::error!(detail = %detail, "internal error");
+        match &self {
+            ApiError::Internal(detail) => tracing::error!(detail = %detail, "internal error"),
+            ApiError::Unavailable(detail) => {
+                tracing::warn!(detail = %detail, "backend unavailable")
+            }
+            _ => {}
         }
         let body = ErrorBody {
             error: ErrorDetail {
@@ -190,10 +212,11 @@ impl From<StoreError> for ApiError {
             // The store's size rule refused a record (e.g. a run whose request is too large
             // to store): the message names sizes, never contents.
             StoreError::TooLarge(detail) => ApiError::PayloadTooLarge(detail),
-            StoreError::FenceLost
-            | StoreError::Conflict(_)
-            | StoreError::Unavailable(_)
-            | StoreError::Corrupt(_) => ApiError::Internal(format!("store: {error}")),
+            // An outage: the client may retry, unlike a bug.
+            StoreError::Unavailable(_) => ApiError::Unavailable(format!("store: {error}")),
+            StoreError::FenceLost | StoreError::Conflict(_) | StoreError::Corrupt(_) => {
+                ApiError::Internal(format!("store: {error}"))
+            }
         }
     }
 }
@@ -218,7 +241,8 @@ impl From<QueueError> for ApiError {
             QueueError::Throttled(_) => {
                 ApiError::RateLimited("the queue is throttling requests; retry shortly".into())
             }
-            QueueError::StaleReceipt | QueueError::Unavailable(_) | QueueError::Malformed(_) => {
+            QueueError::Unavailable(_) => ApiError::Unavailable(format!("queue: {error}")),
+            QueueError::StaleReceipt | QueueError::Malformed(_) => {
                 ApiError::Internal(format!("queue: {error}"))
             }
         }
@@ -235,7 +259,7 @@ mod tests {
             (StoreError::Throttled("x".into()), "rate_limited", 429),
             (StoreError::Busy, "session_busy", 409),
             (StoreError::NotFound("x".into()), "not_found", 404),
-            (StoreError::Unavailable("db".into()), "internal", 500),
+            (StoreError::Unavailable("db".into()), "unavailable", 503),
             (StoreError::Corrupt("row".into()), "internal", 500),
             (StoreError::FenceLost, "internal", 500),
             (StoreError::TooLarge("run".into()), "payload_too_large", 413),
@@ -248,7 +272,21 @@ mod tests {
 
     #[test]
     fn internal_details_stay_private() {
-        let api = ApiError::from(StoreError::Unavailable("disk /var/secret full".into()));
-        assert!(!api.public_message().contains("secret"));
+        for api in [
+            ApiError::from(StoreError::Unavailable("disk /var/secret full".into())),
+            ApiError::from(StoreError::Corrupt("row /var/secret".into())),
+            ApiError::from(QueueError::Unavailable("queue /var/secret".into())),
+        ] {
+            assert!(!api.public_message().contains("secret"), "{api:?}");
+        }
+    }
+
+    #[test]
+    fn an_outage_asks_the_client_to_come_back() {
+        let api = ApiError::from(QueueError::Unavailable("down".into()));
+        assert_eq!((api.code(), api.status().as_u16()), ("unavailable", 503));
+        assert_eq!(api.retry_after(), Some(UNAVAILABLE_RETRY_AFTER));
+        let response = api.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
     }
 }

@@ -44,7 +44,7 @@ pub mod views;
 mod wait;
 
 pub use admission::{Admission, SharedSlots};
-pub use auth::{ApiKeys, Tenant};
+pub use auth::{ApiKeys, OperatorKey, Tenant};
 pub use deadline::ResponseDeadline;
 pub use error::ApiError;
 pub use limits::{Limits, TenantLimits, TenantOverride};
@@ -134,6 +134,10 @@ pub struct ApiConfig {
     /// `GET /metrics` answers the process's metrics (Prometheus text). Default true; the
     /// ingress Lambda turns it off (per-instance counts mean nothing there; it writes EMF).
     pub expose_metrics: bool,
+    /// The operator's key that `GET /metrics` answers to (`AGENTLANE_METRICS_KEY` / `[api]
+    /// metrics_key`). `None`: no key does — the metrics are the process's, across tenants,
+    /// so a tenant's key never reads them (`403`).
+    pub metrics_key: Option<OperatorKey>,
     /// The mode of a turn that names none on a session without a default mode
     /// (`[queue] default_mode`); `None`: `followup`.
     pub default_queue_mode: Option<agentlane_core::QueueMode>,
@@ -165,6 +169,7 @@ impl Default for ApiConfig {
             limits: Limits::default(),
             configured_models: Vec::new(),
             expose_metrics: true,
+            metrics_key: None,
             default_queue_mode: None,
             max_agents: agentlane_core::agent::DEFAULT_MAX_AGENTS,
             builtin_tools: vec!["current_time".into(), "http_fetch".into()],

@@ -115,6 +115,10 @@ pub struct TenantLimits {
     pub daily_tokens: Option<u64>,
     /// Tokens per calendar month (UTC). Unset: no limit.
     pub monthly_tokens: Option<u64>,
+    /// Scheduled cron fires the tenant may start per minute (a bucket of a minute's worth,
+    /// refilled evenly); a slot that comes due beyond it is recorded `skipped`. Counted by
+    /// each ticker (one per `serve`, the cron Lambda). Default 60.
+    pub cron_fires_per_minute: u32,
 }
 
 // The USD limits are checked finite at start-up: equality is total here.
@@ -144,6 +148,7 @@ impl Default for TenantLimits {
             monthly_usd: None,
             daily_tokens: None,
             monthly_tokens: None,
+            cron_fires_per_minute: agentlane_scheduler::budget::DEFAULT_FIRES_PER_MINUTE,
         }
     }
 }
@@ -172,6 +177,8 @@ pub struct TenantOverride {
     pub daily_tokens: Option<u64>,
     /// Replaces [`TenantLimits::monthly_tokens`].
     pub monthly_tokens: Option<u64>,
+    /// Replaces [`TenantLimits::cron_fires_per_minute`].
+    pub cron_fires_per_minute: Option<u32>,
 }
 
 // The USD limits are checked finite at start-up: equality is total here.
@@ -196,6 +203,21 @@ impl Limits {
             monthly_usd: o.monthly_usd.or(base.monthly_usd),
             daily_tokens: o.daily_tokens.or(base.daily_tokens),
             monthly_tokens: o.monthly_tokens.or(base.monthly_tokens),
+            cron_fires_per_minute: o
+                .cron_fires_per_minute
+                .unwrap_or(base.cron_fires_per_minute),
+        }
+    }
+
+    /// Every tenant's cron fire budget: `[limits.tenant]` and the per-tenant overrides.
+    pub fn fire_budget(&self) -> agentlane_scheduler::FireBudget {
+        agentlane_scheduler::FireBudget {
+            per_minute: self.tenant.cron_fires_per_minute,
+            tenants: self
+                .tenants
+                .iter()
+                .filter_map(|(name, o)| o.cron_fires_per_minute.map(|n| (name.clone(), n)))
+                .collect(),
         }
     }
 
@@ -292,6 +314,7 @@ mod tests {
             [limits.tenants.acme]
             burst = 7
             allowed_models = ["openai/gpt-4o"]
+            cron_fires_per_minute = 5
             "#,
         )
         .unwrap();
@@ -305,9 +328,12 @@ mod tests {
             TenantLimits {
                 requests_per_second: 50,
                 burst: 7,
+                cron_fires_per_minute: 5,
                 ..TenantLimits::default()
             }
         );
+        let fires = limits.fire_budget();
+        assert_eq!((fires.for_tenant(&acme), fires.for_tenant(&beta)), (5, 60));
         assert_eq!(
             limits.for_tenant(&beta),
             TenantLimits {

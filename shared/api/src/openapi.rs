@@ -77,6 +77,10 @@ const AUTHENTICATED_ERRORS: &[(&str, &str)] = &[
         "429",
         "`rate_limited`: a tenant limit is reached or the backend throttles; see `Retry-After`",
     ),
+    (
+        "503",
+        "`unavailable`: the store or the queue cannot be reached; see `Retry-After`",
+    ),
 ];
 
 impl Modify for Conventions {
@@ -135,7 +139,8 @@ fn is_empty_requirement(requirement: &utoipa::openapi::security::SecurityRequire
         .unwrap_or(false)
 }
 
-/// The headers some error answers carry: 401 names the auth scheme, 429 says when to retry.
+/// The headers some error answers carry: 401 names the auth scheme, 429 and 503 say when to
+/// retry.
 fn error_headers(status: &str) -> Vec<(&'static str, utoipa::openapi::header::Header)> {
     use utoipa::openapi::Type;
     use utoipa::openapi::header::HeaderBuilder;
@@ -148,7 +153,7 @@ fn error_headers(status: &str) -> Vec<(&'static str, utoipa::openapi::header::He
                 .description(Some("`Bearer`: the scheme the API expects"))
                 .build(),
         )],
-        "429" => vec![(
+        "429" | "503" => vec![(
             "Retry-After",
             HeaderBuilder::new()
                 .schema(Some(

@@ -307,8 +307,8 @@ pub fn check_model_allowed(
 }
 
 /// `timeoutSeconds` at most `max_run_timeout_seconds`; `0` (no limit) only when unlimited
-/// runs are allowed.
-fn check_run_timeout(seconds: u64, config: &ApiConfig) -> Result<(), ApiError> {
+/// runs are allowed. Turns (`POST /v1/agent`) and cron jobs (each fire's run) share it.
+pub(crate) fn check_run_timeout(seconds: u64, config: &ApiConfig) -> Result<(), ApiError> {
     let max = config.limits.max_run_timeout_seconds;
     if seconds == 0 && !config.limits.allow_unlimited_runs {
         return Err(invalid(format!(

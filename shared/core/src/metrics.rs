@@ -25,6 +25,9 @@ pub const BREAKER_TRIPS: &str = "breaker_trips";
 pub const LOCK_TAKEOVERS: &str = "lock_takeovers";
 /// Runs ended `poisoned` (their deliveries kept failing).
 pub const POISONED_RUNS: &str = "poisoned_runs";
+/// Dead letters (lane messages found in the dead-letter store) the supervisor's sweep handled,
+/// each counted once, before it forgets (deletes) it.
+pub const DEAD_LETTERED: &str = "dead_lettered";
 /// Age of a turn message when a lane worker received it, in milliseconds (last value).
 pub const QUEUE_AGE_MS: &str = "queue_age_ms";
 /// Stuck sessions the last sweep found (gauge).

@@ -53,7 +53,8 @@ impl CronSettings {
     }
 }
 
-/// The ticker over `backends`. Webhook deliveries follow the `http_fetch` SSRF policy, with its
+/// The ticker over `backends`, holding each tenant to its fire budget (`[limits.tenant]
+/// cron_fires_per_minute`). Webhook deliveries follow the `http_fetch` SSRF policy, with its
 /// allow list (`AGENTLANE_HTTP_FETCH_ALLOW`).
 pub fn ticker(backends: &Backends, settings: &Settings, cron: &CronSettings) -> Ticker {
     let policy = SsrfPolicy {
@@ -67,6 +68,7 @@ pub fn ticker(backends: &Backends, settings: &Settings, cron: &CronSettings) -> 
         backends.clock.clone(),
         TickerConfig {
             tick: cron.tick,
+            fire_budget: settings.api.limits.fire_budget(),
             ..TickerConfig::default()
         },
         WebhookSender::new(policy),

@@ -115,6 +115,8 @@ pub(crate) struct RunnerEntry {
 pub(crate) struct ApiEntry {
     pub max_message_bytes: Option<usize>,
     pub max_wait_ms: Option<u64>,
+    /// The operator's key for `GET /metrics` (`AGENTLANE_METRICS_KEY` wins).
+    pub metrics_key: Option<String>,
 }
 
 /// `[tools]`.

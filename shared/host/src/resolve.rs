@@ -384,7 +384,27 @@ impl Ctx<'_> {
                 .or(file.max_wait_ms.map(Duration::from_millis)),
             limits,
             default_queue_mode: self.default_queue_mode(queue)?,
+            metrics_key: self.metrics_key(file)?,
         })
+    }
+
+    /// `AGENTLANE_METRICS_KEY`, else `[api] metrics_key`.
+    fn metrics_key(
+        &self,
+        file: &ApiEntry,
+    ) -> Result<Option<agentlane_api::OperatorKey>, ConfigError> {
+        if let Some(key) = self.env.get("AGENTLANE_METRICS_KEY") {
+            return agentlane_api::OperatorKey::new(key.trim())
+                .map(Some)
+                .map_err(|e| Self::env_error("AGENTLANE_METRICS_KEY", e));
+        }
+        file.metrics_key
+            .as_deref()
+            .map(|key| {
+                agentlane_api::OperatorKey::new(key.trim())
+                    .map_err(|message| self.invalid("api.metrics_key", message))
+            })
+            .transpose()
     }
 
     /// `AGENTLANE_DEFAULT_QUEUE_MODE`, else `[queue] default_mode`: a mode name or alias.

@@ -114,6 +114,8 @@ pub struct ApiSettings {
     /// `[queue] default_mode` / `AGENTLANE_DEFAULT_QUEUE_MODE`: the mode of a turn that names
     /// none on a session without its own default (`None`: `followup`).
     pub default_queue_mode: Option<agentlane_core::QueueMode>,
+    /// `AGENTLANE_METRICS_KEY` / `[api] metrics_key`: the operator's key for `GET /metrics`.
+    pub metrics_key: Option<agentlane_api::OperatorKey>,
 }
 
 /// Tool knobs.
@@ -206,6 +208,7 @@ impl ApiSettings {
                 .saturating_add(d.max_body_bytes - d.max_message_bytes),
             limits: self.limits.clone(),
             default_queue_mode: self.default_queue_mode,
+            metrics_key: self.metrics_key.clone(),
             ..d
         }
     }
@@ -284,6 +287,7 @@ mod tests {
             max_wait: Some(Duration::from_secs(10)),
             limits: agentlane_api::Limits::default(),
             default_queue_mode: None,
+            metrics_key: None,
         }
         .config(true, Duration::from_secs(25));
         assert_eq!(api.max_message_bytes, 1000);

@@ -48,7 +48,9 @@ pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
     }
 }
 
-/// Accepts the fire's run (a no-op when already accepted) and enqueues it on its lane.
+/// Accepts the fire's run (a no-op when already accepted with the same request) and enqueues
+/// it on its lane. A fire already accepted is sent again with [`send`], not submitted: the job
+/// may have been edited since, and its request would no longer match the accepted one.
 pub async fn submit(
     store: &dyn Store,
     queue: &dyn LaneQueue,
@@ -78,12 +80,27 @@ pub async fn submit(
     if outcome.run.status.is_terminal() {
         return Ok(());
     }
+    send(queue, &job.tenant, entry).await
+}
+
+/// Enqueues the run of a fire already accepted on its lane, as accepted: the run keeps the
+/// request recorded when it was fired, whatever the job became since. A no-op for a message
+/// already sent (same dedup id).
+pub async fn send(
+    queue: &dyn LaneQueue,
+    tenant: &agentlane_core::TenantId,
+    entry: &JobRun,
+) -> Result<(), SubmitError> {
+    let (Some(run_id), Some(session_key)) = (entry.run_id.clone(), entry.session_key.clone())
+    else {
+        return Err(SubmitError::NoRun);
+    };
     queue
         .enqueue(&LaneMessage {
-            lane: Lane::for_session(&job.tenant, &session_key),
+            lane: Lane::for_session(tenant, &session_key),
             dedup_id: run_id.to_string(),
             body: TurnMessage {
-                tenant: job.tenant.clone(),
+                tenant: tenant.clone(),
                 run_id,
                 session_key: Some(session_key),
             },

@@ -10,13 +10,16 @@
 //! - [`ticker`]: the loop `serve` and the cron Lambda run — due jobs through the due index, one
 //!   conditional write per job, then the side effects.
 //! - [`delivery`]: webhook delivery of a finished fire's payloads.
+//! - [`budget`]: the per-tenant fire budget (fires per minute), a token bucket. Pure.
 
+pub mod budget;
 pub mod delivery;
 pub mod fire;
 pub mod plan;
 pub mod schedule;
 pub mod ticker;
 
+pub use budget::FireBudget;
 pub use delivery::WebhookSender;
 pub use fire::{SubmitError, fire_now, fire_request};
 pub use schedule::{CompiledSchedule, ScheduleError, validate_new};

@@ -48,25 +48,60 @@ pub enum SlotOutcome {
     Fired(JobRun),
     /// The previous fire still runs: the slot is recorded `skipped`.
     Skipped,
+    /// The tenant's fire budget was spent: the slot is recorded `skipped`, saying why.
+    OverBudget,
 }
 
-/// Claims the job's slot if it is due at `now`: the job's new state and what happened, or
-/// `None` when nothing is due. Missed slots collapse: the next slot is the first one after
-/// `now`, so a job that missed many slots (downtime, a slow ticker) fires once, then goes on.
+/// Whether the tenant's fire budget has room for a fire now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// A fire fits.
+    Free,
+    /// The budget (fires per minute) is spent.
+    Spent(u32),
+}
+
+/// Claims the job's slot if it is due at `now` with room in the tenant's fire budget (see
+/// [`claim_slot_within`]).
 pub fn claim_slot(
     job: &CronJob,
     schedule: &CompiledSchedule,
     now: u64,
     run_id: RunId,
 ) -> Option<(CronJob, SlotOutcome)> {
+    claim_slot_within(job, schedule, now, run_id, Room::Free)
+}
+
+/// Claims the job's slot if it is due at `now`: the job's new state and what happened, or
+/// `None` when nothing is due. Missed slots collapse: the next slot is the first one after
+/// `now`, so a job that missed many slots (downtime, a slow ticker) fires once, then goes on.
+/// A slot due while the previous fire runs, or while the tenant's fire budget is spent
+/// (`room`), is recorded `skipped`; a one-shot waits instead (it never loses its only slot).
+pub fn claim_slot_within(
+    job: &CronJob,
+    schedule: &CompiledSchedule,
+    now: u64,
+    run_id: RunId,
+    room: Room,
+) -> Option<(CronJob, SlotOutcome)> {
     let due = job.next_run_at.filter(|d| job.enabled && *d <= now)?;
     let busy = job.in_flight().next().is_some();
-    if busy && job.schedule.is_one_shot() {
-        // A one-shot never loses its only slot: it waits for the run in flight.
+    let skip = match (busy, room) {
+        (true, _) => Some((
+            SlotOutcome::Skipped,
+            "the previous run was still in progress".to_owned(),
+        )),
+        (false, Room::Spent(n)) => Some((
+            SlotOutcome::OverBudget,
+            format!("the tenant's cron fire budget ({n} per minute) was spent"),
+        )),
+        (false, Room::Free) => None,
+    };
+    if skip.is_some() && job.schedule.is_one_shot() {
         return None;
     }
     let mut next = job.clone();
-    let outcome = if busy {
+    let outcome = if let Some((outcome, why)) = skip {
         next.push_run(JobRun {
             run_id: None,
             session_key: None,
@@ -75,11 +110,11 @@ pub fn claim_slot(
             due_at: due,
             started_at: None,
             ended_at: None,
-            error: Some("the previous run was still in progress".into()),
+            error: Some(why),
             manual: false,
             abort_requested_at: None,
         });
-        SlotOutcome::Skipped
+        outcome
     } else {
         let entry = fire_entry(job, run_id, now, due, false);
         next.push_run(entry.clone());
@@ -402,6 +437,75 @@ mod tests {
         assert_eq!(after.last_runs[0].status, JobRunStatus::Skipped);
         assert_eq!(after.last_runs[0].run_id, None);
         assert_eq!(after.next_run_at, Some(30_000));
+    }
+
+    /// (job, schedule, now, room, outcome (None = nothing claimed), error of the entry)
+    type Case<'a> = (
+        &'a CronJob,
+        &'a CompiledSchedule,
+        u64,
+        Room,
+        Option<SlotOutcome>,
+        &'a str,
+    );
+
+    #[test]
+    fn a_spent_fire_budget_skips_the_slot_and_a_one_shot_waits() {
+        let (s, c) = every(10);
+        let idle = job(s, Some(10_000));
+        let (busy, _) = claim_slot(&idle, &c, 10_000, RunId::new("r1")).unwrap();
+        let at = Schedule::At {
+            at: "2030-01-01T00:00:00Z".into(),
+        };
+        let shot_at = 1_893_456_000_000;
+        let shot = job(at.clone(), Some(shot_at));
+        let shot_c = CompiledSchedule::compile(&at).unwrap();
+        let cases: Vec<Case> = vec![
+            (
+                &idle,
+                &c,
+                10_000,
+                Room::Spent(60),
+                Some(SlotOutcome::OverBudget),
+                "budget (60 per minute)",
+            ),
+            (
+                &busy,
+                &c,
+                20_000,
+                Room::Spent(60),
+                Some(SlotOutcome::Skipped),
+                "still in progress",
+            ),
+            (
+                &busy,
+                &c,
+                20_000,
+                Room::Free,
+                Some(SlotOutcome::Skipped),
+                "still in progress",
+            ),
+            (&shot, &shot_c, shot_at, Room::Spent(5), None, ""),
+            (&idle, &c, 9_000, Room::Spent(5), None, ""),
+        ];
+        for (j, sched, now, room, want, why) in cases {
+            let got = claim_slot_within(j, sched, now, RunId::new("r2"), room);
+            match (got, want) {
+                (None, None) => {}
+                (Some((next, outcome)), Some(want)) => {
+                    assert_eq!(outcome, want, "{now} {room:?}");
+                    let entry = &next.last_runs[0];
+                    assert_eq!(
+                        (entry.status, entry.run_id.clone()),
+                        (JobRunStatus::Skipped, None)
+                    );
+                    assert!(entry.error.as_deref().unwrap().contains(why), "{entry:?}");
+                    // the schedule goes on
+                    assert_eq!(next.next_run_at, Some(now + 10_000));
+                }
+                (got, want) => panic!("{now} {room:?}: got {got:?}, want {want:?}"),
+            }
+        }
     }
 
     #[test]

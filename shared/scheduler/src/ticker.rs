@@ -6,9 +6,10 @@
 //! version loses the write (`Conflict`), re-reads, and finds nothing left to do — so two tickers
 //! never fire one slot twice.
 
+use crate::budget::{FireBuckets, FireBudget};
 use crate::delivery::WebhookSender;
 use crate::fire;
-use crate::plan::{self, Overdue, RunProgress, SlotOutcome};
+use crate::plan::{self, Overdue, Room, RunProgress, SlotOutcome};
 use crate::schedule::CompiledSchedule;
 use agentlane_core::cron::{CronJob, CronStore, FIRE_SESSION_RETENTION_MS, JobRun, JobRunStatus};
 use agentlane_core::{Clock, LaneQueue, RunId, SessionKey, Store, StoreError};
@@ -37,6 +38,9 @@ pub struct TickerConfig {
     pub tick: Duration,
     /// Jobs read per tick at most.
     pub batch: usize,
+    /// Scheduled fires each tenant may start per minute (`[limits.tenant]
+    /// cron_fires_per_minute`), counted by this ticker.
+    pub fire_budget: FireBudget,
 }
 
 impl Default for TickerConfig {
@@ -44,6 +48,7 @@ impl Default for TickerConfig {
         Self {
             tick: Duration::from_millis(1000),
             batch: 500,
+            fire_budget: FireBudget::default(),
         }
     }
 }
@@ -57,6 +62,8 @@ pub struct TickReport {
     pub fired: Vec<RunId>,
     /// Slots skipped because the previous fire still ran.
     pub skipped: u32,
+    /// Slots skipped because the tenant's fire budget was spent.
+    pub over_budget: u32,
     /// Fires whose end was recorded.
     pub ended: u32,
     /// Fires recorded `timeout` by the scheduler's own timer.
@@ -72,6 +79,7 @@ impl TickReport {
         self.ticks += other.ticks;
         self.fired.extend(other.fired);
         self.skipped += other.skipped;
+        self.over_budget += other.over_budget;
         self.ended += other.ended;
         self.timed_out += other.timed_out;
         self.conflicts += other.conflicts;
@@ -92,12 +100,16 @@ pub struct Ticker {
     last_prune: Arc<AtomicU64>,
     /// When this process last submitted again a fire whose run was still queued.
     resubmitted: Arc<Mutex<HashMap<RunId, u64>>>,
+    /// The tenants' fire budgets.
+    budgets: Arc<Mutex<FireBuckets>>,
 }
 
 /// What one job's pass decided, acted on once the job write succeeded.
 #[derive(Default)]
 struct Actions {
     submit: Vec<JobRun>,
+    /// Fires accepted but never picked up: enqueued again as accepted.
+    resend: Vec<JobRun>,
     abort: Vec<RunId>,
     deliver: Vec<JobRun>,
     /// Sessions of ended fires, and until when they are kept.
@@ -128,6 +140,7 @@ impl Ticker {
         config: TickerConfig,
         webhooks: WebhookSender,
     ) -> Self {
+        let budgets = Arc::new(Mutex::new(FireBuckets::new(config.fire_budget.clone())));
         Self {
             store,
             cron,
@@ -135,6 +148,7 @@ impl Ticker {
             clock,
             config,
             webhooks,
+            budgets,
             deliveries: Arc::new(Mutex::new(JoinSet::new())),
             last_prune: Arc::new(AtomicU64::new(0)),
             resubmitted: Arc::new(Mutex::new(HashMap::new())),
@@ -260,6 +274,16 @@ impl Ticker {
                     for _ in 0..report.skipped {
                         metrics::incr(metrics::CRON_FIRES, &[("outcome", "skipped")]);
                     }
+                    for _ in 0..report.over_budget {
+                        metrics::incr(metrics::CRON_FIRES, &[("outcome", "over_budget")]);
+                    }
+                    if !report.fired.is_empty()
+                        && let Ok(mut budgets) = self.budgets.lock()
+                    {
+                        for _ in &report.fired {
+                            budgets.spend(&job.tenant, now);
+                        }
+                    }
                     self.act(&next, actions, now).await;
                     return Ok(report);
                 }
@@ -310,7 +334,7 @@ impl Ticker {
                     // for a message already sent (same dedup id), and a duplicate delivery runs
                     // nothing twice.
                     if run.unsent_at(now, RESUBMIT_AFTER_MS) && self.may_resubmit(&run_id, now) {
-                        actions.submit.push(entry.clone());
+                        actions.resend.push(entry.clone());
                     }
                 }
                 None if now.saturating_sub(entry.fired_at) >= RESUBMIT_AFTER_MS => {
@@ -358,8 +382,14 @@ impl Ticker {
         let schedule = CompiledSchedule::compile(&next.schedule);
         match schedule {
             Ok(schedule) => {
+                let room = match self.budgets.lock() {
+                    Ok(budgets) => budgets
+                        .spent(&job.tenant, now)
+                        .map_or(Room::Free, Room::Spent),
+                    Err(_) => Room::Free,
+                };
                 if let Some((claimed, outcome)) =
-                    plan::claim_slot(&next, &schedule, now, RunId::generate())
+                    plan::claim_slot_within(&next, &schedule, now, RunId::generate(), room)
                 {
                     next = claimed;
                     match outcome {
@@ -370,6 +400,7 @@ impl Ticker {
                             actions.submit.push(entry);
                         }
                         SlotOutcome::Skipped => actions.report.skipped += 1,
+                        SlotOutcome::OverBudget => actions.report.over_budget += 1,
                     }
                 }
             }
@@ -393,6 +424,11 @@ impl Ticker {
             {
                 // Listed `queued`; resubmitted by a later tick.
                 tracing::warn!(job_id = %job.job_id, error = %e, "cron: fire not submitted yet");
+            }
+        }
+        for entry in &actions.resend {
+            if let Err(e) = fire::send(self.queue.as_ref(), &job.tenant, entry).await {
+                tracing::warn!(job_id = %job.job_id, error = %e, "cron: fire not sent again yet");
             }
         }
         for run_id in &actions.abort {

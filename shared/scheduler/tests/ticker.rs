@@ -450,3 +450,100 @@ async fn a_fire_accepted_but_never_enqueued_is_enqueued_again() {
         .unwrap();
     assert_eq!(run.status, RunStatus::Queued);
 }
+
+#[tokio::test]
+async fn an_edited_jobs_unsent_fire_is_sent_again_as_it_was_accepted() {
+    // GIVEN a fire claimed and accepted whose lane message was never sent
+    let w = world();
+    let (claimed, entry) = claimed_fire(&w, "run_edited").await;
+    let sent = agentlane_scheduler::fire::submit(&w.backend, &DeadQueue, &claimed, &entry, T0);
+    assert!(sent.await.is_err(), "the enqueue failed");
+
+    // AND the job edited since (another message and timeout: another request)
+    let mut edited = w.stored(&claimed).await;
+    edited.message = "something else".into();
+    edited.timeout_seconds = Some(60);
+    edited.version = claimed.version + 1;
+    w.backend
+        .replace_job(&edited, claimed.version)
+        .await
+        .unwrap();
+
+    // WHEN tickers come by 5 s after the fire and again later
+    for at in [T0 + 5_000, T0 + 5_250, T0 + 11_000] {
+        w.clock.set(at);
+        assert_eq!(w.ticker.tick().await.failures, 0);
+    }
+
+    // THEN the run is on its lane once, with the message it was fired with
+    let delivered = w
+        .backend
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    let ours: Vec<_> = delivered
+        .iter()
+        .filter(|d| d.message.body.run_id.as_str() == "run_edited")
+        .collect();
+    assert_eq!(ours.len(), 1, "sent once");
+    let run = w
+        .backend
+        .get_run(&w.tenant, &RunId::new("run_edited"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Queued);
+    assert_eq!(run.request.message, "hello");
+}
+
+#[tokio::test]
+async fn fires_beyond_the_tenants_budget_are_skipped_and_say_so() {
+    // GIVEN a ticker with a budget of 3 fires a minute, and 8 hourly jobs of one tenant due now
+    let mut w = world();
+    let (backend, clock) = (w.backend.clone(), w.clock.clone());
+    w.ticker = Ticker::new(
+        Arc::new(backend.clone()),
+        Arc::new(backend.clone()),
+        Arc::new(backend),
+        clock,
+        TickerConfig {
+            fire_budget: agentlane_scheduler::FireBudget {
+                per_minute: 3,
+                ..Default::default()
+            },
+            ..TickerConfig::default()
+        },
+        WebhookSender::new(SsrfPolicy::default()),
+    );
+    let every = Schedule::Every {
+        every_seconds: 3600,
+    };
+    let mut jobs = Vec::new();
+    for _ in 0..8 {
+        let j = job(&w, every.clone(), T0, None);
+        w.backend.create_job(&j, 100).await.unwrap();
+        jobs.push(j);
+    }
+
+    // WHEN the ticker comes by
+    let report = w.ticker.tick().await;
+
+    // THEN 3 fired and 5 were skipped over the budget, each listing why
+    assert_eq!((report.fired.len(), report.over_budget), (3, 5));
+    let mut skipped = 0;
+    for j in &jobs {
+        let stored = w.stored(j).await;
+        let last = &stored.last_runs[0];
+        if last.status == JobRunStatus::Skipped {
+            skipped += 1;
+            let why = last.error.as_deref().unwrap();
+            assert!(why.contains("fire budget (3 per minute)"), "{why}");
+            assert_eq!(
+                stored.next_run_at,
+                Some(T0 + 3_600_000),
+                "the schedule goes on"
+            );
+        }
+    }
+    assert_eq!(skipped, 5);
+}

@@ -421,6 +421,9 @@ impl Supervisor {
             } else {
                 tracing::error!(id = %letter.id, "forgetting an unreadable dead letter");
             }
+            // Counted before it is deleted: the queue's own metric may never see a letter
+            // that came and went between two samples.
+            agentlane_core::metrics::incr(agentlane_core::metrics::DEAD_LETTERED, &[]);
             if let Err(e) = source.forget(&letter.id).await {
                 tracing::warn!(error = %e, id = %letter.id, "could not forget a dead letter");
             }

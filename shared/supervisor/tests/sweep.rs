@@ -263,10 +263,24 @@ async fn the_sweep_reconciles_the_embedded_dead_letters() {
         Thresholds::default(),
     )
     .with_dead_letters(Arc::new(w.backend.clone()));
+    let counted = || {
+        agentlane_core::metrics::global()
+            .value(agentlane_core::metrics::DEAD_LETTERED, &[])
+            .unwrap_or(0.0)
+    };
+    let before = counted();
     let report = supervisor.sweep().await.unwrap();
 
-    // THEN the run ended dead_lettered, the session is idle, the dead letter forgotten
+    // THEN the run ended dead_lettered, the session is idle, the dead letter forgotten, and
+    // counted once in `dead_lettered`
     assert_eq!(report.dead_lettered, 1);
+    assert_eq!(counted() - before, 1.0);
+    supervisor.sweep().await.unwrap();
+    assert_eq!(
+        counted() - before,
+        1.0,
+        "a forgotten letter is not counted again"
+    );
     let ended = fixtures::stored_run(&w.store, &run).await;
     assert_eq!(
         (ended.status, ended.error.unwrap().code.as_str()),

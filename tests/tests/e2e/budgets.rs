@@ -100,7 +100,11 @@ async fn each_attempt_is_priced_and_the_run_shows_its_total() -> anyhow::Result<
     assert_eq!(end["costUsd"].as_f64(), Some(0.0033), "{end}");
     assert_eq!(end["usage"]["inputTokens"], 3_000, "{end}");
     // AND /metrics counts them by tenant and model
-    let metrics = a.raw(reqwest::Method::GET, "/metrics", None).await?;
+    let metrics = scn
+        .server
+        .operator()
+        .raw(reqwest::Method::GET, "/metrics", None)
+        .await?;
     let text = metrics.body.clone();
     let sample = |name: &str| {
         text.lines()

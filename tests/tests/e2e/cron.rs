@@ -558,3 +558,214 @@ async fn kill_9_of_the_ticker_at_random_moments_never_fires_a_slot_twice_or_lose
     }
     Ok(())
 }
+
+/// A scenario whose server reads `toml` as its config file (kept in the returned directory).
+fn configured(toml: &str) -> anyhow::Result<(Scenario, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(&config, toml)?;
+    let path = config.display().to_string();
+    let scn = scenario_with(|o| fast_ticks(o).env("AGENTLANE_CONFIG", path))?;
+    Ok((scn, dir))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_timeouts_are_held_to_the_run_limits_of_a_turn() -> anyhow::Result<()> {
+    // GIVEN a deployment allowing runs of at most 60 s, none unlimited
+    let (scn, _dir) =
+        configured("[limits]\nmax_run_timeout_seconds = 60\nallow_unlimited_runs = false\n")?;
+    let a = scn.a();
+    let body_with = |timeout: u64| {
+        json!({"name": "bounded", "schedule": {"everySeconds": 3600}, "message": "hello",
+               "timeoutSeconds": timeout})
+    };
+
+    // WHEN jobs ask for no limit, an hour or a week, THEN each is refused as a turn would be
+    for timeout in [0u64, 3_600, 604_800] {
+        let (status, refused) = a
+            .json(Method::POST, "/v1/cron/jobs", Some(body_with(timeout)))
+            .await?;
+        let (turn_status, turn) = a
+            .json(
+                Method::POST,
+                "/v1/agent",
+                Some(
+                    json!({"sessionKey": "limits", "message": "hello", "timeoutSeconds": timeout}),
+                ),
+            )
+            .await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{timeout}: {refused}");
+        assert_eq!(turn_status, StatusCode::BAD_REQUEST, "{timeout}: {turn}");
+        assert_eq!(refused["error"]["code"], "invalid_request");
+        assert_eq!(refused["error"], turn["error"], "{timeout}");
+    }
+
+    // AND a job within the limit is created, but cannot be edited past it
+    let created = create(&a, body_with(60)).await?;
+    let path = format!("/v1/cron/jobs/{}", id_of(&created));
+    for timeout in [0u64, 61] {
+        let (status, body) = a
+            .json(
+                Method::PATCH,
+                &path,
+                Some(json!({"timeoutSeconds": timeout})),
+            )
+            .await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{timeout}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_request");
+    }
+    let (_, kept) = job(&a, &id_of(&created)).await?;
+    assert_eq!(kept["timeoutSeconds"], 60, "{kept}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_every_second_jobs_is_held_to_the_fire_budget() -> anyhow::Result<()> {
+    // GIVEN tenant A may fire 6 jobs a minute (B keeps the default 60)
+    let (scn, _dir) = configured(&format!(
+        "[limits.tenants.{}]\ncron_fires_per_minute = 6\n",
+        agentlane_tests::TENANT_A.name
+    ))?;
+    let (a, b) = (scn.a(), scn.b());
+
+    // WHEN A creates 10 jobs firing every second, and B one
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let created = create(
+            &a,
+            json!({"name": format!("flood-{i}"), "schedule": {"everySeconds": 1},
+                   "message": "hello, flood"}),
+        )
+        .await?;
+        ids.push(id_of(&created));
+    }
+    let other = id_of(
+        &create(
+            &b,
+            json!({"name": "steady", "schedule": {"everySeconds": 1}, "message": "hello, steady"}),
+        )
+        .await?,
+    );
+    // ... for ~6 s
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let mut jobs = Vec::new();
+    for id in &ids {
+        jobs.push(job(&a, id).await?.1);
+        delete(&a, id).await?;
+    }
+    let elapsed = started.elapsed();
+    let (_, steady) = job(&b, &other).await?;
+    delete(&b, &other).await?;
+
+    // THEN A fired its bucket (6) and at most one refill a 10 s, however many slots came due
+    let fired: usize = jobs
+        .iter()
+        .map(|j| runs(j).iter().filter(|r| r["runId"].is_string()).count())
+        .sum();
+    let allowed = 6 + 1 + usize::try_from(elapsed.as_secs() / 10).unwrap_or(0);
+    assert!(
+        (6..=allowed).contains(&fired),
+        "{fired} fires in {elapsed:?} (at most {allowed})"
+    );
+    // AND the rest are listed skipped, saying why
+    let over: Vec<Value> = jobs
+        .iter()
+        .flat_map(runs)
+        .filter(|r| {
+            r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("cron fire budget (6 per minute)"))
+        })
+        .collect();
+    assert!(over.len() >= 20, "{} skipped over the budget", over.len());
+    assert!(
+        over.iter()
+            .all(|r| r["status"] == "skipped" && r.get("runId").is_none())
+    );
+    // AND the model saw no more fires than were listed
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(scn.mock.model_requests_for("hello, flood")?.len() <= fired);
+    // AND the other tenant's job fired on, untouched by A's budget
+    let steady_fires = runs(&steady)
+        .iter()
+        .filter(|r| r["runId"].is_string())
+        .count();
+    assert!(steady_fires >= 3, "{steady}");
+    assert!(
+        runs(&steady)
+            .iter()
+            .all(|r| !r["error"].as_str().unwrap_or_default().contains("budget")),
+        "{steady}"
+    );
+    Ok(())
+}
+
+/// Issue 23.6: a `run now` once stayed `queued` for 30 s on the AWS backend right after another
+/// job of the tenant was deleted. Each round deletes a job that keeps firing (its fires still
+/// in flight run to their end) and at once fires another job of the tenant by hand: the manual
+/// fire must be picked up promptly and end `ok`, every round. (Not reproduced: 15 rounds on the
+/// emulator each picked up in < 0.2 s. A manual fire shares nothing with the deleted job: a
+/// fresh session and lane, its own idempotency key and dedup id; a lost enqueue is sent again by
+/// the ticker 5 s after the fire. 30 s is exactly the worker's visibility timeout: what leaves
+/// a delivered turn invisible that long is a pickup that returned an error or `Abandoned`
+/// (`DeliveryOutcome::Leave`), e.g. a transient emulator error on the first delivery.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_now_right_after_another_job_is_deleted_is_picked_up_at_once() -> anyhow::Result<()> {
+    let scn = scenario_with(fast_ticks)?;
+    let a = scn.a();
+    let manual = id_of(
+        &create(
+            &a,
+            json!({"name": "on-demand", "schedule": {"everySeconds": 3600}, "message": "hello, on demand"}),
+        )
+        .await?,
+    );
+    for round in 0..3 {
+        // GIVEN a job firing every second, seen firing
+        let busy = id_of(
+            &create(
+                &a,
+                json!({"name": format!("busy-{round}"), "schedule": {"everySeconds": 1},
+                       "message": "hello, busy"}),
+            )
+            .await?,
+        );
+        job_until(&a, &busy, Duration::from_secs(20), |j| {
+            runs(j).iter().any(|r| r["runId"].is_string())
+        })
+        .await?;
+
+        // WHEN it is deleted and the other job is fired by hand right away
+        assert_eq!(delete(&a, &busy).await?, StatusCode::NO_CONTENT);
+        let (status, fired) = a
+            .json(Method::POST, &format!("/v1/cron/jobs/{manual}/run"), None)
+            .await?;
+        assert_eq!(status, StatusCode::ACCEPTED, "{fired}");
+        let run_id = fired["runId"].as_str().unwrap_or_default().to_owned();
+
+        // THEN its run is picked up within a few seconds (not left queued), and ends ok
+        let started = Instant::now();
+        let picked = a
+            .poll_run(&run_id, Duration::from_secs(10), "pickup", |r| {
+                r.status != RunStatus::Queued
+            })
+            .await?;
+        assert_ne!(picked.status, RunStatus::Queued, "round {round}");
+        let done = a.wait_done(&run_id, LONG).await?;
+        assert_eq!(done.status, RunStatus::Ok, "round {round}: {done:?}");
+        note_pickup(round, started.elapsed());
+    }
+    // AND the job lists every manual fire ok
+    let job = job_until(&a, &manual, Duration::from_secs(20), |j| {
+        with_status(j, "ok").len() >= 3
+    })
+    .await?;
+    assert!(runs(&job).iter().all(|r| r["manual"] == true), "{job}");
+    Ok(())
+}
+
+/// How long a round's pickup took, on the test's output (read when the scenario fails).
+fn note_pickup(round: usize, took: Duration) {
+    eprintln!("run-now round {round}: picked up in {took:?}");
+}

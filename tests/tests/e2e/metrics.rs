@@ -1,5 +1,5 @@
 //! `GET /metrics`: the server's operational metrics in the Prometheus text format, behind the
-//! API-key auth, moving with every turn.
+//! operator's metrics key (a tenant's key is 403), moving with every turn.
 
 use crate::support::{GREETING, LONG, scenario};
 use agentlane_core::RunStatus;
@@ -26,8 +26,13 @@ async fn metrics_count_each_finished_turn_and_its_model_attempt() -> anyhow::Res
         assert_eq!(run.reply_text(), GREETING);
     }
 
-    // THEN /metrics, read with the tenant's key, counts two ok turns and two answered attempts
-    let response = a.raw(Method::GET, "/metrics", None).await?;
+    // THEN /metrics, read with the operator's key, counts two ok turns and two answered
+    // attempts
+    let response = scn
+        .server
+        .operator()
+        .raw(Method::GET, "/metrics", None)
+        .await?;
     assert_eq!(response.status, StatusCode::OK, "{}", response.body);
     assert!(
         response
@@ -62,7 +67,8 @@ async fn metrics_count_each_finished_turn_and_its_model_attempt() -> anyhow::Res
         "{text}"
     );
 
-    // AND without a key the route answers 401 like the rest of the API
+    // AND without a key the route answers 401, with a tenant's key 403: a tenant never reads
+    // the counts of every tenant
     let anonymous = Client::anonymous(a.base_url());
     let response = anonymous.raw(Method::GET, "/metrics", None).await?;
     assert_eq!(
@@ -72,5 +78,41 @@ async fn metrics_count_each_finished_turn_and_its_model_attempt() -> anyhow::Res
         response.body
     );
     assert_eq!(response.json()["error"]["code"], "unauthorized");
+    for tenant in [&a, &scn.b()] {
+        let response = tenant.raw(Method::GET, "/metrics", None).await?;
+        assert_eq!(response.status, StatusCode::FORBIDDEN, "{}", response.body);
+        assert_eq!(response.json()["error"]["code"], "forbidden");
+        assert!(!response.body.contains("agentlane_turns_total"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_metrics_key_no_key_reads_the_metrics() -> anyhow::Result<()> {
+    // GIVEN a server configured with no metrics key
+    let scn = crate::support::scenario_with(|o| o.env("AGENTLANE_METRICS_KEY", ""))?;
+
+    // WHEN a tenant, or a client with the usual operator key, asks for /metrics
+    for client in [scn.a(), scn.server.operator()] {
+        let response = client.raw(Method::GET, "/metrics", None).await?;
+        // THEN it is refused: 403 for a tenant's key, 401 for a key the server does not know
+        assert!(
+            matches!(
+                response.status,
+                StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED
+            ),
+            "{} {}",
+            response.status,
+            response.body
+        );
+        assert!(!response.body.contains("agentlane_turns_total"));
+    }
+    let tenant = scn.a().raw(Method::GET, "/metrics", None).await?;
+    assert_eq!(tenant.status, StatusCode::FORBIDDEN, "{}", tenant.body);
+    assert!(
+        tenant.body.contains("AGENTLANE_METRICS_KEY"),
+        "{}",
+        tenant.body
+    );
     Ok(())
 }

@@ -185,6 +185,7 @@ impl From<ApiError> for OpenAiError {
         let (kind, code) = match &error {
             ApiError::InvalidRequest(_) => (INVALID_REQUEST, None),
             ApiError::Unauthorized => (INVALID_REQUEST, Some("invalid_api_key")),
+            ApiError::Forbidden(_) => (INVALID_REQUEST, Some("forbidden")),
             ApiError::NotFound(_) => (INVALID_REQUEST, Some("not_found")),
             ApiError::MethodNotAllowed => (INVALID_REQUEST, Some("method_not_allowed")),
             ApiError::Conflict(_) => (INVALID_REQUEST, Some("conflict")),
@@ -198,15 +199,20 @@ impl From<ApiError> for OpenAiError {
             ApiError::Timeout(_) => (INVALID_REQUEST, Some("timeout")),
             ApiError::UriTooLong(_) => (INVALID_REQUEST, Some("uri_too_long")),
             ApiError::Internal(_) => (SERVER_ERROR, Some("internal")),
+            ApiError::Unavailable(_) => (SERVER_ERROR, Some("unavailable")),
         };
         let mut mapped = Self::new(status, kind, message);
         mapped.code = code.map(str::to_owned);
         mapped.retry_after = error.retry_after();
         // A conflict (an idempotency key reused, a session of another agent) stays one.
         mapped.no_retry = matches!(error, ApiError::Conflict(_));
-        if let ApiError::Internal(detail) = &error {
+        match &error {
             // Logged here, never sent: the client gets a constant message.
-            tracing::error!(detail = %detail, "internal error");
+            ApiError::Internal(detail) => tracing::error!(detail = %detail, "internal error"),
+            ApiError::Unavailable(detail) => {
+                tracing::warn!(detail = %detail, "backend unavailable")
+            }
+            _ => {}
         }
         mapped
     }

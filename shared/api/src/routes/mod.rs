@@ -42,6 +42,7 @@ pub(crate) struct Table {
 pub(crate) fn table() -> Table {
     let rest = OpenApiRouter::default()
         .routes(routes!(health))
+        .routes(routes!(ready))
         .routes(routes!(crate::openapi::serve_document))
         .route(METRICS, get(metrics))
         .routes(routes!(agent::submit))
@@ -98,18 +99,69 @@ pub async fn health() -> Json<Value> {
     Json(json!({"ok": true}))
 }
 
+/// How long `GET /readyz` waits for the store's answer.
+const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `GET /readyz`, no auth: whether this process can serve requests — the store answers a point
+/// read (of a run no tenant has) within 3 s. `503 unavailable` with `Retry-After` otherwise.
+/// `/healthz` stays a liveness probe: it answers while the process runs, whatever the store.
+#[utoipa::path(get, path = "/readyz", operation_id = "ready", tag = "health", security(()),
+    responses(
+        (status = 200, description = "The store answers", body = Object, example = json!({"ok": true})),
+        (status = 503, description = "`unavailable`: the store does not answer; see `Retry-After`",
+            body = crate::error::ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before retrying"))),
+    ))]
+pub async fn ready(
+    axum::extract::State(state): axum::extract::State<Arc<Shared>>,
+) -> Result<Json<Value>, ApiError> {
+    let (tenant, run) = (
+        agentlane_core::TenantId::new("_readyz"),
+        RunId::new("run_readyz_probe"),
+    );
+    let probe = state.store.get_run(&tenant, &run);
+    match tokio::time::timeout(READY_PROBE_TIMEOUT, probe).await {
+        Ok(Ok(_)) => Ok(Json(json!({"ok": true}))),
+        Ok(Err(e)) => Err(ApiError::Unavailable(format!("readyz: store: {e}"))),
+        Err(_) => Err(ApiError::Unavailable(format!(
+            "readyz: the store did not answer within {READY_PROBE_TIMEOUT:?}"
+        ))),
+    }
+}
+
 /// `GET /metrics`: this process's metrics (turns, attempts, breaker trips, lock takeovers,
-/// queue age, stuck sessions, cron fires, poisoned runs) in the Prometheus text format, behind
-/// the same API-key auth as `/v1/...` (scrape with `authorization: Bearer <key>`). The counts
-/// are the process's, across tenants. `404` where [`crate::ApiConfig::expose_metrics`] is off
-/// (the ingress Lambda: its metrics go to CloudWatch as EMF instead).
+/// queue age, stuck sessions, cron fires, poisoned runs) in the Prometheus text format. The
+/// counts are the process's, across tenants, so only the operator's key
+/// ([`crate::ApiConfig::metrics_key`]) reads them (scrape with `authorization: Bearer <key>`):
+/// no key or an unknown one is `401`, a tenant's key `403` (and every key while none is
+/// configured). `404` where [`crate::ApiConfig::expose_metrics`] is off (the ingress Lambda:
+/// its metrics go to CloudWatch as EMF instead).
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::Shared>>,
-    _tenant: crate::auth::Tenant,
+    headers: axum::http::HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     if !state.config.expose_metrics {
         return Err(ApiError::NotFound("no such route".into()));
+    }
+    let token = crate::auth::bearer_in(&headers).ok_or(ApiError::Unauthorized)?;
+    let operator = state
+        .config
+        .metrics_key
+        .as_ref()
+        .is_some_and(|k| k.accepts(token));
+    if !operator {
+        return Err(match state.keys.authenticate(token).await? {
+            Some(_) if state.config.metrics_key.is_none() => ApiError::Forbidden(
+                "GET /metrics answers only to the operator's metrics key, and none is \
+                 configured (AGENTLANE_METRICS_KEY or [api] metrics_key)"
+                    .into(),
+            ),
+            Some(_) => ApiError::Forbidden(
+                "GET /metrics answers only to the operator's metrics key, not a tenant's".into(),
+            ),
+            None => ApiError::Unauthorized,
+        });
     }
     let text = agentlane_core::metrics::global().render_prometheus();
     Ok((

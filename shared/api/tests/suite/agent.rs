@@ -523,13 +523,18 @@ async fn thinking_is_refused_for_a_model_without_reasoning_and_kept_for_one_with
 }
 
 #[tokio::test]
-async fn metrics_answer_prometheus_text_with_a_key_and_404_where_turned_off() {
-    // GIVEN a counter the runner would have moved
+async fn metrics_answer_prometheus_text_to_the_operator_key_only_and_404_where_turned_off() {
+    // GIVEN a counter the runner would have moved, and an operator key
     agentlane_core::metrics::incr(agentlane_core::metrics::TURNS, &[("status", "ok")]);
-    let h = Harness::new().await;
+    const OPERATOR: &str = "operator-0123456789abcdef";
+    let h = Harness::with_config(ApiConfig {
+        metrics_key: Some(agentlane_api::OperatorKey::new(OPERATOR).unwrap()),
+        ..ApiConfig::default()
+    })
+    .await;
 
-    // WHEN /metrics is read with a key: the Prometheus text, with that counter
-    let reply = h.get("/metrics", ACME_KEY).await;
+    // WHEN /metrics is read with the operator key: the Prometheus text, with that counter
+    let reply = h.get("/metrics", OPERATOR).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
     assert!(
         reply
@@ -546,8 +551,27 @@ async fn metrics_answer_prometheus_text_with_a_key_and_404_where_turned_off() {
         "{:?}",
         reply.headers
     );
-    // THEN without a key it is refused like the rest of the API
+    // THEN without a key, or with an unknown one, it is 401; a tenant's key is 403
     h.send(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .assert_error(401, "unauthorized");
+    h.get("/metrics", "operator-0123456789abcdeX")
+        .await
+        .assert_error(401, "unauthorized");
+    h.get("/metrics", ACME_KEY)
+        .await
+        .assert_error(403, "forbidden");
+    // AND without a configured operator key no key reads them
+    let unset = Harness::new().await;
+    let refused = unset.get("/metrics", ACME_KEY).await;
+    refused.assert_error(403, "forbidden");
+    assert!(
+        refused.text.contains("none is configured"),
+        "{}",
+        refused.text
+    );
+    unset
+        .get("/metrics", OPERATOR)
         .await
         .assert_error(401, "unauthorized");
 

@@ -355,3 +355,56 @@ async fn a_passed_one_shot_cannot_be_reenabled_without_a_new_time() {
     assert_eq!(ok.status.as_u16(), 200, "{}", ok.text);
     assert_eq!(ok.json["nextRunAt"], 1_750_003_200_000u64);
 }
+
+#[tokio::test]
+async fn job_timeouts_meet_the_run_limits_of_a_turn() {
+    // (max_run_timeout_seconds, allow_unlimited_runs)
+    let settings = [(604_800, true), (604_800, false), (60, true), (60, false)];
+    let timeouts = [0u64, 1, 60, 61, 3_600, 604_800, 604_801];
+    for (max, unlimited) in settings {
+        let h = Harness::with_config(ApiConfig {
+            limits: agentlane_api::Limits {
+                max_run_timeout_seconds: max,
+                allow_unlimited_runs: unlimited,
+                ..agentlane_api::Limits::default()
+            },
+            ..ApiConfig::default()
+        })
+        .await;
+        let existing = h.post("/v1/cron/jobs", ACME_KEY, every(60)).await;
+        assert_eq!(existing.status.as_u16(), 201, "{}", existing.text);
+        let path = format!("/v1/cron/jobs/{}", existing.json["jobId"].as_str().unwrap());
+        for t in timeouts {
+            let allowed = if t == 0 { unlimited } else { t <= max };
+            let case = format!("timeout {t} under max {max}, unlimited {unlimited}");
+            // WHEN a turn, a new job and an edit ask for the timeout
+            let turn = h
+                .post(
+                    "/v1/agent",
+                    ACME_KEY,
+                    json!({"sessionKey": "s", "message": "m", "timeoutSeconds": t}),
+                )
+                .await;
+            let mut body = every(60);
+            body["timeoutSeconds"] = json!(t);
+            let created = h.post("/v1/cron/jobs", ACME_KEY, body).await;
+            let edited = h.patch(&path, ACME_KEY, json!({"timeoutSeconds": t})).await;
+            // THEN all three take it, or all three refuse it the same way
+            if allowed {
+                assert_eq!(turn.status.as_u16(), 202, "{case}: {}", turn.text);
+                assert_eq!(created.status.as_u16(), 201, "{case}: {}", created.text);
+                assert_eq!(created.json["timeoutSeconds"], t, "{case}");
+                assert_eq!(edited.status.as_u16(), 200, "{case}: {}", edited.text);
+                assert_eq!(edited.json["timeoutSeconds"], t, "{case}");
+            } else {
+                for reply in [&turn, &created, &edited] {
+                    reply.assert_error(400, "invalid_request");
+                    assert_eq!(
+                        reply.json["error"]["message"], turn.json["error"]["message"],
+                        "{case}"
+                    );
+                }
+            }
+        }
+    }
+}

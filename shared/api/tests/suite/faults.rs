@@ -1,5 +1,5 @@
-//! Backend failures seen from the client: throttling is a 429, other failures a 500 that
-//! reveals nothing of the cause.
+//! Backend failures seen from the client: throttling is a 429, an outage a 503 with
+//! `Retry-After` (and `/readyz` says so), other failures a 500; none reveals the cause.
 
 use crate::common::*;
 use agentlane_api::ApiConfig;
@@ -61,7 +61,7 @@ async fn a_throttled_store_answers_429_with_retry_after() {
 }
 
 #[tokio::test]
-async fn a_failing_store_answers_500_without_internals() {
+async fn a_store_outage_answers_503_with_retry_after_and_no_internals() {
     let (h, failure) = harness().await;
     let run_id = h.submit(ACME_KEY, "main", "hi").await["runId"].clone();
     *failure.lock().unwrap() = Some(StoreError::Unavailable(
@@ -72,16 +72,39 @@ async fn a_failing_store_answers_500_without_internals() {
             .await,
         h.get("/v1/sessions/main", ACME_KEY).await,
         h.wait(ACME_KEY, json!({"runId": run_id})).await,
+        h.agent(ACME_KEY, json!({"sessionKey": "main", "message": "hi"}))
+            .await,
     ] {
-        reply.assert_error(500, "internal");
+        reply.assert_error(503, "unavailable");
+        assert_eq!(reply.headers["retry-after"], "5", "{}", reply.text);
         assert!(!reply.text.contains("/srv"), "{}", reply.text);
     }
-    // Recovered, the same run reads back.
+    // AND the readiness probe says so, while the liveness probe does not look at the store
+    let ready = h.get("/readyz", "").await;
+    ready.assert_error(503, "unavailable");
+    assert_eq!(ready.headers["retry-after"], "5");
+    assert_eq!(h.get("/healthz", "").await.status.as_u16(), 200);
+    // Recovered, the same run reads back and the process is ready again.
     *failure.lock().unwrap() = None;
     let reply = h
         .get(&format!("/v1/runs/{}", run_id.as_str().unwrap()), ACME_KEY)
         .await;
     assert_eq!(reply.json["runId"], run_id);
+    let ready = h.get("/readyz", "").await;
+    assert_eq!(
+        (ready.status.as_u16(), ready.json.clone()),
+        (200, json!({"ok": true}))
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_record_is_still_a_500_without_internals() {
+    let (h, failure) = harness().await;
+    *failure.lock().unwrap() = Some(StoreError::Corrupt("row in /srv/agentlane/db".into()));
+    let reply = h.get("/v1/sessions/main", ACME_KEY).await;
+    reply.assert_error(500, "internal");
+    assert!(!reply.text.contains("/srv"), "{}", reply.text);
+    assert!(reply.headers.get("retry-after").is_none());
 }
 
 #[tokio::test]

@@ -19,7 +19,9 @@ macro_rules! job_body {
             $($own)*
             #[serde(default)]
             pub model: Option<String>,
-            /// Each fire's run timeout, at most 7 days; 0 = none.
+            /// Each fire's run timeout, checked like a turn's: at most
+            /// `max_run_timeout_seconds` (7 days by default); 0 = none, only where unlimited
+            /// runs are allowed; 60 min when absent.
             #[serde(default)]
             #[schema(maximum = 604800)]
             pub timeout_seconds: Option<u64>,

@@ -2,7 +2,7 @@
 
 use crate::ApiState;
 use crate::error::ApiError;
-use crate::validate::{check_model_allowed, validate_model};
+use crate::validate::{check_model_allowed, check_run_timeout, validate_model};
 use agentlane_core::TenantId;
 use agentlane_core::cron::{JobDelivery, JobId, Schedule};
 use agentlane_scheduler::{CompiledSchedule, validate_new};
@@ -10,8 +10,6 @@ use serde_json::Value;
 
 /// Longest job name.
 const MAX_NAME_CHARS: usize = 200;
-/// Largest `timeoutSeconds` (7 days).
-const MAX_TIMEOUT_SECONDS: u64 = 7 * 24 * 3600;
 
 /// A `400 invalid_request` saying `message`.
 pub(super) fn invalid(message: impl Into<String>) -> ApiError {
@@ -128,7 +126,8 @@ pub(super) fn check_message(message: &str, state: &ApiState) -> Result<(), ApiEr
 }
 
 /// Checks the settings both job bodies take: the model (well-formed, and allowed to `tenant`),
-/// the timeout and the webhook, in that order.
+/// the timeout (the run limits of `POST /v1/agent`: each fire is a run) and the webhook, in
+/// that order.
 pub(super) fn check_settings(
     model: Option<&str>,
     timeout_seconds: Option<u64>,
@@ -140,17 +139,10 @@ pub(super) fn check_settings(
         validate_model(model, &state.config)?;
         check_model_allowed(model, &state.config, tenant)?;
     }
-    check_timeout(timeout_seconds)?;
-    check_delivery(delivery)
-}
-
-fn check_timeout(timeout: Option<u64>) -> Result<(), ApiError> {
-    match timeout {
-        Some(t) if t > MAX_TIMEOUT_SECONDS => Err(invalid(format!(
-            "timeoutSeconds must be at most {MAX_TIMEOUT_SECONDS} (7 days); 0 means none"
-        ))),
-        _ => Ok(()),
+    if let Some(seconds) = timeout_seconds {
+        check_run_timeout(seconds, &state.config)?;
     }
+    check_delivery(delivery)
 }
 
 fn check_delivery(delivery: Option<&JobDelivery>) -> Result<(), ApiError> {

@@ -154,6 +154,7 @@ fn the_shipped_example_parses_into_every_setting() {
             max_wait: Some(Duration::from_millis(900_000)),
             limits: agentlane_api::Limits::default(),
             default_queue_mode: Some(agentlane_core::QueueMode::Followup),
+            metrics_key: None,
         }
     );
     assert_eq!(
@@ -190,6 +191,28 @@ api_key = "sk-unnamed"
             profile("openai#3", "sk-unnamed")
         ]
     );
+}
+
+#[test]
+fn the_metrics_key_comes_from_the_environment_else_the_file_and_is_never_echoed() {
+    let file = "[api]\nmetrics_key = \"from-the-file-0123456789\"\n";
+    let key = |s: &Settings| s.api.metrics_key.clone().expect("a metrics key");
+    assert!(key(&settings(file, &[])).accepts("from-the-file-0123456789"));
+    let both = settings(
+        file,
+        &[("AGENTLANE_METRICS_KEY", "from-the-env-0123456789")],
+    );
+    assert!(key(&both).accepts("from-the-env-0123456789"));
+    assert!(!key(&both).accepts("from-the-file-0123456789"));
+    assert_eq!(settings("", &[]).api.metrics_key, None);
+    for (toml, vars) in [
+        (Some("[api]\nmetrics_key = \"short-secret\"\n"), vec![]),
+        (None, vec![("AGENTLANE_METRICS_KEY", "short-secret")]),
+    ] {
+        let refused = error(toml, &vars);
+        assert!(refused.contains("at least 16"), "{refused}");
+        assert!(!refused.contains("short-secret"), "{refused}");
+    }
 }
 
 #[test]

@@ -63,6 +63,11 @@ pub struct Limits {
     /// (whatever the share, the queue serves tenants with ready turns round robin). At least
     /// one worker; `0` or `100`: no cap. Default 75.
     pub tenant_worker_share_percent: u32,
+    /// Store key lookups (of `al_…` keys not cached) that found no key, per source address and
+    /// minute; beyond it the address's lookups answer `429 rate_limited` before reading the
+    /// store, until the minute ends. Counted across processes where the limits are shared.
+    /// `0`: no limit. Default 30.
+    pub key_probes_per_minute: u32,
     /// What every tenant gets.
     pub tenant: TenantLimits,
     /// Per-tenant replacements of `tenant`'s keys, by tenant name.
@@ -83,6 +88,7 @@ impl Default for Limits {
             allow_unlimited_runs: true,
             allowed_models: Vec::new(),
             tenant_worker_share_percent: 75,
+            key_probes_per_minute: 30,
             tenant: TenantLimits::default(),
             tenants: BTreeMap::new(),
         }
@@ -94,8 +100,9 @@ impl Default for Limits {
 #[serde(default, deny_unknown_fields)]
 pub struct TenantLimits {
     /// Sustained requests per second (every authenticated request counts); beyond it `429
-    /// rate_limited` with `Retry-After`. Default 5000 (a single-tenant benchmark at 2,000
-    /// turns/s sends about 4,000).
+    /// rate_limited` with `Retry-After`. Where the limits are shared (the AWS backend), also
+    /// across processes: at most this many per clock second between them. Default 5000 (a
+    /// single-tenant benchmark at 2,000 turns/s sends about 4,000).
     pub requests_per_second: u32,
     /// Requests that may arrive at once above the sustained rate. Default 5000.
     pub burst: u32,

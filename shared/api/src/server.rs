@@ -4,6 +4,7 @@
 //! that stops accepting, lets requests in flight finish for a grace period, then drops what is
 //! left.
 
+use crate::admission::ClientAddr;
 use crate::limits::Limits;
 use axum::Router;
 use hyper::server::conn::http1;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tower::ServiceExt as _;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) before the next one.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
@@ -50,7 +52,7 @@ where
                 Err(_) => break,
             },
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -64,8 +66,16 @@ where
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "TCP_NODELAY not set");
         }
+        // Every request of the connection carries its peer's address (per-address limits).
+        let client = ClientAddr(peer.ip());
+        let service = app.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(client);
+                request
+            },
+        );
         let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         connections.spawn(async move {
             if let Err(error) = connection.await {

@@ -29,6 +29,7 @@ mod openai;
 mod order;
 mod pauses;
 mod queue_modes;
+mod rate_limits;
 mod retry_loop;
 mod streaming;
 mod supervisor;

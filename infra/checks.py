@@ -567,7 +567,7 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
 # tenants' slot items and an accepted turn's session (UpdateItem); a turn's new session, its
 # idempotency record and its run (PutItem). Nothing is deleted.
 STREAM_ROLE_WRITES = {
-    "dynamodb:UpdateItem": ["T#*#SLOTS", "T#*#S#*"],
+    "dynamodb:UpdateItem": ["T#*#SLOTS", "T#*#RATE", "RATE#PROBES#*", "T#*#S#*"],
     "dynamodb:PutItem": ["T#*#S#*", "T#*#K#*", "T#*#R#*"],
 }
 STREAM_ROLE_READS = {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"}
@@ -770,6 +770,67 @@ def check_operations(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> No
         "ReservedConcurrentExecutions" in runner,
         "the runner's reserved concurrency is a parameter (its share of the account)",
     )
+    check_concurrency(c, sam)
+    check_waf(c, sam)
+
+
+def reserved_default(sam: dict[str, Any], function: str) -> Any:
+    """The default reserved concurrency of `function`: the default of the parameter its
+    `ReservedConcurrentExecutions` names (directly or in an `!If` whose other branch is
+    AWS::NoValue), or None when it has none."""
+    value = sam["Resources"][function]["Properties"].get("ReservedConcurrentExecutions")
+    if isinstance(value, dict) and "Fn::If" in value:
+        _, then, _ = value["Fn::If"]
+        value = then
+    p = param(sam, value)
+    return None if p is None else p.get("Default")
+
+
+def check_concurrency(c: Checker, sam: dict[str, Any]) -> None:
+    """The streaming ingress (a Function URL, no throttle of its own) is bounded by a reserved
+    concurrency set by default, and the runner keeps a reserved share by default, at least its
+    event source's MaximumConcurrency: open streams and waits cannot take the runner's share."""
+    stream = reserved_default(sam, "IngressStreamFunction")
+    c.check(
+        isinstance(stream, int) and stream > 0,
+        f"the streaming ingress has a reserved concurrency by default (its bound): {stream}",
+    )
+    runner = reserved_default(sam, "RunnerFunction")
+    lane = sam["Parameters"].get("RunnerMaxConcurrency", {}).get("Default")
+    c.check(
+        isinstance(runner, int) and isinstance(lane, int) and runner >= lane > 0,
+        f"the runner reserves concurrency by default, at least RunnerMaxConcurrency: {runner} >= {lane}",
+    )
+
+
+def check_waf(c: Checker, sam: dict[str, Any]) -> None:
+    """An opt-in WAF (off by default): a web ACL with a rate rule per source IP that blocks, on
+    a CloudFront distribution whose origin is the HTTP API."""
+    rate = sam["Parameters"].get("WafRatePerIp")
+    if not c.check(rate is not None and rate.get("Default") == 0, f"WafRatePerIp is opt-in (default 0): {rate}"):
+        return
+    acls = of_type(sam, "AWS::WAFv2::WebACL")
+    rules = [
+        r
+        for acl in acls.values()
+        for r in acl["Properties"].get("Rules", [])
+        if r.get("Statement", {}).get("RateBasedStatement", {}).get("AggregateKeyType") == "IP"
+        and r["Statement"]["RateBasedStatement"].get("Limit") == {"Ref": "WafRatePerIp"}
+        and "Block" in r.get("Action", {})
+    ]
+    c.check(len(acls) == 1 and len(rules) == 1, f"one web ACL blocking per IP beyond WafRatePerIp: {list(acls)}")
+    c.check(
+        all(acl.get("Condition") == "HasWaf" for acl in acls.values()),
+        "the web ACL exists only when WafRatePerIp > 0",
+    )
+    dists = of_type(sam, "AWS::CloudFront::Distribution").values()
+    fronted = [
+        d
+        for d in dists
+        if getatt(d["Properties"]["DistributionConfig"].get("WebACLId")) == (next(iter(acls), ""), "Arn")
+        and "HttpApi" in json.dumps(d["Properties"]["DistributionConfig"].get("Origins"))
+    ]
+    c.check(len(fronted) == 1, "a CloudFront distribution with the web ACL fronts the HTTP API")
 
 
 def structure(src: str, translated: str) -> int:
@@ -941,6 +1002,19 @@ MUTATIONS = {
         "                  # accept_turn reads the session and the idempotency record in one call\n"
         "                  - dynamodb:BatchGetItem\n                  - dynamodb:PutItem\n",
     ),
+    "unbounded streaming ingress": (
+        "      ReservedConcurrentExecutions: !If [ReserveIngressStream, !Ref IngressStreamReservedConcurrency, !Ref AWS::NoValue]\n",
+        "",
+    ),
+    "runner unreserved by default": (
+        "  RunnerReservedConcurrency:\n    Type: Number\n    Default: 10\n",
+        "  RunnerReservedConcurrency:\n    Type: Number\n    Default: 0\n",
+    ),
+    "WAF on by default": (
+        "  WafRatePerIp:\n    Type: Number\n    Default: 0\n",
+        "  WafRatePerIp:\n    Type: Number\n    Default: 1000\n",
+    ),
+    "WAF rule counts only": ("          Action:\n            Block: {}\n", "          Action:\n            Count: {}\n"),
     "stuck alarm in another namespace": (
         "      Namespace: !Sub agentlane/${StageName}\n      MetricName: stuck_sessions",
         "      Namespace: agentlane\n      MetricName: stuck_sessions",

@@ -14,7 +14,7 @@
 //!   list); the rest answers `404 not_found` pointing at the HTTP API, so its role writes
 //!   turns and nothing else.
 
-use agentlane_api::{ApiState, ResponseDeadline};
+use agentlane_api::{ApiState, ClientAddr, ResponseDeadline};
 use agentlane_host as host;
 use anyhow::Context as _;
 use lambda_http::{RequestExt, tower};
@@ -104,7 +104,12 @@ pub async fn run() -> Result<(), lambda_http::Error> {
         config,
     };
     match mode {
-        Mode::Buffered => lambda_http::run(agentlane_api::app(state)).await,
+        Mode::Buffered => {
+            let app = tower::ServiceBuilder::new()
+                .map_request(with_client_addr)
+                .service(agentlane_api::app(state));
+            lambda_http::run(app).await
+        }
         Mode::Streaming => {
             let app = agentlane_api::streaming_app(state);
             let margin = millis_env(MARGIN_ENV, DEFAULT_DEADLINE_MARGIN)?;
@@ -113,7 +118,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
                 "ingress streams responses"
             );
             let app = tower::ServiceBuilder::new()
-                .map_request(move |request| with_deadline(request, margin))
+                .map_request(move |request| with_deadline(with_client_addr(request), margin))
                 .service(app);
             lambda_http::run_with_streaming_response(app).await
         }
@@ -127,6 +132,25 @@ pub fn with_deadline(mut request: lambda_http::Request, margin: Duration) -> lam
         let end = SystemTime::UNIX_EPOCH + Duration::from_millis(context.deadline);
         let deadline = end.checked_sub(margin).unwrap_or(SystemTime::UNIX_EPOCH);
         request.extensions_mut().insert(ResponseDeadline(deadline));
+    }
+    request
+}
+
+/// Adds the [`ClientAddr`]: the source IP that API Gateway or the function URL saw (both send
+/// the HTTP API's payload 2.0), for the per-address limits. None without a request context.
+pub fn with_client_addr(mut request: lambda_http::Request) -> lambda_http::Request {
+    let source = request
+        .request_context_ref()
+        .and_then(|context| match context {
+            lambda_http::request::RequestContext::ApiGatewayV2(context) => context
+                .http
+                .source_ip
+                .as_deref()
+                .and_then(|ip| ip.parse::<std::net::IpAddr>().ok()),
+            _ => None,
+        });
+    if let Some(address) = source {
+        request.extensions_mut().insert(ClientAddr(address));
     }
     request
 }

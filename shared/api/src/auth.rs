@@ -9,6 +9,7 @@
 //!   therefore stops working within that TTL.
 
 use crate::Shared;
+use crate::admission::ClientAddr;
 use crate::error::ApiError;
 use agentlane_core::TenantId;
 use agentlane_core::api_key::{KeyStore, key_id_of};
@@ -121,6 +122,15 @@ impl StoreKeyCache {
         self.len() == 0
     }
 
+    /// The answer for `key` without reading the store: `Some` when it is not of the store's
+    /// shape (`Some(None)`) or its answer is cached; `None` when it takes a store read.
+    fn known(&self, key: &str) -> Option<Option<TenantId>> {
+        if key_id_of(key).is_none() {
+            return Some(None);
+        }
+        self.cached(&digest(key), Instant::now())
+    }
+
     /// The tenant of a store-backed key, from the cache or one store read. Store failures are
     /// not cached.
     async fn tenant_for(&self, key: &str) -> Result<Option<TenantId>, ApiError> {
@@ -227,6 +237,18 @@ impl ApiKeys {
         }
     }
 
+    /// The answer for `key` without reading the store: a configured key, a key that cannot be
+    /// the store's, or a cached answer. `None`: [`ApiKeys::authenticate`] would read the store.
+    pub fn known(&self, key: &str) -> Option<Option<TenantId>> {
+        if let Some(tenant) = self.tenant_for(key) {
+            return Some(Some(tenant));
+        }
+        match &self.store {
+            Some(store) => store.known(key),
+            None => Some(None),
+        }
+    }
+
     /// The tenant owning configured key `key`, if any. Every configured digest is compared, in
     /// constant time. Store-backed keys need [`ApiKeys::authenticate`].
     pub fn tenant_for(&self, key: &str) -> Option<TenantId> {
@@ -311,6 +333,11 @@ pub(crate) fn bearer_in(headers: &axum::http::HeaderMap) -> Option<&str> {
 
 /// The authenticated tenant of a request, admitted under its request rate (`429
 /// rate_limited` with `Retry-After` beyond it). Extract it first in every handler.
+///
+/// A request without a well-formed bearer key, or with a key that cannot be a store key,
+/// answers `401` without reading the store. A key that takes a store lookup is first held to
+/// the source address's `key_probes_per_minute`, and a lookup that finds no key counts
+/// against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub TenantId);
 
@@ -322,12 +349,20 @@ impl FromRequestParts<Arc<Shared>> for Tenant {
         state: &Arc<Shared>,
     ) -> Result<Self, Self::Rejection> {
         let token = bearer_token(parts).ok_or(ApiError::Unauthorized)?;
-        let tenant = state
-            .keys
-            .authenticate(token)
-            .await?
-            .ok_or(ApiError::Unauthorized)?;
-        state.admission.admit_request(&tenant)?;
+        let tenant = match state.keys.known(token) {
+            Some(answer) => answer,
+            None => {
+                let source = parts.extensions.get::<ClientAddr>().copied();
+                state.admission.check_key_probes(source).await?;
+                let answer = state.keys.authenticate(token).await?;
+                if answer.is_none() {
+                    state.admission.count_key_probe(source).await;
+                }
+                answer
+            }
+        }
+        .ok_or(ApiError::Unauthorized)?;
+        state.admission.admit_request(&tenant).await?;
         Ok(Tenant(tenant))
     }
 }

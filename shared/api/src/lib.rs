@@ -43,7 +43,7 @@ pub mod validate;
 pub mod views;
 mod wait;
 
-pub use admission::{Admission, SharedSlots};
+pub use admission::{Admission, ClientAddr, SharedSlots};
 pub use auth::{ApiKeys, OperatorKey, Tenant};
 pub use deadline::ResponseDeadline;
 pub use error::ApiError;

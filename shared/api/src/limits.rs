@@ -42,6 +42,11 @@ pub struct Limits {
     /// Open connections at most; further clients wait in the listen backlog until one closes.
     /// Default 1024.
     pub max_connections: usize,
+    /// The share (percent) of `max_connections` one client address may hold at once, so that
+    /// one client's sockets (slow or reconnecting) cannot take every slot. A connection beyond
+    /// it is answered `429 rate_limited` and closed at once. At least one; `0` or `100`: no
+    /// share. Default 25.
+    pub max_connections_per_client_percent: u32,
     /// On shutdown, requests in flight get this long to finish before their connections are
     /// dropped; SSE streams end at once. Default 10 s.
     pub shutdown_grace_ms: u64,
@@ -63,6 +68,11 @@ pub struct Limits {
     /// (whatever the share, the queue serves tenants with ready turns round robin). At least
     /// one worker; `0` or `100`: no cap. Default 75.
     pub tenant_worker_share_percent: u32,
+    /// Store key lookups (of `al_…` keys not cached) that found no key, per source address and
+    /// minute; beyond it the address's lookups answer `429 rate_limited` before reading the
+    /// store, until the minute ends. Counted across processes where the limits are shared.
+    /// `0`: no limit. Default 30.
+    pub key_probes_per_minute: u32,
     /// What every tenant gets.
     pub tenant: TenantLimits,
     /// Per-tenant replacements of `tenant`'s keys, by tenant name.
@@ -76,6 +86,7 @@ impl Default for Limits {
             request_body_timeout_ms: 30_000,
             request_timeout_ms: 30_000,
             max_connections: 1024,
+            max_connections_per_client_percent: 25,
             shutdown_grace_ms: 10_000,
             max_uri_bytes: 8 * 1024,
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
@@ -83,6 +94,7 @@ impl Default for Limits {
             allow_unlimited_runs: true,
             allowed_models: Vec::new(),
             tenant_worker_share_percent: 75,
+            key_probes_per_minute: 30,
             tenant: TenantLimits::default(),
             tenants: BTreeMap::new(),
         }
@@ -94,8 +106,9 @@ impl Default for Limits {
 #[serde(default, deny_unknown_fields)]
 pub struct TenantLimits {
     /// Sustained requests per second (every authenticated request counts); beyond it `429
-    /// rate_limited` with `Retry-After`. Default 5000 (a single-tenant benchmark at 2,000
-    /// turns/s sends about 4,000).
+    /// rate_limited` with `Retry-After`. Where the limits are shared (the AWS backend), also
+    /// across processes: at most this many per clock second between them. Default 5000 (a
+    /// single-tenant benchmark at 2,000 turns/s sends about 4,000).
     pub requests_per_second: u32,
     /// Requests that may arrive at once above the sustained rate. Default 5000.
     pub burst: u32,
@@ -271,6 +284,18 @@ impl Limits {
         u32::try_from((workers.saturating_mul(share) / 100).max(1)).unwrap_or(u32::MAX)
     }
 
+    /// Connections one client address may hold at once
+    /// ([`Limits::max_connections_per_client_percent`] of `max_connections`, at least one);
+    /// `None`: no share.
+    pub fn connections_per_client(&self) -> Option<usize> {
+        let share = self.max_connections_per_client_percent;
+        if share == 0 || share >= 100 {
+            return None;
+        }
+        let cap = self.max_connections.max(1);
+        Some((cap.saturating_mul(share as usize) / 100).max(1))
+    }
+
     /// [`Limits::header_read_timeout_ms`] as a duration.
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_millis(self.header_read_timeout_ms)
@@ -362,6 +387,23 @@ mod tests {
             ..Limits::default()
         };
         assert_eq!(all.tenant_in_flight_cap(4), 0);
+    }
+
+    #[test]
+    fn a_client_gets_its_share_of_the_connections_and_at_least_one() {
+        let share = |max_connections, percent| {
+            Limits {
+                max_connections,
+                max_connections_per_client_percent: percent,
+                ..Limits::default()
+            }
+            .connections_per_client()
+        };
+        assert_eq!(Limits::default().connections_per_client(), Some(256));
+        assert_eq!(share(10, 25), Some(2));
+        assert_eq!(share(3, 25), Some(1));
+        assert_eq!(share(4, 100), None);
+        assert_eq!(share(4, 0), None);
     }
 
     #[test]

@@ -117,11 +117,15 @@ fn start_serve(model_url: &str, args: &AbuseArgs) -> anyhow::Result<ServeChild> 
         .prefix("agentlane-abuse-")
         .tempdir()?;
     let config = dir.path().join("agentlane.toml");
+    // Room for every abusing socket: the bench measures the tenant caps and the header timeout,
+    // so the per-client share is off (the abuser connects from its own loopback address anyway,
+    // see `abuser_connect`, so a share would not count B's connections with A's).
     let connections = args.streams + args.slow_sockets + 1024;
     std::fs::write(
         &config,
         format!(
-            "[limits]\nmax_connections = {connections}\n\n\
+            "[limits]\nmax_connections = {connections}\n\
+             max_connections_per_client_percent = 100\n\n\
              [limits.tenants.{}]\nmax_event_streams = {}\n",
             ABUSER.0,
             args.streams + 16
@@ -221,8 +225,30 @@ async fn measure(
 
 /// Opens one SSE stream of tenant A on `run_id` over a raw socket; `true` once the server
 /// answered 200 (the stream then stays open, drained, until `stop`).
+/// The abuser's address on loopback, apart from B's (127.0.0.1): a per-address limit of the
+/// server then tells them apart, as it would two clients.
+const ABUSER_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+
+/// A connection of the abuser to `addr`: from [`ABUSER_ADDR`] where the system has it (Linux
+/// answers every 127.x.y.z), else from the default address.
+async fn abuser_connect(addr: &str) -> std::io::Result<TcpStream> {
+    let target: std::net::SocketAddr = match addr.parse() {
+        Ok(target) => target,
+        Err(_) => return TcpStream::connect(addr).await,
+    };
+    if target.ip().is_loopback() && target.is_ipv4() {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        if socket.bind((ABUSER_ADDR, 0).into()).is_ok()
+            && let Ok(stream) = socket.connect(target).await
+        {
+            return Ok(stream);
+        }
+    }
+    TcpStream::connect(target).await
+}
+
 async fn hold_stream(addr: &str, run_id: &str, stop: CancellationToken) -> anyhow::Result<()> {
-    let mut socket = TcpStream::connect(addr).await?;
+    let mut socket = abuser_connect(addr).await?;
     let request = format!(
         "GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
          Accept: text/event-stream\r\n\r\n",
@@ -262,7 +288,7 @@ async fn hold_stream(addr: &str, run_id: &str, stop: CancellationToken) -> anyho
 /// byte a second; reconnects when the server closes it. Counts (re)connections.
 async fn slow_loris(addr: String, stop: CancellationToken, connects: Arc<AtomicU64>) {
     while !stop.is_cancelled() {
-        let Ok(mut socket) = TcpStream::connect(&addr).await else {
+        let Ok(mut socket) = abuser_connect(&addr).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };

@@ -1,7 +1,8 @@
 //! The [`SlotStore`] cases: a tenant never holds more than its cap of live slots, even when
 //! many takes race; kinds and tenants are counted apart; an ended lease stops counting; renew
-//! and release act on the holder's own slot only. Every case uses fresh random tenants, so
-//! cases may share one backend.
+//! and release act on the holder's own slot only. Rate windows count every add, per scope and
+//! window, also when adds race. Every case uses fresh random tenants, so cases may share one
+//! backend.
 //!
 //! In an adapter's integration test:
 //!
@@ -10,7 +11,7 @@
 //! ```
 
 use crate::fixtures::{tenant, wall_ms};
-use agentlane_core::{SlotKind, SlotStore};
+use agentlane_core::{RateScope, SlotKind, SlotStore, granted_of};
 use std::sync::Arc;
 
 /// Generates `mod slots_conformance` with one `#[tokio::test]` per case. The argument is an
@@ -23,6 +24,8 @@ macro_rules! slots_conformance {
             case_a_burst_of_takes_grants_exactly_the_cap,
             case_an_ended_lease_stops_counting_and_cannot_be_renewed_once_dropped,
             case_renew_and_release_act_on_the_holders_own_slot,
+            case_a_rate_window_counts_per_scope_and_window,
+            case_racing_adds_are_all_counted_and_grant_exactly_the_limit,
         }
     };
 }
@@ -231,4 +234,54 @@ pub async fn case_renew_and_release_act_on_the_holders_own_slot(store: Arc<dyn S
             .await
             .unwrap()
     );
+}
+
+pub async fn case_a_rate_window_counts_per_scope_and_window(store: Arc<dyn SlotStore>) {
+    let (acme, beta) = (tenant(), tenant());
+    let window = wall_ms() / 1_000 * 1_000;
+    let mine = RateScope::Tenant(acme.clone());
+    // An untouched window reads 0; adds answer the running count.
+    assert_eq!(store.add_to_window(&mine, window, 0).await.unwrap(), 0);
+    assert_eq!(store.add_to_window(&mine, window, 3).await.unwrap(), 3);
+    assert_eq!(store.add_to_window(&mine, window, 2).await.unwrap(), 5);
+    assert_eq!(store.add_to_window(&mine, window, 0).await.unwrap(), 5);
+    // The next window, another tenant and the probes of an address named like the tenant
+    // count apart.
+    assert_eq!(
+        store.add_to_window(&mine, window + 1_000, 1).await.unwrap(),
+        1
+    );
+    let theirs = RateScope::Tenant(beta);
+    assert_eq!(store.add_to_window(&theirs, window, 4).await.unwrap(), 4);
+    let probes = RateScope::KeyProbes(acme.as_str().to_owned());
+    assert_eq!(store.add_to_window(&probes, window, 1).await.unwrap(), 1);
+    // The first window still holds its own count.
+    assert_eq!(store.add_to_window(&mine, window, 1).await.unwrap(), 6);
+}
+
+pub async fn case_racing_adds_are_all_counted_and_grant_exactly_the_limit(
+    store: Arc<dyn SlotStore>,
+) {
+    // Twenty processes each claiming 2 requests at once against a limit of 25 a window.
+    // (A fresh random name stands for the source address.)
+    let scope = RateScope::KeyProbes(tenant().as_str().to_owned());
+    let window = wall_ms() / 1_000 * 1_000;
+    let adds = (0..20).map(|_| {
+        let (store, scope) = (store.clone(), scope.clone());
+        tokio::spawn(async move { store.add_to_window(&scope, window, 2).await })
+    });
+    let mut counts = Vec::new();
+    for add in futures::future::join_all(adds).await {
+        counts.push(add.unwrap().unwrap());
+    }
+    counts.sort_unstable();
+    // No add was lost: each saw its own count, and the last one all of them.
+    let expected: Vec<u64> = (1..=20).map(|i| i * 2).collect();
+    assert_eq!(counts, expected);
+    let granted: u32 = counts.iter().map(|&c| granted_of(c, 2, 25)).sum();
+    assert_eq!(
+        granted, 25,
+        "racing claims of 2 over a limit of 25 granted {granted}"
+    );
+    assert_eq!(store.add_to_window(&scope, window, 0).await.unwrap(), 40);
 }

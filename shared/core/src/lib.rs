@@ -51,7 +51,7 @@ pub use session::{
 };
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.
-pub use slots::{SlotKind, SlotStore};
+pub use slots::{RateScope, SlotKind, SlotStore, granted_of};
 pub use spend::SpendLedger;
 pub use store::{
     AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, FencedWriter,

@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     crate::agents::SCHEMA,
     ACTION_ANSWERS,
     crate::spend::SCHEMA,
+    crate::slots::RATE_SCHEMA,
 ];
 
 /// The answer to a paused run's pending tool calls (issue 20): owned by the API and the

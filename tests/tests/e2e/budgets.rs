@@ -459,26 +459,33 @@ async fn a_budgeted_turn_costs_two_more_aws_requests_than_a_plain_one() -> anyho
     // GIVEN two servers on DynamoDB + SQS behind a logging proxy: one where tenant A has a
     // daily budget, one without budgets
     let log = crate::support::AwsRequestLog::start().await?;
+    // (Both with the shared request rate off: its claims, one per few requests, would make
+    // the UpdateItem counts depend on timing; rate_limits.rs counts them.)
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("agentlane.toml");
     std::fs::write(
         &config,
         format!(
-            "[limits.tenants.{}]\ndaily_usd = 5.0\nmonthly_tokens = 10000000\n",
+            "[limits.tenants.{}]\nrequests_per_second = 0\ndaily_usd = 5.0\nmonthly_tokens = 10000000\n",
+            agentlane_tests::TENANT_A.name
+        ),
+    )?;
+    let plain_dir = tempfile::tempdir()?;
+    let plain = plain_dir.path().join("agentlane.toml");
+    std::fs::write(
+        &plain,
+        format!(
+            "[limits.tenants.{}]\nrequests_per_second = 0\n",
             agentlane_tests::TENANT_A.name
         ),
     )?;
     let mut counts = Vec::new();
     for budgeted in [false, true] {
         let scn = crate::support::scenario_with(|o| {
-            let o = o
-                .aws_backend()
-                .env("AGENTLANE_SWEEP_INTERVAL_MS", "3600000");
-            if budgeted {
-                o.env("AGENTLANE_CONFIG", config.display().to_string())
-            } else {
-                o
-            }
+            let config = if budgeted { &config } else { &plain };
+            o.aws_backend()
+                .env("AGENTLANE_SWEEP_INTERVAL_MS", "3600000")
+                .env("AGENTLANE_CONFIG", config.display().to_string())
         })?;
         let a = scn.a();
         // A first turn warms the session up; the second is the one counted.

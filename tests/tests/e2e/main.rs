@@ -31,6 +31,7 @@ mod openclaw_clients;
 mod order;
 mod pauses;
 mod queue_modes;
+mod rate_limits;
 mod retry_loop;
 mod streaming;
 mod supervisor;

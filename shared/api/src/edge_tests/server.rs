@@ -48,8 +48,10 @@ async fn slow_sockets_are_closed_at_the_header_timeout_while_another_tenant_is_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_cap_holds_new_clients_until_a_connection_closes() {
     // GIVEN a server that keeps at most 4 connections open
+    // (all of them from one address: no share per client here)
     let server = LiveServer::start(config(Limits {
         max_connections: 4,
+        max_connections_per_client_percent: 0,
         ..Limits::default()
     }))
     .await;
@@ -73,6 +75,61 @@ async fn the_connection_cap_holds_new_clients_until_a_connection_closes() {
     let reply = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut fifth_again))
         .await
         .expect("served once a slot freed");
+    assert_eq!(reply.status, 200, "{reply:?}");
+}
+
+/// A connection to `server` from the loopback address `from` (Linux answers every 127.x.y.z).
+async fn connect_from(server: &LiveServer, from: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    socket.connect(server.addr).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holds_at_most_its_share_of_the_connections_and_another_is_served() {
+    // GIVEN a server with 8 connections, a quarter of them (2) per client address
+    let server = LiveServer::start(config(Limits {
+        max_connections: 8,
+        max_connections_per_client_percent: 25,
+        ..Limits::default()
+    }))
+    .await;
+
+    // WHEN one client holds 2 idle connections and opens a third
+    let mut idle = vec![
+        connect_from(&server, "127.0.0.1").await,
+        connect_from(&server, "127.0.0.1").await,
+    ];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = connect_from(&server, "127.0.0.1").await;
+    send_request(&mut third, "GET", "/healthz", None, "").await;
+
+    // THEN the third is answered 429 at once and closed
+    let refused = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut third))
+        .await
+        .expect("answered at once");
+    refused.assert_error(429, "rate_limited");
+    assert!(refused.body.contains("at most 2"), "{refused:?}");
+    assert_eq!(refused.header("retry-after").as_deref(), Some("1"));
+
+    // AND a client from another address is served meanwhile
+    let mut other = connect_from(&server, "127.0.0.2").await;
+    send_request(&mut other, "GET", "/healthz", None, "").await;
+    let reply = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut other))
+        .await
+        .expect("served");
+    assert_eq!(reply.status, 200, "{reply:?}");
+
+    // WHEN the first client closes one, THEN its next connection is served
+    drop(idle.pop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut again = connect_from(&server, "127.0.0.1").await;
+    send_request(&mut again, "GET", "/healthz", None, "").await;
+    let reply = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut again))
+        .await
+        .expect("served once it closed one");
     assert_eq!(reply.status, 200, "{reply:?}");
 }
 

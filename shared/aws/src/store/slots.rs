@@ -13,12 +13,21 @@
 //! - Renew: `SET` the holder's attribute if it is there. Release: `REMOVE` it and add -1 to `n`
 //!   if it is there. `n` and the holders change together in every update, so they agree.
 //! - `expiresAt` (TTL) is an hour past the latest take or renewal, so an idle item goes.
+//!
+//! Rate windows, one item per scope and window:
+//!
+//! | `PK` | `SK` | attributes |
+//! |---|---|---|
+//! | `T#{t}#RATE` (a tenant's requests) / `RATE#PROBES#{address}` | window start (ms) | `c` (count), `expiresAt` |
+//!
+//! An add is one `UpdateItem` (`ADD c :n`, answering the new count), never conditional: every
+//! process's add is counted and none is retried. A read (`n = 0`) is one consistent `GetItem`. `expiresAt` is an hour past the window's start.
 
 use super::DynamoStore;
 use super::error::{DdbError, build_error};
 use super::item::{EXPIRES_AT, Item, n, s};
 use super::keys::{PK, SK};
-use agentlane_core::{SlotKind, SlotStore, StoreError, StoreResult, TenantId};
+use agentlane_core::{RateScope, SlotKind, SlotStore, StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -32,6 +41,18 @@ const TAKE_ROUNDS: u32 = 4;
 const MAX_DROPPED_PER_UPDATE: usize = 25;
 /// How long the item outlives its latest lease (TTL, seconds).
 const TTL_AFTER_LEASE_SECS: u64 = 3_600;
+
+/// A rate window's count.
+const RATE_COUNT: &str = "c";
+/// How long a rate window's item outlives the window's start (TTL, seconds).
+const RATE_TTL_SECS: u64 = 3_600;
+
+fn rate_pk(scope: &RateScope) -> String {
+    match scope {
+        RateScope::Tenant(tenant) => format!("T#{tenant}#RATE"),
+        RateScope::KeyProbes(source) => format!("RATE#PROBES#{source}"),
+    }
+}
 
 fn slots_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#SLOTS")
@@ -231,5 +252,45 @@ impl SlotStore for DynamoStore {
             .map(|_| ())
             .map_err(DdbError::from);
         applied(result).map(|_| ())
+    }
+
+    async fn add_to_window(&self, scope: &RateScope, window: u64, added: u32) -> StoreResult<u64> {
+        let count_of = |item: Option<&Item>| {
+            item.and_then(|a| a.get(RATE_COUNT))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if added == 0 {
+            // A read: one consistent GetItem (no write, no item made).
+            let item = self.get_item(rate_pk(scope), &window.to_string()).await?;
+            return Ok(count_of(item.as_ref()).unwrap_or(0));
+        }
+        let answer = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(rate_pk(scope)))
+            .key(SK, s(window.to_string()))
+            .update_expression("SET #x = :ttl ADD #c :n")
+            .expression_attribute_names("#c", RATE_COUNT)
+            .expression_attribute_names("#x", EXPIRES_AT)
+            .expression_attribute_values(":n", n(u64::from(added)))
+            .expression_attribute_values(":ttl", n(window / 1_000 + RATE_TTL_SECS))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(DdbError::from);
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(DdbError::Other(e)) => return Err(e),
+            Err(DdbError::TransactionConflict) => return Err(StoreError::Busy),
+            Err(other) => {
+                return Err(StoreError::Unavailable(format!(
+                    "a rate add failed: {other:?}"
+                )));
+            }
+        };
+        count_of(answer.attributes())
+            .ok_or_else(|| StoreError::Unavailable("a rate add answered no count".into()))
     }
 }

@@ -83,9 +83,14 @@ pub async fn submit(
     send(queue, &job.tenant, entry).await
 }
 
+/// Pauses before the second and third enqueue of a fire when the queue throttles or is
+/// unavailable (each jittered), like a turn's enqueue: a blip does not leave a fire waiting for
+/// the ticker's resubmit ([`crate::ticker`], 5 s later).
+const ENQUEUE_RETRY_PAUSES_MS: [u64; 2] = [100, 300];
+
 /// Enqueues the run of a fire already accepted on its lane, as accepted: the run keeps the
 /// request recorded when it was fired, whatever the job became since. A no-op for a message
-/// already sent (same dedup id).
+/// already sent (same dedup id). A throttled or unavailable queue is tried twice more.
 pub async fn send(
     queue: &dyn LaneQueue,
     tenant: &agentlane_core::TenantId,
@@ -95,18 +100,29 @@ pub async fn send(
     else {
         return Err(SubmitError::NoRun);
     };
-    queue
-        .enqueue(&LaneMessage {
-            lane: Lane::for_session(tenant, &session_key),
-            dedup_id: run_id.to_string(),
-            body: TurnMessage {
-                tenant: tenant.clone(),
-                run_id,
-                session_key: Some(session_key),
-            },
-        })
-        .await?;
-    Ok(())
+    let message = LaneMessage {
+        lane: Lane::for_session(tenant, &session_key),
+        dedup_id: run_id.to_string(),
+        body: TurnMessage {
+            tenant: tenant.clone(),
+            run_id,
+            session_key: Some(session_key),
+        },
+    };
+    let mut pauses = ENQUEUE_RETRY_PAUSES_MS.into_iter();
+    loop {
+        match queue.enqueue(&message).await {
+            Err(QueueError::Throttled(_) | QueueError::Unavailable(_))
+                if let Some(pause) = pauses.next() =>
+            {
+                let pause =
+                    agentlane_core::backoff::jittered(std::time::Duration::from_millis(pause));
+                tracing::warn!(run_id = %message.body.run_id, pause_ms = pause.as_millis(), "cron: enqueue failed; retrying");
+                tokio::time::sleep(pause).await;
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 /// Writes of a manual fire retried when another writer changed the job in between.

@@ -547,3 +547,72 @@ async fn fires_beyond_the_tenants_budget_are_skipped_and_say_so() {
     }
     assert_eq!(skipped, 5);
 }
+
+/// A lane queue whose first `failures` enqueues fail `Unavailable`, then delivers to `inner`.
+struct BlippingQueue {
+    inner: SqliteBackend,
+    failures: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl LaneQueue for BlippingQueue {
+    async fn enqueue(&self, m: &agentlane_core::LaneMessage) -> agentlane_core::QueueResult<()> {
+        if self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(agentlane_core::QueueError::Unavailable("blip".into()));
+        }
+        self.inner.enqueue(m).await
+    }
+    async fn receive(
+        &self,
+        n: usize,
+        v: Duration,
+        w: Duration,
+    ) -> agentlane_core::QueueResult<Vec<agentlane_core::Delivery>> {
+        self.inner.receive(n, v, w).await
+    }
+    async fn ack(&self, r: &agentlane_core::Receipt) -> agentlane_core::QueueResult<()> {
+        self.inner.ack(r).await
+    }
+    async fn set_visibility(
+        &self,
+        r: &agentlane_core::Receipt,
+        v: Duration,
+    ) -> agentlane_core::QueueResult<()> {
+        self.inner.set_visibility(r, v).await
+    }
+}
+
+#[tokio::test]
+async fn a_fire_rides_out_a_queue_blip_and_gives_up_after_three_tries() {
+    // GIVEN a fire claimed, and a queue that fails twice, then works
+    let w = world();
+    let (claimed, entry) = claimed_fire(&w, "run_blip").await;
+    let blip = BlippingQueue {
+        inner: w.backend.clone(),
+        failures: AtomicU64::new(2),
+    };
+
+    // WHEN it is submitted, THEN it is on its lane at once
+    agentlane_scheduler::fire::submit(&w.backend, &blip, &claimed, &entry, T0)
+        .await
+        .unwrap();
+    let delivered = w
+        .backend
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(delivered[0].message.body.run_id.as_str(), "run_blip");
+
+    // AND a queue that keeps failing is given up on after three tries (the ticker resubmits)
+    let down = BlippingQueue {
+        inner: w.backend.clone(),
+        failures: AtomicU64::new(3),
+    };
+    let sent = agentlane_scheduler::fire::send(&down, &w.tenant, &entry).await;
+    assert!(sent.is_err());
+    assert_eq!(down.failures.load(Ordering::SeqCst), 0, "three tries");
+}

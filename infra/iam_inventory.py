@@ -589,6 +589,9 @@ TABLE_WRITES = {
     "dynamodb:BatchWriteItem",
 }
 TENANT_ITEMS = ["T#*"]
+# Besides tenant items a function may write the unknown-key windows per source address (the
+# ingress' probe limit); never a `KEY#` item.
+WRITABLE_ITEMS = {"T#*", "RATE#PROBES#*"}
 
 
 # ----------------------------------------------------------------------------- template
@@ -649,7 +652,7 @@ def unscoped_writes(template: dict[str, Any], function: str) -> list[str]:
                     .get("dynamodb:LeadingKeys", [])
                 )
                 keys = keys if isinstance(keys, list) else [keys]
-                if writes and sorted(keys) != TENANT_ITEMS:
+                if writes and not (keys and set(keys) <= WRITABLE_ITEMS):
                     out.extend(f"{branch.get('Sid', '?')}: {a} (LeadingKeys {keys})" for a in sorted(writes))
     return out
 

@@ -13,6 +13,7 @@ pub mod demo;
 mod endpoint;
 pub mod error;
 pub mod openai;
+pub mod redact;
 pub mod transport;
 
 pub use accumulate::{AssistantTurn, StreamAccumulator};

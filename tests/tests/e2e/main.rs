@@ -29,6 +29,7 @@ mod openai;
 mod order;
 mod pauses;
 mod queue_modes;
+mod redaction;
 mod retry_loop;
 mod streaming;
 mod supervisor;

@@ -353,7 +353,7 @@ fn spawn(
     }
     clear_shell_env(&mut command);
     command.envs(&options.env);
-    if std::env::var_os("RUST_LOG").is_none() {
+    if std::env::var_os("RUST_LOG").is_none() && !options.env.contains_key("AGENTLANE_LOG") {
         command.env("AGENTLANE_LOG", "info");
     }
     let what = format!("agentlane serve ({})", options.binary.display());

@@ -60,6 +60,7 @@ impl StreamAccumulator {
             },
             StreamEvent::Usage(u) => self.turn.usage = *u,
             StreamEvent::Finished(reason) => self.turn.finish = Some(reason.clone()),
+            StreamEvent::KeepAlive => {}
         }
     }
 

@@ -110,6 +110,9 @@ impl AnthropicProvider {
             ));
         }
         let endpoint = Endpoint::new(Settings {
+            name: &config.name,
+            base_url: &config.base_url,
+            api_key: config.api_key.as_deref(),
             url,
             label: "messages request",
             extra_headers: &config.extra_headers,

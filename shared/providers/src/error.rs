@@ -207,8 +207,8 @@ fn classify(status: u16, lower: &str, error_type: Option<&str>) -> FailoverReaso
     }
 }
 
-/// The provider's own error message if the body is `{"error": {"message": ...}}` (else a short
-/// prefix of the body), followed by the error's `type`/`code` when the message does not already
+/// The provider's own error message if the body is `{"error": {"message": ...}}` (else the body,
+/// cut to about 2 KiB), followed by the error's `type`/`code` when the message does not already
 /// say them: they carry wording the classifiers need (`insufficient_quota`, `model_cooldown`).
 fn excerpt(body: &str, json: Option<&serde_json::Value>) -> String {
     let error = json.and_then(|v| v.get("error"));
@@ -222,7 +222,9 @@ fn excerpt(body: &str, json: Option<&serde_json::Value>) -> String {
         Some(message) => message.to_owned(),
         None => body.trim().to_owned(),
     };
-    let mut text: String = text.chars().take(300).collect();
+    // Cut before the labels are added, so they survive; never inside a word, so no key is
+    // left half-shown (the endpoint's redactor removes whole ones).
+    let mut text = crate::redact::cut(&text, crate::redact::TEXT_LIMIT - 64);
     let mut labels: Vec<&str> = Vec::new();
     for label in [field("type"), field("code")].into_iter().flatten() {
         if !text.contains(label) && !labels.contains(&label) {
@@ -400,11 +402,15 @@ mod tests {
         }
         let long = format!(
             r#"{{"error":{{"message":"{}","type":"tokens"}}}}"#,
-            "x".repeat(400)
+            "xx ".repeat(1000)
         );
         let message = ProviderError::from_http(429, &long, None).message;
-        assert!(message.ends_with("x (tokens)"), "{message}");
-        assert_eq!(message.chars().filter(|c| *c == 'x').count(), 300);
+        assert!(message.ends_with("xx… (tokens)"), "{message}");
+        assert!(
+            message.len() <= crate::redact::TEXT_LIMIT,
+            "{}",
+            message.len()
+        );
     }
 
     #[test]

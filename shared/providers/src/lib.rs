@@ -13,6 +13,7 @@ pub mod demo;
 mod endpoint;
 pub mod error;
 pub mod openai;
+pub mod redact;
 pub mod transport;
 
 pub use accumulate::{AssistantTurn, StreamAccumulator};
@@ -77,6 +78,10 @@ pub enum StreamEvent {
     Usage(Usage),
     /// The last event of a complete response.
     Finished(FinishReason),
+    /// Bytes arrived from the provider that completed no event (an SSE comment or keep-alive,
+    /// part of an event): the stream is alive. The idle watchdog counts it; everything else
+    /// ignores it.
+    KeepAlive,
 }
 
 pub type ModelStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;

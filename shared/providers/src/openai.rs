@@ -96,6 +96,9 @@ impl OpenAiProvider {
             ));
         }
         let endpoint = Endpoint::new(Settings {
+            name: &config.name,
+            base_url: &config.base_url,
+            api_key: config.api_key.as_deref(),
             url: format!("{base}/chat/completions"),
             label: "chat completions request",
             extra_headers: &config.extra_headers,

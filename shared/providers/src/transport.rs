@@ -191,40 +191,80 @@ pub(crate) trait SseDecoder: Send + 'static {
 type SseItem =
     Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>;
 
+/// Raw chunks of an answer's body as they arrive, before any SSE framing.
+#[derive(Default)]
+struct Arrivals {
+    chunks: std::sync::atomic::AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+impl Arrivals {
+    fn count(&self) -> u64 {
+        self.chunks.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 struct SseState<D> {
     /// `None` once the answer is complete or failed: dropping it closes the connection.
     sse: Option<futures::stream::BoxStream<'static, SseItem>>,
     decoder: D,
     pending: std::collections::VecDeque<Result<StreamEvent, ProviderError>>,
     cancel: CancellationToken,
+    arrivals: std::sync::Arc<Arrivals>,
+    /// The chunk count when the last item was yielded.
+    seen: u64,
 }
 
 /// The stream of a `text/event-stream` answer decoded by `decoder`; it ends when the answer is
-/// complete, fails, or `cancel` fires (which drops the connection).
+/// complete, fails, or `cancel` fires (which drops the connection). Bytes that complete no event
+/// (a keep-alive comment, part of an event) yield [`StreamEvent::KeepAlive`], so the caller's
+/// idle watchdog sees a slow but alive stream.
 fn sse_stream<D: SseDecoder>(
     response: reqwest::Response,
     decoder: D,
     cancel: CancellationToken,
 ) -> crate::ModelStream {
     use eventsource_stream::Eventsource;
+    let arrivals = std::sync::Arc::new(Arrivals::default());
+    let counter = arrivals.clone();
+    let bytes = response.bytes_stream().inspect(move |_| {
+        counter
+            .chunks
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        counter.notify.notify_one();
+    });
     let state = SseState {
-        sse: Some(response.bytes_stream().eventsource().boxed()),
+        sse: Some(bytes.eventsource().boxed()),
         decoder,
         pending: std::collections::VecDeque::new(),
         cancel,
+        arrivals,
+        seen: 0,
     };
     futures::stream::unfold(state, |mut state| async move {
         loop {
             if let Some(item) = state.pending.pop_front() {
+                state.seen = state.arrivals.count();
                 return Some((item, state));
             }
+            let arrivals = state.arrivals.clone();
             let sse = state.sse.as_mut()?;
             let next = tokio::select! {
                 biased;
                 _ = state.cancel.cancelled() => return None,
-                next = sse.next() => next,
+                next = sse.next() => Some(next),
+                _ = arrivals.notify.notified() => None,
             };
-            state.read(next);
+            match next {
+                Some(next) => state.read(next),
+                None => {
+                    let now = arrivals.count();
+                    if now != state.seen {
+                        state.seen = now;
+                        return Some((Ok(StreamEvent::KeepAlive), state));
+                    }
+                }
+            }
         }
     })
     .boxed()

@@ -90,10 +90,12 @@ pub(crate) async fn check(
         return Err(ToolError::Failed(format!("{name} has no address")));
     }
     for addr in &addrs {
-        policy.check_address(name, addr.ip()).map_err(|e| match e {
-            ToolError::Blocked(why) => ToolError::Blocked(format!("{name} resolves to {why}")),
-            other => other,
-        })?;
+        policy
+            .check_address_on(name, addr.ip(), port)
+            .map_err(|e| match e {
+                ToolError::Blocked(why) => ToolError::Blocked(format!("{name} resolves to {why}")),
+                other => other,
+            })?;
     }
     Ok(Pin {
         name: name.to_owned(),

@@ -28,7 +28,9 @@ const DENIED_HOSTS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SsrfPolicy {
     /// Allowed even if private: exact host names (`intranet.example`), IP addresses
-    /// (`127.0.0.1`, `::1`) or CIDR ranges (`10.0.0.0/8`).
+    /// (`127.0.0.1`, `::1`) or CIDR ranges (`10.0.0.0/8`), each optionally with a port
+    /// (`intranet.example:8443`, `127.0.0.1:9000`, `[::1]:9000`, `[fd00::/8]:443`); an entry
+    /// without a port allows every port. See [`AllowEntry::parse`].
     pub allow_hosts: Vec<String>,
     /// Redirect hops followed at most, each one checked again.
     pub max_redirects: usize,
@@ -40,6 +42,103 @@ impl Default for SsrfPolicy {
             allow_hosts: Vec::new(),
             max_redirects: 5,
         }
+    }
+}
+
+/// What an allow-list entry names: a host name (normalised) or an address range (a single
+/// address is a /32 or /128 range).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllowTarget {
+    /// A host name, compared without case and trailing dot.
+    Name(String),
+    /// An address or a CIDR range.
+    Net(IpNet),
+}
+
+/// One parsed entry of [`SsrfPolicy::allow_hosts`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowEntry {
+    /// The host, address or range.
+    pub target: AllowTarget,
+    /// The only port allowed; `None`: every port.
+    pub port: Option<u16>,
+}
+
+impl AllowEntry {
+    /// Parses `host`, `host:port`, `ip`, `ip:port`, `cidr`, `cidr:port`, a bare IPv6 address or
+    /// range (`::1`, `fd00::/8`: no port), or a bracketed one with an optional port
+    /// (`[::1]`, `[::1]:9000`, `[fd00::/8]:443`).
+    pub fn parse(entry: &str) -> Result<Self, String> {
+        let entry = entry.trim();
+        let bad = |why: &str| format!("allow-list entry {entry:?}: {why}");
+        let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+            let (inside, after) = rest.split_once(']').ok_or_else(|| bad("missing `]`"))?;
+            let port = match after {
+                "" => None,
+                _ => Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| bad("only `:port` may follow `]`"))?,
+                ),
+            };
+            if inside.parse::<IpNet>().is_err() && inside.parse::<Ipv6Addr>().is_err() {
+                return Err(bad("brackets must hold an IPv6 address or range"));
+            }
+            (inside, port)
+        } else if entry.matches(':').count() >= 2 {
+            (entry, None)
+        } else {
+            match entry.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (entry, None),
+            }
+        };
+        let port = match port {
+            None => None,
+            Some(p) => Some(
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| bad("the port must be a number from 1 to 65535"))?,
+            ),
+        };
+        let target = if let Ok(net) = host.parse::<IpNet>() {
+            AllowTarget::Net(net)
+        } else if let Ok(ip) = host.parse::<IpAddr>() {
+            AllowTarget::Net(IpNet::from(ip.to_canonical()))
+        } else {
+            let name = normalise(host);
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_');
+            if !valid {
+                return Err(bad("not a host name, an address or a CIDR range"));
+            }
+            AllowTarget::Name(name)
+        };
+        Ok(Self { target, port })
+    }
+
+    /// Whether this entry admits connections to `port` (`None`: the port is not known, so only
+    /// an entry without a port admits).
+    fn port_matches(&self, port: Option<u16>) -> bool {
+        match self.port {
+            None => true,
+            Some(wanted) => port == Some(wanted),
+        }
+    }
+
+    /// Whether this entry names host `host` (already normalised) on `port`.
+    pub fn allows_name(&self, host: &str, port: Option<u16>) -> bool {
+        matches!(&self.target, AllowTarget::Name(name) if name == host) && self.port_matches(port)
+    }
+
+    /// Whether this entry covers address `ip` on `port`.
+    pub fn allows_ip(&self, ip: IpAddr, port: Option<u16>) -> bool {
+        let ip = ip.to_canonical();
+        matches!(&self.target, AllowTarget::Net(net) if net.contains(&ip))
+            && self.port_matches(port)
     }
 }
 
@@ -179,25 +278,29 @@ fn normalise(host: &str) -> String {
 }
 
 impl SsrfPolicy {
-    /// Whether `host` (as written in the URL) is allow-listed by name.
-    fn host_allowed(&self, host: &str) -> bool {
-        let host = normalise(host);
-        self.allow_hosts.iter().any(|a| normalise(a) == host)
+    /// The allow list's entries that parse (an entry that does not allows nothing), and the
+    /// errors of those that do not.
+    pub fn entries(&self) -> (Vec<AllowEntry>, Vec<String>) {
+        let mut entries = Vec::new();
+        let mut errors = Vec::new();
+        for entry in &self.allow_hosts {
+            match AllowEntry::parse(entry) {
+                Ok(parsed) => entries.push(parsed),
+                Err(error) => errors.push(error),
+            }
+        }
+        (entries, errors)
     }
 
-    /// Whether `ip` falls in an allow-listed address or range.
-    fn ip_allowed(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.allow_hosts.iter().any(|entry| {
-            let entry = entry.trim();
-            if let Ok(net) = entry.parse::<IpNet>() {
-                net.contains(&ip)
-            } else if let Ok(allowed) = entry.trim_matches(['[', ']']).parse::<IpAddr>() {
-                allowed.to_canonical() == ip
-            } else {
-                false
-            }
-        })
+    /// Whether `host` (as written in the URL) is allow-listed by name, for `port`.
+    fn host_allowed(&self, host: &str, port: Option<u16>) -> bool {
+        let host = normalise(host);
+        self.entries().0.iter().any(|e| e.allows_name(&host, port))
+    }
+
+    /// Whether `ip` falls in an allow-listed address or range, for `port`.
+    fn ip_allowed(&self, ip: IpAddr, port: Option<u16>) -> bool {
+        self.entries().0.iter().any(|e| e.allows_ip(ip, port))
     }
 
     /// Checks a URL before any connection: scheme http(s), no credentials, a host, and a host
@@ -214,14 +317,15 @@ impl SsrfPolicy {
                 "URLs with credentials (user:pass@) are not allowed".into(),
             ));
         }
+        let port = url.port_or_known_default();
         match url.host() {
             None => Err(ToolError::Blocked("the URL has no host".into())),
-            Some(Host::Ipv4(v4)) => self.check_address("", IpAddr::V4(v4)),
-            Some(Host::Ipv6(v6)) => self.check_address("", IpAddr::V6(v6)),
+            Some(Host::Ipv4(v4)) => self.check(None, IpAddr::V4(v4), port),
+            Some(Host::Ipv6(v6)) => self.check(None, IpAddr::V6(v6), port),
             Some(Host::Domain(name)) => {
                 let host = normalise(name);
                 let denied = DENIED_HOSTS.contains(&host.as_str()) || host.ends_with(".localhost");
-                if denied && !self.host_allowed(&host) {
+                if denied && !self.host_allowed(&host, port) {
                     return Err(ToolError::Blocked(format!(
                         "host {host:?} is a local or metadata name; it may be fetched only if allow-listed"
                     )));
@@ -231,10 +335,22 @@ impl SsrfPolicy {
         }
     }
 
-    /// Checks one address `host` resolved to (`host` empty for an address literal): allowed when
-    /// the host name or the address is allow-listed, else only if public.
+    /// Checks one address `host` resolved to (`host` empty for an address literal), the port
+    /// not being known: allowed when the host name or the address is allow-listed by an entry
+    /// without a port, else only if public.
     pub fn check_address(&self, host: &str, ip: IpAddr) -> Result<(), ToolError> {
-        if (!host.is_empty() && self.host_allowed(host)) || self.ip_allowed(ip) {
+        self.check(Some(host), ip, None)
+    }
+
+    /// [`SsrfPolicy::check_address`] for a connection to `port`: entries naming that port
+    /// admit too.
+    pub fn check_address_on(&self, host: &str, ip: IpAddr, port: u16) -> Result<(), ToolError> {
+        self.check(Some(host), ip, Some(port))
+    }
+
+    fn check(&self, host: Option<&str>, ip: IpAddr, port: Option<u16>) -> Result<(), ToolError> {
+        let named = host.is_some_and(|h| !h.is_empty() && self.host_allowed(h, port));
+        if named || self.ip_allowed(ip, port) {
             return Ok(());
         }
         check_ip(ip)
@@ -342,6 +458,112 @@ mod tests {
             let parsed = Url::parse(url).unwrap();
             assert_eq!(policy.check_url(&parsed).is_ok(), *ok, "{url}");
         }
+    }
+
+    #[test]
+    fn allow_entry_parse_table() {
+        use AllowTarget::{Name, Net};
+        let net = |s: &str| Net(s.parse().unwrap());
+        let ok = |target, port| Ok(AllowEntry { target, port });
+        let cases: Vec<(&str, Result<AllowEntry, ()>)> = vec![
+            (
+                "intranet.example",
+                ok(Name("intranet.example".into()), None),
+            ),
+            (
+                "Intranet.Example.:8443",
+                ok(Name("intranet.example".into()), Some(8443)),
+            ),
+            ("127.0.0.1", ok(net("127.0.0.1/32"), None)),
+            ("127.0.0.1:9000", ok(net("127.0.0.1/32"), Some(9000))),
+            ("10.0.0.0/8", ok(net("10.0.0.0/8"), None)),
+            ("10.0.0.0/8:443", ok(net("10.0.0.0/8"), Some(443))),
+            ("::1", ok(net("::1/128"), None)),
+            ("fd00::/8", ok(net("fd00::/8"), None)),
+            ("[::1]", ok(net("::1/128"), None)),
+            ("[::1]:9000", ok(net("::1/128"), Some(9000))),
+            ("[fd00::/8]:443", ok(net("fd00::/8"), Some(443))),
+            ("[::ffff:127.0.0.1]:80", ok(net("127.0.0.1/32"), Some(80))),
+            (
+                "  localhost:3000 ",
+                ok(Name("localhost".into()), Some(3000)),
+            ),
+            // Refused, with a reason.
+            ("host:", Err(())),
+            ("host:0", Err(())),
+            ("host:65536", Err(())),
+            ("host:http", Err(())),
+            ("[::1", Err(())),
+            ("[::1]9000", Err(())),
+            ("[intranet]:80", Err(())),
+            ("", Err(())),
+            ("bad host", Err(())),
+            ("a/b", Err(())),
+        ];
+        for (entry, want) in cases {
+            let got = AllowEntry::parse(entry);
+            match (&got, &want) {
+                (Err(message), Err(())) => {
+                    assert!(message.contains("allow-list entry"), "{message}")
+                }
+                _ => assert_eq!(got.map_err(|_| ()), want, "{entry:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn allow_list_ports_match_only_their_port() {
+        let policy = SsrfPolicy {
+            allow_hosts: vec![
+                "localhost:3000".into(),
+                "127.0.0.1:9000".into(),
+                "[::1]:9000".into(),
+                "10.0.0.0/8:443".into(),
+                "192.168.1.5".into(),
+                "not a host".into(),
+            ],
+            max_redirects: 5,
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let url_ok = |u: &str| policy.check_url(&Url::parse(u).unwrap()).is_ok();
+        // (URL, allowed)
+        let urls: &[(&str, bool)] = &[
+            ("http://localhost:3000/", true),
+            ("http://localhost:3001/", false),
+            ("http://localhost/", false),
+            ("http://127.0.0.1:9000/x", true),
+            ("http://127.0.0.1:9001/x", false),
+            ("http://127.0.0.1/x", false),
+            ("http://[::1]:9000/", true),
+            ("http://[::1]:80/", false),
+            ("https://10.2.3.4/", true),
+            ("http://10.2.3.4/", false),
+            ("http://10.2.3.4:443/", true),
+            // An entry without a port allows every port.
+            ("http://192.168.1.5:1234/", true),
+            ("https://192.168.1.5/", true),
+        ];
+        for (url, want) in urls {
+            assert_eq!(url_ok(url), *want, "{url}");
+        }
+        // Resolved addresses: with the port known, and without it (only portless entries).
+        assert!(
+            policy
+                .check_address_on("localhost", ip("127.0.0.1"), 3000)
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check_address_on("localhost", ip("127.0.0.1"), 3001)
+                .is_err()
+        );
+        assert!(policy.check_address_on("svc", ip("10.9.9.9"), 443).is_ok());
+        assert!(policy.check_address("localhost", ip("127.0.0.1")).is_err());
+        assert!(policy.check_address("", ip("192.168.1.5")).is_ok());
+        // The entry that does not parse is reported and admits nothing.
+        let (entries, errors) = policy.entries();
+        assert_eq!(entries.len(), 5);
+        assert_eq!(errors.len(), 1, "{errors:?}");
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! small SSE server of this file sends a chunk whose JSON stops halfway. The run retries (cut
 //! before any visible text), fails over (cut after some), or ends `error` with a clear message
 //! — and the cut text is never persisted as the answer.
+//!
+//! A transport failure (a cut stream, a chunk that does not parse) gets two same-model retries
+//! with backoff, whether or not text had arrived (issue 23 §2); past them the chain goes on.
 
 use crate::support::{LONG, SERVER_BIN, assert_run_frame};
 use agentlane_core::{Message, RunStatus};
@@ -145,7 +148,8 @@ async fn early_end_openai_cut_before_any_text_is_retried_and_the_retry_answers()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn early_end_openai_cut_after_some_text_fails_over_to_the_fallback() -> anyhow::Result<()> {
+async fn early_end_openai_cut_after_some_text_fails_over_to_the_fallback_after_two_retries()
+-> anyhow::Result<()> {
     // GIVEN the default model always cuts its answer after a few words, the fallback answers
     let scn = scenario(
         vec![
@@ -166,20 +170,20 @@ async fn early_end_openai_cut_after_some_text_fails_over_to_the_fallback() -> an
     // WHEN a turn runs
     let run = turn(&scn, "late", "cut-late please", None).await;
 
-    // THEN the fallback answered; the cut answer is neither the reply nor in the transcript
+    // THEN the default model was tried three times (two same-model retries of the transport
+    // failure), then the fallback answered; the cut answer is neither the reply nor in the
+    // transcript
     assert_eq!(run.status, RunStatus::Ok, "{run:?}");
     assert_eq!(run.model.as_deref(), Some(FALLBACK));
     assert_eq!(run.reply_text(), FULL);
-    let outcomes = ledger(&run);
     assert_eq!(
-        outcomes.first(),
-        Some(&(MODEL.into(), "network".into())),
-        "{outcomes:?}"
-    );
-    assert_eq!(
-        outcomes.last(),
-        Some(&(FALLBACK.into(), "ok".into())),
-        "{outcomes:?}"
+        ledger(&run),
+        [
+            (MODEL.into(), "network".into()),
+            (MODEL.into(), "network".into()),
+            (MODEL.into(), "network".into()),
+            (FALLBACK.into(), "ok".into())
+        ]
     );
     let transcript = scn.a().transcript("late").await?;
     assert_eq!(assistant_texts(&transcript), [FULL]);
@@ -202,8 +206,10 @@ async fn early_end_openai_cut_with_nowhere_to_go_ends_in_a_clear_error() -> anyh
     // WHEN a turn runs
     let run = turn(&scn, "doomed", "cut-always please", None).await;
 
-    // THEN it ends `error`, saying the model's answer broke off; nothing of it is kept
+    // THEN after the two same-model retries it ends `error`, saying the model's answer broke
+    // off; nothing of it is kept
     assert_eq!(run.status, RunStatus::Error, "{run:?}");
+    assert_eq!(run.attempts.len(), 3, "{run:?}");
     let error = run.error.clone().expect("an error says why");
     assert_eq!(error.code, "network", "{error:?}");
     assert!(error.message.contains("LLM request failed"), "{error:?}");
@@ -371,10 +377,10 @@ fn scripted_scenario(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_end_openai_stream_closed_cleanly_without_finish_or_done_is_not_an_answer()
 -> anyhow::Result<()> {
-    // GIVEN a server whose first answer sends some text and ends the body cleanly, with no
+    // GIVEN a server whose first three answers send some text and end the body cleanly, with no
     // finish_reason and no [DONE]; the fallback model's answer is whole
     let (url, calls) = scripted_server(|_, n| {
-        if n == 0 {
+        if n < 3 {
             format!(
                 "{}{}",
                 openai_event(json!({"role": "assistant", "content": ""}), None),
@@ -390,17 +396,20 @@ async fn early_end_openai_stream_closed_cleanly_without_finish_or_done_is_not_an
     // WHEN a turn runs
     let run = turn(&scn, "clean-cut", "hello there", None).await;
 
-    // THEN the cut answer was a failed attempt and the fallback's whole answer is the reply
+    // THEN each cut answer was a failed attempt (two same-model retries), and the fallback's
+    // whole answer is the reply
     assert_eq!(run.status, RunStatus::Ok, "{run:?}");
     assert_eq!(
         ledger(&run),
         [
             (MODEL.into(), "network".into()),
+            (MODEL.into(), "network".into()),
+            (MODEL.into(), "network".into()),
             (FALLBACK.into(), "ok".into())
         ]
     );
     assert_eq!(run.reply_text(), FULL);
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
     let transcript = scn.a().transcript("clean-cut").await?;
     assert_eq!(assistant_texts(&transcript), [FULL]);
     assert_cut_text_not_kept(&run, &transcript);
@@ -418,13 +427,14 @@ async fn early_end_anthropic_stream_closed_cleanly_without_message_stop_is_not_a
     // WHEN a turn asks for an Anthropic model
     let run = turn(&scn, "no-stop", "hello there", Some(CLAUDE)).await;
 
-    // THEN the run ends `error` (the answer broke off), and the text is not kept
+    // THEN the run ends `error` (the answer broke off) after the two same-model retries of the
+    // transport failure, and the text is not kept
     assert_eq!(run.status, RunStatus::Error, "{run:?}");
     assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), Some("network"));
     assert_eq!(
         calls.load(Ordering::SeqCst),
-        1,
-        "text had arrived: no same-model retry"
+        3,
+        "one attempt and two same-model retries"
     );
     let transcript = scn.a().transcript("no-stop").await?;
     assert!(assistant_texts(&transcript).is_empty(), "{transcript:?}");
@@ -478,5 +488,95 @@ async fn early_end_a_chunk_that_stops_parsing_halfway_is_a_failed_attempt() -> a
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let transcript = scn.a().transcript("garbled").await?;
     assert_eq!(assistant_texts(&transcript), [FULL]);
+    Ok(())
+}
+
+/// A broken first answer of kind `fault` (`cut`: text then a clean close with no end marker;
+/// `garbled`: text then a chunk whose JSON stops halfway), for the OpenAI or the Anthropic path.
+fn broken_answer(path: &str, fault: usize) -> String {
+    let openai_start = || {
+        format!(
+            "{}{}",
+            openai_event(json!({"role": "assistant", "content": ""}), None),
+            openai_event(json!({"content": "This answer "}), None)
+        )
+    };
+    let anthropic_start = || {
+        [
+            json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 3, "output_tokens": 0}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "This answer "}}),
+        ]
+        .into_iter()
+        .map(anthropic_event)
+        .collect::<String>()
+    };
+    match (path, fault) {
+        ("openai", 0) => openai_start(),
+        ("openai", _) => format!(
+            "{}data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"is cu\n\n",
+            openai_start()
+        ),
+        (_, 0) => anthropic_start(),
+        _ => format!(
+            "{}event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_d\n\n",
+            anthropic_start()
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_end_a_cut_or_garbled_answer_after_text_ends_ok_on_the_same_model_retry()
+-> anyhow::Result<()> {
+    // GIVEN a model server (both protocols) whose every other answer breaks after some text:
+    // requests 0, 2, 4, 6 are cut (clean close, no end marker) or garbled (a chunk that does not
+    // parse), alternately; the others are whole
+    let (url, calls) = scripted_server(|path, n| {
+        if n % 2 == 1 {
+            return if path == "openai" {
+                openai_whole(FULL)
+            } else {
+                anthropic_answer(FULL, true)
+            };
+        }
+        broken_answer(path, (n / 2) % 2)
+    })
+    .await?;
+    let scn = scripted_scenario(&url, allow_claude)?;
+
+    // WHEN four turns run, one per (provider, fault), one after the other
+    let cases = [
+        (None, MODEL, "cut"),
+        (None, MODEL, "garbled"),
+        (Some(CLAUDE), CLAUDE, "cut"),
+        (Some(CLAUDE), CLAUDE, "garbled"),
+    ];
+    for (i, (asked, model, fault)) in cases.into_iter().enumerate() {
+        let session = format!("transport-{i}");
+        let run = turn(&scn, &session, "hello there", asked).await;
+
+        // THEN the broken attempt failed as `network` with a clear message and the same model's
+        // retry answered: the run is ok with the whole answer only
+        assert_eq!(run.status, RunStatus::Ok, "{model} {fault}: {run:?}");
+        assert_eq!(
+            ledger(&run),
+            [
+                (model.into(), "network".into()),
+                (model.into(), "ok".into())
+            ],
+            "{model} {fault}"
+        );
+        let said = run.attempts[0].error.clone().unwrap_or_default();
+        let expected = if fault == "cut" {
+            "ended before"
+        } else {
+            "malformed"
+        };
+        assert!(said.contains(expected), "{model} {fault}: {said}");
+        assert_eq!(run.reply_text(), FULL, "{model} {fault}");
+        let transcript = scn.a().transcript(&session).await?;
+        assert_eq!(assistant_texts(&transcript), [FULL], "{model} {fault}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2 * (i + 1));
+    }
     Ok(())
 }

@@ -32,6 +32,7 @@ mod order;
 mod pauses;
 mod queue_modes;
 mod rate_limits;
+mod redaction;
 mod retry_loop;
 mod streaming;
 mod supervisor;

@@ -642,3 +642,109 @@ async fn retry_loop_context_overflow_on_a_first_turn_ends_the_run_after_one_requ
     assert!(decisions(&events).is_empty(), "{:?}", decisions(&events));
     Ok(())
 }
+
+/// A model server (both protocols) whose answer opens, then sends only a keep-alive (an SSE
+/// comment for OpenAI, a `ping` event for Anthropic) every 500 ms for 3 s, then the text and the
+/// end: slow, but never silent for long. Returns its base URL.
+async fn slow_but_alive_server() -> anyhow::Result<String> {
+    use axum::body::Body;
+    use futures::StreamExt;
+    use serde_json::json;
+    fn body(anthropic: bool) -> Body {
+        let opening = if anthropic {
+            let start = json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 3, "output_tokens": 0}}});
+            format!("event: message_start\ndata: {start}\n\n")
+        } else {
+            let first = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]});
+            format!("data: {first}\n\n")
+        };
+        let keep_alive = if anthropic {
+            "event: ping\ndata: {\"type\": \"ping\"}\n\n".to_owned()
+        } else {
+            ": keep-alive\n\n".to_owned()
+        };
+        let ending = if anthropic {
+            [
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Worth the wait."}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}}),
+                json!({"type": "message_stop"}),
+            ]
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+            .collect::<String>()
+        } else {
+            let text = json!({"choices": [{"index": 0, "delta": {"content": "Worth the wait."}, "finish_reason": null}]});
+            let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+            format!("data: {text}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+        };
+        let mut parts = vec![(Duration::ZERO, opening)];
+        parts.extend((0..6).map(|_| (Duration::from_millis(500), keep_alive.clone())));
+        parts.push((Duration::from_millis(200), ending));
+        let chunks = futures::stream::iter(parts).then(|(pause, chunk)| async move {
+            tokio::time::sleep(pause).await;
+            Ok::<_, std::convert::Infallible>(chunk)
+        });
+        Body::from_stream(chunks)
+    }
+    let route = |anthropic: bool| {
+        axum::routing::post(move || async move {
+            ([("content-type", "text/event-stream")], body(anthropic))
+        })
+    };
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", route(false))
+        .route("/v1/messages", route(true));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_loop_a_slow_but_alive_stream_outlasts_a_tight_idle_limit_without_retries()
+-> anyhow::Result<()> {
+    // GIVEN a 1.5 s model idle limit, and a model that sends only keep-alives (every 500 ms)
+    // for 3 s before its text and finish, on both protocols
+    let url = slow_but_alive_server().await?;
+    let claude = "anthropic/claude-test";
+    let mock = Aimock::start(agentlane_tests::Fixtures::scenarios())?;
+    let server = Server::start(
+        ServerOptions::new(SERVER_BIN)
+            .model_server(&mock)
+            .env("OPENAI_BASE_URL", format!("{url}/v1"))
+            .env("ANTHROPIC_BASE_URL", &url)
+            .env("ANTHROPIC_API_KEY", "x")
+            .env("AGENTLANE_ALLOWED_MODELS", format!("{MODEL},{claude}"))
+            .env("AGENTLANE_MODEL_IDLE_TIMEOUT_MS", "1500"),
+    )?;
+    let scn = Scenario { server, mock };
+    let a = scn.a();
+
+    for model in [MODEL, claude] {
+        // WHEN a turn runs
+        let started = Instant::now();
+        let accepted = a
+            .agent_with(serde_json::json!({"sessionKey": format!("slow-{model}"), "message": "hi", "model": model}))
+            .await?;
+        let run = a.wait_done(&accepted.run_id, LONG).await?;
+
+        // THEN it ends ok on its first attempt: the keep-alives kept the watchdog quiet
+        assert_eq!(run.status, RunStatus::Ok, "{model}: {run:?}");
+        let ledger: Vec<(&str, &str)> = run
+            .attempts
+            .iter()
+            .map(|at| (at.model.as_str(), at.outcome.as_str()))
+            .collect();
+        assert_eq!(ledger, [(model, "ok")], "{model}: no retry");
+        assert_eq!(run.reply_text(), "Worth the wait.");
+        assert!(
+            started.elapsed() >= Duration::from_secs(3),
+            "the answer took longer than the idle limit twice over"
+        );
+    }
+    Ok(())
+}

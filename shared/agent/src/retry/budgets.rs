@@ -13,6 +13,9 @@ pub const MAX_RATE_LIMIT_PROFILE_ROTATIONS: u32 = 1;
 pub const MAX_OVERLOAD_PROFILE_ROTATIONS: u32 = 1;
 /// Retries of a silent server error (no output at all).
 pub const MAX_EMPTY_ERROR_RETRIES: u32 = 3;
+/// Same-model retries of a transient transport failure (a connection reset, a stream cut before
+/// its end marker, a chunk that does not parse), with or without progress; then the chain.
+pub const MAX_SAME_MODEL_NETWORK_RETRIES: u32 = 2;
 /// Same-model retries of an idle timeout, only when there is no fallback.
 pub const MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES: u32 = 1;
 /// Directed retries of a turn with reasoning but no visible text.
@@ -51,6 +54,11 @@ pub fn suggested_delay(retry_after: Option<Duration>) -> Duration {
 /// Backoff of a silent server or network error: 500 ms, 1 s, 2 s for the 1st, 2nd, 3rd retry.
 pub fn empty_error_delay(retry: u32) -> Duration {
     Duration::from_millis(500 << retry.saturating_sub(1).min(16))
+}
+
+/// Backoff of a transport failure's same-model retry: 250 ms, then 1 s (jittered when waited).
+pub fn network_delay(retry: u32) -> Duration {
+    Duration::from_millis(250 << (2 * retry.saturating_sub(1).min(8)))
 }
 
 /// A retry's wait as decided: the planned delay, and the least the server asked for.
@@ -103,6 +111,7 @@ pub struct Budgets {
     pub rate_limit_rotations: u32,
     pub overload_rotations: u32,
     pub empty_error_retries: u32,
+    pub same_model_network_retries: u32,
     pub same_model_idle_retries: u32,
     pub reasoning_only_retries: u32,
     pub empty_response_retries: u32,
@@ -120,6 +129,7 @@ impl Budgets {
         self.rate_limit_rotations = 0;
         self.overload_rotations = 0;
         self.empty_error_retries = 0;
+        self.same_model_network_retries = 0;
         self.same_model_idle_retries = 0;
     }
 }
@@ -150,6 +160,14 @@ mod tests {
         assert_eq!(
             [1, 2, 3].map(|k| empty_error_delay(k).as_millis()),
             [500, 1000, 2000]
+        );
+    }
+
+    #[test]
+    fn network_delays_grow() {
+        assert_eq!(
+            [1, 2, 3].map(|k| network_delay(k).as_millis()),
+            [250, 1000, 4000]
         );
     }
 

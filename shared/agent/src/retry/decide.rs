@@ -11,9 +11,9 @@ use super::{
     MAX_COMPACTION_CONTINUATIONS, MAX_EMPTY_ERROR_RETRIES, MAX_EMPTY_RESPONSE_RETRIES,
     MAX_FINALIZE_REVISIONS, MAX_OVERFLOW_COMPACTIONS, MAX_OVERLOAD_PROFILE_ROTATIONS,
     MAX_RATE_LIMIT_PROFILE_ROTATIONS, MAX_REASONING_ONLY_RETRIES,
-    MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES, MAX_SAME_MODEL_RATE_LIMIT_RETRIES,
-    MAX_TIMEOUT_COMPACTIONS, TIMEOUT_COMPACTION_RATIO, empty_error_delay, max_iterations,
-    rate_limit_delay, suggested_delay,
+    MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES, MAX_SAME_MODEL_NETWORK_RETRIES,
+    MAX_SAME_MODEL_RATE_LIMIT_RETRIES, MAX_TIMEOUT_COMPACTIONS, TIMEOUT_COMPACTION_RATIO,
+    empty_error_delay, max_iterations, network_delay, rate_limit_delay, suggested_delay,
 };
 use agentlane_core::RunError;
 use agentlane_providers::{FailoverReason, ProviderError, RateLimitWindow};
@@ -140,7 +140,8 @@ impl RetryState {
                     )
                 }
             }
-            FailoverReason::Server | FailoverReason::Network => self.on_server_error(error, s),
+            FailoverReason::Server => self.on_server_error(error, s),
+            FailoverReason::Network => self.on_network_error(error, s),
             FailoverReason::ModelNotFound => {
                 if s.fallback {
                     Action::Fallback {
@@ -238,8 +239,8 @@ impl RetryState {
         )
     }
 
-    /// A 5xx or a broken connection: a silent one (no progress) is retried three times with
-    /// backoff; then the next model, or the run fails.
+    /// A 5xx: a silent one (no progress) is retried three times with backoff; then the next
+    /// model, or the run fails.
     fn on_server_error(&mut self, error: &ProviderError, s: Situation) -> Action {
         let b = &mut self.budgets;
         if !s.progress && b.empty_error_retries < MAX_EMPTY_ERROR_RETRIES {
@@ -249,15 +250,23 @@ impl RetryState {
                 continuation: None,
             };
         }
-        if s.fallback {
-            return Action::Fallback {
-                reason: error.reason,
+        give_up_on_model(error, s)
+    }
+
+    /// A transient transport failure (a reset connection, a stream cut before its end marker, a
+    /// chunk that does not parse): the same model is retried twice with jittered backoff,
+    /// whether or not text had arrived (the failed attempt's text is discarded); then the next
+    /// model, or the run fails.
+    fn on_network_error(&mut self, error: &ProviderError, s: Situation) -> Action {
+        let b = &mut self.budgets;
+        if b.same_model_network_retries < MAX_SAME_MODEL_NETWORK_RETRIES {
+            b.same_model_network_retries += 1;
+            return Action::Retry {
+                delay: Backoff::planned(network_delay(b.same_model_network_retries)),
+                continuation: None,
             };
         }
-        fail(
-            error.reason.as_str(),
-            format!("LLM request failed: {}", error.message),
-        )
+        give_up_on_model(error, s)
     }
 
     /// Spends an overflow compaction for the pre-call token check, if one is left.
@@ -369,6 +378,19 @@ impl RetryState {
             )
         })
     }
+}
+
+/// A 5xx or a transport failure past its same-model budget: the next model, or the run fails.
+fn give_up_on_model(error: &ProviderError, s: Situation) -> Action {
+    if s.fallback {
+        return Action::Fallback {
+            reason: error.reason,
+        };
+    }
+    fail(
+        error.reason.as_str(),
+        format!("LLM request failed: {}", error.message),
+    )
 }
 
 /// Rotation first; past the rotation budget, the next model; with neither, the error.
@@ -601,6 +623,40 @@ mod tests {
                 retry(500, 0),
             ),
             (
+                "a cut stream retries the same model",
+                err(R::Network),
+                Stage::Assistant,
+                BOTH,
+                retry(250, 0),
+            ),
+            (
+                "a cut stream retries even after text arrived",
+                err(R::Network),
+                Stage::Assistant,
+                Situation {
+                    progress: true,
+                    ..ALONE
+                },
+                retry(250, 0),
+            ),
+            (
+                "a reset connection before the answer retries",
+                err(R::Network),
+                Stage::Prompt,
+                FALLBACK,
+                retry(250, 0),
+            ),
+            (
+                "a 5xx after text arrived falls back",
+                err(R::Server),
+                Stage::Assistant,
+                Situation {
+                    progress: true,
+                    ..FALLBACK
+                },
+                fallback(R::Server),
+            ),
+            (
                 "format error fails",
                 err(R::Format),
                 Stage::Prompt,
@@ -633,6 +689,58 @@ mod tests {
                 reason: FailoverReason::RateLimit
             }
         );
+    }
+
+    #[test]
+    fn the_network_budget_is_two_same_model_retries_then_the_chain() {
+        let e = err(FailoverReason::Network);
+        let progress = Situation {
+            progress: true,
+            ..FALLBACK
+        };
+        // With a fallback: two retries (250 ms, 1 s), then the next model.
+        let mut s = RetryState::default();
+        let actions: Vec<Action> = (0..3)
+            .map(|_| s.on_failure(&e, Stage::Assistant, progress))
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                retry(250, 0),
+                retry(1000, 0),
+                Action::Fallback {
+                    reason: FailoverReason::Network
+                }
+            ]
+        );
+        // The next model has its own budget.
+        s.advance_model();
+        assert_eq!(s.on_failure(&e, Stage::Prompt, ALONE), retry(250, 0));
+        // Alone: two retries, then the run fails with `network`.
+        let mut s = RetryState::default();
+        let last = (0..3)
+            .map(|_| s.on_failure(&e, Stage::Assistant, ALONE))
+            .last();
+        match last {
+            Some(Action::Fail { error, .. }) => {
+                assert_eq!(error.code, "network");
+                assert!(
+                    error.message.starts_with("LLM request failed: "),
+                    "{error:?}"
+                );
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        // A network failure does not spend the 5xx budget, nor the other way round.
+        let mut s = RetryState::default();
+        for _ in 0..3 {
+            let a = s.on_failure(&err(FailoverReason::Server), Stage::Prompt, ALONE);
+            assert!(matches!(a, Action::Retry { .. }), "{a:?}");
+        }
+        assert!(matches!(
+            s.on_failure(&e, Stage::Prompt, ALONE),
+            Action::Retry { .. }
+        ));
     }
 
     #[test]

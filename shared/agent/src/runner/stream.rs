@@ -1,5 +1,6 @@
 //! The one model-call streamer: opens the stream and reads it to its finish, with the idle
-//! watchdog (no chunk for the idle timeout fails the call) and the run's stop signal. Attempts
+//! watchdog (nothing from the provider for the idle timeout fails the call; any bytes count,
+//! as the providers yield [`StreamEvent::KeepAlive`] for bytes that complete no event) and the run's stop signal. Attempts
 //! stream their text to the run's writer as it arrives; compaction's summarizing call streams
 //! to nobody.
 

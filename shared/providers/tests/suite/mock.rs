@@ -221,8 +221,9 @@ pub async fn serve_with(
     }
 }
 
-/// Streams `request` to the end: the events, and the error that ended the stream if any
-/// (nothing may follow an error).
+/// Streams `request` to the end: the events (without the [`StreamEvent::KeepAlive`] liveness
+/// signals, see `transport::bytes_without_an_event_keep_the_stream_alive`), and the error that
+/// ended the stream if any (nothing may follow an error).
 pub async fn collect(
     provider: &dyn ModelProvider,
     request: ModelRequest,
@@ -234,6 +235,7 @@ pub async fn collect(
     let mut events = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
+            Ok(StreamEvent::KeepAlive) => {}
             Ok(e) => events.push(e),
             Err(e) => {
                 assert!(stream.next().await.is_none(), "nothing may follow an error");

@@ -437,6 +437,9 @@ async fn connection_refused_is_a_network_error() {
         .unwrap();
     assert_eq!(err.reason, FailoverReason::Network);
     assert!(!err.message.contains("sk-never-shown"));
+    // The provider's address is shown as its name (issue 25 §3).
+    assert!(!err.message.contains(&addr.to_string()), "{}", err.message);
+    assert!(err.message.contains("openai"), "{}", err.message);
 }
 
 /// This protocol's frames for the shared transport checks.

@@ -25,6 +25,11 @@ macro_rules! transport_checks {
         }
 
         #[tokio::test]
+        async fn bytes_without_an_event_keep_the_stream_alive() {
+            $crate::transport::bytes_without_an_event_keep_the_stream_alive($protocol).await;
+        }
+
+        #[tokio::test]
         async fn cancelling_before_the_answer_starts_returns_promptly() {
             $crate::transport::cancelling_before_the_answer_starts_returns_promptly($protocol)
                 .await;
@@ -52,6 +57,52 @@ pub async fn connection_reset_mid_stream_is_a_network_error<P: ModelProvider>(p:
     assert_eq!(error.unwrap().reason, FailoverReason::Network);
 }
 
+/// After its first event the answer sends only keep-alives (an SSE comment, a ping) every
+/// 100 ms: each arrival yields a [`StreamEvent::KeepAlive`], so the caller's idle watchdog sees
+/// the stream is alive although no event completes.
+pub async fn bytes_without_an_event_keep_the_stream_alive<P: ModelProvider>(p: Protocol<P>) {
+    let (sse, text, idle) = (p.sse, p.text, p.idle);
+    let server = serve(p.api, move || {
+        let alive = stream::unfold((), move |()| async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Some((Ok(idle()), ()))
+        });
+        sse(text("first").chain(alive).boxed())
+    })
+    .await;
+    let cancel = CancellationToken::new();
+    let mut stream = (p.provider)(&server)
+        .stream((p.request)(), cancel.clone())
+        .await
+        .unwrap();
+    // (a protocol's opening events that carry no text count as keep-alives too)
+    let mut seen = Vec::new();
+    let mut started = None;
+    let mut keep_alives = 0;
+    while keep_alives < 3 {
+        let item = tokio::time::timeout(Duration::from_secs(2), stream.next())
+            .await
+            .expect("an item within the keep-alive period")
+            .unwrap()
+            .unwrap();
+        match item {
+            StreamEvent::KeepAlive if started.is_some() => keep_alives += 1,
+            StreamEvent::KeepAlive => {}
+            other => {
+                started = Some(Instant::now());
+                seen.push(other);
+            }
+        }
+    }
+    assert_eq!(seen, [StreamEvent::TextDelta("first".into())]);
+    let after = started.map(|s| s.elapsed()).unwrap_or_default();
+    assert!(
+        after >= Duration::from_millis(200),
+        "one per arrival: {after:?}"
+    );
+    cancel.cancel();
+}
+
 /// Cancelling while the answer stalls ends the stream at once and drops the connection.
 pub async fn cancelling_mid_stream_ends_it_and_drops_the_connection<P: ModelProvider>(
     p: Protocol<P>,
@@ -75,12 +126,23 @@ pub async fn cancelling_mid_stream_ends_it_and_drops_the_connection<P: ModelProv
         .stream((p.request)(), cancel.clone())
         .await
         .unwrap();
-    assert_eq!(
-        stream.next().await.unwrap().unwrap(),
-        StreamEvent::TextDelta("first".into())
-    );
+    let first = loop {
+        match stream.next().await.unwrap().unwrap() {
+            StreamEvent::KeepAlive => continue,
+            event => break event,
+        }
+    };
+    assert_eq!(first, StreamEvent::TextDelta("first".into()));
 
-    let waiting = tokio::spawn(async move { stream.next().await.is_none() });
+    // (keep-alives for the stall's frames may come first)
+    let waiting = tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if !matches!(item, Ok(StreamEvent::KeepAlive)) {
+                return false;
+            }
+        }
+        true
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
     cancel.cancel();
     let ended = tokio::time::timeout(Duration::from_secs(1), waiting)

@@ -58,8 +58,8 @@ async fn malformed_or_invalid_agent_requests_are_refused_with_a_clear_error() ->
             "payload_too_large",
         ),
         (
-            "a session key with a slash",
-            RawBody::Json(json!({"sessionKey": "a/b", "message": "hi"})),
+            "a session key with a space",
+            RawBody::Json(json!({"sessionKey": "a b", "message": "hi"})),
             StatusCode::BAD_REQUEST,
             "invalid_request",
         ),

@@ -28,12 +28,12 @@ use std::time::Duration;
     responses(
         (status = 202, description = "Accepted: the run is queued on its session's lane", body = AcceptedView,
             links(
-                ("GetRun" = (operation_id = "getRun", parameters(("run_id" = "$response.body#/runId")))),
-                ("RunEvents" = (operation_id = "runEvents", parameters(("run_id" = "$response.body#/runId")))),
-                ("AbortRun" = (operation_id = "abortRun", parameters(("run_id" = "$response.body#/runId")))),
-                ("GetSession" = (operation_id = "getSession", parameters(("session_key" = "$response.body#/sessionKey")))),
-                ("GetTranscript" = (operation_id = "getTranscript", parameters(("session_key" = "$response.body#/sessionKey")))),
-                ("ResetSession" = (operation_id = "resetSession", parameters(("session_key" = "$response.body#/sessionKey")))),
+                ("GetRun" = (operation_id = "getRun", parameters(("runId" = "$response.body#/runId")))),
+                ("RunEvents" = (operation_id = "runEvents", parameters(("runId" = "$response.body#/runId")))),
+                ("AbortRun" = (operation_id = "abortRun", parameters(("runId" = "$response.body#/runId")))),
+                ("GetSession" = (operation_id = "getSession", parameters(("sessionKey" = "$response.body#/sessionKey")))),
+                ("GetTranscript" = (operation_id = "getTranscript", parameters(("sessionKey" = "$response.body#/sessionKey")))),
+                ("ResetSession" = (operation_id = "resetSession", parameters(("sessionKey" = "$response.body#/sessionKey")))),
             )),
         (status = 409, description = "`conflict`: the idempotency key names a different turn", body = ErrorBody),
     ))]

@@ -342,9 +342,9 @@ async fn read_object(
     responses(
         (status = 201, description = "The agent", body = Agent,
             links(
-                ("GetAgent" = (operation_id = "getAgent", parameters(("agent_id" = "$response.body#/agentId")))),
-                ("UpdateAgent" = (operation_id = "updateAgent", parameters(("agent_id" = "$response.body#/agentId")))),
-                ("DeleteAgent" = (operation_id = "deleteAgent", parameters(("agent_id" = "$response.body#/agentId")))),
+                ("GetAgent" = (operation_id = "getAgent", parameters(("agentId" = "$response.body#/agentId")))),
+                ("UpdateAgent" = (operation_id = "updateAgent", parameters(("agentId" = "$response.body#/agentId")))),
+                ("DeleteAgent" = (operation_id = "deleteAgent", parameters(("agentId" = "$response.body#/agentId")))),
             )),
         (status = 400, description = "`invalid_request`: the message names the field", body = ErrorBody),
         (status = 409, description = "`conflict`: the id is taken, or the tenant has as many agents as allowed", body = ErrorBody),

@@ -76,9 +76,9 @@ pub async fn list_models(
         (status = 200, description = "A `chat.completion` (JSON), or with `\"stream\": true` `chat.completion.chunk`s as SSE `data:` frames ending with `data: [DONE]` (an error ends a stream with a `data: {\"error\": …}` frame instead)",
             content((ChatCompletion = "application/json"), (String = "text/event-stream")),
             links(
-                ("GetRun" = (operation_id = "getRun", parameters(("run_id" = "$response.header.x-agentlane-run-id")))),
-                ("RunEvents" = (operation_id = "runEvents", parameters(("run_id" = "$response.header.x-agentlane-run-id")))),
-                ("GetTranscript" = (operation_id = "getTranscript", parameters(("session_key" = "$response.header.x-agentlane-session-key")))),
+                ("GetRun" = (operation_id = "getRun", parameters(("runId" = "$response.header.x-agentlane-run-id")))),
+                ("RunEvents" = (operation_id = "runEvents", parameters(("runId" = "$response.header.x-agentlane-run-id")))),
+                ("GetTranscript" = (operation_id = "getTranscript", parameters(("sessionKey" = "$response.header.x-agentlane-session-key")))),
             ),
             headers(
                 ("x-agentlane-run-id" = String, description = "The turn's run (also the answer's `id`)"),
@@ -201,9 +201,9 @@ async fn answer_results(
         (status = 200, description = "A response (JSON), or with `\"stream\": true` Responses events as SSE (`event: response.created` … `event: response.completed`, or `response.failed`)",
             content((ResponseObject = "application/json"), (String = "text/event-stream")),
             links(
-                ("GetRun" = (operation_id = "getRun", parameters(("run_id" = "$response.header.x-agentlane-run-id")))),
-                ("RunEvents" = (operation_id = "runEvents", parameters(("run_id" = "$response.header.x-agentlane-run-id")))),
-                ("GetTranscript" = (operation_id = "getTranscript", parameters(("session_key" = "$response.header.x-agentlane-session-key")))),
+                ("GetRun" = (operation_id = "getRun", parameters(("runId" = "$response.header.x-agentlane-run-id")))),
+                ("RunEvents" = (operation_id = "runEvents", parameters(("runId" = "$response.header.x-agentlane-run-id")))),
+                ("GetTranscript" = (operation_id = "getTranscript", parameters(("sessionKey" = "$response.header.x-agentlane-session-key")))),
             ),
             headers(
                 ("x-agentlane-run-id" = String, description = "The turn's run (also the response's `id`)"),

@@ -62,10 +62,41 @@ fn unions_have_named_variants_and_the_event_stream_its_frames() {
     for variant in ["CronSchedule", "EverySchedule", "AtSchedule"] {
         assert!(schemas[variant].is_object(), "{variant}");
     }
-    // path parameters are camelCase
-    for path in doc["paths"].as_object().unwrap().keys() {
+    // path parameters are camelCase, and every response link names a parameter its target has
+    let mut parameters = std::collections::HashMap::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
         assert!(!path.contains('_') || !path.contains('{'), "{path}");
+        for operation in item.as_object().unwrap().values() {
+            let names: Vec<String> = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["name"].as_str().map(str::to_owned))
+                .collect();
+            if let Some(id) = operation["operationId"].as_str() {
+                parameters.insert(id.to_owned(), names);
+            }
+        }
     }
+    let mut links = 0;
+    for item in doc["paths"].as_object().unwrap().values() {
+        for operation in item.as_object().unwrap().values() {
+            for response in operation["responses"].as_object().into_iter().flatten() {
+                for link in response.1["links"].as_object().into_iter().flatten() {
+                    let target = link.1["operationId"].as_str().unwrap();
+                    for name in link.1["parameters"].as_object().unwrap().keys() {
+                        links += 1;
+                        assert!(
+                            parameters[target].contains(name),
+                            "link {} names {name}, which {target} does not have",
+                            link.0
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(links > 10, "{links} link parameters");
     assert!(doc["servers"].as_array().is_some_and(|s| !s.is_empty()));
     let sse = &doc["paths"]["/v1/runs/{runId}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"];
     assert_eq!(

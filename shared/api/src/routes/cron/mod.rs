@@ -36,10 +36,10 @@ const PATCH_RETRIES: u32 = 4;
     responses(
         (status = 201, description = "The job", body = JobView,
             links(
-                ("GetJob" = (operation_id = "getCronJob", parameters(("job_id" = "$response.body#/jobId")))),
-                ("UpdateJob" = (operation_id = "updateCronJob", parameters(("job_id" = "$response.body#/jobId")))),
-                ("RunJob" = (operation_id = "runCronJob", parameters(("job_id" = "$response.body#/jobId")))),
-                ("DeleteJob" = (operation_id = "deleteCronJob", parameters(("job_id" = "$response.body#/jobId")))),
+                ("GetJob" = (operation_id = "getCronJob", parameters(("jobId" = "$response.body#/jobId")))),
+                ("UpdateJob" = (operation_id = "updateCronJob", parameters(("jobId" = "$response.body#/jobId")))),
+                ("RunJob" = (operation_id = "runCronJob", parameters(("jobId" = "$response.body#/jobId")))),
+                ("DeleteJob" = (operation_id = "deleteCronJob", parameters(("jobId" = "$response.body#/jobId")))),
             )),
         (status = 409, description = "`conflict`: the tenant has as many jobs as allowed", body = ErrorBody),
     ))]

@@ -133,17 +133,7 @@ async fn get_text(server: &Server, path: &str) -> anyhow::Result<String> {
 async fn store_contents(server: &Server) -> anyhow::Result<String> {
     let env: std::collections::HashMap<_, _> = server.backend_env().into_iter().collect();
     if let Some(table) = env.get("AGENTLANE_TABLE") {
-        let endpoint = env
-            .get("AWS_ENDPOINT_URL")
-            .cloned()
-            .unwrap_or_else(|| "http://127.0.0.1:4566".into());
-        let sdk = agentlane_aws::aws_config::defaults(
-            agentlane_aws::aws_config::BehaviorVersion::latest(),
-        )
-        .endpoint_url(endpoint)
-        .region(agentlane_aws::aws_config::Region::new("us-east-1"))
-        .load()
-        .await;
+        let sdk = crate::support::emulator_sdk_config(server).await;
         let dynamo = agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk);
         let mut text = String::new();
         let mut start = None;

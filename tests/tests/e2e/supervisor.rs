@@ -255,17 +255,7 @@ async fn lose_queued_messages(server: &Server) -> anyhow::Result<()> {
     let env: std::collections::HashMap<_, _> = server.backend_env().into_iter().collect();
     match env.get("AGENTLANE_QUEUE_NAME") {
         Some(queue) if agentlane_tests::server::backend_is_aws() => {
-            let endpoint = env
-                .get("AWS_ENDPOINT_URL")
-                .cloned()
-                .unwrap_or_else(|| "http://127.0.0.1:4566".into());
-            let sdk = agentlane_aws::aws_config::defaults(
-                agentlane_aws::aws_config::BehaviorVersion::latest(),
-            )
-            .endpoint_url(endpoint)
-            .region(agentlane_aws::aws_config::Region::new("us-east-1"))
-            .load()
-            .await;
+            let sdk = crate::support::emulator_sdk_config(server).await;
             let sqs = agentlane_aws::aws_sdk_sqs::Client::new(&sdk);
             let url = sqs
                 .get_queue_url()

@@ -170,3 +170,20 @@ impl Drop for AwsRequestLog {
         self.proxy.wait().ok();
     }
 }
+
+/// An AWS SDK configuration for the emulator `server` talks to (its `AWS_ENDPOINT_URL`, else
+/// the default emulator address), for scenarios that look at the table or the queues directly.
+pub async fn emulator_sdk_config(
+    server: &agentlane_tests::Server,
+) -> agentlane_aws::aws_config::SdkConfig {
+    let endpoint = server
+        .backend_env()
+        .into_iter()
+        .find(|(name, _)| name == "AWS_ENDPOINT_URL")
+        .map_or_else(|| "http://127.0.0.1:4566".to_owned(), |(_, url)| url);
+    agentlane_aws::aws_config::defaults(agentlane_aws::aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(agentlane_aws::aws_config::Region::new("us-east-1"))
+        .load()
+        .await
+}

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// Events read per store call.
+/// Events read per store call (and at most one answer's bytes, `max_page_bytes`).
 const PAGE: usize = 500;
 
 /// What following a run yields next.
@@ -151,7 +151,12 @@ impl RunFollower {
             Err(error) => return failed(error),
         };
         match store
-            .read_events(&self.tenant, &self.run_id, self.after, PAGE)
+            .read_events_page(
+                &self.tenant,
+                &self.run_id,
+                self.after,
+                crate::page::budget(PAGE, self.state.config.limits.max_page_bytes),
+            )
             .await
         {
             Ok(events) if !events.is_empty() => Poll::Events(events),

@@ -1,15 +1,24 @@
 //! Pages bounded by bytes as well as by count: a transcript or events page stops before the
 //! item that would take the JSON answer over its byte budget, and `next` continues from the
 //! last item sent. No answer then exceeds `max_page_bytes` (4 MiB by default, under Lambda's
-//! 6 MB response cap), however large the items.
+//! 6 MB response cap), however large the items. The budget goes down to the store
+//! ([`budget`]), which stops reading there: a route reads no more records than it answers.
 
+use agentlane_core::PageBudget;
 use serde::Serialize;
 
 /// Room kept for the envelope around the items (`{"sessionKey": …, "entries": [ … ], "next": …}`).
 pub const ENVELOPE_BYTES: usize = 4 * 1024;
 
-/// The longest prefix of `items` whose JSON fits in `max_page_bytes` (less the envelope). The
-/// first item is always kept, so a reader always moves on; store limits (a message is at most
+/// The store budget of a page of at most `limit` items answered within `max_page_bytes`: the
+/// items' JSON gets what the envelope leaves.
+pub fn budget(limit: usize, max_page_bytes: usize) -> PageBudget {
+    PageBudget::new(limit, max_page_bytes.saturating_sub(ENVELOPE_BYTES))
+}
+
+/// The longest prefix of `items` whose JSON fits in `max_page_bytes` (less the envelope): the
+/// same rule the store applied to the stored JSON with [`budget`], kept here so the answer holds
+/// it even if a record serialises longer than it was stored. The first item is always kept, so a reader always moves on; store limits (a message is at most
 /// the configured message size, a DynamoDB item 400 KB) keep it far below the budget.
 pub fn fit<T: Serialize>(mut items: Vec<T>, max_page_bytes: usize) -> Vec<T> {
     let budget = max_page_bytes.saturating_sub(ENVELOPE_BYTES);

@@ -28,6 +28,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agents;
+pub mod alloc;
 pub mod cron;
 pub mod fixtures;
 pub mod keys;
@@ -131,6 +132,8 @@ macro_rules! __store_cases {
             case_a_collect_carrier_takes_the_collects_and_leaves_the_steers,
             case_an_interrupt_behind_unfinished_runs_marks_the_session,
             case_an_interrupt_abort_request_keeps_its_reason,
+            case_a_transcript_page_stops_at_its_byte_budget,
+            case_an_events_page_stops_at_its_byte_budget,
         }
     };
 }

@@ -55,8 +55,8 @@ pub use slots::{RateScope, SlotKind, SlotStore, granted_of};
 pub use spend::SpendLedger;
 pub use store::{
     AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, FencedWriter,
-    HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, ProcessingIndex, SessionLock, SteerTake,
-    Store, StoreCall, StoreError, StoreLayer, StoreResult, TurnIntake,
+    HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, PageBudget, PageTally, ProcessingIndex,
+    SessionLock, SteerTake, Store, StoreCall, StoreError, StoreLayer, StoreResult, TurnIntake,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -4,8 +4,8 @@
 use crate::error::{Result, int, uint};
 use crate::records::{self, insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Event, NewTurn, QueueMode, Run, RunId, Session, SessionId,
-    SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
+    AbortReason, AcceptOutcome, Event, NewTurn, PageBudget, QueueMode, Run, RunId, Session,
+    SessionId, SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -217,58 +217,71 @@ fn limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+/// Entries of the session with `seq > after`, in order, within `budget` (see [`read_page`]).
 pub(crate) fn read_transcript(
     conn: &Connection,
     tenant: &TenantId,
     session_id: &SessionId,
     after: Option<u64>,
-    max: usize,
+    budget: PageBudget,
 ) -> Result<Vec<TranscriptEntry>> {
     let mut stmt = conn.prepare_cached(
         "SELECT body FROM transcript WHERE tenant = ?1 AND session_id = ?2 AND seq > ?3
          ORDER BY seq LIMIT ?4",
     )?;
-    let rows = stmt.query_map(
-        params![
-            tenant.as_str(),
-            session_id.as_str(),
-            after_seq(after),
-            limit(max)
-        ],
-        |row| row.get::<_, String>(0),
-    )?;
-    let mut entries = Vec::new();
-    for body in rows {
-        entries.push(serde_json::from_str(&body?)?);
-    }
-    Ok(entries)
+    read_page(
+        &mut stmt,
+        tenant.as_str(),
+        session_id.as_str(),
+        after,
+        budget,
+    )
 }
 
+/// Events of the run with `seq > after`, in order, within `budget` (see [`read_page`]).
 pub(crate) fn read_events(
     conn: &Connection,
     tenant: &TenantId,
     run_id: &RunId,
     after: Option<u64>,
-    max: usize,
+    budget: PageBudget,
 ) -> Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT body FROM events WHERE tenant = ?1 AND run_id = ?2 AND seq > ?3
          ORDER BY seq LIMIT ?4",
     )?;
-    let rows = stmt.query_map(
-        params![
-            tenant.as_str(),
-            run_id.as_str(),
-            after_seq(after),
-            limit(max)
-        ],
-        |row| row.get::<_, String>(0),
-    )?;
-    let mut events = Vec::new();
-    for body in rows {
-        events.push(serde_json::from_str(&body?)?);
+    read_page(&mut stmt, tenant.as_str(), run_id.as_str(), after, budget)
+}
+
+/// Steps through the rows of `stmt` (bodies in seq order) and decodes each body only once the
+/// budget admits its size: the text is measured where SQLite holds it, so a record that does
+/// not fit is never copied, and the read stops there.
+fn read_page<T: serde::de::DeserializeOwned>(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    tenant: &str,
+    owner: &str,
+    after: Option<u64>,
+    budget: PageBudget,
+) -> Result<Vec<T>> {
+    let mut rows = stmt.query(params![
+        tenant,
+        owner,
+        after_seq(after),
+        limit(budget.count)
+    ])?;
+    let mut tally = budget.tally();
+    let mut records = Vec::new();
+    while !tally.is_full() {
+        let Some(row) = rows.next()? else { break };
+        let body = row.get_ref(0)?.as_str().map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+        })?;
+        if !tally.admit(body.len()) {
+            break;
+        }
+        records.push(serde_json::from_str(body)?);
     }
-    Ok(events)
+    Ok(records)
 }
 
 /// One more than the run's highest event seq, 0 when it has none.

@@ -6,8 +6,8 @@ use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
     AbortReason, AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt,
-    NewTurn, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock, SteerTake,
-    StoreResult, TenantId, TranscriptEntry, TurnIntake,
+    NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock,
+    SteerTake, StoreResult, TenantId, TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 
@@ -82,27 +82,27 @@ impl HistoryReader for SqliteBackend {
             .await
     }
 
-    async fn read_transcript(
+    async fn read_transcript_page(
         &self,
         tenant: &TenantId,
         session_id: &SessionId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         let (tenant, session_id) = (tenant.clone(), session_id.clone());
-        self.with_reader(move |c| ingress::read_transcript(c, &tenant, &session_id, after, limit))
+        self.with_reader(move |c| ingress::read_transcript(c, &tenant, &session_id, after, budget))
             .await
     }
 
-    async fn read_events(
+    async fn read_events_page(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<Event>> {
         let (tenant, run_id) = (tenant.clone(), run_id.clone());
-        self.with_reader(move |c| ingress::read_events(c, &tenant, &run_id, after, limit))
+        self.with_reader(move |c| ingress::read_events(c, &tenant, &run_id, after, budget))
             .await
     }
 

@@ -135,7 +135,12 @@ pub async fn events(
     load_run(&state, &tenant, &id).await?;
     let events = state
         .history()
-        .read_events(&tenant, &id, query.after, limit)
+        .read_events_page(
+            &tenant,
+            &id,
+            query.after,
+            page::budget(limit, state.config.limits.max_page_bytes),
+        )
         .await?;
     let events = page::fit(events, state.config.limits.max_page_bytes);
     let next = events.last().map(|e| e.seq).or(query.after);

@@ -122,7 +122,12 @@ pub async fn transcript(
     };
     let entries = state
         .history()
-        .read_transcript(&tenant, &session_id, query.after, limit)
+        .read_transcript_page(
+            &tenant,
+            &session_id,
+            query.after,
+            page::budget(limit, state.config.limits.max_page_bytes),
+        )
         .await?;
     let entries = page::fit(entries, state.config.limits.max_page_bytes);
     let next = entries.last().map(|e| e.seq).or(query.after);

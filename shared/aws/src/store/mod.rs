@@ -72,8 +72,9 @@ mod steer;
 
 use agentlane_core::{
     AbortReason, AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader,
-    LockAttempt, NewTurn, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock,
-    SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry, TurnIntake, backoff,
+    LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey,
+    SessionLock, SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry, TurnIntake,
+    backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -316,25 +317,25 @@ impl HistoryReader for DynamoStore {
         self.load_session(tenant, key).await
     }
 
-    async fn read_transcript(
+    async fn read_transcript_page(
         &self,
         tenant: &TenantId,
         session_id: &SessionId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.query_transcript(tenant, session_id, after, limit)
+        self.query_transcript(tenant, session_id, after, budget)
             .await
     }
 
-    async fn read_events(
+    async fn read_events_page(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<Event>> {
-        self.query_events(tenant, run_id, after, limit).await
+        self.query_events(tenant, run_id, after, budget).await
     }
 
     async fn next_event_seq(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<u64> {

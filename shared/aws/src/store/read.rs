@@ -4,15 +4,15 @@ use super::DynamoStore;
 use super::error::{DdbError, classify};
 use super::item::s;
 use super::item::{
-    ABORT_REASON, ABORT_REQUESTED, ACTION_ANSWER, ANSWER_FOR, Item, SEQ, entry_from_item,
-    event_from_item, get_u64, run_from_item, session_from_item,
+    ABORT_REASON, ABORT_REQUESTED, ACTION_ANSWER, ANSWER_FOR, ENTRY_JSON, EVENT_JSON, Item, SEQ,
+    entry_from_item, event_from_item, get_u64, run_from_item, session_from_item,
 };
 use super::keys::{
     self, ENTRY_PREFIX, EVENT_PREFIX, PK, RUN_SK, SESSION_SK, SK, after_bound, entry_sk, event_sk,
 };
 use agentlane_core::{
-    AbortReason, Event, Run, RunId, Session, SessionId, SessionKey, StoreResult, TenantId,
-    TranscriptEntry,
+    AbortReason, Event, PageBudget, PageTally, Run, RunId, Session, SessionId, SessionKey,
+    StoreResult, TenantId, TranscriptEntry,
 };
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
@@ -261,13 +261,17 @@ impl DynamoStore {
         tenant: &TenantId,
         session_id: &SessionId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         let after = after_bound(ENTRY_PREFIX, after, entry_sk(0).len() - ENTRY_PREFIX.len());
-        let items = self
-            .query_after(keys::transcript_pk(tenant, session_id), after, limit)
-            .await?;
-        items.iter().map(entry_from_item).collect()
+        self.query_page(
+            keys::transcript_pk(tenant, session_id),
+            after,
+            budget,
+            ENTRY_JSON,
+            entry_from_item,
+        )
+        .await
     }
 
     pub(super) async fn query_events(
@@ -275,13 +279,17 @@ impl DynamoStore {
         tenant: &TenantId,
         run_id: &RunId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<Event>> {
         let after = after_bound(EVENT_PREFIX, after, event_sk(0).len() - EVENT_PREFIX.len());
-        let items = self
-            .query_after(keys::run_pk(tenant, run_id), after, limit)
-            .await?;
-        items.iter().map(event_from_item).collect()
+        self.query_page(
+            keys::run_pk(tenant, run_id),
+            after,
+            budget,
+            EVENT_JSON,
+            event_from_item,
+        )
+        .await
     }
 
     /// The seq of the run's newest event, `None` when it has none: one query of the run's
@@ -313,13 +321,23 @@ impl DynamoStore {
             .transpose()
     }
 
-    /// Items of partition `pk` with `SK > after`, ascending, at most `limit` (following pages
-    /// when DynamoDB's 1 MB page cut comes first).
-    async fn query_after(&self, pk: String, after: String, limit: usize) -> StoreResult<Vec<Item>> {
-        let mut items = Vec::new();
+    /// Records of partition `pk` with `SK > after`, ascending, within `budget`, each decoded by
+    /// `decode` once the budget admits the size of its JSON attribute `json`. Queries with a
+    /// small `Limit` sized from the records seen so far (DynamoDB also cuts each answer at 1 MB),
+    /// and stops at the first record that does not fit: at most one answer's records beyond the
+    /// budget are ever held, and those are dropped undecoded.
+    async fn query_page<T>(
+        &self,
+        pk: String,
+        after: String,
+        budget: PageBudget,
+        json: &str,
+        decode: fn(&Item) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        let mut tally = budget.tally();
+        let mut records = Vec::new();
         let mut start = None;
-        while items.len() < limit {
-            let page_limit = i32::try_from(limit - items.len()).unwrap_or(i32::MAX);
+        while !tally.is_full() {
             let out = self
                 .client
                 .query()
@@ -329,18 +347,46 @@ impl DynamoStore {
                 .expression_attribute_values(":after", AttributeValue::S(after.clone()))
                 .consistent_read(true)
                 .scan_index_forward(true)
-                .limit(page_limit)
+                .limit(call_limit(&tally))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(classify)?;
-            items.extend(out.items.unwrap_or_default());
+            for item in out.items.unwrap_or_default() {
+                let size = match item.get(json) {
+                    Some(AttributeValue::S(text)) => text.len(),
+                    _ => 0,
+                };
+                if !tally.admit(size) {
+                    return Ok(records);
+                }
+                records.push(decode(&item)?);
+            }
             match out.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),
                 _ => break,
             }
         }
-        items.truncate(limit);
-        Ok(items)
+        Ok(records)
     }
+}
+
+/// Records asked of DynamoDB in the first call of a byte-bounded page: few, since their size
+/// is not known yet (one call of unbounded pages asks for the whole count).
+const FIRST_CALL_RECORDS: usize = 16;
+
+/// The `Limit` of the next query call: the count still allowed, and for a byte-bounded page no
+/// more records than the bytes left would hold at the average size seen so far (plus one, to
+/// find where the page ends).
+fn call_limit(tally: &PageTally) -> i32 {
+    let count = tally.remaining_count();
+    let wanted = if tally.budget().bytes == usize::MAX {
+        count
+    } else if tally.items() == 0 {
+        count.min(FIRST_CALL_RECORDS)
+    } else {
+        let average = (tally.bytes() / tally.items()).max(1);
+        count.min(tally.remaining_bytes() / average + 1)
+    };
+    i32::try_from(wanted.max(1)).unwrap_or(i32::MAX)
 }

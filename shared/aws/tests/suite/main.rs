@@ -3,10 +3,16 @@
 //! DynamoDB- and SQS-specific behaviour, and resource set-up.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Counts the heap, for the memory bounds of `pages`.
+#[global_allocator]
+static ALLOC: agentlane_conformance::alloc::CountingAlloc =
+    agentlane_conformance::alloc::CountingAlloc;
+
 mod common;
 mod conformance;
 mod cron_retention;
 mod dynamo_store;
+mod pages;
 mod processing_index;
 mod secrets;
 mod setup;

@@ -7,6 +7,7 @@ mod commit;
 mod events;
 mod lanes;
 mod lock;
+mod pages;
 mod parts;
 mod reset;
 mod sizes;
@@ -45,6 +46,10 @@ pub use lock::{
     case_lock_of_a_key_without_session_is_not_found,
     case_lock_takeover_after_lease_expiry_bumps_fence, case_release_then_reacquire,
     case_renew_extends_lease_and_stale_renew_fails,
+};
+pub use pages::{
+    case_a_transcript_page_stops_at_its_byte_budget, case_an_events_page_stops_at_its_byte_budget,
+    read_large_entries,
 };
 pub use parts::{
     case_a_failure_between_parts_loses_nothing, case_commit_over_the_limits_is_refused_whole,

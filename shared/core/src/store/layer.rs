@@ -2,8 +2,8 @@
 //! abort does, without writing out every role method again.
 
 use super::{
-    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, SessionLock, SteerTake, Store,
-    StoreResult, TurnIntake,
+    AcceptOutcome, Commit, FencedWriter, HistoryReader, NewTurn, PageBudget, SessionLock,
+    SteerTake, Store, StoreResult, TurnIntake,
 };
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
 use crate::run::{AbortReason, Event, QueueMode, Run};
@@ -155,31 +155,31 @@ impl<L: StoreLayer> HistoryReader for Layered<L> {
         self.0.inner().get_session(tenant, key).await
     }
 
-    async fn read_transcript(
+    async fn read_transcript_page(
         &self,
         tenant: &TenantId,
         session_id: &SessionId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         self.0.before(StoreCall::ReadTranscript).await?;
         self.0
             .inner()
-            .read_transcript(tenant, session_id, after, limit)
+            .read_transcript_page(tenant, session_id, after, budget)
             .await
     }
 
-    async fn read_events(
+    async fn read_events_page(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
         after: Option<u64>,
-        limit: usize,
+        budget: PageBudget,
     ) -> StoreResult<Vec<Event>> {
         self.0.before(StoreCall::ReadEvents).await?;
         self.0
             .inner()
-            .read_events(tenant, run_id, after, limit)
+            .read_events_page(tenant, run_id, after, budget)
             .await
     }
 

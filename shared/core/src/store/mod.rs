@@ -6,7 +6,7 @@
 //! | [`TurnIntake`] | the API edge | `accept_turn`, `request_abort`, `reset_session` |
 //! | [`SessionLock`] | a runner | `acquire_lock`, `renew_lock`, `release_lock` |
 //! | [`FencedWriter`] | a runner holding the lock | `commit`, `take_steers` |
-//! | [`HistoryReader`] | both | `get_run`, `get_session`, `read_transcript`, `read_events`, `abort_requested`, `next_event_seq` |
+//! | [`HistoryReader`] | both | `get_run`, `get_session`, `read_transcript_page`, `read_events_page` (bounded by bytes), `read_transcript`, `read_events`, `abort_requested`, `next_event_seq` |
 //!
 //! Two kinds of writes exist:
 //! - unfenced writes from the API edge ([`TurnIntake`]), each atomic and conditional on its own;
@@ -26,6 +26,7 @@ mod error;
 mod intake;
 mod layer;
 mod lock;
+mod page;
 mod processing;
 mod reader;
 mod steer;
@@ -35,6 +36,7 @@ pub use error::{StoreError, StoreResult};
 pub use intake::{AcceptOutcome, AcceptedAgent, AnswerOutcome, NewTurn, TurnIntake};
 pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
+pub use page::{PageBudget, PageTally};
 pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;
 pub use steer::{MAX_STEERS_PER_TAKE, SteerTake};

@@ -1,6 +1,6 @@
 //! Reading what turns left behind: runs, sessions, transcripts, events.
 
-use super::StoreResult;
+use super::{PageBudget, StoreResult};
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
 use crate::run::{Event, Run};
 use crate::session::Session;
@@ -21,23 +21,53 @@ pub trait HistoryReader: Send + Sync + 'static {
         key: &SessionKey,
     ) -> StoreResult<Option<Session>>;
 
-    /// Entries with `seq > after` (all when `None`), in order, at most `limit`.
+    /// Entries with `seq > after` (all when `None`), in order, within `budget`: adapters stop
+    /// reading before the entry that would cross its bytes (measured on the stored JSON, before
+    /// decoding), and always return the first entry there is.
+    async fn read_transcript_page(
+        &self,
+        tenant: &TenantId,
+        session_id: &SessionId,
+        after: Option<u64>,
+        budget: PageBudget,
+    ) -> StoreResult<Vec<TranscriptEntry>>;
+
+    /// Events with `seq > after` (all when `None`), in order, within `budget` (as
+    /// [`read_transcript_page`](Self::read_transcript_page)).
+    async fn read_events_page(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        after: Option<u64>,
+        budget: PageBudget,
+    ) -> StoreResult<Vec<Event>>;
+
+    /// Entries with `seq > after` (all when `None`), in order, at most `limit`, with no byte
+    /// bound: for callers that read a whole history on purpose. Answers to clients use
+    /// [`read_transcript_page`](Self::read_transcript_page).
     async fn read_transcript(
         &self,
         tenant: &TenantId,
         session_id: &SessionId,
         after: Option<u64>,
         limit: usize,
-    ) -> StoreResult<Vec<TranscriptEntry>>;
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.read_transcript_page(tenant, session_id, after, PageBudget::count(limit))
+            .await
+    }
 
-    /// Events with `seq > after` (all when `None`), in order, at most `limit`.
+    /// Events with `seq > after` (all when `None`), in order, at most `limit`, with no byte
+    /// bound (see [`read_transcript`](Self::read_transcript)).
     async fn read_events(
         &self,
         tenant: &TenantId,
         run_id: &RunId,
         after: Option<u64>,
         limit: usize,
-    ) -> StoreResult<Vec<Event>>;
+    ) -> StoreResult<Vec<Event>> {
+        self.read_events_page(tenant, run_id, after, PageBudget::count(limit))
+            .await
+    }
 
     /// Whether an abort was requested for the run (`false` for an unknown run). Called about
     /// twice a second per running turn: adapters may read only that attribute.

@@ -2,9 +2,15 @@
 //! guarantees beyond it, and durability across restarts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Counts the heap, for the memory bounds of `pages`.
+#[global_allocator]
+static ALLOC: agentlane_conformance::alloc::CountingAlloc =
+    agentlane_conformance::alloc::CountingAlloc;
+
 mod conformance;
 mod connections;
 mod cron_retention;
 mod fairness;
+mod pages;
 mod queue_details;
 mod restart;

@@ -134,3 +134,63 @@ async fn an_events_page_is_cut_at_the_configured_budget() {
         .json();
     assert_eq!(rest["events"][0]["seq"], json!(got));
 }
+
+/// Notes the budget of every page read the store is asked for.
+struct BudgetLog {
+    inner: Arc<dyn Store>,
+    seen: Arc<std::sync::Mutex<Vec<(StoreCall, agentlane_core::PageBudget)>>>,
+}
+
+impl StoreLayer for BudgetLog {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    fn page_budget(
+        &self,
+        call: StoreCall,
+        budget: agentlane_core::PageBudget,
+    ) -> agentlane_core::PageBudget {
+        self.seen.lock().unwrap().push((call, budget));
+        budget
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_routes_ask_the_store_for_no_more_than_one_answer() {
+    // GIVEN a server with 64 KiB pages over a store that notes each page read's budget
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let server = LiveServer::start_over(
+        config(Limits {
+            max_page_bytes: 64 * 1024,
+            ..Limits::default()
+        }),
+        move |inner| Arc::new(Layered(BudgetLog { inner, seen: log })),
+    )
+    .await;
+    let run_id = server.submit(ACME_KEY, "budget", "hi").await;
+
+    // WHEN a client reads a transcript page and an events page of 5,000 items each
+    let transcript = server
+        .get("/v1/sessions/budget/transcript?limit=5000", ACME_KEY)
+        .await;
+    assert_eq!(transcript.status, 200, "{transcript:?}");
+    let events = server
+        .get(&format!("/v1/runs/{run_id}/events?limit=5000"), ACME_KEY)
+        .await;
+    assert_eq!(events.status, 200, "{events:?}");
+
+    // THEN the store was asked for 5,000 items within the answer's bytes, less its envelope
+    let seen = seen.lock().unwrap().clone();
+    let budget = agentlane_core::PageBudget::new(5000, 64 * 1024 - crate::page::ENVELOPE_BYTES);
+    assert!(
+        seen.contains(&(StoreCall::ReadTranscript, budget)),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&(StoreCall::ReadEvents, budget)), "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, b)| b.bytes <= 64 * 1024),
+        "no page read may pass the answer cap: {seen:?}"
+    );
+}

@@ -47,6 +47,12 @@ pub trait StoreLayer: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The budget a page read (`ReadTranscript`, `ReadEvents`) goes to the inner store with,
+    /// after `before`: a layer may narrow it, or note it; by default the caller's.
+    fn page_budget(&self, _call: StoreCall, budget: PageBudget) -> PageBudget {
+        budget
+    }
+
     /// A fenced commit (after `before`).
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.inner().commit(fence, commit).await
@@ -163,6 +169,7 @@ impl<L: StoreLayer> HistoryReader for Layered<L> {
         budget: PageBudget,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         self.0.before(StoreCall::ReadTranscript).await?;
+        let budget = self.0.page_budget(StoreCall::ReadTranscript, budget);
         self.0
             .inner()
             .read_transcript_page(tenant, session_id, after, budget)
@@ -177,6 +184,7 @@ impl<L: StoreLayer> HistoryReader for Layered<L> {
         budget: PageBudget,
     ) -> StoreResult<Vec<Event>> {
         self.0.before(StoreCall::ReadEvents).await?;
+        let budget = self.0.page_budget(StoreCall::ReadEvents, budget);
         self.0
             .inner()
             .read_events_page(tenant, run_id, after, budget)

@@ -237,7 +237,8 @@ pub struct AttemptRecord {
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
-    /// `ok`, `tool_calls`, or a failure class such as `rate_limit`, `timeout`, `aborted`.
+    /// `ok`, `tool_calls`, `missing_assistant` (the response had no assistant message), or a
+    /// failure class such as `rate_limit`, `timeout`, `aborted`.
     pub outcome: String,
     pub usage: Usage,
     /// What the call cost (USD), from the deployment's price of its model; `None` when the

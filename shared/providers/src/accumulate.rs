@@ -12,6 +12,19 @@ pub struct AssistantTurn {
     pub usage: Usage,
     /// `None` while the stream has not finished.
     pub finish: Option<FinishReason>,
+    /// The message had a text part that stayed empty ([`StreamEvent::EmptyText`]).
+    pub empty_text: bool,
+}
+
+impl AssistantTurn {
+    /// Whether the response carried an assistant message at all: some text (even an empty text
+    /// part), reasoning or a tool call. `false`: it finished with no assistant content.
+    pub fn has_message(&self) -> bool {
+        self.empty_text
+            || !self.text.is_empty()
+            || !self.reasoning.is_empty()
+            || !self.tool_calls.is_empty()
+    }
 }
 
 /// Accumulates stream events. Tool calls keep the order of their `index`, whatever order their
@@ -60,6 +73,7 @@ impl StreamAccumulator {
             },
             StreamEvent::Usage(u) => self.turn.usage = *u,
             StreamEvent::Finished(reason) => self.turn.finish = Some(reason.clone()),
+            StreamEvent::EmptyText => self.turn.empty_text = true,
             StreamEvent::KeepAlive => {}
         }
     }
@@ -148,7 +162,23 @@ mod tests {
                     ..Default::default()
                 },
                 finish: Some(FinishReason::ToolCalls),
+                empty_text: false,
             }
         );
+        assert!(turn.has_message());
+    }
+
+    #[test]
+    fn an_empty_text_part_is_a_message_and_nothing_at_all_is_none() {
+        let fold = |events: &[StreamEvent]| {
+            let mut acc = StreamAccumulator::new();
+            events.iter().for_each(|e| acc.push(e));
+            acc.finish()
+        };
+        let finished = StreamEvent::Finished(FinishReason::Stop);
+        let empty = fold(&[StreamEvent::EmptyText, finished.clone()]);
+        assert!(empty.has_message() && empty.text.is_empty());
+        let nothing = fold(&[StreamEvent::Usage(Usage::default()), finished]);
+        assert!(!nothing.has_message());
     }
 }

@@ -82,6 +82,11 @@ pub enum StreamEvent {
     /// part of an event): the stream is alive. The idle watchdog counts it; everything else
     /// ignores it.
     KeepAlive,
+    /// The response's assistant message has a text part that stayed empty (OpenAI
+    /// `"content": ""`, an Anthropic text block with no text), and nothing else: no text,
+    /// reasoning or tool call. Sent once, before `Finished`. It tells an empty answer (an
+    /// assistant message that shows nothing) from a response with no assistant message at all.
+    EmptyText,
 }
 
 pub type ModelStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;

@@ -748,3 +748,96 @@ async fn retry_loop_a_slow_but_alive_stream_outlasts_a_tight_idle_limit_without_
     }
     Ok(())
 }
+
+/// `(model, outcome)` of every attempt.
+fn outcomes(run: &RunView) -> Vec<(String, String)> {
+    run.attempts
+        .iter()
+        .map(|a| (a.model.clone(), a.outcome.clone()))
+        .collect()
+}
+
+/// The text of the last message of every model request `mock` received on `path` whose last
+/// message contains `marker`, in order.
+fn last_texts(mock: &Aimock, path: &str, marker: &str) -> anyhow::Result<Vec<String>> {
+    Ok(mock
+        .journal()?
+        .iter()
+        .filter(|e| e.method == "POST" && e.path == path)
+        .filter_map(|e| {
+            let last = e.body.get("messages")?.as_array()?.last()?.clone();
+            message_text(&last)
+        })
+        .filter(|text| text.contains(marker))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_loop_a_response_without_an_assistant_message_is_resent_once() -> anyhow::Result<()> {
+    let claude = "anthropic/claude-test";
+    for (model, path) in [(MODEL, "/v1/chat/completions"), (claude, "/v1/messages")] {
+        // GIVEN a model whose first response finishes with no assistant message at all (no
+        // text part, no reasoning, no tool call), on both protocols
+        let scn = retry_scenario(|o, mock| {
+            o.env("ANTHROPIC_BASE_URL", mock.url())
+                .env("ANTHROPIC_API_KEY", "x")
+                .env("AGENTLANE_ALLOWED_MODELS", format!("{MODEL},{claude}"))
+        })?;
+        let a = scn.a();
+        let turn = |session: &str, message: &str| serde_json::json!({"sessionKey": session, "message": message, "model": model});
+
+        // WHEN a turn runs
+        let accepted = a
+            .agent_with(turn("missing", "no-assistant-once: hi"))
+            .await?;
+        let run = a.wait_done(&accepted.run_id, LONG).await?;
+
+        // THEN the same request is sent once more, with no instruction, and answers
+        assert_eq!(run.status, RunStatus::Ok, "{model}: {run:?}");
+        assert_eq!(run.reply_text(), "Answered after a resend.", "{model}");
+        assert_eq!(
+            last_texts(&scn.mock, path, "no-assistant")?,
+            ["no-assistant-once: hi", "no-assistant-once: hi"],
+            "{model}: the resend carries the user's message, not a directed instruction"
+        );
+
+        // AND the ledger records the missing assistant, then the answer
+        let want = |outcome: &str| (model.to_owned(), outcome.to_owned());
+        assert_eq!(
+            outcomes(&run),
+            [want("missing_assistant"), want("ok")],
+            "{model}"
+        );
+        let events = a.events(&run.run_id).await?;
+        assert_run_frame(&events, "ok");
+        assert_eq!(
+            decisions(&events),
+            [decision("retry", "missing_assistant")],
+            "{model}"
+        );
+        assert_eq!(retry_count(&run, "/budgets/missingAssistantRetries"), 1);
+        assert_eq!(retry_count(&run, "/budgets/emptyResponseRetries"), 0);
+        let transcript = a.transcript("missing").await?;
+        assert_eq!(transcript.roles(), ["user", "assistant"], "{model}");
+
+        // WHEN the model never gives an assistant message
+        let accepted = a.agent_with(turn("never", "no-assistant-ever: hi")).await?;
+        let run = a.wait_done(&accepted.run_id, LONG).await?;
+
+        // THEN the budget of one resend is spent and the run ends incomplete after two requests
+        assert_eq!(run.status, RunStatus::Error, "{model}: {run:?}");
+        let error = run.error.clone().expect("a failed run says why");
+        assert_eq!(error.code, "incomplete_turn", "{model}: {error:?}");
+        assert_eq!(
+            outcomes(&run),
+            [want("missing_assistant"), want("missing_assistant")],
+            "{model}"
+        );
+        assert_eq!(
+            last_texts(&scn.mock, path, "no-assistant-ever")?.len(),
+            2,
+            "{model}"
+        );
+    }
+    Ok(())
+}

@@ -20,6 +20,10 @@ pub const MAX_SAME_MODEL_NETWORK_RETRIES: u32 = 2;
 pub const MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES: u32 = 1;
 /// Directed retries of a turn with reasoning but no visible text.
 pub const MAX_REASONING_ONLY_RETRIES: u32 = 2;
+/// Retries of an attempt whose response finished with no assistant message at all (no text
+/// part, reasoning or tool call), sent again as it was: the model saw no answer of its own to
+/// be directed about. An assistant message that shows nothing is an empty response instead.
+pub const MAX_MISSING_ASSISTANT_RETRIES: u32 = 1;
 /// Directed retries of an empty turn.
 pub const MAX_EMPTY_RESPONSE_RETRIES: u32 = 1;
 /// Directed retries of an empty turn right after a compaction.
@@ -114,6 +118,7 @@ pub struct Budgets {
     pub same_model_network_retries: u32,
     pub same_model_idle_retries: u32,
     pub reasoning_only_retries: u32,
+    pub missing_assistant_retries: u32,
     pub empty_response_retries: u32,
     pub compaction_continuations: u32,
     pub overflow_compactions: u32,

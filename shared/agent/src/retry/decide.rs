@@ -8,9 +8,9 @@ use super::{
     POST_COMPACTION_GUARD_WINDOW, RetryState, Situation, Stage, fail,
 };
 use super::{
-    MAX_COMPACTION_CONTINUATIONS, MAX_EMPTY_ERROR_RETRIES, MAX_EMPTY_RESPONSE_RETRIES,
-    MAX_FINALIZE_REVISIONS, MAX_OVERFLOW_COMPACTIONS, MAX_OVERLOAD_PROFILE_ROTATIONS,
-    MAX_RATE_LIMIT_PROFILE_ROTATIONS, MAX_REASONING_ONLY_RETRIES,
+    Answered, MAX_COMPACTION_CONTINUATIONS, MAX_EMPTY_ERROR_RETRIES, MAX_EMPTY_RESPONSE_RETRIES,
+    MAX_FINALIZE_REVISIONS, MAX_MISSING_ASSISTANT_RETRIES, MAX_OVERFLOW_COMPACTIONS,
+    MAX_OVERLOAD_PROFILE_ROTATIONS, MAX_RATE_LIMIT_PROFILE_ROTATIONS, MAX_REASONING_ONLY_RETRIES,
     MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES, MAX_SAME_MODEL_NETWORK_RETRIES,
     MAX_SAME_MODEL_RATE_LIMIT_RETRIES, MAX_TIMEOUT_COMPACTIONS, TIMEOUT_COMPACTION_RATIO,
     empty_error_delay, max_iterations, network_delay, rate_limit_delay, suggested_delay,
@@ -299,30 +299,43 @@ impl RetryState {
     }
 
     /// The decision after an attempt that completed without tool calls: accept it, or retry
-    /// with a directed continuation when it shows nothing.
-    pub fn on_completion(&mut self, visible_text: bool, reasoning: bool) -> Completion {
-        self.breaker.step(false, visible_text);
+    /// when it shows nothing. A missing assistant message is sent again as it was (its own
+    /// budget); reasoning alone, an empty message, or an empty message right after a compaction
+    /// get a directed continuation (each its own budget). None of them spends another's.
+    pub fn on_completion(&mut self, answered: Answered) -> Completion {
+        self.breaker.step(false, answered == Answered::Visible);
         let after_compaction = std::mem::take(&mut self.after_compaction);
-        if visible_text {
-            return Completion::Accept;
-        }
         let b = &mut self.budgets;
-        if reasoning {
-            if b.reasoning_only_retries < MAX_REASONING_ONLY_RETRIES {
-                b.reasoning_only_retries += 1;
-                return Completion::Retry(Continuation::ReasoningOnly);
+        match answered {
+            Answered::Visible => Completion::Accept,
+            Answered::ReasoningOnly => {
+                if b.reasoning_only_retries < MAX_REASONING_ONLY_RETRIES {
+                    b.reasoning_only_retries += 1;
+                    return Completion::Retry(Continuation::ReasoningOnly);
+                }
+                Completion::GiveUp
             }
-            return Completion::GiveUp;
+            Answered::Missing => {
+                if b.missing_assistant_retries < MAX_MISSING_ASSISTANT_RETRIES {
+                    b.missing_assistant_retries += 1;
+                    // A compaction's continuation still applies to the resent request.
+                    self.after_compaction = after_compaction;
+                    return Completion::Resend;
+                }
+                Completion::GiveUp
+            }
+            Answered::Empty => {
+                if after_compaction && b.compaction_continuations < MAX_COMPACTION_CONTINUATIONS {
+                    b.compaction_continuations += 1;
+                    return Completion::Retry(Continuation::AfterCompaction);
+                }
+                if b.empty_response_retries < MAX_EMPTY_RESPONSE_RETRIES {
+                    b.empty_response_retries += 1;
+                    return Completion::Retry(Continuation::EmptyResponse);
+                }
+                Completion::GiveUp
+            }
         }
-        if after_compaction && b.compaction_continuations < MAX_COMPACTION_CONTINUATIONS {
-            b.compaction_continuations += 1;
-            return Completion::Retry(Continuation::AfterCompaction);
-        }
-        if b.empty_response_retries < MAX_EMPTY_RESPONSE_RETRIES {
-            b.empty_response_retries += 1;
-            return Completion::Retry(Continuation::EmptyResponse);
-        }
-        Completion::GiveUp
     }
 
     /// Whether a `before_agent_finalize` hook may still ask for a revision of the answer.
@@ -897,35 +910,105 @@ mod tests {
 
     #[test]
     fn completion_decisions() {
-        let mut s = RetryState::default();
-        assert_eq!(s.on_completion(true, false), Completion::Accept);
-        assert_eq!(
-            s.on_completion(false, true),
-            Completion::Retry(Continuation::ReasoningOnly)
-        );
-        assert_eq!(
-            s.on_completion(false, true),
-            Completion::Retry(Continuation::ReasoningOnly)
-        );
-        assert_eq!(s.on_completion(false, true), Completion::GiveUp);
-        let mut s = RetryState::default();
-        assert_eq!(
-            s.on_completion(false, false),
-            Completion::Retry(Continuation::EmptyResponse)
-        );
-        assert_eq!(s.on_completion(false, false), Completion::GiveUp);
-        let mut s = RetryState {
-            after_compaction: true,
+        use Answered::{Empty, Missing, ReasoningOnly, Visible};
+        use Completion::{Accept, GiveUp, Resend, Retry};
+        use Continuation::{AfterCompaction, EmptyResponse, ReasoningOnly as Reasoned};
+        // (case, right after a compaction, the answers in order, the decisions in order)
+        type Row = (&'static str, bool, Vec<Answered>, Vec<Completion>);
+        let rows: Vec<Row> = vec![
+            (
+                "a visible answer is accepted",
+                false,
+                vec![Visible],
+                vec![Accept],
+            ),
+            (
+                "reasoning only: two directed retries",
+                false,
+                vec![ReasoningOnly; 3],
+                vec![Retry(Reasoned), Retry(Reasoned), GiveUp],
+            ),
+            (
+                "an empty message: one directed retry",
+                false,
+                vec![Empty; 2],
+                vec![Retry(EmptyResponse), GiveUp],
+            ),
+            (
+                "no assistant message: one plain resend",
+                false,
+                vec![Missing; 2],
+                vec![Resend, GiveUp],
+            ),
+            (
+                "a missing message does not spend the empty-response budget",
+                false,
+                vec![Missing, Empty, Empty],
+                vec![Resend, Retry(EmptyResponse), GiveUp],
+            ),
+            (
+                "an empty message does not spend the missing-assistant budget",
+                false,
+                vec![Empty, Missing, Missing],
+                vec![Retry(EmptyResponse), Resend, GiveUp],
+            ),
+            (
+                "reasoning does not spend the missing-assistant budget",
+                false,
+                vec![ReasoningOnly, Missing, Visible],
+                vec![Retry(Reasoned), Resend, Accept],
+            ),
+            (
+                "empty right after a compaction: the compaction continuation first",
+                true,
+                vec![Empty, Empty, Empty],
+                vec![Retry(AfterCompaction), Retry(EmptyResponse), GiveUp],
+            ),
+            (
+                "missing right after a compaction: the resend keeps the compaction continuation",
+                true,
+                vec![Missing, Empty],
+                vec![Resend, Retry(AfterCompaction)],
+            ),
+        ];
+        for (case, after_compaction, answers, want) in rows {
+            let mut s = RetryState {
+                after_compaction,
+                ..Default::default()
+            };
+            let got: Vec<Completion> = answers.into_iter().map(|a| s.on_completion(a)).collect();
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn an_answer_is_read_as_visible_reasoning_empty_or_missing() {
+        use agentlane_providers::AssistantTurn;
+        let turn = |text: &str, reasoning: &str, empty_text: bool| AssistantTurn {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            empty_text,
             ..Default::default()
         };
-        assert_eq!(
-            s.on_completion(false, false),
-            Completion::Retry(Continuation::AfterCompaction)
-        );
-        assert_eq!(
-            s.on_completion(false, false),
-            Completion::Retry(Continuation::EmptyResponse)
-        );
+        let rows = [
+            ("text", turn("hi", "", false), Answered::Visible),
+            (
+                "text and reasoning",
+                turn("hi", "r", true),
+                Answered::Visible,
+            ),
+            (
+                "reasoning only",
+                turn(" ", "r", false),
+                Answered::ReasoningOnly,
+            ),
+            ("an empty text part", turn("", "", true), Answered::Empty),
+            ("blank text", turn(" \n", "", false), Answered::Empty),
+            ("nothing at all", turn("", "", false), Answered::Missing),
+        ];
+        for (case, t, want) in rows {
+            assert_eq!(Answered::of(&t), want, "{case}");
+        }
     }
 
     #[test]

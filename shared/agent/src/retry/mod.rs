@@ -129,11 +129,43 @@ pub enum ModelExhausted {
     Fail(RunError),
 }
 
+/// What an attempt that completed without tool calls showed, for [`RetryState::on_completion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// Visible text.
+    Visible,
+    /// Reasoning, but no visible text.
+    ReasoningOnly,
+    /// An assistant message that shows nothing (an empty or blank text part).
+    Empty,
+    /// No assistant message at all: the response finished with no text part, no reasoning and
+    /// no tool call.
+    Missing,
+}
+
+impl Answered {
+    /// What `turn` (an answer without tool calls) showed.
+    pub fn of(turn: &agentlane_providers::AssistantTurn) -> Self {
+        if !turn.text.trim().is_empty() {
+            Answered::Visible
+        } else if !turn.reasoning.trim().is_empty() {
+            Answered::ReasoningOnly
+        } else if turn.has_message() {
+            Answered::Empty
+        } else {
+            Answered::Missing
+        }
+    }
+}
+
 /// The outcome of [`RetryState::on_completion`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
     Accept,
     Retry(Continuation),
+    /// Send the same request again, with no instruction (the model gave no message to be
+    /// directed about).
+    Resend,
     /// Directed retries are spent: the run ends with the "couldn't generate a response" reply.
     GiveUp,
 }

@@ -10,6 +10,8 @@ pub enum AttemptOutcome {
     Answer,
     /// Tool calls to run: one tool round.
     ToolCalls,
+    /// The response finished with no assistant message at all.
+    MissingAssistant,
     /// The run was stopped during the attempt (abort, timeout, lock lost, shutdown).
     Stopped,
     /// The model call failed for this reason.
@@ -17,11 +19,13 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    /// The ledger's string: `ok`, `tool_calls`, `stopped`, or the failover reason.
+    /// The ledger's string: `ok`, `tool_calls`, `missing_assistant`, `stopped`, or the failover
+    /// reason.
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptOutcome::Answer => "ok",
             AttemptOutcome::ToolCalls => "tool_calls",
+            AttemptOutcome::MissingAssistant => "missing_assistant",
             AttemptOutcome::Stopped => "stopped",
             AttemptOutcome::Failed(reason) => reason.as_str(),
         }
@@ -32,6 +36,7 @@ impl AttemptOutcome {
         match s {
             "ok" => Some(AttemptOutcome::Answer),
             "tool_calls" => Some(AttemptOutcome::ToolCalls),
+            "missing_assistant" => Some(AttemptOutcome::MissingAssistant),
             "stopped" => Some(AttemptOutcome::Stopped),
             other => parse_reason(other).map(AttemptOutcome::Failed),
         }
@@ -91,6 +96,7 @@ mod tests {
         for outcome in [
             AttemptOutcome::Answer,
             AttemptOutcome::ToolCalls,
+            AttemptOutcome::MissingAssistant,
             AttemptOutcome::Stopped,
         ]
         .into_iter()

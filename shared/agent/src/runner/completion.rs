@@ -7,7 +7,7 @@ use super::turn_loop::{LoopEnd, Selected, Step, Turn};
 use crate::answer::normalize::{Change, normalize};
 use crate::answer::reply::is_silent;
 use crate::hooks::{FinalizeAction, FinalizeEvent, HookPoint};
-use crate::retry::{AttemptOutcome, Completion, Continuation};
+use crate::retry::{Answered, AttemptOutcome, Completion, Continuation};
 use crate::writer::CommitKind;
 use agentlane_core::{AttemptRecord, Message, StoreError};
 use agentlane_providers::AssistantTurn;
@@ -26,22 +26,31 @@ impl Turn<'_> {
             .models
             .mark_good(&selected.model.provider_name, &selected.profile.name);
         let (turn, invalid) = self.normalize(turn);
-        let outcome = if turn.tool_calls.is_empty() {
-            AttemptOutcome::Answer
-        } else {
+        let answered = Answered::of(&turn);
+        let outcome = if !turn.tool_calls.is_empty() {
             AttemptOutcome::ToolCalls
+        } else if answered == Answered::Missing {
+            AttemptOutcome::MissingAssistant
+        } else {
+            AttemptOutcome::Answer
         };
         record.outcome = outcome.as_str().into();
         record.usage = turn.usage;
         self.charge(&mut record);
         self.writer.record_attempt(record);
-        let visible = !turn.text.trim().is_empty();
+        let visible = answered == Answered::Visible;
         let reasoning = !turn.reasoning.trim().is_empty();
         if turn.tool_calls.is_empty() {
-            match self.retry.on_completion(visible, reasoning) {
+            match self.retry.on_completion(answered) {
                 Completion::Accept => {}
                 Completion::Retry(continuation) => {
                     return self.directed_retry(selected, &turn, continuation).await;
+                }
+                Completion::Resend => {
+                    self.note_retry("retry", "missing_assistant", Duration::ZERO);
+                    self.writer.checkpoint(&self.retry);
+                    self.writer.commit(CommitKind::Progress(Vec::new())).await?;
+                    return Ok(Step::Continue);
                 }
                 // A failed tool and nothing to say: the tool-error reply (SPEC §3).
                 Completion::GiveUp if self.last_tool_error.is_some() => {

@@ -214,6 +214,37 @@ async fn the_idle_timeout_breaker_stops_the_run_after_five_stalls_whatever_is_le
 }
 
 #[tokio::test]
+async fn a_response_without_an_assistant_message_is_resent_once_as_it_was() {
+    let f = fixture(
+        vec![Script::NoMessage, Script::Text("now visible")],
+        config(),
+    );
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Ok));
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].messages, requests[0].messages,
+        "resent unchanged"
+    );
+    let run = finished_run(&f, &msg).await;
+    let outcomes: Vec<&str> = run.attempts.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["missing_assistant", "ok"]);
+    assert_eq!(f.roles().await, vec!["user", "assistant"]);
+
+    // Twice in a row: the budget of one is spent and the turn ends incomplete.
+    let f = fixture(vec![Script::NoMessage, Script::NoMessage], config());
+    let msg = f.accept("hi").await;
+    assert_eq!(f.execute(&msg).await, TurnExit::Finished(RunStatus::Error));
+    let run = finished_run(&f, &msg).await;
+    assert_eq!(
+        run.error.map(|e| e.code).as_deref(),
+        Some("incomplete_turn")
+    );
+    assert_eq!(f.model.requests().len(), 2);
+}
+
+#[tokio::test]
 async fn an_empty_reply_gets_one_directed_retry_that_is_not_persisted() {
     let f = fixture(
         vec![Script::Text(""), Script::Text("now visible")],

@@ -36,6 +36,8 @@ pub enum Script {
     ReasoningOnly,
     /// Tool calls built at run time (many of them, say).
     Calls(Vec<ToolCall>),
+    /// A response that finishes with no assistant message at all.
+    NoMessage,
 }
 
 /// The stream of an answer that asks for `calls`.
@@ -120,11 +122,17 @@ impl ModelProvider for ScriptedModel {
             .pop_front()
             .expect("script exhausted");
         let events: Vec<Result<StreamEvent, ProviderError>> = match next {
+            // An empty text is an empty text part, as the providers report it.
+            Script::Text("") => vec![
+                Ok(StreamEvent::EmptyText),
+                Ok(StreamEvent::Finished(FinishReason::Stop)),
+            ],
             Script::Text(t) => vec![
                 Ok(StreamEvent::TextDelta(t[..t.len() / 2].into())),
                 Ok(StreamEvent::TextDelta(t[t.len() / 2..].into())),
                 Ok(StreamEvent::Finished(FinishReason::Stop)),
             ],
+            Script::NoMessage => vec![Ok(StreamEvent::Finished(FinishReason::Stop))],
             Script::Tools(calls) => tool_call_events(
                 calls
                     .into_iter()

@@ -48,6 +48,10 @@ pub(crate) struct EventDecoder {
     usage: Usage,
     stop_reason: Option<FinishReason>,
     done: bool,
+    /// A text block started empty (the message has a text part, so far empty).
+    empty_text: bool,
+    /// Text, reasoning or a tool call arrived.
+    content: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -249,8 +253,17 @@ impl EventDecoder {
             WireEvent::ContentBlockStart {
                 index,
                 content_block,
-            } => self.start(index, content_block, out),
-            WireEvent::ContentBlockDelta { index, delta } => self.delta(index, delta, out)?,
+            } => {
+                let before = out.len();
+                self.empty_text |= matches!(&content_block, WireBlock::Text { .. });
+                self.start(index, content_block, out);
+                self.content |= out.len() > before;
+            }
+            WireEvent::ContentBlockDelta { index, delta } => {
+                let before = out.len();
+                self.delta(index, delta, out)?;
+                self.content |= out.len() > before;
+            }
             WireEvent::ContentBlockStop { index } => self.stop(index, out),
             WireEvent::MessageDelta { delta, usage } => {
                 if let Some(reason) = delta.stop_reason {
@@ -276,6 +289,10 @@ impl EventDecoder {
                     FinishReason::Stop
                 });
                 out.push(StreamEvent::Usage(self.usage));
+                // An empty text block and nothing else is an empty answer, not a missing one.
+                if self.empty_text && !self.content {
+                    out.push(StreamEvent::EmptyText);
+                }
                 out.push(StreamEvent::Finished(reason));
                 self.done = true;
                 return Ok(Step::Done);
@@ -595,6 +612,50 @@ mod tests {
             (err.reason, err.status),
             (FailoverReason::Server, Some(500))
         );
+    }
+
+    #[test]
+    fn an_empty_text_block_alone_is_reported_and_no_block_is_not() {
+        let start = json!({"type": "message_start", "message": {"usage": {"input_tokens": 1}}});
+        let block = |text: &str| json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": text}});
+        let stop_block = json!({"type": "content_block_stop", "index": 0});
+        let delta = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}});
+        let stop = json!({"type": "message_stop"});
+        let empty = |events: &[StreamEvent]| {
+            events
+                .iter()
+                .filter(|e| **e == StreamEvent::EmptyText)
+                .count()
+        };
+        // An empty text block and nothing else: an empty answer, once, before the finish.
+        let (events, end) = run(&[
+            ("message_start", start.clone()),
+            ("content_block_start", block("")),
+            ("content_block_stop", stop_block.clone()),
+            ("message_delta", delta.clone()),
+            ("message_stop", stop.clone()),
+        ]);
+        assert!(end.is_ok());
+        assert_eq!(empty(&events), 1, "{events:?}");
+        assert_eq!(
+            events.last(),
+            Some(&StreamEvent::Finished(FinishReason::Stop))
+        );
+        // A text block with text: no marker.
+        let (events, _) = run(&[
+            ("message_start", start.clone()),
+            ("content_block_start", block("hi")),
+            ("content_block_stop", stop_block),
+            ("message_stop", stop.clone()),
+        ]);
+        assert_eq!(empty(&events), 0, "{events:?}");
+        // No content block at all: no assistant message.
+        let (events, _) = run(&[
+            ("message_start", start),
+            ("message_delta", delta),
+            ("message_stop", stop),
+        ]);
+        assert_eq!(empty(&events), 0, "{events:?}");
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub(crate) struct ChunkDecoder {
     calls: Vec<CallSeen>,
     finish: Option<FinishReason>,
     finished: bool,
+    /// A `"content": ""` arrived (the message has a text part, so far empty).
+    empty_text: bool,
+    /// Text, reasoning or a tool call arrived.
+    content: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +124,7 @@ impl ChunkDecoder {
     ) -> Result<Step, ProviderError> {
         let data = data.trim();
         if data == "[DONE]" {
+            self.mark_empty_text(out);
             out.push(self.finished_event());
             return Ok(Step::Done);
         }
@@ -144,6 +149,7 @@ impl ChunkDecoder {
             }
             if let Some(reason) = choice.finish_reason {
                 self.finish = Some(finish_reason(&reason));
+                self.mark_empty_text(out);
             }
         }
         if let Some(usage) = chunk.usage {
@@ -183,7 +189,25 @@ impl ChunkDecoder {
         StreamEvent::Finished(reason)
     }
 
+    /// At the finish: an empty text part and nothing else is an empty answer, not a missing
+    /// one ([`StreamEvent::EmptyText`], sent once).
+    fn mark_empty_text(&mut self, out: &mut Vec<StreamEvent>) {
+        if self.empty_text && !self.content {
+            out.push(StreamEvent::EmptyText);
+            self.empty_text = false;
+        }
+    }
+
     fn delta(&mut self, delta: Delta, out: &mut Vec<StreamEvent>) {
+        let before = out.len();
+        if matches!(&delta.content, Some(Value::String(s)) if s.is_empty()) {
+            self.empty_text = true;
+        }
+        self.delta_events(delta, out);
+        self.content |= out.len() > before;
+    }
+
+    fn delta_events(&mut self, delta: Delta, out: &mut Vec<StreamEvent>) {
         if let Some(reasoning) = text(delta.reasoning_content).or_else(|| text(delta.reasoning)) {
             out.push(StreamEvent::ReasoningDelta(reasoning));
         }
@@ -293,6 +317,34 @@ mod tests {
         }
         let end = decoder.end();
         (out, end)
+    }
+
+    #[test]
+    fn an_empty_text_part_alone_is_reported_and_no_message_is_not() {
+        let empty = |events: &[StreamEvent]| {
+            events
+                .iter()
+                .filter(|e| **e == StreamEvent::EmptyText)
+                .count()
+        };
+        let role = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+        let stop = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+        // `content: ""` and nothing else: an empty answer, once, before the finish.
+        let (events, _) = run(&[role, stop, "[DONE]"]);
+        assert_eq!(empty(&events), 1, "{events:?}");
+        assert_eq!(
+            events.last(),
+            Some(&StreamEvent::Finished(FinishReason::Stop))
+        );
+        // Text after the empty part: no marker.
+        let text = r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#;
+        let (events, _) = run(&[role, text, stop, "[DONE]"]);
+        assert_eq!(empty(&events), 0, "{events:?}");
+        // `content: null` and no tool call: no assistant message at all.
+        let null = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}"#;
+        let calls = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#;
+        let (events, _) = run(&[null, calls, "[DONE]"]);
+        assert_eq!(empty(&events), 0, "{events:?}");
     }
 
     #[test]

@@ -322,6 +322,7 @@ async fn thinking_then_text() {
                 ..Default::default()
             },
             finish: Some(FinishReason::Stop),
+            empty_text: false,
         }
     );
 }

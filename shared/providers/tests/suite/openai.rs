@@ -170,6 +170,7 @@ async fn text_and_two_parallel_tool_calls_stream_and_accumulate() {
                 ..Default::default()
             },
             finish: Some(FinishReason::ToolCalls),
+            empty_text: false,
         }
     );
 }
@@ -271,6 +272,7 @@ async fn reasoning_content_and_text_then_usage_after_finish() {
                 ..Default::default()
             },
             finish: Some(FinishReason::Stop),
+            empty_text: false,
         }
     );
     // Finished is the last event, once, after the usage that followed finish_reason.

@@ -149,6 +149,7 @@ pub fn normalize(turn: AssistantTurn, offered: &BTreeSet<String>) -> Normalized 
         tool_calls,
         usage,
         mut finish,
+        empty_text,
     } = turn;
     let (mut calls, mut changes) = sanitize_tool_calls(tool_calls);
     if matches!(finish, Some(FinishReason::Stop | FinishReason::ToolCalls)) {
@@ -177,6 +178,7 @@ pub fn normalize(turn: AssistantTurn, offered: &BTreeSet<String>) -> Normalized 
             tool_calls,
             usage,
             finish,
+            empty_text,
         },
         invalid,
         changes,

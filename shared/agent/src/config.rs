@@ -27,7 +27,7 @@ pub struct RunnerConfig {
     /// Multiplies every model-retry backoff. 1.0 in production, where backoffs are jittered
     /// ±20 %; tests shrink waits with it, and a scaled backoff is exact (no jitter).
     pub retry_delay_scale: f64,
-    /// Per-tool timeout.
+    /// The timeout of a tool call when the tool declares none of its own (60 s).
     pub tool_timeout: Duration,
     /// Base system prompt.
     pub system_prompt: String,

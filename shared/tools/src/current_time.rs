@@ -81,6 +81,11 @@ impl CurrentTime {
 
 #[async_trait]
 impl Tool for CurrentTime {
+    /// A clock read: anything longer than a few seconds is a stuck call.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(5))
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: NAME.to_owned(),

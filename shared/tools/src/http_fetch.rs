@@ -246,6 +246,11 @@ impl HttpFetch {
 
 #[async_trait]
 impl Tool for HttpFetch {
+    /// The fetch's own timeout bounds the whole call (redirects and body included).
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.config.timeout)
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: NAME.to_owned(),

@@ -83,8 +83,10 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
-    /// The tool's own per-call timeout, when it has one (an MCP server's `timeoutMs`, an HTTP
-    /// tool's): the runner then waits that long instead of its default tool timeout.
+    /// The tool's own per-call timeout: the built-ins declare theirs, an MCP server's and an
+    /// HTTP tool's come from their definition (`timeoutMs`). The runner waits that long (plus a
+    /// second as a backstop) instead of its default tool timeout (60 s), and never past the
+    /// run's deadline. `None`: the default applies.
     fn timeout(&self) -> Option<std::time::Duration> {
         None
     }

@@ -159,3 +159,120 @@ async fn two_parallel_tool_calls_are_run_recorded_in_order_and_answered() -> any
     }
     Ok(())
 }
+
+/// A local HTTP tool endpoint that answers only after `delay`.
+async fn slow_endpoint(delay: std::time::Duration) -> anyhow::Result<String> {
+    use axum::routing::post;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/slow", listener.local_addr()?);
+    let app = axum::Router::new().route(
+        "/slow",
+        post(move || async move {
+            tokio::time::sleep(delay).await;
+            axum::Json(json!({"status": "finally"}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    Ok(url)
+}
+
+/// An agent `agent_id` with one HTTP tool `slow_lookup` at `url`, its timeout `timeout_ms`.
+fn slow_agent(agent_id: &str, url: &str, timeout_ms: u64) -> Value {
+    json!({
+        "agentId": agent_id,
+        "tools": {"http": [{
+            "name": "slow_lookup",
+            "description": "Looks something up, slowly.",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": false},
+            "url": url,
+            "timeoutMs": timeout_ms
+        }]}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_round_trip_a_tools_own_timeout_ends_its_call_and_the_run_deadline_caps_it()
+-> anyhow::Result<()> {
+    use reqwest::{Method, StatusCode};
+    use std::time::{Duration, Instant};
+    // GIVEN an HTTP tool endpoint that answers after 20 s, and a model that calls it once and
+    // then answers from the result, whatever it is
+    let url = slow_endpoint(Duration::from_secs(20)).await?;
+    let scn = crate::support::scenario_with(|o| o.env("AGENTLANE_HTTP_FETCH_ALLOW", "127.0.0.1"))?;
+    scn.mock.add_fixtures(vec![
+        json!({"match": {"userMessage": "ask the slow service", "hasToolResult": true},
+               "response": {"content": "The slow service did not answer in time."}}),
+        json!({"match": {"userMessage": "ask the slow service", "hasToolResult": false},
+               "response": {"toolCalls": [{"id": "call_slow", "name": "slow_lookup", "arguments": {}}]}}),
+    ])?;
+    let a = scn.a();
+    for (agent, timeout_ms) in [("quick", 1_000), ("patient", 60_000)] {
+        let (status, body) = a
+            .json(
+                Method::POST,
+                "/v1/agents",
+                Some(slow_agent(agent, &url, timeout_ms)),
+            )
+            .await?;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    // WHEN a turn calls the tool whose definition says 1 s
+    let started = Instant::now();
+    let accepted = a
+        .agent_with(
+            json!({"sessionKey": "quick", "agentId": "quick", "message": "ask the slow service"}),
+        )
+        .await?;
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+    let took = started.elapsed();
+
+    // THEN the call ends as an error result after about a second, paired with its call, and
+    // the loop goes on to the model's answer
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.reply_text(), "The slow service did not answer in time.");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(8),
+        "the call was cut at its own 1 s timeout, not the endpoint's 20 s: {took:?}"
+    );
+    let transcript = a.transcript("quick").await?;
+    assert_eq!(
+        check_pairing(&transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    let result = transcript
+        .entries
+        .iter()
+        .find_map(|e| match &e.message {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .expect("a tool result");
+    assert!(result.1, "{result:?}");
+    assert!(result.0.contains("timed out"), "{result:?}");
+
+    // WHEN a turn with a 3 s timeout calls the tool whose definition allows 60 s
+    let started = Instant::now();
+    let accepted = a
+        .agent_with(json!({"sessionKey": "patient", "agentId": "patient",
+                           "message": "ask the slow service", "timeoutSeconds": 3}))
+        .await?;
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+    let took = started.elapsed();
+
+    // THEN the call is cut at the run's deadline, and the run ends `timeout` with every call
+    // answered
+    assert_eq!(run.status, RunStatus::Timeout, "{run:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(12),
+        "cut at the run's 3 s deadline, not the tool's 60 s nor the endpoint's 20 s: {took:?}"
+    );
+    let transcript = a.transcript("patient").await?;
+    assert_eq!(
+        check_pairing(&transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    Ok(())
+}

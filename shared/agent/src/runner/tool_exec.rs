@@ -16,12 +16,26 @@ pub struct ToolRun {
     pub duration_ms: u64,
 }
 
-/// Runs `calls` concurrently. A stopped run cancels the calls still going; they come back as
-/// error results saying so, so every call still gets exactly one result.
+/// How long the runner lets one call of a tool run: the tool's own timeout (an MCP server's or
+/// an HTTP tool's from its definition, a built-in's declared one) plus a second as a backstop
+/// (the tool ends its call itself first), else `default`; never past the run's deadline
+/// (`remaining`: the time left before it, when the run has one).
+pub fn call_timeout(
+    own: Option<Duration>,
+    default: Duration,
+    remaining: Option<Duration>,
+) -> Duration {
+    let timeout = own.map_or(default, |own| own + Duration::from_secs(1));
+    remaining.map_or(timeout, |left| timeout.min(left))
+}
+
+/// Runs `calls` concurrently, each for at most its [`call_timeout`]. A stopped run cancels the
+/// calls still going; they come back as error results saying so, so every call still gets
+/// exactly one result.
 pub async fn run_batch(
     tools: &ToolRegistry,
     calls: &[ToolCall],
-    timeout: Duration,
+    (default, remaining): (Duration, Option<Duration>),
     stop: &CancellationToken,
     run_id: &str,
 ) -> Vec<ToolRun> {
@@ -31,11 +45,7 @@ pub async fn run_batch(
             None => Err(ToolError::Failed(format!("unknown tool {:?}", call.name))),
             Some(tool) => {
                 let ctx = ToolContext::new(stop.child_token(), run_id, call.id.as_str());
-                // A tool with its own timeout (an MCP server's, an HTTP tool's) ends its call
-                // itself; the runner's cut comes a second later, as a backstop.
-                let timeout = tool
-                    .timeout()
-                    .map_or(timeout, |own| own + Duration::from_secs(1));
+                let timeout = call_timeout(tool.timeout(), default, remaining);
                 tokio::select! {
                     _ = stop.cancelled() => Err(ToolError::Cancelled),
                     r = tokio::time::timeout(timeout, tool.call(&call.arguments, ctx)) => match r {
@@ -58,4 +68,47 @@ pub async fn run_batch(
         }
     }))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_timeout_is_the_tools_own_else_the_default_never_past_the_deadline() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let rows = [
+            ("no timeout of its own: the default", None, None, s(60)),
+            ("its own, plus the backstop second", Some(s(1)), None, s(2)),
+            (
+                "its own may be longer than the default",
+                Some(s(300)),
+                None,
+                s(301),
+            ),
+            (
+                "the deadline cuts the default",
+                None,
+                Some(ms(1500)),
+                ms(1500),
+            ),
+            ("the deadline cuts its own", Some(s(30)), Some(s(5)), s(5)),
+            (
+                "a far deadline changes nothing",
+                Some(s(1)),
+                Some(s(3600)),
+                s(2),
+            ),
+            (
+                "a passed deadline: no time at all",
+                None,
+                Some(Duration::ZERO),
+                Duration::ZERO,
+            ),
+        ];
+        for (case, own, remaining, want) in rows {
+            assert_eq!(call_timeout(own, s(60), remaining), want, "{case}");
+        }
+    }
 }

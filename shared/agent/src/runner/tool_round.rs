@@ -17,6 +17,7 @@ use agentlane_core::{EventStream, Message, StoreError, ToolCall};
 use agentlane_providers::AssistantTurn;
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The result of a sequential call not started because a steer message was waiting (SPEC §4):
 /// every call keeps exactly one result, and the steer joins the run after the batch.
@@ -167,10 +168,14 @@ impl Turn<'_> {
 
     /// Runs `calls` concurrently.
     async fn launch(&self, calls: &[ToolCall]) -> Vec<ToolRun> {
+        let remaining = self
+            .runner
+            .deadline(self.writer.run())
+            .map(|at| Duration::from_millis(at.saturating_sub(self.writer.now())));
         run_batch(
             &self.agent.tools,
             calls,
-            self.runner.config.tool_timeout,
+            (self.runner.config.tool_timeout, remaining),
             self.stop.token(),
             self.writer.run().run_id.as_str(),
         )

@@ -17,17 +17,22 @@ pub struct ToolRun {
 }
 
 /// How long the runner lets one call of a tool run: the tool's own timeout (an MCP server's or
-/// an HTTP tool's from its definition, a built-in's declared one) plus a second as a backstop
-/// (the tool ends its call itself first), else `default`; never past the run's deadline
-/// (`remaining`: the time left before it, when the run has one).
+/// an HTTP tool's from its definition, a built-in's declared one) plus [`BACKSTOP`] (the tool
+/// ends its call itself first), else `default`; and never past the run's deadline
+/// (`remaining`: the time left before it, when the run has one). At the deadline the run's
+/// stop signal cuts the call and ends the run `timeout`; the cap here is its backstop, so it
+/// too comes [`BACKSTOP`] later (a cap that fired first would let the loop go on).
 pub fn call_timeout(
     own: Option<Duration>,
     default: Duration,
     remaining: Option<Duration>,
 ) -> Duration {
-    let timeout = own.map_or(default, |own| own + Duration::from_secs(1));
-    remaining.map_or(timeout, |left| timeout.min(left))
+    let timeout = own.map_or(default, |own| own + BACKSTOP);
+    remaining.map_or(timeout, |left| timeout.min(left + BACKSTOP))
 }
+
+/// How long after a tool's own timeout, or the run's deadline, the runner cuts a call itself.
+pub const BACKSTOP: Duration = Duration::from_secs(1);
 
 /// Runs `calls` concurrently, each for at most its [`call_timeout`]. A stopped run cancels the
 /// calls still going; they come back as error results saying so, so every call still gets
@@ -88,12 +93,12 @@ mod tests {
                 s(301),
             ),
             (
-                "the deadline cuts the default",
+                "the deadline (plus the backstop) cuts the default",
                 None,
                 Some(ms(1500)),
-                ms(1500),
+                ms(2500),
             ),
-            ("the deadline cuts its own", Some(s(30)), Some(s(5)), s(5)),
+            ("the deadline cuts its own", Some(s(30)), Some(s(5)), s(6)),
             (
                 "a far deadline changes nothing",
                 Some(s(1)),
@@ -101,10 +106,10 @@ mod tests {
                 s(2),
             ),
             (
-                "a passed deadline: no time at all",
+                "a passed deadline: only the backstop",
                 None,
                 Some(Duration::ZERO),
-                Duration::ZERO,
+                s(1),
             ),
         ];
         for (case, own, remaining, want) in rows {

@@ -634,6 +634,11 @@ async fn retry_loop_context_overflow_on_a_first_turn_ends_the_run_after_one_requ
     assert_eq!(run.liveness_state, LivenessState::Blocked);
     let error = run.error.clone().expect("a failed run says why");
     assert_eq!(error.code, "context_overflow", "{error:?}");
+    assert!(
+        error.message.contains("no compaction was tried")
+            && !error.message.contains("even after compaction"),
+        "the error says what was tried: {error:?}"
+    );
     let requests = scn.mock.model_requests()?;
     assert_eq!(statuses(&requests), [400]);
     assert_eq!(ledger(&run), [row(MODEL, "openai#1", "context_overflow")]);

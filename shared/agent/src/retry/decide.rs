@@ -158,20 +158,28 @@ impl RetryState {
         }
     }
 
-    /// The prompt is larger than the window: compact (three times per run at most), else fail.
+    /// The prompt is larger than the window: compact (three times per run at most), else fail
+    /// with an error that says what was tried.
     fn on_overflow(&mut self, s: Situation) -> Action {
         let b = &mut self.budgets;
         if s.can_compact && b.overflow_compactions < MAX_OVERFLOW_COMPACTIONS {
             b.overflow_compactions += 1;
-            Action::Compact {
+            return Action::Compact {
                 trigger: CompactionTrigger::Overflow,
-            }
-        } else {
-            fail(
-                "context_overflow",
-                "Context overflow: the prompt is too large for the model even after \
-                 compaction. Reset the session or use a model with a larger context window.",
-            )
+            };
+        }
+        let tried = match (s.can_compact, b.overflow_compactions) {
+            (false, 0) => "no compaction was tried: the session has no earlier history to \
+                           compact, and this run's own prompt does not fit"
+                .to_owned(),
+            (false, n) | (true, n) => format!(
+                "it still does not fit after {n} compaction{} of the earlier history",
+                if n == 1 { "" } else { "s" }
+            ),
+        };
+        Action::Fail {
+            error: overflow_error(&tried),
+            liveness: agentlane_core::LivenessState::Blocked,
         }
     }
 
@@ -765,6 +773,48 @@ mod tests {
                 assert_eq!(delay.at_least, Duration::from_secs(15));
             }
             other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_overflow_error_names_what_was_tried() {
+        let message = |action: Action| match action {
+            Action::Fail { error, .. } => (error.code, error.message),
+            other => panic!("expected a failure, got {other:?}"),
+        };
+        let e = err(FailoverReason::ContextOverflow);
+        let alone = Situation {
+            can_compact: false,
+            ..BOTH
+        };
+        // (case, compactions already spent, situation, what the message must say)
+        let rows = [
+            (
+                "a first turn: nothing to compact",
+                0,
+                alone,
+                "no compaction was tried",
+            ),
+            (
+                "the budget spent",
+                MAX_OVERFLOW_COMPACTIONS,
+                BOTH,
+                "after 3 compactions of the earlier history",
+            ),
+            (
+                "compacted once, nothing left to compact",
+                1,
+                alone,
+                "after 1 compaction of the earlier history",
+            ),
+        ];
+        for (case, spent, situation, says) in rows {
+            let mut s = RetryState::default();
+            s.budgets.overflow_compactions = spent;
+            let (code, text) = message(s.on_failure(&e, Stage::Prompt, situation));
+            assert_eq!(code, "context_overflow", "{case}");
+            assert!(text.contains(says), "{case}: {text}");
+            assert!(!text.contains("even after compaction"), "{case}: {text}");
         }
     }
 

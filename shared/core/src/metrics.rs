@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock};
 
 /// Turns that ended, by `status` (`ok`, `error`, `aborted`, `timeout`).
 pub const TURNS: &str = "turns";
-/// Model attempts, by `outcome` (`ok`, `tool_calls`, `stopped`, or the failure reason:
-/// `rate_limit`, `timeout`, ...).
+/// Model attempts, by `outcome` (`ok`, `tool_calls`, `missing_assistant`, `stopped`, or the
+/// failure reason: `rate_limit`, `timeout`, ...).
 pub const ATTEMPTS: &str = "attempts";
 /// Idle-timeout cost breaker trips (a run stopped retrying a model that keeps stalling).
 pub const BREAKER_TRIPS: &str = "breaker_trips";

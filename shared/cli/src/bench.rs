@@ -50,6 +50,15 @@ pub struct BenchArgs {
     /// `--http`: the model every turn asks for (`provider/model`; default: the server's).
     #[arg(long)]
     pub model: Option<String>,
+    /// `--http`: the sessions' key prefix (default: `bench-<random>-`, unique per run, so a
+    /// second run against the same `--url` starts fresh sessions).
+    #[arg(long)]
+    pub session_prefix: Option<String>,
+    /// Latency and server CPU per turn at these prior-turn counts (e.g. `10,100,500`; implies
+    /// `--http`): `--sessions` sessions get N turns each, then five rounds of one turn per
+    /// session are measured one at a time.
+    #[arg(long, value_delimiter = ',')]
+    pub history: Vec<usize>,
 }
 
 /// Wraps a provider and adds up the time spent inside it (opening the call and producing each
@@ -127,7 +136,7 @@ pub fn peak_rss_kib() -> Option<u64> {
 
 /// Runs the benchmark `args` asks for and prints its figures.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if args.http {
+    if args.http || !args.history.is_empty() {
         return crate::bench_http::run(crate::bench_http::HttpBench {
             turns: args.turns,
             sessions: args.sessions,
@@ -137,6 +146,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             api_key: args.api_key,
             data_dir: args.data_dir,
             model: args.model,
+            session_prefix: args.session_prefix,
+            history: args.history,
         })
         .await;
     }

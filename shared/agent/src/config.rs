@@ -65,6 +65,10 @@ pub struct RunnerConfig {
     /// The most a model call may write when its request sets no `max_output_tokens`: the
     /// output half of the worst case a budget must hold before each call.
     pub budget_output_reserve: u64,
+    /// The decoded transcripts of the sessions this runner serves are kept up to about this
+    /// many bytes (least recently used evicted), so a turn does not read and decode its whole
+    /// session again (`AGENTLANE_TRANSCRIPT_CACHE_MB`, default 64; 0 turns the cache off).
+    pub transcript_cache_bytes: usize,
 }
 
 impl Default for RunnerConfig {
@@ -96,6 +100,7 @@ impl Default for RunnerConfig {
             sequential_tools: false,
             prices: agentlane_core::spend::PriceTable::builtin(),
             budget_output_reserve: 4096,
+            transcript_cache_bytes: 64 << 20,
         }
     }
 }

@@ -107,6 +107,7 @@ pub(crate) struct RunnerEntry {
     pub bootstrap_files: Option<Vec<String>>,
     pub history_max_turns: Option<u32>,
     pub max_failed_pickups: Option<u32>,
+    pub transcript_cache_mb: Option<u32>,
 }
 
 /// `[api]`.

@@ -310,6 +310,15 @@ impl Ctx<'_> {
                 "a whole number",
                 |_: &u32| true,
             )?,
+            transcript_cache_mb: self.checked(
+                (
+                    "AGENTLANE_TRANSCRIPT_CACHE_MB",
+                    "runner.transcript_cache_mb",
+                ),
+                file.transcript_cache_mb,
+                "a whole number of MiB",
+                |_: &u32| true,
+            )?,
             // From `[queue]` and `[tools]`: set by the caller.
             collect_window: None,
             sequential_tools: None,

@@ -94,6 +94,8 @@ pub struct RunnerSettings {
     pub history_max_turns: Option<u32>,
     /// `AGENTLANE_MAX_FAILED_PICKUPS`.
     pub max_failed_pickups: Option<u32>,
+    /// `AGENTLANE_TRANSCRIPT_CACHE_MB` / `runner.transcript_cache_mb` (0: off).
+    pub transcript_cache_mb: Option<u32>,
     /// `[queue] collect_window_ms` / `AGENTLANE_COLLECT_WINDOW_MS`.
     pub collect_window: Option<Duration>,
     /// `[tools] execution = "sequential"` / `AGENTLANE_TOOL_EXECUTION=sequential`.
@@ -180,6 +182,9 @@ impl RunnerSettings {
             bootstrap_context: self.bootstrap_context.clone(),
             history_max_turns: self.history_max_turns,
             max_failed_pickups: self.max_failed_pickups.unwrap_or(d.max_failed_pickups),
+            transcript_cache_bytes: self
+                .transcript_cache_mb
+                .map_or(d.transcript_cache_bytes, |mb| (mb as usize) << 20),
             collect_window: self.collect_window.unwrap_or(d.collect_window),
             sequential_tools: self.sequential_tools.unwrap_or(d.sequential_tools),
             prices: d.prices.clone().with_overrides(&self.prices),

@@ -6,7 +6,9 @@
 //! - [`compaction`]: the summarizing request and the history that replaces the summarized part.
 //! - [`tokens`]: the rough token estimate (about four characters a token).
 //! - [`repair`]: tool_use / tool_result pairing repair.
+//! - [`cache`]: the decoded transcripts of the sessions the runner serves.
 
+pub mod cache;
 pub mod compaction;
 pub mod history;
 pub mod precheck;

@@ -4,7 +4,8 @@
 use agentlane_core::Message;
 use agentlane_providers::{ModelRequest, ToolSpec};
 
-fn message_chars(m: &Message) -> usize {
+/// The characters of a message's texts (its content, reasoning, tool calls).
+pub(crate) fn message_chars(m: &Message) -> usize {
     match m {
         Message::User { content } => content.len(),
         Message::Assistant {

@@ -115,6 +115,9 @@ pub struct Runner {
         Arc<dyn agentlane_core::SpendLedger>,
         agentlane_core::spend::TenantBudgets,
     )>,
+    /// The decoded transcripts of the sessions this runner served (one per process or
+    /// Lambda instance, shared by the clones).
+    transcripts: Arc<crate::context::cache::TranscriptCache>,
 }
 
 impl Runner {
@@ -131,6 +134,9 @@ impl Runner {
             clock,
             models,
             tools,
+            transcripts: Arc::new(crate::context::cache::TranscriptCache::new(
+                config.transcript_cache_bytes,
+            )),
             config: Arc::new(config),
             hooks: HookRegistry::new(),
             instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),
@@ -150,6 +156,11 @@ impl Runner {
             self.spend = Some((ledger, budgets));
         }
         self
+    }
+
+    /// The runner's transcript cache.
+    pub fn transcript_cache(&self) -> &crate::context::cache::TranscriptCache {
+        &self.transcripts
     }
 
     /// The runner's settings.

@@ -6,6 +6,7 @@ use super::stop::{self, StopReason, StopSignal, Watch};
 use super::turn_loop::{LoopEnd, RunScope, Turn};
 use super::{Runner, RunnerError, TurnExit};
 use crate::agents::AgentProfile;
+use crate::context::cache::{SessionMark, TranscriptLog};
 use crate::context::history::assemble;
 use crate::context::repair::missing_results;
 use crate::hooks::{
@@ -233,7 +234,7 @@ impl Runner {
         let pickup = if reset {
             self.end_reset(run, fence, stop).await
         } else {
-            self.pickup(run, fence, stop).await
+            self.pickup(run, fence, stop, &session).await
         };
         match pickup {
             // The interrupt ran in this delivery: the held run's message comes back.
@@ -340,12 +341,14 @@ impl Runner {
         Ok(session.is_some_and(|s| !s.is_turn_of(run.session_seq)))
     }
 
-    /// Everything done under the lock.
+    /// Everything done under the lock: the session's transcript from the runner's cache when
+    /// it is current (else read), the turn, and the transcript put back with what it wrote.
     async fn pickup(
         &self,
         run: Run,
         fence: Fence,
         stop: StopSignal,
+        session: &agentlane_core::Session,
     ) -> Result<TurnExit, StoreError> {
         if run.status == RunStatus::RequiresAction && !super::pause::may_resume(&run) {
             // Delivered again while it waits (no answer yet, no abort): nothing to do.
@@ -353,18 +356,62 @@ impl Runner {
             return Ok(TurnExit::Paused);
         }
         let agent = self.turn_profile(&run).await?;
-        let entries = self.read_whole_transcript(&run).await?;
+        let mark = SessionMark {
+            session_id: session.session_id.clone(),
+            generation: session.generation,
+            fence: fence.token.0,
+        };
+        let cacheable = self.transcripts.enabled() && run.session_id == session.session_id;
+        let cached = cacheable
+            .then(|| self.transcripts.take(&run.tenant, &run.session_key, &mark))
+            .flatten();
+        let (tenant, key) = (run.tenant.clone(), run.session_key.clone());
+        let mut entries = match cached {
+            Some(entries) => entries,
+            None => self.read_whole_transcript(&run).await?,
+        };
+        let log = TranscriptLog::new();
+        let exit = self
+            .pickup_with(
+                run,
+                fence,
+                stop,
+                &entries,
+                agent,
+                cacheable.then(|| log.clone()),
+            )
+            .await?;
+        if let Some(landed) = cacheable.then(|| log.take()).flatten() {
+            entries.extend(landed);
+            self.transcripts.put(&tenant, &key, mark, entries);
+        }
+        Ok(exit)
+    }
+
+    /// The turn, on the transcript's `entries`; the writer records what it commits in `log`.
+    async fn pickup_with(
+        &self,
+        run: Run,
+        fence: Fence,
+        stop: StopSignal,
+        entries: &[TranscriptEntry],
+        agent: Result<AgentProfile, RunError>,
+        log: Option<TranscriptLog>,
+    ) -> Result<TurnExit, StoreError> {
         let (agent, unusable) = match agent {
             Ok(agent) => (agent, None),
             Err(error) => (AgentProfile::deployment(&self.tools), Some(error)),
         };
-        let mut turn = self.open(run, fence, &entries, stop, agent).await?;
+        let mut turn = self.open(run, fence, entries, stop, agent).await?;
+        if let Some(log) = log {
+            turn.writer.keep_log(log);
+        }
         if let Some(error) = unusable {
             return turn.finish(LoopEnd::Failed(error)).await;
         }
         let warnings = turn.agent.warnings.clone();
         turn.writer.note_warnings(&warnings);
-        let has_user = turn.has_user_message(&entries);
+        let has_user = turn.has_user_message(entries);
         if turn.writer.run().abort_requested && !has_user {
             // Aborted before it started: the prompt is not retained.
             return turn.finish(LoopEnd::Stopped(StopReason::Abort)).await;

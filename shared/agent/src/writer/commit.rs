@@ -70,8 +70,18 @@ impl RunWriter {
         self.events.take_delta(now);
         let commit = self.build(kind.shape(), now);
         let added = commit.transcript.len() as u64;
+        let landing = match &self.log {
+            Some(_) if added > 0 => Some(commit.transcript.clone()),
+            _ => None,
+        };
         for part in commit.split() {
-            self.commit_part(part).await?;
+            if let Err(e) = self.commit_part(part).await {
+                self.spoil_log();
+                return Err(e);
+            }
+        }
+        if let (Some(log), Some(landed)) = (&self.log, landing) {
+            log.landed(&landed);
         }
         self.next_seq += added;
         self.events.committed();
@@ -109,6 +119,13 @@ impl RunWriter {
                 finished_delta: u64::from(finished && !self.run.out_of_turn),
             }),
             release_lock: shape.release,
+        }
+    }
+
+    /// The log (if kept) no longer knows what the transcript holds.
+    pub(super) fn spoil_log(&self) {
+        if let Some(log) = &self.log {
+            log.spoil();
         }
     }
 

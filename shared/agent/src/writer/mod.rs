@@ -32,6 +32,8 @@ pub struct RunWriter {
     /// The seq the next transcript entry gets.
     next_seq: u64,
     events: EventBuffer,
+    /// What landed in the transcript, for the runner's transcript cache.
+    log: Option<crate::context::cache::TranscriptLog>,
 }
 
 /// Where the run's transcript and events stand when a writer takes over.
@@ -69,7 +71,14 @@ impl RunWriter {
             run,
             next_seq: positions.next_seq,
             events: EventBuffer::new(positions.next_event_seq, flush.bytes, flush.every),
+            log: None,
         }
+    }
+
+    /// Records every transcript entry this writer's commits land in `log` (and spoils it when
+    /// a commit fails or the store adds entries of its own).
+    pub fn keep_log(&mut self, log: crate::context::cache::TranscriptLog) {
+        self.log = Some(log);
     }
 
     /// Now, by the runner's clock (ms since epoch).
@@ -162,7 +171,17 @@ impl RunWriter {
 
     async fn take_pending(&mut self, mode: agentlane_core::QueueMode) -> StoreResult<Vec<Run>> {
         let take = self.pending_take(mode);
-        let taken = self.store.take_steers(&self.fence, take).await?;
+        let taken = match self.store.take_steers(&self.fence, take).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                self.spoil_log();
+                return Err(e);
+            }
+        };
+        if !taken.is_empty() {
+            // The store wrote their entries; the log does not know them.
+            self.spoil_log();
+        }
         self.next_seq += taken.len() as u64;
         Ok(taken)
     }

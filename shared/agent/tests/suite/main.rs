@@ -18,5 +18,6 @@ mod scheduled;
 mod steer;
 mod support;
 mod tool_calls;
+mod transcript_cache;
 mod turns;
 mod webhooks;

@@ -128,6 +128,7 @@ fn the_shipped_example_parses_into_every_setting() {
             bootstrap_context: Vec::new(),
             history_max_turns: None,
             max_failed_pickups: None,
+            transcript_cache_mb: None,
             collect_window: Some(Duration::from_millis(500)),
             sequential_tools: Some(false),
             prices: std::collections::BTreeMap::from([

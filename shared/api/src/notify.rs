@@ -22,9 +22,30 @@ use tokio::sync::watch;
 
 type RunKey = (TenantId, RunId);
 
+/// Counts of a run's changes since the notifier first tracked it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Change {
+    /// Every change (events, progress, the end).
+    version: u64,
+    /// Changes that may end a wait: the run record committed with a status other than
+    /// `running` (an end, a pause, a hand-back), an abort request, the run no longer live here.
+    ends: u64,
+}
+
+/// Whether a change with `status` (the run record's, when the commit carried one; `None` for
+/// a commit without it) may answer a wait on the run: only a commit that leaves the run
+/// `running`, or does not touch its record, cannot.
+fn may_end_a_wait(status: Option<RunStatus>, from_commit: bool) -> bool {
+    match status {
+        Some(RunStatus::Running) => false,
+        Some(_) => true,
+        None => !from_commit,
+    }
+}
+
 struct RunSignal {
     /// Bumped at every change of the run; subscribers wait for the next bump.
-    changes: watch::Sender<u64>,
+    changes: watch::Sender<Change>,
     /// A runner of this process holds the run (committed `running`, not yet ended).
     live_here: bool,
 }
@@ -49,7 +70,9 @@ impl std::fmt::Debug for Notifier {
 pub struct Subscription {
     notifier: Notifier,
     key: RunKey,
-    changes: Option<watch::Receiver<u64>>,
+    changes: Option<watch::Receiver<Change>>,
+    /// The `ends` count last seen by [`Subscription::may_have_ended`].
+    ends_seen: u64,
 }
 
 impl Notifier {
@@ -69,15 +92,17 @@ impl Notifier {
             .lock()
             .entry(key.clone())
             .or_insert_with(|| RunSignal {
-                changes: watch::channel(0).0,
+                changes: watch::channel(Change::default()).0,
                 live_here: false,
             })
             .changes
             .subscribe();
+        let ends_seen = changes.borrow().ends;
         Subscription {
             notifier: self.clone(),
             key,
             changes: Some(changes),
+            ends_seen,
         }
     }
 
@@ -97,13 +122,29 @@ impl Notifier {
     /// Tells the run's subscribers it changed; `status` (when the change carries the run
     /// record) keeps track of whether the run is live here.
     pub fn signal(&self, tenant: &TenantId, run_id: &RunId, status: Option<RunStatus>) {
+        self.signal_change(tenant, run_id, status, false);
+    }
+
+    /// [`Notifier::signal`] for a successful commit, whose `status` is `None` when it did not
+    /// carry the run record.
+    pub fn signal_commit(&self, tenant: &TenantId, run_id: &RunId, status: Option<RunStatus>) {
+        self.signal_change(tenant, run_id, status, true);
+    }
+
+    fn signal_change(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+        status: Option<RunStatus>,
+        from_commit: bool,
+    ) {
         let key = (tenant.clone(), run_id.clone());
         let mut runs = self.lock();
         if status == Some(RunStatus::Running) && !runs.contains_key(&key) {
             runs.insert(
                 key.clone(),
                 RunSignal {
-                    changes: watch::channel(0).0,
+                    changes: watch::channel(Change::default()).0,
                     live_here: true,
                 },
             );
@@ -116,7 +157,11 @@ impl Notifier {
             Some(s) if s.is_terminal() => signal.live_here = false,
             _ => {}
         }
-        signal.changes.send_modify(|version| *version += 1);
+        let ends = may_end_a_wait(status, from_commit);
+        signal.changes.send_modify(|c| {
+            c.version += 1;
+            c.ends += u64::from(ends);
+        });
         if !signal.live_here && signal.changes.receiver_count() == 0 {
             runs.remove(&key);
         }
@@ -129,7 +174,10 @@ impl Notifier {
         let mut runs = self.lock();
         if let Some(signal) = runs.get_mut(&key) {
             signal.live_here = false;
-            signal.changes.send_modify(|version| *version += 1);
+            signal.changes.send_modify(|c| {
+                c.version += 1;
+                c.ends += 1;
+            });
             if signal.changes.receiver_count() == 0 {
                 runs.remove(&key);
             }
@@ -161,6 +209,22 @@ impl Subscription {
         };
         if changes.changed().await.is_err() {
             std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves at the run's next change that may end a wait (see `Change::ends`) after the
+    /// last one this method saw (at once if one happened since the subscription): progress
+    /// and event commits of a running run do not wake it.
+    pub async fn may_have_ended(&mut self) {
+        let Some(changes) = self.changes.as_mut() else {
+            return std::future::pending().await;
+        };
+        let seen = self.ends_seen;
+        // The borrowed value (not `Send`) is dropped within this statement.
+        let ends = changes.wait_for(|c| c.ends != seen).await.map(|c| c.ends);
+        match ends {
+            Ok(ends) => self.ends_seen = ends,
+            Err(_) => std::future::pending::<()>().await,
         }
     }
 }
@@ -209,7 +273,7 @@ impl StoreLayer for NotifyingStore {
         let outcome = self.inner.commit(fence, commit).await;
         if let Some(run_id) = run {
             match &outcome {
-                Ok(()) => self.notifier.signal(&fence.tenant, &run_id, status),
+                Ok(()) => self.notifier.signal_commit(&fence.tenant, &run_id, status),
                 // Another writer took the session: the run's next change will not come
                 // through this process, so its waiters go back to polling.
                 Err(StoreError::FenceLost) => self.notifier.not_live_here(&fence.tenant, &run_id),
@@ -253,6 +317,38 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_wait_wakes_only_for_a_change_that_may_end_it() {
+        let notifier = Notifier::new();
+        let (tenant, run) = ids();
+        let mut sub = notifier.subscribe(&tenant, &run);
+        let woke = |sub: &mut Subscription| {
+            futures::FutureExt::now_or_never(sub.may_have_ended()).is_some()
+        };
+        notifier.signal_commit(&tenant, &run, Some(RunStatus::Running));
+        notifier.signal_commit(&tenant, &run, None);
+        notifier.signal_commit(&tenant, &run, Some(RunStatus::Running));
+        assert!(!woke(&mut sub), "start, events and progress commits do not");
+        notifier.signal_commit(&tenant, &run, Some(RunStatus::Ok));
+        assert!(woke(&mut sub), "the end does");
+        assert!(!woke(&mut sub), "once");
+        let table = [
+            (Some(RunStatus::Running), true, false),
+            (None, true, false),
+            (Some(RunStatus::RequiresAction), true, true),
+            (Some(RunStatus::Queued), true, true),
+            (Some(RunStatus::Error), true, true),
+            (None, false, true),
+        ];
+        for (status, from_commit, ends) in table {
+            assert_eq!(
+                may_end_a_wait(status, from_commit),
+                ends,
+                "{status:?} {from_commit}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -62,9 +62,19 @@ impl RunWatch {
         self.backoff = FIRST_BACKOFF;
     }
 
-    /// Returns when the run was signalled, at the next poll tick (runs not live here), or at
-    /// `until`, whichever comes first.
-    pub async fn next_change(&mut self, until: Option<Instant>) {
+    /// Returns when a change that may end a wait was signalled (not progress or events of a
+    /// running run), at the next poll tick (runs not live here), or at `until`, whichever
+    /// comes first: what `agent.wait` sleeps on, so it reads the run once at its end instead
+    /// of after every commit.
+    pub async fn next_end(&mut self, until: Option<Instant>) {
+        let wake = self.wake(until);
+        tokio::select! {
+            () = self.subscription.may_have_ended() => {}
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+
+    fn wake(&mut self, until: Option<Instant>) -> Instant {
         let pause = if self.notifier.is_live_here(&self.tenant, &self.run_id) {
             LIVE_RECHECK
         } else {
@@ -72,10 +82,14 @@ impl RunWatch {
             self.backoff = (self.backoff * 2).min(self.max_backoff);
             pause
         };
-        let mut wake = Instant::now() + pause;
-        if let Some(until) = until {
-            wake = wake.min(until);
-        }
+        let wake = Instant::now() + pause;
+        until.map_or(wake, |until| wake.min(until))
+    }
+
+    /// Returns when the run was signalled, at the next poll tick (runs not live here), or at
+    /// `until`, whichever comes first.
+    pub async fn next_change(&mut self, until: Option<Instant>) {
+        let wake = self.wake(until);
         tokio::select! {
             () = self.subscription.changed() => {}
             () = tokio::time::sleep_until(wake) => {}
@@ -120,7 +134,7 @@ pub async fn wait_past_pause(
         if let Some(ended) = carried_end(store, &run).await? {
             return Ok(ended);
         }
-        watch.next_change(Some(deadline)).await;
+        watch.next_end(Some(deadline)).await;
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {
                 if latest.status != run.status {

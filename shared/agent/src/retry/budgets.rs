@@ -123,6 +123,9 @@ pub struct Budgets {
     pub compaction_continuations: u32,
     pub overflow_compactions: u32,
     pub timeout_compactions: u32,
+    /// Cuts of the results of the run's earlier tool rounds (free; no budget, counted for the
+    /// overflow error's account of what was tried).
+    pub earlier_round_cuts: u32,
     pub finalize_revisions: u32,
 }
 

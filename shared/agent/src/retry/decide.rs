@@ -168,12 +168,19 @@ impl RetryState {
                 trigger: CompactionTrigger::Overflow,
             };
         }
+        let cuts = match b.earlier_round_cuts {
+            0 => String::new(),
+            1 => "; the results of this run's earlier tool rounds were cut once".to_owned(),
+            n => format!("; the results of this run's earlier tool rounds were cut {n} times"),
+        };
         let tried = match (s.can_compact, b.overflow_compactions) {
-            (false, 0) => "no compaction was tried: the session has no earlier history to \
-                           compact, and this run's own prompt does not fit"
-                .to_owned(),
+            (false, 0) => format!(
+                "no compaction was tried: the session has no earlier history and this run no \
+                 earlier tool round to compact, and this run's own prompt does not fit{cuts}"
+            ),
             (false, n) | (true, n) => format!(
-                "it still does not fit after {n} compaction{} of the earlier history",
+                "it still does not fit after {n} compaction{} of the earlier history and of this \
+                 run's earlier tool rounds{cuts}",
                 if n == 1 { "" } else { "s" }
             ),
         };
@@ -284,6 +291,17 @@ impl RetryState {
             self.budgets.overflow_compactions += 1;
         }
         left
+    }
+
+    /// Whether an overflow compaction is left (without spending it).
+    pub fn overflow_compaction_left(&self) -> bool {
+        self.budgets.overflow_compactions < MAX_OVERFLOW_COMPACTIONS
+    }
+
+    /// The results of the run's earlier tool rounds were cut to fit the window (free: no model
+    /// call; counted so an overflow error can say it was tried).
+    pub fn on_earlier_rounds_cut(&mut self) {
+        self.budgets.earlier_round_cuts += 1;
     }
 
     /// A compaction succeeded: the next attempt runs right after it (so an empty answer gets the
@@ -805,12 +823,20 @@ mod tests {
                 "compacted once, nothing left to compact",
                 1,
                 alone,
-                "after 1 compaction of the earlier history",
+                "after 1 compaction of the earlier history and of this run's earlier tool rounds",
             ),
         ];
         for (case, spent, situation, says) in rows {
             let mut s = RetryState::default();
             s.budgets.overflow_compactions = spent;
+            let (_, text) = message(s.clone().on_failure(&e, Stage::Prompt, situation));
+            assert!(!text.contains("were cut"), "{case}: {text}");
+            s.budgets.earlier_round_cuts = 2;
+            let (_, text) = message(s.clone().on_failure(&e, Stage::Prompt, situation));
+            assert!(
+                text.contains("earlier tool rounds were cut 2 times"),
+                "{case}: {text}"
+            );
             let (code, text) = message(s.on_failure(&e, Stage::Prompt, situation));
             assert_eq!(code, "context_overflow", "{case}");
             assert!(text.contains(says), "{case}: {text}");

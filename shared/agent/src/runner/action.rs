@@ -3,6 +3,7 @@
 //! or end the run — then checkpoint the retry state with the run.
 
 use super::attempt::FailedAttempt;
+use super::compaction::Relieved;
 use super::turn_loop::{LoopEnd, Selected, Step, Turn};
 use crate::retry::{Action, CompactionTrigger, Situation};
 use crate::writer::CommitKind;
@@ -22,7 +23,7 @@ impl Turn<'_> {
             fallback: selected.has_fallback,
             progress: failed.progress,
             prompt_ratio: failed.prompt_ratio,
-            can_compact: self.scope.through_seq.is_some(),
+            can_compact: self.can_relieve(),
         };
         let action = self
             .retry
@@ -79,27 +80,24 @@ impl Turn<'_> {
         Ok(Step::Continue)
     }
 
-    /// Compacts the history the failed attempt could not fit (or timed out on), then retries
-    /// with the after-compaction instruction; the retry state says whether a failed compaction
-    /// ends the run.
+    /// Relieves the prompt the failed attempt could not fit (or timed out on): the precheck's
+    /// estimate fitted, so the aim is a quarter off what was sent — the run's earlier rounds
+    /// cut, or a summary (the decision spent its compaction). A summary of the history before
+    /// the run is followed by the after-compaction instruction; one inside a tool loop is not
+    /// (the loop goes on from its latest round). The retry state says whether a failed
+    /// compaction ends the run.
     async fn compact_after_failure(
         &mut self,
         selected: &Selected,
         idle: Duration,
         trigger: CompactionTrigger,
     ) -> Result<Step, StoreError> {
-        let Some(through_seq) = self.scope.through_seq else {
-            let why = "there is no earlier history to compact";
-            return Ok(match self.retry.on_compaction_failed(trigger, why) {
-                Some(error) => Step::End(LoopEnd::Failed(error)),
-                None => Step::Continue,
-            });
-        };
-        match self.compact(selected, idle, trigger, through_seq).await? {
-            Ok(run_start) => {
-                self.scope.run_start = run_start;
-                self.retry.on_compacted(true);
-            }
+        let sent = self.prompt_estimate(&self.history);
+        let budget = crate::context::precheck::prompt_budget(selected.model.context_window);
+        let over = sent.saturating_sub(budget).max(sent / 4).max(1);
+        match self.relieve(selected, over, (trigger, idle), true).await? {
+            Ok(Relieved::Summarised { in_run }) => self.retry.on_compacted(!in_run),
+            Ok(Relieved::Cut) => {}
             // Stopped during the compaction: the run ends for that reason.
             Err(_) if self.stop.reason().is_some() => {}
             Err(why) => {

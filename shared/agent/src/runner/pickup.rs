@@ -484,16 +484,13 @@ impl Runner {
         let is_ours = |e: &TranscriptEntry| {
             e.run_id == run_id && !matches!(e.message, Message::Compaction { .. })
         };
+        let first_ours = assembled.iter().position(|e| is_ours(e));
         let scope = RunScope {
-            run_start: assembled
-                .iter()
-                .position(|e| is_ours(e))
-                .unwrap_or(history.len()),
-            // The entries before the run's user message (which is written first).
-            through_seq: entries
-                .iter()
-                .find(|e| is_ours(e))
-                .map_or(positions.next_seq, |e| e.seq)
+            run_start: first_ours.unwrap_or(history.len()),
+            // The entries before the run's first shown entry: its user message (written first),
+            // or, after a summary inside the run, the first round the summary left.
+            through_seq: first_ours
+                .map_or(positions.next_seq, |i| assembled[i].seq)
                 .checked_sub(1),
         };
         let retry = writer.retry_state();

@@ -15,9 +15,11 @@ use std::time::Duration;
 
 /// Where the current run sits in its session's history (for compaction).
 pub(super) struct RunScope {
-    /// Index in the history of the run's first message.
+    /// Index in the history of the run's first message still shown (after a summary inside
+    /// the run: the first message the summary left).
     pub run_start: usize,
-    /// Seq of the last transcript entry before the run; `None` when the run is the first.
+    /// Seq of the last transcript entry before `history[run_start]` (what a summary of
+    /// `history[..run_start]` covers); `None` when there is none.
     pub through_seq: Option<u64>,
 }
 

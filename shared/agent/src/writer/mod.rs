@@ -86,6 +86,11 @@ impl RunWriter {
         self.clock.now_ms()
     }
 
+    /// The seq the next transcript entry gets (every entry the run wrote or took is below it).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The fence every commit is conditioned on.
     pub fn fence(&self) -> &Fence {
         &self.fence

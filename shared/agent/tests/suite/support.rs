@@ -38,7 +38,13 @@ pub enum Script {
     Calls(Vec<ToolCall>),
     /// A response that finishes with no assistant message at all.
     NoMessage,
+    /// A final text answer; a summarizing (compaction) call that comes while it, or
+    /// [`Script::Calls`], is next gets a summary of its own instead of taking it.
+    Final(&'static str),
 }
+
+/// What the scripted model answers a summarizing call that takes nothing from the script.
+pub const AUTO_SUMMARY: &str = "Summary: the earlier pages were read.";
 
 /// The stream of an answer that asks for `calls`.
 fn tool_call_events(calls: Vec<ToolCall>) -> Vec<Result<StreamEvent, ProviderError>> {
@@ -66,6 +72,9 @@ pub struct ScriptedModel {
     pub name: &'static str,
     pub script: Shared<VecDeque<Script>>,
     pub requests: Shared<Vec<(&'static str, ModelRequest)>>,
+    /// A context window (estimated tokens): a longer prompt is refused as a context overflow
+    /// without taking from the script.
+    pub window: Shared<Option<u64>>,
 }
 
 impl ScriptedModel {
@@ -74,6 +83,7 @@ impl ScriptedModel {
             name: "scripted",
             script: Arc::new(Mutex::new(script.into())),
             requests: Arc::new(Mutex::new(Vec::new())),
+            window: Arc::new(Mutex::new(None)),
         })
     }
     /// Another provider (name) sharing this one's script and request log.
@@ -82,6 +92,7 @@ impl ScriptedModel {
             name,
             script: self.script.clone(),
             requests: self.requests.clone(),
+            window: self.window.clone(),
         })
     }
     pub fn requests(&self) -> Vec<ModelRequest> {
@@ -114,20 +125,30 @@ impl ModelProvider for ScriptedModel {
     ) -> Result<ModelStream, ProviderError> {
         agentlane_agent::context::repair::check_pairing(&request.messages)
             .expect("pairing invariant");
+        let summarizing = request.system == agentlane_agent::context::compaction::COMPACTION_PROMPT;
+        let tokens = agentlane_agent::context::tokens::estimate_tokens(&request);
         self.requests.lock().unwrap().push((self.name, request));
-        let next = self
-            .script
-            .lock()
-            .unwrap()
-            .pop_front()
-            .expect("script exhausted");
+        if self.window.lock().unwrap().is_some_and(|w| tokens > w) {
+            return Err(ProviderError::new(
+                FailoverReason::ContextOverflow,
+                "the prompt is longer than the window",
+            ));
+        }
+        let mut script = self.script.lock().unwrap();
+        let next =
+            if summarizing && matches!(script.front(), Some(Script::Calls(_) | Script::Final(_))) {
+                Script::Text(AUTO_SUMMARY)
+            } else {
+                script.pop_front().expect("script exhausted")
+            };
+        drop(script);
         let events: Vec<Result<StreamEvent, ProviderError>> = match next {
             // An empty text is an empty text part, as the providers report it.
             Script::Text("") => vec![
                 Ok(StreamEvent::EmptyText),
                 Ok(StreamEvent::Finished(FinishReason::Stop)),
             ],
-            Script::Text(t) => vec![
+            Script::Text(t) | Script::Final(t) => vec![
                 Ok(StreamEvent::TextDelta(t[..t.len() / 2].into())),
                 Ok(StreamEvent::TextDelta(t[t.len() / 2..].into())),
                 Ok(StreamEvent::Finished(FinishReason::Stop)),
@@ -191,6 +212,11 @@ impl Tool for Echo {
         tokio::time::sleep(self.delay).await;
         if arguments.contains("fail") {
             return Err(ToolError::Failed("asked to fail".into()));
+        }
+        if arguments.contains("page") {
+            return Ok(ToolOutput {
+                content: format!("{arguments} {}", "p".repeat(2_400)),
+            });
         }
         if arguments.contains("huge") {
             return Ok(ToolOutput {

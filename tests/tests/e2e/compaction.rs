@@ -80,3 +80,128 @@ async fn an_overflowing_turn_compacts_the_earlier_history_and_answers() -> anyho
     assert_eq!(compaction, ["start", "end"]);
     Ok(())
 }
+
+/// Serves page `n` of a long document: 2 400 characters that name the page.
+async fn page(axum::Json(args): axum::Json<serde_json::Value>) -> String {
+    let n = args["page"].as_u64().unwrap_or(0);
+    format!("page {n}: {}", "lorem ipsum ".repeat(200))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_loop_of_forty_rounds_in_a_16k_window_compacts_its_own_rounds_and_ends_ok()
+-> anyhow::Result<()> {
+    use serde_json::json;
+    // GIVEN a model with a 16 000-token window that reads a 40-page document one page a call
+    // (2 400 characters a page: together 24 000 tokens, more than the window), an agent whose
+    // HTTP tool serves the pages, and a summarizer answer for compaction calls
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/page", listener.local_addr()?);
+    let app = axum::Router::new().route("/page", axum::routing::post(page));
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    let call =
+        |k: u32| json!({"id": format!("call_{k}"), "name": "read_page", "arguments": {"page": k}});
+    let mut fixtures = vec![json!({
+        "match": {"systemMessage": "You compact conversations"},
+        "response": {"content": "Summary: the pages read so far were lorem ipsum."}
+    })];
+    for k in 1..40 {
+        fixtures.push(json!({"match": {"toolCallId": format!("call_{k}")},
+                             "response": {"toolCalls": [call(k + 1)]}}));
+    }
+    fixtures.push(json!({"match": {"toolCallId": "call_40"},
+                         "response": {"content": "I read all 40 pages."}}));
+    fixtures.push(json!({"match": {"userMessage": "read the 40 pages"},
+                         "response": {"toolCalls": [call(1)]}}));
+    let mock = Aimock::start(agentlane_tests::Fixtures::Inline(json!(fixtures)))?;
+    let server = Server::start(
+        ServerOptions::new(SERVER_BIN)
+            .model_server(&mock)
+            .env("AGENTLANE_HTTP_FETCH_ALLOW", "127.0.0.1")
+            .env("AGENTLANE_CONTEXT_WINDOWS", "openai/gpt-4o-mini=16000"),
+    )?;
+    let scn = Scenario { server, mock };
+    let a = scn.a();
+    let reader = json!({"agentId": "reader", "tools": {"http": [{
+        "name": "read_page",
+        "description": "Reads one page of the document.",
+        "parameters": {"type": "object", "properties": {"page": {"type": "integer"}},
+                       "required": ["page"]},
+        "url": url
+    }]}});
+    let (status, created) = a
+        .json(reqwest::Method::POST, "/v1/agents", Some(reader))
+        .await?;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+
+    // WHEN the user asks for the whole document
+    let accepted = a
+        .agent_with(json!({"sessionKey": "pages", "agentId": "reader",
+                           "message": "read the 40 pages"}))
+        .await?;
+    let run = a.wait_done(&accepted.run_id, LONG).await?;
+
+    // THEN the run ends ok with the answer after 40 tool rounds
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    assert_eq!(run.reply_text(), "I read all 40 pages.");
+    let rounds = run
+        .attempts
+        .iter()
+        .filter(|a| a.outcome == "tool_calls")
+        .count();
+    assert_eq!(rounds, 40);
+
+    // AND the compaction is recorded: cuts of the earlier rounds and a summary inside the run
+    let events = a.events(&run.run_id).await?;
+    let compaction: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e.stream == EventStream::Compaction)
+        .map(|e| {
+            let s = |k: &str| e.data[k].as_str().unwrap_or("").to_owned();
+            (s("phase"), s("scope"))
+        })
+        .collect();
+    assert!(
+        compaction.contains(&("truncate".into(), "run".into())),
+        "{compaction:?}"
+    );
+    assert!(
+        compaction.contains(&("end".into(), "run".into())),
+        "{compaction:?}"
+    );
+
+    // AND every model call fitted the window and saw the latest page whole
+    let requests = scn.mock.model_requests()?;
+    let summaries = requests
+        .iter()
+        .filter(|r| r.body["tools"].is_null())
+        .count();
+    assert!((1..=3).contains(&summaries), "{summaries} summaries");
+    for request in requests.iter().filter(|r| !r.body["tools"].is_null()) {
+        let chars = request.body["messages"].to_string().len();
+        assert!(chars < 16_000 * 4, "a request of {chars} characters");
+        if let Some(last) = request.messages().last().filter(|m| m["role"] == "tool") {
+            let text = message_text(last).unwrap_or_default();
+            assert!(text.len() > 2_400, "the latest page is whole: {text}");
+        }
+    }
+
+    // AND the transcript keeps all 40 pages whole, paired, with the summaries in order
+    let transcript = a.transcript("pages").await?;
+    let pages = transcript
+        .entries
+        .iter()
+        .filter(|e| matches!(&e.message, Message::Tool { content, .. } if content.len() > 2_400))
+        .count();
+    assert_eq!(pages, 40);
+    let written = transcript
+        .entries
+        .iter()
+        .filter(|e| matches!(e.message, Message::Compaction { .. }))
+        .count();
+    assert_eq!(written, summaries);
+    assert_eq!(
+        agentlane_tests::check_pairing(&agentlane_tests::transcript_items(&transcript.entries)),
+        Ok(())
+    );
+    Ok(())
+}

@@ -81,7 +81,7 @@ impl Turn<'_> {
     }
 
     /// Relieves the prompt the failed attempt could not fit (or timed out on): the precheck's
-    /// estimate fitted, so the aim is a quarter off what was sent — the run's earlier rounds
+    /// estimate fitted, so the aim is a quarter below what was sent — the run's earlier rounds
     /// cut, or a summary (the decision spent its compaction). A summary of the history before
     /// the run is followed by the after-compaction instruction; one inside a tool loop is not
     /// (the loop goes on from its latest round). The retry state says whether a failed
@@ -92,10 +92,15 @@ impl Turn<'_> {
         idle: Duration,
         trigger: CompactionTrigger,
     ) -> Result<Step, StoreError> {
+        // The provider's window is smaller than the estimate of what was sent: aim below it.
         let sent = self.prompt_estimate(&self.history);
-        let budget = crate::context::precheck::prompt_budget(selected.model.context_window);
-        let over = sent.saturating_sub(budget).max(sent / 4).max(1);
-        match self.relieve(selected, over, (trigger, idle), true).await? {
+        let window = selected.model.context_window;
+        let budget = crate::context::precheck::prompt_budget(window).min(sent / 4 * 3);
+        let over = sent.saturating_sub(budget).max(1);
+        match self
+            .relieve(selected, (over, budget), (trigger, idle), true)
+            .await?
+        {
             Ok(Relieved::Summarised { in_run }) => self.retry.on_compacted(!in_run),
             Ok(Relieved::Cut) => {}
             // Stopped during the compaction: the run ends for that reason.

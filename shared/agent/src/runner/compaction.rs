@@ -63,14 +63,16 @@ impl Turn<'_> {
             return Ok(());
         }
         if route != Route::TruncateToolResultsOnly {
-            let over = self
-                .prompt_estimate(&self.history)
-                .saturating_sub(precheck::prompt_budget(window));
+            let budget = precheck::prompt_budget(window);
+            let over = self.prompt_estimate(&self.history).saturating_sub(budget);
             let trigger = (
                 CompactionTrigger::Overflow,
                 self.runner.config.model_idle_timeout,
             );
-            match self.relieve(selected, over, trigger, false).await? {
+            match self
+                .relieve(selected, (over, budget), trigger, false)
+                .await?
+            {
                 Ok(Relieved::Summarised { .. }) => self.retry.on_compacted(false),
                 Ok(Relieved::Cut) => {}
                 Err(why) => tracing::debug!(%why, "the precheck found nothing to compact"),
@@ -134,19 +136,18 @@ impl Turn<'_> {
         pressure.before_run.is_some() || pressure.rounds.len() > 1
     }
 
-    /// Relieves a prompt `over` tokens over its budget with what [`relief::relief`] says: the
+    /// Relieves a prompt `over` tokens over `budget` with what [`relief::relief`] says: the
     /// results of the run's earlier rounds cut (in the request only: the transcript keeps them
-    /// whole, and the cut is made again, the same, by a later pickup), or a summary written
+    /// whole, and a later pickup cuts again as its own precheck needs), or a summary written
     /// (spending an overflow compaction unless `spent`: the failure path spent it already).
     /// `Ok(Err(why))`: nothing was done.
     pub(super) async fn relieve(
         &mut self,
         selected: &Selected,
-        over: u64,
+        (over, budget): (u64, u64),
         (trigger, idle): (CompactionTrigger, Duration),
         spent: bool,
     ) -> Result<Result<Relieved, String>, StoreError> {
-        let budget = precheck::prompt_budget(selected.model.context_window);
         let left = spent || self.retry.overflow_compaction_left();
         let (pressure, ranges) = self.pressure(over, budget, left);
         let span = match relief::relief(&pressure) {

@@ -486,3 +486,45 @@ async fn a_pickup_after_a_crash_resumes_from_the_summary_written_inside_the_run(
         ]
     );
 }
+
+#[tokio::test]
+async fn a_provider_overflow_in_a_tool_loop_compacts_the_runs_rounds_and_the_loop_goes_on() {
+    // GIVEN a first turn of 8 page reads on a model whose real window (3 000 tokens) is far
+    // smaller than the one configured (so the precheck lets every prompt through)
+    let mut script: Vec<Script> = forty_pages().into_iter().take(8).collect();
+    script.push(Script::Final("read 8 pages"));
+    let f = fixture(script, config());
+    *f.model.window.lock().unwrap() = Some(3_000);
+
+    // WHEN the loop runs
+    let run = turn(&f, "read 8 pages").await;
+
+    // THEN each overflow compacts the run's own earlier rounds and the loop goes on to the end
+    assert_eq!(run.status, RunStatus::Ok, "{:?}", run.error);
+    assert_eq!(run.payloads[0].text, "read 8 pages");
+    let outcomes: Vec<&str> = run.attempts.iter().map(|a| a.outcome.as_str()).collect();
+    let overflows = outcomes
+        .iter()
+        .filter(|o| **o == "context_overflow")
+        .count();
+    assert!((1..=3).contains(&overflows), "{outcomes:?}");
+    assert_eq!(
+        outcomes.iter().filter(|o| **o == "tool_calls").count(),
+        8,
+        "{outcomes:?}"
+    );
+    let written = f
+        .transcript()
+        .await
+        .iter()
+        .filter(|e| matches!(e.message, Message::Compaction { .. }))
+        .count();
+    assert!(written >= 1, "a summary was written inside the run");
+    // no instruction to give the final answer now was sent into the tool loop
+    let instructed = f.model.requests().iter().any(|r| {
+        r.messages.iter().any(|m| {
+            *m == Message::user(agentlane_agent::retry::Continuation::AfterCompaction.instruction())
+        })
+    });
+    assert!(!instructed);
+}

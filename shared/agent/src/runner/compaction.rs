@@ -26,7 +26,9 @@ const NOTHING_TO_COMPACT: &str =
 /// What a summary covers: `history[..split]`, whose last transcript entry is `through_seq`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Span {
+    /// The summary replaces `history[..split]`.
     pub split: usize,
+    /// The seq of the last transcript entry the summary covers.
     pub through_seq: u64,
     /// The span reaches into the run (its prompt and earlier rounds), not only the history
     /// before it.

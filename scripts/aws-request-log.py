@@ -6,7 +6,8 @@ makes. Usage:
     scripts/aws-request-log.py --listen 4599 --upstream http://127.0.0.1:4566 --log /tmp/aws.log
     AWS_ENDPOINT_URL=http://127.0.0.1:4599 AGENTLANE_BACKEND=aws agentlane serve ...
 
-Each log line: `<epoch ms> <target>` (e.g. `DynamoDB_20120810.TransactWriteItems`).
+Each log line: `<epoch ms> <target>` (e.g. `DynamoDB_20120810.TransactWriteItems`), then with
+`--bodies N` the first N characters of the request body.
 """
 import argparse
 import http.client
@@ -20,6 +21,12 @@ def main():
     ap.add_argument("--listen", type=int, default=4599)
     ap.add_argument("--upstream", default="http://127.0.0.1:4566")
     ap.add_argument("--log", required=True)
+    ap.add_argument(
+        "--bodies",
+        type=int,
+        default=0,
+        help="also log the first N characters of each request body (to see which items a turn touches)",
+    )
     args = ap.parse_args()
     up = urllib.parse.urlparse(args.upstream)
     log = open(args.log, "a", buffering=1)
@@ -34,7 +41,10 @@ def main():
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             target = self.headers.get("X-Amz-Target") or (self.command + " " + self.path)
-            log.write(f"{int(time.time() * 1000)} {target}\n")
+            line = f"{int(time.time() * 1000)} {target}"
+            if args.bodies and body:
+                line += " " + body[: args.bodies].decode("utf-8", "replace").replace("\n", " ")
+            log.write(line + "\n")
             conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
             headers = {k: v for k, v in self.headers.items()}
             conn.request(self.command, self.path, body=body, headers=headers)

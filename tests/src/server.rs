@@ -54,6 +54,8 @@ pub struct ServerOptions {
     shared_data_dir: Option<PathBuf>,
     /// DynamoDB + SQS on the emulator whatever `AGENTLANE_E2E_BACKEND` says.
     force_aws: bool,
+    /// Keep the server's default receive wait on AWS (see [`Self::deployed_receive_wait`]).
+    deployed_receive_wait: bool,
 }
 
 impl ServerOptions {
@@ -77,6 +79,7 @@ impl ServerOptions {
             workers: None,
             shared_data_dir: None,
             force_aws: false,
+            deployed_receive_wait: false,
         }
     }
 
@@ -103,6 +106,13 @@ impl ServerOptions {
     /// `AGENTLANE_E2E_BACKEND` is not `aws`: for scenarios about the AWS deployment itself.
     pub fn aws_backend(mut self) -> Self {
         self.force_aws = true;
+        self
+    }
+
+    /// On AWS, lane workers poll SQS as a deployment's do (long polls), not with the short
+    /// polls the scenarios use to stay fast.
+    pub fn deployed_receive_wait(mut self) -> Self {
+        self.deployed_receive_wait = true;
         self
     }
 
@@ -297,6 +307,11 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
         // made the scenarios several times slower on a busy CI machine. Short polls keep them
         // fast; correctness does not depend on this setting.
         .env("AGENTLANE_RECEIVE_WAIT_MS", "0");
+    // `deployed_receive_wait`: the server's own default (SQS long polls) instead.
+    let mut options = options;
+    if options.deployed_receive_wait {
+        options.env.remove("AGENTLANE_RECEIVE_WAIT_MS");
+    }
     let logs = LogFiles::in_dir(root, "setup-aws");
     let mut command = Command::new(&options.binary);
     command.arg("setup-aws").envs(&options.env);

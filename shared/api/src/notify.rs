@@ -23,13 +23,16 @@ use tokio::sync::watch;
 type RunKey = (TenantId, RunId);
 
 /// Counts of a run's changes since the notifier first tracked it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 struct Change {
     /// Every change (events, progress, the end).
     version: u64,
     /// Changes that may end a wait: the run record committed with a status other than
     /// `running` (an end, a pause, a hand-back), an abort request, the run no longer live here.
     ends: u64,
+    /// The run's final record, once a commit of this process wrote it (terminal runs do not
+    /// change again): a waiter answers with it instead of reading the run once more.
+    ended: Option<Arc<Run>>,
 }
 
 /// Whether a change with `status` (the run record's, when the commit carried one; `None` for
@@ -122,13 +125,20 @@ impl Notifier {
     /// Tells the run's subscribers it changed; `status` (when the change carries the run
     /// record) keeps track of whether the run is live here.
     pub fn signal(&self, tenant: &TenantId, run_id: &RunId, status: Option<RunStatus>) {
-        self.signal_change(tenant, run_id, status, false);
+        self.signal_change(tenant, run_id, status, false, None);
     }
 
     /// [`Notifier::signal`] for a successful commit, whose `status` is `None` when it did not
     /// carry the run record.
     pub fn signal_commit(&self, tenant: &TenantId, run_id: &RunId, status: Option<RunStatus>) {
-        self.signal_change(tenant, run_id, status, true);
+        self.signal_change(tenant, run_id, status, true, None);
+    }
+
+    /// [`Notifier::signal_commit`] for a commit that wrote `run`'s terminal record: its
+    /// waiters may answer with it without reading the run again.
+    pub fn signal_final_commit(&self, run: Arc<Run>) {
+        let (tenant, run_id) = (run.tenant.clone(), run.run_id.clone());
+        self.signal_change(&tenant, &run_id, Some(run.status), true, Some(run));
     }
 
     fn signal_change(
@@ -137,6 +147,7 @@ impl Notifier {
         run_id: &RunId,
         status: Option<RunStatus>,
         from_commit: bool,
+        ended: Option<Arc<Run>>,
     ) {
         let key = (tenant.clone(), run_id.clone());
         let mut runs = self.lock();
@@ -161,6 +172,9 @@ impl Notifier {
         signal.changes.send_modify(|c| {
             c.version += 1;
             c.ends += u64::from(ends);
+            if ended.is_some() {
+                c.ended = ended;
+            }
         });
         if !signal.live_here && signal.changes.receiver_count() == 0 {
             runs.remove(&key);
@@ -210,6 +224,12 @@ impl Subscription {
         if changes.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+
+    /// The run's terminal record, when a commit of this process wrote it since the
+    /// subscription (see [`Notifier::signal_final_commit`]).
+    pub fn final_run(&self) -> Option<Arc<Run>> {
+        self.changes.as_ref()?.borrow().ended.clone()
     }
 
     /// Resolves at the run's next change that may end a wait (see `Change::ends`) after the
@@ -270,14 +290,24 @@ impl StoreLayer for NotifyingStore {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let run = commit.events_run_id();
         let status = commit.run.as_ref().map(|run| run.status);
+        // The run's final record, kept for its waiters (a terminal run does not change again;
+        // `abort_requested` is not part of a commit, and no answer shows it).
+        let ended = commit
+            .run
+            .as_ref()
+            .filter(|r| r.status.is_terminal() && Some(&r.run_id) == run.as_ref())
+            .map(|r| Arc::new(r.clone()));
         let outcome = self.inner.commit(fence, commit).await;
         if let Some(run_id) = run {
-            match &outcome {
-                Ok(()) => self.notifier.signal_commit(&fence.tenant, &run_id, status),
+            match (&outcome, ended) {
+                (Ok(()), Some(ended)) => self.notifier.signal_final_commit(ended),
+                (Ok(()), None) => self.notifier.signal_commit(&fence.tenant, &run_id, status),
                 // Another writer took the session: the run's next change will not come
                 // through this process, so its waiters go back to polling.
-                Err(StoreError::FenceLost) => self.notifier.not_live_here(&fence.tenant, &run_id),
-                Err(_) => {}
+                (Err(StoreError::FenceLost), _) => {
+                    self.notifier.not_live_here(&fence.tenant, &run_id);
+                }
+                (Err(_), _) => {}
             }
         }
         outcome
@@ -331,9 +361,20 @@ mod tests {
         notifier.signal_commit(&tenant, &run, None);
         notifier.signal_commit(&tenant, &run, Some(RunStatus::Running));
         assert!(!woke(&mut sub), "start, events and progress commits do not");
+        assert!(sub.final_run().is_none());
         notifier.signal_commit(&tenant, &run, Some(RunStatus::Ok));
         assert!(woke(&mut sub), "the end does");
         assert!(!woke(&mut sub), "once");
+        // A commit that wrote the final record hands it to the waiters.
+        let record: Run = serde_json::from_value(serde_json::json!({
+            "runId": "r1", "tenant": "t", "sessionKey": "k", "sessionId": "s",
+            "status": "ok", "livenessState": "working",
+            "request": { "message": "hello" }, "acceptedAt": 1
+        }))
+        .unwrap();
+        notifier.signal_final_commit(Arc::new(record));
+        assert!(woke(&mut sub), "a final commit wakes too");
+        assert_eq!(sub.final_run().map(|r| r.status), Some(RunStatus::Ok));
         let table = [
             (Some(RunStatus::Running), true, false),
             (None, true, false),

@@ -22,6 +22,10 @@ pub const LIVE_RECHECK: Duration = Duration::from_secs(5);
 /// Longest poll pause when this process's runner commits through the notifier: a queued run's
 /// pickup here is signalled, so polls only catch runners of other processes.
 pub const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// First poll pause when this process's runner commits through the notifier: a run it picks
+/// up is signalled at once, so the first read need not come within milliseconds (each read is
+/// a request on DynamoDB).
+pub const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Sleeps until one run may have changed.
 pub struct RunWatch {
@@ -30,6 +34,7 @@ pub struct RunWatch {
     tenant: TenantId,
     run_id: RunId,
     backoff: Duration,
+    first_backoff: Duration,
     max_backoff: Duration,
 }
 
@@ -42,24 +47,34 @@ impl RunWatch {
         run_id: &RunId,
         max_backoff: Duration,
     ) -> Self {
-        let max_backoff = if notifier.is_connected() {
-            max_backoff.max(CONNECTED_MAX_BACKOFF)
+        let (first_backoff, max_backoff) = if notifier.is_connected() {
+            (
+                CONNECTED_FIRST_BACKOFF,
+                max_backoff.max(CONNECTED_MAX_BACKOFF),
+            )
         } else {
-            max_backoff
+            (FIRST_BACKOFF, max_backoff)
         };
         Self {
             notifier: notifier.clone(),
             subscription: notifier.subscribe(tenant, run_id),
             tenant: tenant.clone(),
             run_id: run_id.clone(),
-            backoff: FIRST_BACKOFF,
-            max_backoff: max_backoff.max(FIRST_BACKOFF),
+            backoff: first_backoff,
+            first_backoff,
+            max_backoff: max_backoff.max(first_backoff),
         }
+    }
+
+    /// The run's terminal record, when this process's commit of it was signalled since the
+    /// watch began: the answer, with no read of the run.
+    pub fn final_run(&self) -> Option<Run> {
+        self.subscription.final_run().map(|run| (*run).clone())
     }
 
     /// Something changed: the next poll pause starts short again.
     pub fn saw_change(&mut self) {
-        self.backoff = FIRST_BACKOFF;
+        self.backoff = self.first_backoff;
     }
 
     /// Returns when a change that may end a wait was signalled (not progress or events of a
@@ -135,6 +150,9 @@ pub async fn wait_past_pause(
             return Ok(ended);
         }
         watch.next_end(Some(deadline)).await;
+        if let Some(ended) = watch.final_run() {
+            return Ok(ended);
+        }
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {
                 if latest.status != run.status {

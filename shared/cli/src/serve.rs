@@ -55,6 +55,10 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SQS's longest long poll: how long an idle lane worker's receive waits on the AWS backend
+/// unless `AGENTLANE_RECEIVE_WAIT_MS` says otherwise.
+const SQS_LONG_POLL: std::time::Duration = std::time::Duration::from_secs(20);
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
     let kind = BackendKind::from_env()?;
@@ -70,7 +74,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     backends.store = std::sync::Arc::new(NotifyingStore::new(backends.store, notifier.clone()));
     // Provider keys: the environment, plus a Secrets Manager secret / SSM path when one is
     // named (as the functions read them).
-    let settings = host::read_provider_secrets().await?.load_settings()?;
+    let mut settings = host::read_provider_secrets().await?.load_settings()?;
+    if kind == BackendKind::Aws && settings.runner.receive_wait.is_none() {
+        // An idle worker long-polls SQS for as long as it allows (3 requests a minute each,
+        // not 60); a message sent meanwhile still answers the poll at once.
+        settings.runner.receive_wait = Some(SQS_LONG_POLL);
+    }
     let runner = host::runner_with(&backends, &settings)?;
     let models = &settings.models;
     // Configured (or generated) keys, then the store's (`agentlane keys create`).

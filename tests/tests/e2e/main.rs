@@ -11,6 +11,7 @@ mod abort;
 mod agents;
 mod attempt;
 mod auth_and_tenants;
+mod aws_requests;
 mod budgets;
 mod compaction;
 mod crash_recovery;

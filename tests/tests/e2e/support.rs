@@ -128,6 +128,11 @@ impl AwsRequestLog {
                 "--log",
             ])
             .arg(&log)
+            // AGENTLANE_AWS_LOG_BODIES=N: the log also shows each request body's start.
+            .args(
+                std::env::var("AGENTLANE_AWS_LOG_BODIES")
+                    .map_or_else(|_| Vec::new(), |n| vec!["--bodies".to_owned(), n]),
+            )
             .spawn()?;
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -151,12 +156,18 @@ impl AwsRequestLog {
             .unwrap_or(0)
     }
 
+    /// The log lines after the first `from`, as logged (for a failure's message).
+    pub fn lines_since(&self, from: usize) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines().skip(from).map(str::to_owned).collect()
+    }
+
     /// The requests logged after the first `from`, counted by operation.
     pub fn since(&self, from: usize) -> std::collections::BTreeMap<String, u32> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut counts = std::collections::BTreeMap::new();
         for line in text.lines().skip(from) {
-            let op = line.split_once(' ').map_or(line, |(_, op)| op);
+            let op = line.split_whitespace().nth(1).unwrap_or(line);
             let op = op.rsplit('.').next().unwrap_or(op).to_owned();
             *counts.entry(op).or_insert(0) += 1;
         }

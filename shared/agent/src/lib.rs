@@ -12,6 +12,7 @@
 //! - [`answer`]: what the model said — tool-call normalisation, reply shaping.
 //! - [`models`]: model names to providers, auth profiles, fallbacks, cooldowns.
 //! - [`hooks`]: the plugin hooks of SPEC §11.
+//! - [`recovery`]: ending a run its runner left behind (the supervisor's one way in).
 //! - [`audit`], [`config`]: event previews and the audit log; the runner's settings.
 //!
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
@@ -24,6 +25,7 @@ pub mod context;
 pub mod hooks;
 pub mod lock;
 pub mod models;
+pub mod recovery;
 pub mod retry;
 pub mod runner;
 pub mod worker;

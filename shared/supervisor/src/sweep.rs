@@ -10,17 +10,13 @@ use crate::classify::{
     Diagnostic, DiagnosticClass, QUEUED_WITHOUT_RUN, Thresholds, classify, classify_pending,
 };
 use crate::dead_letters::DeadLetterSource;
-use agentlane_agent::context::history::assemble;
-use agentlane_agent::context::repair::missing_results;
-use agentlane_agent::writer::record::Ending;
-use agentlane_agent::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use agentlane_agent::recovery::end_abandoned;
 use agentlane_core::{
-    AbortReason, Clock, EventStream, Lane, LaneMessage, LaneQueue, LivenessState, LockAttempt,
-    Message, PendingSettle, ProcessingIndex, RunError, RunId, RunStatus, Session, SessionKey,
-    SessionStatus, Store, StoreResult, TenantId, TranscriptEntry, TurnMessage,
+    AbortReason, Clock, Lane, LaneMessage, LaneQueue, LockAttempt, PendingSettle, ProcessingIndex,
+    RunError, RunId, RunStatus, Session, SessionKey, SessionStatus, Store, StoreResult, TenantId,
+    TurnMessage,
 };
 use serde::Serialize;
-use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -506,74 +502,28 @@ impl Supervisor {
             self.store.release_lock(&fence).await.ok();
             return Ok(false);
         };
-        let entries = self.transcript(&session).await?;
-        let history: Vec<Message> = assemble(&entries)
-            .into_iter()
-            .map(|e| e.message.clone())
-            .collect();
-        let dangling = missing_results(&history);
-        let next_event_seq = self.store.next_event_seq(&run.tenant, &run.run_id).await?;
-        let positions = Positions {
-            next_seq: entries.last().map_or(0, |e| e.seq + 1),
-            next_event_seq,
-        };
-        let flush = DeltaFlush {
-            bytes: 512,
-            every: Duration::from_millis(150),
-        };
-        let mut writer = RunWriter::new(
+        let ended = match end_abandoned(
             self.store.clone(),
             self.clock.clone(),
             fence.clone(),
             run,
-            positions,
-            flush,
-        );
-        writer.end(Ending {
             status,
-            liveness: LivenessState::Abandoned,
-            error: Some(error),
-            payloads: Vec::new(),
-        });
-        let ended = writer.run();
-        let event = json!({
-            "phase": "error",
-            "status": status.as_str(),
-            "endedAt": ended.ended_at,
-            "error": ended.error,
-            "livenessState": ended.liveness_state,
-        });
-        writer.event(EventStream::Lifecycle, event);
-        if let Err(e) = writer.commit(CommitKind::Finish(dangling)).await {
-            self.store.release_lock(&fence).await.ok();
-            return Err(e);
-        }
+            error,
+        )
+        .await
+        {
+            Ok(ended) => ended,
+            Err(e) => {
+                self.store.release_lock(&fence).await.ok();
+                return Err(e);
+            }
+        };
         tracing::warn!(
             tenant = %session.tenant, session = %session.session_key.fingerprint(), run = %run_id,
-            code = writer.run().error.as_ref().map(|e| e.code.as_str()),
+            code = ended.error.as_ref().map(|e| e.code.as_str()),
             "recovered a session: its run ended and its lane released"
         );
         Ok(true)
-    }
-
-    async fn transcript(&self, session: &Session) -> StoreResult<Vec<TranscriptEntry>> {
-        let mut all: Vec<TranscriptEntry> = Vec::new();
-        loop {
-            let page = self
-                .store
-                .read_transcript(
-                    &session.tenant,
-                    &session.session_id,
-                    all.last().map(|e| e.seq),
-                    1000,
-                )
-                .await?;
-            let done = page.len() < 1000;
-            all.extend(page);
-            if done {
-                return Ok(all);
-            }
-        }
     }
 
     /// Logs a diagnostic, backing repeated ones of the same class off exponentially (warn

@@ -81,6 +81,7 @@ impl McpServerConfig {
 }
 
 /// Replaces every (non-empty) header value in `text` by `[redacted]`, longest first.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))] // used by the MCP client
 pub(crate) fn redact(headers: &[(String, String)], text: &str) -> String {
     let mut values: Vec<&str> = headers
         .iter()
@@ -146,6 +147,7 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
 }
 
 /// `<server>__<tool>` when it fits the model APIs' rule `^[a-zA-Z0-9_-]{1,64}$`.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))] // used by the MCP client
 pub(crate) fn prefixed_name(server: &str, tool: &str) -> Option<String> {
     let name = format!("{server}{SEPARATOR}{tool}");
     let fits = !tool.is_empty()

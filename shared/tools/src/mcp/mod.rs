@@ -15,14 +15,24 @@
 //! scrubbed of them, and they are marked sensitive for the HTTP stack).
 
 pub mod config;
+#[cfg(feature = "mcp")]
 mod connect;
+#[cfg(feature = "mcp")]
 mod convert;
+#[cfg(feature = "mcp")]
 pub mod pool;
+#[cfg(feature = "mcp")]
 pub mod tool;
+#[cfg(not(feature = "mcp"))]
+mod without;
 
 pub use config::{McpServerConfig, check_server_name};
+#[cfg(feature = "mcp")]
 pub use pool::McpPool;
+#[cfg(feature = "mcp")]
 pub use tool::McpTool;
+#[cfg(not(feature = "mcp"))]
+pub use without::McpPool;
 
 use crate::ToolError;
 

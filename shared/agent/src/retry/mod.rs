@@ -175,23 +175,65 @@ pub enum Completion {
 #[serde(rename_all = "camelCase", default)]
 pub struct RetryState {
     /// Attempts made on the current model (the iteration cap applies to it).
-    pub iterations: u32,
+    iterations: u32,
     /// Position in the model chain (0 = the requested model).
-    pub model_index: usize,
+    model_index: usize,
     /// Position in the current provider's auth profiles.
-    pub profile_index: usize,
-    pub budgets: Budgets,
-    pub breaker: IdleTimeoutBreaker,
+    profile_index: usize,
+    budgets: Budgets,
+    breaker: IdleTimeoutBreaker,
     /// The last failover reason seen, for the retry-limit decision.
     #[serde(with = "outcome::reason_serde")]
-    pub last_reason: Option<FailoverReason>,
+    last_reason: Option<FailoverReason>,
     /// The instruction for the next attempt.
-    pub continuation: Option<Continuation>,
+    continuation: Option<Continuation>,
     /// The previous attempt ran right after a compaction.
-    pub after_compaction: bool,
-    pub guard: PostCompactionGuard,
+    after_compaction: bool,
+    guard: PostCompactionGuard,
     /// A `before_agent_finalize` revision instruction for the next attempt.
-    pub revision: Option<String>,
+    revision: Option<String>,
+}
+
+impl RetryState {
+    /// Position in the current provider's auth profiles (the profile the next attempt asks for).
+    pub fn profile_index(&self) -> usize {
+        self.profile_index
+    }
+
+    /// Whether the chain has a model after the current one.
+    pub fn has_model_after(&self, chain_len: usize) -> bool {
+        self.model_index + 1 < chain_len
+    }
+
+    /// Whether the current provider has a profile after the current one.
+    pub fn has_profile_after(&self, profiles: usize) -> bool {
+        self.profile_index + 1 < profiles
+    }
+
+    /// The next attempt uses the current provider's next auth profile.
+    pub fn rotate_profile(&mut self) {
+        self.profile_index += 1;
+    }
+
+    /// The instruction the next attempt carries (`None`: a plain resend).
+    pub fn continue_with(&mut self, continuation: Option<Continuation>) {
+        self.continuation = continuation;
+    }
+
+    /// Takes the instruction for the attempt being built (it is sent once).
+    pub fn take_continuation(&mut self) -> Option<Continuation> {
+        self.continuation.take()
+    }
+
+    /// Takes the `before_agent_finalize` revision instruction for the attempt being built.
+    pub fn take_revision(&mut self) -> Option<String> {
+        self.revision.take()
+    }
+
+    /// Revisions of the final answer asked for so far.
+    pub fn finalize_revisions(&self) -> u32 {
+        self.budgets.finalize_revisions
+    }
 }
 
 /// A failure decision that ends the run, blocked (not retryable as it stands).

@@ -19,7 +19,7 @@ impl Turn<'_> {
         failed: FailedAttempt,
     ) -> Result<Step, StoreError> {
         let situation = Situation {
-            next_profile: self.retry.profile_index + 1 < selected.model.profiles.len(),
+            next_profile: self.retry.has_profile_after(selected.model.profiles.len()),
             fallback: selected.has_fallback,
             progress: failed.progress,
             prompt_ratio: failed.prompt_ratio,
@@ -51,7 +51,7 @@ impl Turn<'_> {
             } => {
                 let wait = delay.wait(self.runner.config.retry_delay_scale);
                 self.note_retry("retry", reason, wait);
-                self.retry.continuation = continuation;
+                self.retry.continue_with(continuation);
                 self.writer.flush_events().await?;
                 tokio::select! {
                     _ = self.stop.token().cancelled() => {}
@@ -65,7 +65,7 @@ impl Turn<'_> {
                         .cool_down(&selected.model.provider_name, &selected.profile.name);
                 }
                 self.note_retry("rotate_profile", reason, Duration::ZERO);
-                self.retry.profile_index += 1;
+                self.retry.rotate_profile();
             }
             Action::Fallback { reason } => {
                 self.note_retry("fallback", reason.as_str(), Duration::ZERO);

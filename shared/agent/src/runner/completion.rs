@@ -134,7 +134,7 @@ impl Turn<'_> {
             .into_iter()
             .collect();
         self.history.extend(keep.iter().cloned());
-        self.retry.continuation = Some(continuation);
+        self.retry.continue_with(Some(continuation));
         self.note_retry("directed_retry", continuation.as_str(), Duration::ZERO);
         self.writer.checkpoint(&self.retry);
         self.writer.commit(CommitKind::Progress(keep)).await?;
@@ -149,7 +149,7 @@ impl Turn<'_> {
         }
         let event = FinalizeEvent {
             text: text.to_owned(),
-            revisions: self.retry.budgets.finalize_revisions,
+            revisions: self.retry.finalize_revisions(),
         };
         match self
             .runner

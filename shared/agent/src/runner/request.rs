@@ -30,10 +30,10 @@ impl Turn<'_> {
             }
         }
         let mut messages = repair_pairing(&sent);
-        if let Some(c) = self.retry.continuation.take() {
+        if let Some(c) = self.retry.take_continuation() {
             messages.push(Message::user(c.instruction()));
         }
-        if let Some(instruction) = self.retry.revision.take() {
+        if let Some(instruction) = self.retry.take_revision() {
             messages.push(Message::user(format!("{REVISION_PREFIX}\n\n{instruction}")));
         }
         ModelRequest {

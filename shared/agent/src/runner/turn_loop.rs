@@ -187,7 +187,7 @@ impl Turn<'_> {
             Ok(name) => name,
             Err(error) => return Selection::End(LoopEnd::Failed(error)),
         };
-        let has_fallback = self.retry.model_index + 1 < chain.len();
+        let has_fallback = self.retry.has_model_after(chain.len());
         let model = match self.runner.models.resolve(Some(name)) {
             Ok(model) => model,
             Err(message) => {
@@ -215,7 +215,7 @@ impl Turn<'_> {
         let profile_index = self
             .runner
             .models
-            .pick_profile(&model, self.retry.profile_index);
+            .pick_profile(&model, self.retry.profile_index());
         self.retry.start_attempt(profile_index);
         let profile = model.profiles[profile_index.min(model.profiles.len() - 1)].clone();
         self.writer.use_model(&model.full_name);

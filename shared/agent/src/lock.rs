@@ -2,7 +2,9 @@
 //! the lease alive with a heartbeat until the run ends.
 
 use agentlane_core::backoff::jittered;
-use agentlane_core::{Clock, Fence, LockAttempt, Session, SessionKey, Store, StoreError, TenantId};
+use agentlane_core::{
+    Clock, Fence, LockAttempt, Session, SessionKey, SessionLock, StoreError, TenantId,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -22,7 +24,7 @@ pub enum AcquireError {
 /// between tries. Transient store errors are retried within the same deadline. Returns the
 /// fence and the session as the acquire left it.
 pub async fn acquire(
-    store: &dyn Store,
+    store: &dyn SessionLock,
     clock: &dyn Clock,
     tenant: &TenantId,
     key: &SessionKey,
@@ -55,7 +57,7 @@ pub async fn acquire(
 /// Renews the lease every third of it. If the fence is lost, cancels `lost` and stops.
 /// Stops when `stop` is cancelled.
 pub fn spawn_heartbeat(
-    store: Arc<dyn Store>,
+    store: Arc<dyn SessionLock>,
     clock: Arc<dyn Clock>,
     fence: Fence,
     lease: Duration,

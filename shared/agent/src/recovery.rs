@@ -8,8 +8,8 @@ use crate::context::repair::missing_results;
 use crate::writer::record::Ending;
 use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::{
-    Clock, EventStream, Fence, LivenessState, Message, Run, RunError, RunStatus, Store,
-    StoreResult, TranscriptEntry,
+    Clock, EventStream, Fence, HistoryReader, LivenessState, Message, Run, RunError, RunStatus,
+    Store, StoreResult, TranscriptEntry,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -70,7 +70,10 @@ pub async fn end_abandoned(
 }
 
 /// The whole transcript of `run`'s session, page by page.
-async fn whole_transcript(store: &dyn Store, run: &Run) -> StoreResult<Vec<TranscriptEntry>> {
+async fn whole_transcript(
+    store: &dyn HistoryReader,
+    run: &Run,
+) -> StoreResult<Vec<TranscriptEntry>> {
     let mut all: Vec<TranscriptEntry> = Vec::new();
     loop {
         let page = store

@@ -6,8 +6,8 @@
 use crate::plan::EXPLICIT_TIMEOUT_IDLE_CAP_MS;
 use agentlane_core::cron::{CronJob, JobRun};
 use agentlane_core::{
-    Lane, LaneMessage, LaneQueue, NewTurn, QueueError, QueueMode, SessionId, Store, StoreError,
-    TurnMessage, TurnRequest,
+    Lane, LaneMessage, LaneQueue, NewTurn, QueueError, QueueMode, SessionId, StoreError,
+    TurnIntake, TurnMessage, TurnRequest,
 };
 
 /// How long the idempotency key of a fire maps to its run.
@@ -52,7 +52,7 @@ pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
 /// it on its lane. A fire already accepted is sent again with [`send`], not submitted: the job
 /// may have been edited since, and its request would no longer match the accepted one.
 pub async fn submit(
-    store: &dyn Store,
+    store: &dyn TurnIntake,
     queue: &dyn LaneQueue,
     job: &CronJob,
     entry: &JobRun,
@@ -134,7 +134,7 @@ const MANUAL_FIRE_RETRIES: u32 = 4;
 /// which submits listed fires whose run is missing.
 pub async fn fire_now(
     cron: &dyn agentlane_core::cron::CronStore,
-    store: &dyn Store,
+    store: &dyn TurnIntake,
     queue: &dyn LaneQueue,
     tenant: &agentlane_core::TenantId,
     job_id: &agentlane_core::cron::JobId,

@@ -1,7 +1,8 @@
 //! Command-line arguments.
 
 use crate::{
-    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, usage_cmd,
+    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, sessions_cmd,
+    usage_cmd,
 };
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -47,8 +48,10 @@ pub enum Command {
     /// Manage stored agents (instructions, model, tools) a turn names with `agent --agent`:
     /// create, list, show, edit, rm.
     Agents(agents_cmd::AgentsArgs),
-    /// A run's record, and answers to a paused run: show, approve, answer.
+    /// A run's record, abort, and answers to a paused run: show, abort, approve, answer.
     Runs(runs_cmd::RunsArgs),
+    /// A session's state, default queue mode and id: show, set, reset.
+    Sessions(sessions_cmd::SessionsArgs),
     /// What the API key's tenant spent today and this month against its budget.
     Usage(usage_cmd::UsageArgs),
 }
@@ -180,6 +183,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys(a) => keys_cmd::run(a).await,
         Command::Agents(a) => agents_cmd::run(a).await,
         Command::Runs(a) => runs_cmd::run(a).await,
+        Command::Sessions(a) => sessions_cmd::run(a).await,
         Command::Usage(a) => usage_cmd::run(a).await,
     }
 }

@@ -1,8 +1,9 @@
-//! `agentlane cron add|list|show|rm|run|enable|disable`: cron jobs over the HTTP API.
+//! `agentlane cron add|list|show|edit|rm|run|enable|disable`: cron jobs over the HTTP API.
 
 use crate::api_client::ApiClient;
 use crate::args::ClientArgs;
 use crate::client::{api, print};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -29,6 +30,8 @@ pub enum CronCommand {
         /// The job's id (`job_…`) or its name.
         job_id: String,
     },
+    /// Change a job: only the fields given change (a new schedule replaces the old one).
+    Edit(Box<EditArgs>),
     /// Delete a job.
     Rm {
         /// The job's id (`job_…`) or its name.
@@ -92,17 +95,118 @@ pub struct AddArgs {
     pub webhook_token: Option<String>,
 }
 
-/// The JSON body of `POST /v1/cron/jobs` for `args`.
-pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
-    let schedule = match (&args.cron, args.every, &args.at) {
-        (Some(cron), None, None) => match &args.tz {
+/// `agentlane cron edit`.
+#[derive(Args, Debug)]
+pub struct EditArgs {
+    /// The job's id (`job_…`) or its name.
+    pub job_id: String,
+    /// A new name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The message each fire sends.
+    #[arg(long)]
+    pub message: Option<String>,
+    /// A cron expression: 5 fields, or 6 with seconds first (e.g. "0 9 * * 1-5").
+    #[arg(long, group = "when")]
+    pub cron: Option<String>,
+    /// The IANA time zone of --cron (default UTC).
+    #[arg(long, requires = "cron")]
+    pub tz: Option<String>,
+    /// Fire every N seconds.
+    #[arg(long, group = "when")]
+    pub every: Option<u64>,
+    /// Fire once at an RFC 3339 time.
+    #[arg(long, group = "when")]
+    pub at: Option<String>,
+    /// Model as provider/model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Run timeout in seconds from the fire (0 = none, where the server allows it).
+    #[arg(long)]
+    pub timeout_seconds: Option<u64>,
+    /// POST each run's final payloads to this URL.
+    #[arg(long)]
+    pub webhook: Option<String>,
+    /// Bearer token for --webhook.
+    #[arg(long, requires = "webhook")]
+    pub webhook_token: Option<String>,
+}
+
+/// The schedule the flags name: `None` when none of them is given.
+fn schedule(
+    cron: Option<&str>,
+    tz: Option<&str>,
+    every: Option<u64>,
+    at: Option<&str>,
+) -> anyhow::Result<Option<Value>> {
+    Ok(match (cron, every, at) {
+        (Some(cron), None, None) => Some(match tz {
             Some(tz) => json!({"cron": cron, "tz": tz}),
             None => json!({"cron": cron}),
-        },
-        (None, Some(every), None) => json!({"everySeconds": every}),
-        (None, None, Some(at)) => json!({"at": at}),
-        _ => anyhow::bail!("give exactly one of --cron, --every or --at"),
+        }),
+        (None, Some(every), None) => Some(json!({"everySeconds": every})),
+        (None, None, Some(at)) => Some(json!({"at": at})),
+        (None, None, None) => None,
+        _ => anyhow::bail!("give at most one of --cron, --every or --at"),
+    })
+}
+
+/// The `delivery` of `--webhook` (with its token).
+fn delivery(url: &str, token: Option<&str>) -> Value {
+    let mut webhook = json!({"url": url});
+    if let Some(token) = token {
+        webhook["token"] = json!(token);
+    }
+    json!({"webhook": webhook})
+}
+
+/// The JSON body of `PATCH /v1/cron/jobs/{id}` for `args`: the fields given, and an error
+/// when none is.
+pub fn edit_body(args: &EditArgs) -> anyhow::Result<Value> {
+    let mut body = serde_json::Map::new();
+    let mut set = |field: &str, value: Value| {
+        body.insert(field.to_owned(), value);
     };
+    if let Some(name) = &args.name {
+        set("name", json!(name));
+    }
+    if let Some(message) = &args.message {
+        set("message", json!(message));
+    }
+    if let Some(schedule) = schedule(
+        args.cron.as_deref(),
+        args.tz.as_deref(),
+        args.every,
+        args.at.as_deref(),
+    )? {
+        set("schedule", schedule);
+    }
+    if let Some(model) = &args.model {
+        set("model", json!(model));
+    }
+    if let Some(t) = args.timeout_seconds {
+        set("timeoutSeconds", json!(t));
+    }
+    if let Some(url) = &args.webhook {
+        set("delivery", delivery(url, args.webhook_token.as_deref()));
+    }
+    anyhow::ensure!(
+        !body.is_empty(),
+        "nothing to change: give at least one of --name, --message, --cron, --every, --at, \
+         --model, --timeout-seconds, --webhook"
+    );
+    Ok(Value::Object(body))
+}
+
+/// The JSON body of `POST /v1/cron/jobs` for `args`.
+pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
+    let schedule = schedule(
+        args.cron.as_deref(),
+        args.tz.as_deref(),
+        args.every,
+        args.at.as_deref(),
+    )?
+    .context("give exactly one of --cron, --every or --at")?;
     let mut body = json!({
         "name": args.name,
         "schedule": schedule,
@@ -119,11 +223,7 @@ pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
         body["deleteAfterRun"] = json!(true);
     }
     if let Some(url) = &args.webhook {
-        let mut webhook = json!({"url": url});
-        if let Some(token) = &args.webhook_token {
-            webhook["token"] = json!(token);
-        }
-        body["delivery"] = json!({"webhook": webhook});
+        body["delivery"] = delivery(url, args.webhook_token.as_deref());
     }
     Ok(body)
 }
@@ -166,6 +266,11 @@ pub async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
         CronCommand::Show { job_id } => {
             let id = resolve(&api, job_id).await?;
             api.call(Method::GET, &path(&id), None).await?
+        }
+        CronCommand::Edit(edit) => {
+            let body = edit_body(edit)?;
+            let id = resolve(&api, &edit.job_id).await?;
+            api.call(Method::PATCH, &path(&id), Some(body)).await?
         }
         CronCommand::Rm { job_id } => {
             let id = resolve(&api, job_id).await?;
@@ -309,5 +414,34 @@ mod tests {
             "no schedule"
         );
         assert!(body(&["--name", "n", "--message", "m", "--every", "3", "--at", "x"]).is_err());
+    }
+
+    #[derive(Parser)]
+    struct EditCli {
+        #[command(flatten)]
+        edit: EditArgs,
+    }
+
+    fn edit(args: &[&str]) -> anyhow::Result<Value> {
+        let mut argv = vec!["edit", "standup"];
+        argv.extend_from_slice(args);
+        edit_body(&EditCli::try_parse_from(argv)?.edit)
+    }
+
+    #[test]
+    fn edit_sends_only_the_fields_given() {
+        assert_eq!(
+            edit(&["--message", "m2", "--cron", "0 9 * * *", "--tz", "UTC"]).unwrap(),
+            json!({"message": "m2", "schedule": {"cron": "0 9 * * *", "tz": "UTC"}})
+        );
+        assert_eq!(
+            edit(&["--timeout-seconds", "30"]).unwrap(),
+            json!({"timeoutSeconds": 30})
+        );
+        assert!(edit(&[]).is_err(), "nothing to change");
+        assert!(
+            edit(&["--every", "3", "--at", "x"]).is_err(),
+            "two schedules"
+        );
     }
 }

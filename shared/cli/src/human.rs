@@ -185,6 +185,97 @@ pub(crate) fn transcript(page: &Value) -> String {
     out
 }
 
+/// A run record (`GET /v1/runs/{id}`) as a few lines: id and status, where and with what it
+/// ran, its times, attempts and usage, its error or pending calls, then the reply as prose.
+pub(crate) fn run(run: &Value) -> String {
+    let mut out = format!(
+        "{} {}\n",
+        run["runId"].as_str().unwrap_or("?"),
+        run["status"].as_str().unwrap_or("?")
+    );
+    out.push_str(&format!(
+        "  session {}  agent {}  model {}\n",
+        run["sessionKey"].as_str().unwrap_or("?"),
+        run["request"]["agentId"].as_str().unwrap_or("main"),
+        run["model"].as_str().unwrap_or("-"),
+    ));
+    out.push_str(&format!(
+        "  accepted {}  started {}  ended {}\n",
+        time(run["acceptedAt"].as_u64()),
+        time(run["startedAt"].as_u64()),
+        time(run["endedAt"].as_u64()),
+    ));
+    let attempts = run["attempts"].as_array().map_or(0, Vec::len);
+    let cost = run["costUsd"]
+        .as_f64()
+        .map_or_else(String::new, |c| format!("  ${c:.4}"));
+    out.push_str(&format!(
+        "  {attempts} attempt(s)  {} tokens in, {} out{cost}\n",
+        run["usage"]["inputTokens"].as_u64().unwrap_or(0),
+        run["usage"]["outputTokens"].as_u64().unwrap_or(0),
+    ));
+    if run["error"].is_object() {
+        out.push_str(&format!("  {}\n", failure(run)));
+    }
+    for call in run["requiredAction"]["toolCalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "  waiting: {} {} ({}): answer with `agentlane runs {}`\n",
+            call["id"].as_str().unwrap_or("?"),
+            call["name"].as_str().unwrap_or("?"),
+            call["kind"].as_str().unwrap_or("?"),
+            if call["kind"] == "approval" {
+                "approve"
+            } else {
+                "answer"
+            },
+        ));
+    }
+    let reply = reply(run);
+    if !reply.is_empty() {
+        out.push('\n');
+        out.push_str(&reply);
+        out.push('\n');
+    }
+    out
+}
+
+/// A session (`GET /v1/sessions/{key}`) as a few lines: key, status, id, counts, times, its
+/// default queue mode and what the supervisor says of it.
+pub(crate) fn session(session: &Value) -> String {
+    let mut out = format!(
+        "{} {}{}\n",
+        session["sessionKey"].as_str().unwrap_or("?"),
+        session["status"].as_str().unwrap_or("?"),
+        session["activeRunId"]
+            .as_str()
+            .map_or_else(String::new, |r| format!(" ({r})")),
+    );
+    out.push_str(&format!(
+        "  id {}  generation {}  runs {} accepted, {} finished  queue mode {}\n",
+        session["sessionId"].as_str().unwrap_or("?"),
+        session["generation"].as_u64().unwrap_or(0),
+        session["runsAccepted"].as_u64().unwrap_or(0),
+        session["runsFinished"].as_u64().unwrap_or(0),
+        session["queueMode"].as_str().unwrap_or("followup"),
+    ));
+    out.push_str(&format!(
+        "  created {}  updated {}\n",
+        time(session["createdAt"].as_u64()),
+        time(session["updatedAt"].as_u64()),
+    ));
+    if let Some(class) = session["diagnostic"]["class"].as_str() {
+        out.push_str(&format!(
+            "  diagnostic {class}: {}\n",
+            session["diagnostic"]["reason"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +379,50 @@ mod tests {
         assert_eq!(reply(&ok), "a\n\nb");
         let failed = json!({"status": "error", "error": {"code": "timeout", "message": "late"}});
         assert_eq!(failure(&failed), "run error: timeout: late");
+    }
+
+    #[test]
+    fn a_run_reads_as_its_status_times_usage_and_reply() {
+        let shown = run(&json!({
+            "runId": "run_1", "status": "ok", "sessionKey": "demo", "model": "demo/echo",
+            "request": {"agentId": "support"}, "acceptedAt": 1_764_480_000_000_u64,
+            "attempts": [{}], "usage": {"inputTokens": 12, "outputTokens": 3},
+            "payloads": [{"text": "hi there"}]}));
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines[0], "run_1 ok");
+        assert_eq!(lines[1], "  session demo  agent support  model demo/echo");
+        assert!(lines[2].contains("ended -"), "{shown}");
+        assert_eq!(lines[3], "  1 attempt(s)  12 tokens in, 3 out");
+        assert_eq!(lines.last(), Some(&"hi there"));
+
+        let paused = run(&json!({"runId": "run_2", "status": "requires_action",
+            "requiredAction": {"toolCalls": [{"id": "c1", "name": "refund", "kind": "approval"}]}}));
+        assert!(
+            paused.contains("waiting: c1 refund (approval): answer with `agentlane runs approve`"),
+            "{paused}"
+        );
+        let failed = run(&json!({"runId": "run_3", "status": "error",
+            "error": {"code": "timeout", "message": "no answer in 60 s"}}));
+        assert!(
+            failed.contains("run error: timeout: no answer in 60 s"),
+            "{failed}"
+        );
+    }
+
+    #[test]
+    fn a_session_reads_as_its_status_counts_and_mode() {
+        let shown = session(&json!({"sessionKey": "demo", "status": "running",
+            "activeRunId": "run_1", "sessionId": "ses_1", "generation": 2, "runsAccepted": 3,
+            "runsFinished": 2, "queueMode": "steer", "createdAt": 1, "updatedAt": 2,
+            "diagnostic": {"class": "session.stalled", "reason": "no progress for 60 s"}}));
+        assert!(shown.starts_with("demo running (run_1)\n"), "{shown}");
+        assert!(
+            shown.contains("runs 3 accepted, 2 finished  queue mode steer"),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("  diagnostic session.stalled: no progress for 60 s\n"),
+            "{shown}"
+        );
     }
 }

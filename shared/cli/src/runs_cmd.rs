@@ -1,9 +1,10 @@
-//! `agentlane runs`: a run's record, and the answers to a paused run (issue 20): `approve`
-//! (approve every pending approval, `--deny` some with a reason) and `answer` (client tools'
-//! outputs).
+//! `agentlane runs`: a run's record (`show`), `abort`, and the answers to a paused run
+//! (issue 20): `approve` (approve every pending approval, `--deny` some with a reason) and
+//! `answer` (client tools' outputs).
 
 use crate::args::ClientArgs;
 use crate::client::{api, print};
+use crate::human;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -18,16 +19,26 @@ pub struct RunsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RunsCommand {
-    /// Print a run (with its `requiredAction` while it is paused).
+    /// Print a run: status, times, usage, error or pending calls, and the reply (with
+    /// `--json`: the record, with its `requiredAction` while it is paused).
     Show {
         #[command(flatten)]
         client: ClientArgs,
+        /// The run (`run_…`).
+        run_id: String,
+    },
+    /// Ask a live run to stop at its next check (it ends `aborted`).
+    Abort {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The run (`run_…`).
         run_id: String,
     },
     /// Approve the paused run's gated calls (all of them but those given with `--deny`).
     Approve {
         #[command(flatten)]
         client: ClientArgs,
+        /// The paused run (`run_…`).
         run_id: String,
         /// A call to deny (repeatable).
         #[arg(long = "deny", value_name = "CALL_ID")]
@@ -40,7 +51,9 @@ pub enum RunsCommand {
     Answer {
         #[command(flatten)]
         client: ClientArgs,
+        /// The paused run (`run_…`).
         run_id: String,
+        /// A client call's output (repeatable, one per pending client call).
         #[arg(long = "output", value_name = "CALL_ID=TEXT", required = true)]
         outputs: Vec<String>,
         /// Mark the outputs as errors.
@@ -53,10 +66,24 @@ pub async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         RunsCommand::Show { client, run_id } => {
             let api = api(&client)?;
-            print(
-                &api.call(Method::GET, &format!("/v1/runs/{run_id}"), None)
-                    .await?,
-            );
+            let run = api
+                .call(Method::GET, &format!("/v1/runs/{run_id}"), None)
+                .await?;
+            if client.json {
+                print(&run);
+            } else {
+                print!("{}", human::run(&run));
+            }
+        }
+        RunsCommand::Abort { client, run_id } => {
+            let api = api(&client)?;
+            let path = format!("/v1/runs/{run_id}/abort");
+            let answer = api.call(Method::POST, &path, Some(json!({}))).await?;
+            if client.json {
+                print(&answer);
+            } else {
+                println!("abort requested: {run_id} stops at its next check");
+            }
         }
         RunsCommand::Approve {
             client,
@@ -70,7 +97,10 @@ pub async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
                 .await?;
             let body = approvals(&run, &deny, reason.as_deref())?;
             let path = format!("/v1/runs/{run_id}/actions");
-            print(&api.call(Method::POST, &path, Some(body)).await?);
+            answered(
+                &api.call(Method::POST, &path, Some(body)).await?,
+                client.json,
+            );
         }
         RunsCommand::Answer {
             client,
@@ -81,10 +111,32 @@ pub async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
             let api = api(&client)?;
             let body = tool_outputs(&outputs, error)?;
             let path = format!("/v1/runs/{run_id}/actions");
-            print(&api.call(Method::POST, &path, Some(body)).await?);
+            answered(
+                &api.call(Method::POST, &path, Some(body)).await?,
+                client.json,
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what `POST /v1/runs/{id}/actions` answered: the JSON, or a line saying the run
+/// goes on (or that the same answer had been recorded before).
+fn answered(answer: &Value, as_json: bool) {
+    if as_json {
+        print(answer);
+    } else if answer["repeated"] == Value::Bool(true) {
+        println!(
+            "{}: this answer was recorded before; nothing new",
+            answer["runId"].as_str().unwrap_or("?")
+        );
+    } else {
+        println!(
+            "{}: answer recorded at {}; the run goes on",
+            answer["runId"].as_str().unwrap_or("?"),
+            human::time(answer["answeredAt"].as_u64())
+        );
+    }
 }
 
 /// The approvals for every gated call of `run`'s required action: `deny`'s denied with

@@ -184,6 +184,8 @@ fn each_client_command_speaks_human_by_default_and_json_when_asked() {
     );
     let shown = serve.json(&["cron", "show", "standup"]);
     assert_eq!(shown["jobId"], job_id);
+    let edited = serve.ok(&["cron", "edit", "standup", "--every", "7200"]);
+    assert!(edited.contains("every 7200s"), "{edited}");
     let fired = serve.ok(&["cron", "run", "standup"]);
     assert!(
         fired.starts_with(&format!("fired {job_id}: run run_")),
@@ -193,6 +195,37 @@ fn each_client_command_speaks_human_by_default_and_json_when_asked() {
         serve.ok(&["cron", "rm", "standup"]),
         format!("deleted {job_id}\n")
     );
+    let fired_run = fired.split_whitespace().nth(3).unwrap().to_owned();
+
+    // runs show: status, usage and the reply as prose; --json the record without internals
+    serve.ok(&["wait", &fired_run]);
+    let shown = serve.ok(&["runs", "show", &fired_run]);
+    assert!(shown.starts_with(&format!("{fired_run} ok\n")), "{shown}");
+    assert!(shown.contains("1 attempt(s)"), "{shown}");
+    assert!(shown.contains("[demo model] You said: hi"), "{shown}");
+    let record = serve.json(&["runs", "show", &fired_run]);
+    assert_eq!(record["status"], "ok");
+    assert!(record.get("checkpoint").is_none(), "{record}");
+    // runs abort of an ended run: a clear refusal
+    let late = serve.run(&["runs", "abort", &fired_run]);
+    assert!(!late.status.success());
+    assert!(
+        String::from_utf8_lossy(&late.stderr).contains("already ended"),
+        "{late:?}"
+    );
+
+    // sessions show|set|reset: human lines, --json the session
+    let session = serve.ok(&["sessions", "show", "demo"]);
+    assert!(session.starts_with("demo idle\n"), "{session}");
+    assert!(session.contains("queue mode followup"), "{session}");
+    let set = serve.json(&["sessions", "set", "demo", "--queue-mode", "steer"]);
+    assert_eq!(set["queueMode"], "steer", "{set}");
+    let before = set["sessionId"].as_str().unwrap().to_owned();
+    let reset = serve.json(&["sessions", "reset", "demo"]);
+    assert_ne!(reset["sessionId"], before.as_str(), "{reset}");
+    let cleared = serve.ok(&["sessions", "set", "demo", "--clear-queue-mode"]);
+    assert!(cleared.contains("queue mode followup"), "{cleared}");
+
     let missing = serve.run(&["cron", "show", "standup"]);
     assert!(!missing.status.success());
     assert!(

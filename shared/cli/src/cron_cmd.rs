@@ -54,15 +54,9 @@ pub enum CronCommand {
     },
 }
 
-/// `agentlane cron add`.
+/// When a job fires: at most one of `--cron` (with `--tz`), `--every`, `--at`.
 #[derive(Args, Debug)]
-pub struct AddArgs {
-    /// The job's name.
-    #[arg(long)]
-    pub name: String,
-    /// The message each fire sends.
-    #[arg(long)]
-    pub message: String,
+pub struct ScheduleFlags {
     /// A cron expression: 5 fields, or 6 with seconds first (e.g. "0 9 * * 1-5").
     #[arg(long, group = "when")]
     pub cron: Option<String>,
@@ -75,24 +69,79 @@ pub struct AddArgs {
     /// Fire once at an RFC 3339 time.
     #[arg(long, group = "when")]
     pub at: Option<String>,
+}
+
+impl ScheduleFlags {
+    /// The schedule the flags name: `None` when none of them is given.
+    fn schedule(&self) -> anyhow::Result<Option<Value>> {
+        Ok(match (&self.cron, self.every, &self.at) {
+            (Some(cron), None, None) => Some(match &self.tz {
+                Some(tz) => json!({"cron": cron, "tz": tz}),
+                None => json!({"cron": cron}),
+            }),
+            (None, Some(every), None) => Some(json!({"everySeconds": every})),
+            (None, None, Some(at)) => Some(json!({"at": at})),
+            (None, None, None) => None,
+            _ => anyhow::bail!("give at most one of --cron, --every or --at"),
+        })
+    }
+}
+
+/// How a fire runs and where its answer goes: the flags `add` and `edit` share.
+#[derive(Args, Debug)]
+pub struct RunFlags {
     /// Model as provider/model.
     #[arg(long)]
     pub model: Option<String>,
-    /// Run timeout in seconds from the fire (default 3600; 0 = none).
+    /// Run timeout in seconds from the fire (default 3600; 0 = none, where the server allows it).
     #[arg(long)]
     pub timeout_seconds: Option<u64>,
-    /// Create it disabled.
-    #[arg(long)]
-    pub disabled: bool,
-    /// Delete a one-shot job after its run succeeds.
-    #[arg(long)]
-    pub delete_after_run: bool,
     /// POST each run's final payloads to this URL.
     #[arg(long)]
     pub webhook: Option<String>,
     /// Bearer token for --webhook.
     #[arg(long, requires = "webhook")]
     pub webhook_token: Option<String>,
+}
+
+impl RunFlags {
+    /// Sets the given fields on a job body.
+    fn apply(&self, body: &mut serde_json::Map<String, Value>) {
+        if let Some(model) = &self.model {
+            body.insert("model".into(), json!(model));
+        }
+        if let Some(t) = self.timeout_seconds {
+            body.insert("timeoutSeconds".into(), json!(t));
+        }
+        if let Some(url) = &self.webhook {
+            let mut webhook = json!({"url": url});
+            if let Some(token) = &self.webhook_token {
+                webhook["token"] = json!(token);
+            }
+            body.insert("delivery".into(), json!({"webhook": webhook}));
+        }
+    }
+}
+
+/// `agentlane cron add`.
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// The job's name.
+    #[arg(long)]
+    pub name: String,
+    /// The message each fire sends.
+    #[arg(long)]
+    pub message: String,
+    #[command(flatten)]
+    pub when: ScheduleFlags,
+    #[command(flatten)]
+    pub run: RunFlags,
+    /// Create it disabled.
+    #[arg(long)]
+    pub disabled: bool,
+    /// Delete a one-shot job after its run succeeds.
+    #[arg(long)]
+    pub delete_after_run: bool,
 }
 
 /// `agentlane cron edit`.
@@ -106,90 +155,26 @@ pub struct EditArgs {
     /// The message each fire sends.
     #[arg(long)]
     pub message: Option<String>,
-    /// A cron expression: 5 fields, or 6 with seconds first (e.g. "0 9 * * 1-5").
-    #[arg(long, group = "when")]
-    pub cron: Option<String>,
-    /// The IANA time zone of --cron (default UTC).
-    #[arg(long, requires = "cron")]
-    pub tz: Option<String>,
-    /// Fire every N seconds.
-    #[arg(long, group = "when")]
-    pub every: Option<u64>,
-    /// Fire once at an RFC 3339 time.
-    #[arg(long, group = "when")]
-    pub at: Option<String>,
-    /// Model as provider/model.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Run timeout in seconds from the fire (0 = none, where the server allows it).
-    #[arg(long)]
-    pub timeout_seconds: Option<u64>,
-    /// POST each run's final payloads to this URL.
-    #[arg(long)]
-    pub webhook: Option<String>,
-    /// Bearer token for --webhook.
-    #[arg(long, requires = "webhook")]
-    pub webhook_token: Option<String>,
-}
-
-/// The schedule the flags name: `None` when none of them is given.
-fn schedule(
-    cron: Option<&str>,
-    tz: Option<&str>,
-    every: Option<u64>,
-    at: Option<&str>,
-) -> anyhow::Result<Option<Value>> {
-    Ok(match (cron, every, at) {
-        (Some(cron), None, None) => Some(match tz {
-            Some(tz) => json!({"cron": cron, "tz": tz}),
-            None => json!({"cron": cron}),
-        }),
-        (None, Some(every), None) => Some(json!({"everySeconds": every})),
-        (None, None, Some(at)) => Some(json!({"at": at})),
-        (None, None, None) => None,
-        _ => anyhow::bail!("give at most one of --cron, --every or --at"),
-    })
-}
-
-/// The `delivery` of `--webhook` (with its token).
-fn delivery(url: &str, token: Option<&str>) -> Value {
-    let mut webhook = json!({"url": url});
-    if let Some(token) = token {
-        webhook["token"] = json!(token);
-    }
-    json!({"webhook": webhook})
+    #[command(flatten)]
+    pub when: ScheduleFlags,
+    #[command(flatten)]
+    pub run: RunFlags,
 }
 
 /// The JSON body of `PATCH /v1/cron/jobs/{id}` for `args`: the fields given, and an error
 /// when none is.
 pub fn edit_body(args: &EditArgs) -> anyhow::Result<Value> {
     let mut body = serde_json::Map::new();
-    let mut set = |field: &str, value: Value| {
-        body.insert(field.to_owned(), value);
-    };
     if let Some(name) = &args.name {
-        set("name", json!(name));
+        body.insert("name".into(), json!(name));
     }
     if let Some(message) = &args.message {
-        set("message", json!(message));
+        body.insert("message".into(), json!(message));
     }
-    if let Some(schedule) = schedule(
-        args.cron.as_deref(),
-        args.tz.as_deref(),
-        args.every,
-        args.at.as_deref(),
-    )? {
-        set("schedule", schedule);
+    if let Some(schedule) = args.when.schedule()? {
+        body.insert("schedule".into(), schedule);
     }
-    if let Some(model) = &args.model {
-        set("model", json!(model));
-    }
-    if let Some(t) = args.timeout_seconds {
-        set("timeoutSeconds", json!(t));
-    }
-    if let Some(url) = &args.webhook {
-        set("delivery", delivery(url, args.webhook_token.as_deref()));
-    }
+    args.run.apply(&mut body);
     anyhow::ensure!(
         !body.is_empty(),
         "nothing to change: give at least one of --name, --message, --cron, --every, --at, \
@@ -200,32 +185,20 @@ pub fn edit_body(args: &EditArgs) -> anyhow::Result<Value> {
 
 /// The JSON body of `POST /v1/cron/jobs` for `args`.
 pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
-    let schedule = schedule(
-        args.cron.as_deref(),
-        args.tz.as_deref(),
-        args.every,
-        args.at.as_deref(),
-    )?
-    .context("give exactly one of --cron, --every or --at")?;
-    let mut body = json!({
-        "name": args.name,
-        "schedule": schedule,
-        "message": args.message,
-        "enabled": !args.disabled,
-    });
-    if let Some(model) = &args.model {
-        body["model"] = json!(model);
-    }
-    if let Some(t) = args.timeout_seconds {
-        body["timeoutSeconds"] = json!(t);
-    }
+    let schedule = args
+        .when
+        .schedule()?
+        .context("give exactly one of --cron, --every or --at")?;
+    let mut body = serde_json::Map::new();
+    body.insert("name".into(), json!(args.name));
+    body.insert("schedule".into(), schedule);
+    body.insert("message".into(), json!(args.message));
+    body.insert("enabled".into(), json!(!args.disabled));
+    args.run.apply(&mut body);
     if args.delete_after_run {
-        body["deleteAfterRun"] = json!(true);
+        body.insert("deleteAfterRun".into(), json!(true));
     }
-    if let Some(url) = &args.webhook {
-        body["delivery"] = delivery(url, args.webhook_token.as_deref());
-    }
-    Ok(body)
+    Ok(Value::Object(body))
 }
 
 /// The id of the job `name_or_id` names: a `job_…` id as it is, else the job of that name

@@ -187,3 +187,35 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Usage(a) => usage_cmd::run(a).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command and every argument of every command, with its path (`cron add --tz`).
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        let here = format!("{path} {}", cmd.get_name()).trim().to_owned();
+        if cmd.get_about().is_none() && !path.is_empty() {
+            out.push(here.clone());
+        }
+        for arg in cmd.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{here} <{}>", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() != "help" {
+                undocumented(sub, &here, out);
+            }
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_has_help_text() {
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+}

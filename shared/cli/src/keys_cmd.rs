@@ -45,7 +45,10 @@ pub enum KeysCommand {
     /// List the tenant's keys (ids, labels, times; never a key).
     List,
     /// Revoke a key by id: servers refuse it within their key cache TTL.
-    Revoke { key_id: String },
+    Revoke {
+        /// The key's id (32 hex digits, as `keys list` shows; never the key itself).
+        key_id: String,
+    },
 }
 
 async fn key_store(args: &KeysArgs) -> anyhow::Result<Arc<dyn KeyStore>> {

@@ -200,6 +200,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let visibility = runner.config().visibility_timeout;
     let mut overheads = Vec::with_capacity(args.turns);
     let mut walls = Vec::with_capacity(args.turns);
+    let progress = crate::progress::bar(args.turns as u64, "turns");
     let started = Instant::now();
     for i in 0..args.turns {
         let before_model = nanos.load(Ordering::Relaxed);
@@ -227,8 +228,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let model = Duration::from_nanos(nanos.load(Ordering::Relaxed) - before_model);
         walls.push(wall);
         overheads.push(wall.saturating_sub(model));
+        progress.inc(1);
     }
     let total = started.elapsed();
+    progress.finish_and_clear();
     overheads.sort();
     walls.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;

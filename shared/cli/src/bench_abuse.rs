@@ -323,8 +323,11 @@ pub async fn run(args: AbuseArgs) -> anyhow::Result<()> {
 
     // Warm up, then phase 1: idle.
     let min_time = Duration::from_secs(args.min_phase_secs);
+    let phase = |what: &str| crate::progress::spinner(true, what);
+    let spinner = phase("idle: tenant B's turns");
     measure(&http, &url, "warmup", 5, Duration::ZERO).await?;
     let idle = measure(&http, &url, "idle", args.samples, min_time).await?;
+    spinner.finish_and_clear();
 
     // Phase 2: A holds `streams` SSE streams on a run that never ends.
     let hold: Value = http
@@ -338,6 +341,10 @@ pub async fn run(args: AbuseArgs) -> anyhow::Result<()> {
         .await?;
     let hold_run = hold["runId"].as_str().context("runId")?.to_owned();
     let streams_stop = CancellationToken::new();
+    let spinner = phase(&format!(
+        "streams: A opens {} SSE streams, B's turns",
+        args.streams
+    ));
     let opened = Instant::now();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..args.streams)
         .map(|_| hold_stream(&addr, &hold_run, streams_stop.clone()))
@@ -354,10 +361,15 @@ pub async fn run(args: AbuseArgs) -> anyhow::Result<()> {
     }
     let open_secs = opened.elapsed().as_secs_f64();
     let streams = measure(&http, &url, "streams", args.samples, min_time).await?;
+    spinner.finish_and_clear();
     streams_stop.cancel();
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Phase 3: A keeps `slow_sockets` slow-loris connections open.
+    let spinner = phase(&format!(
+        "slow sockets: A holds {} slow-loris connections, B's turns",
+        args.slow_sockets
+    ));
     let loris_stop = CancellationToken::new();
     let connects = Arc::new(AtomicU64::new(0));
     for _ in 0..args.slow_sockets {
@@ -369,6 +381,7 @@ pub async fn run(args: AbuseArgs) -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let slow = measure(&http, &url, "slow", args.samples, min_time).await?;
+    spinner.finish_and_clear();
     loris_stop.cancel();
 
     let ratio = |phase: &Value, key: &str| {

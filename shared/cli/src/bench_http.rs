@@ -286,11 +286,13 @@ async fn drive(
         .filter(|&(_, left)| left > 0)
         .collect();
     let total: usize = counts.iter().sum();
+    let progress = crate::progress::bar(total as u64, &format!("{prefix}* turns"));
     let ready = Arc::new(Mutex::new(ready));
     let turns = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let mut clients = Vec::new();
     for _ in 0..concurrency {
         let (client, ready, turns) = (client.clone(), ready.clone(), turns.clone());
+        let progress = progress.clone();
         let (model, prefix) = (model.map(str::to_owned), prefix.to_owned());
         clients.push(tokio::spawn(async move {
             loop {
@@ -318,6 +320,7 @@ async fn drive(
                         latency: t.elapsed(),
                         status,
                     });
+                progress.inc(1);
                 if left > 1 {
                     ready
                         .lock()
@@ -330,6 +333,7 @@ async fn drive(
     for c in clients {
         c.await.context("a client panicked")??;
     }
+    progress.finish_and_clear();
     let turns = std::mem::take(&mut *turns.lock().unwrap_or_else(PoisonError::into_inner));
     Ok(turns)
 }
@@ -377,6 +381,10 @@ async fn history(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow::Re
         let fill = fill.elapsed();
         let mut latencies = Vec::with_capacity(ROUNDS * bench.sessions);
         let cpu_before = pid.and_then(cpu_seconds_of);
+        let progress = crate::progress::bar(
+            (ROUNDS * bench.sessions) as u64,
+            &format!("measured turns at {prior} prior"),
+        );
         let started = Instant::now();
         for round in 0..ROUNDS {
             for session in 0..bench.sessions {
@@ -389,6 +397,7 @@ async fn history(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow::Re
                 )
                 .await?;
                 latencies.push(t.elapsed());
+                progress.inc(1);
                 if status != "ok" {
                     failed += 1;
                     eprintln!("run {run_id} ended {status}");
@@ -396,6 +405,7 @@ async fn history(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow::Re
             }
         }
         let took = started.elapsed();
+        progress.finish_and_clear();
         let cpu = cpu_before
             .zip(pid.and_then(cpu_seconds_of))
             .map(|(before, after)| after - before);

@@ -20,3 +20,19 @@ pub fn spinner(show: bool, message: &str) -> ProgressBar {
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
 }
+
+/// A bar counting `len` steps of `message` (turns, streams), or a hidden one when stderr is
+/// not a terminal. Advance it with `inc`, end it with `finish_and_clear`.
+pub fn bar(len: u64, message: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed}, {per_sec})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(message.to_owned());
+    bar
+}

@@ -202,7 +202,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// `agentlane setup-aws`: creates the table and queues when absent.
 pub async fn setup_aws() -> anyhow::Result<()> {
     host::init_tracing(false);
-    let resources = host::setup_aws().await?;
+    let spinner = crate::progress::spinner(true, "creating the table and queues when absent");
+    let resources = host::setup_aws().await;
+    spinner.finish_and_clear();
+    let resources = resources?;
     println!("table:     {}", resources.table);
     println!("queue:     {}", resources.queue_url);
     if let Some(dlq) = resources.dlq_url {

@@ -50,14 +50,14 @@ async fn run(
 ) -> (Vec<String>, Vec<String>, Vec<String>) {
     let outcomes: HashMap<String, Settlement> = outcomes
         .iter()
-        .map(|(r, o)| ((*r).to_owned(), o.clone()))
+        .map(|(r, o)| ((*r).to_owned(), *o))
         .collect();
     let processed = Mutex::new(Vec::new());
     let queue = RecordingQueue::default();
     let response: SqsBatchResponse = super::handle_batch(event, &queue, |d: Delivery| {
         let run = d.message.body.run_id.to_string();
         processed.lock().unwrap().push(run.clone());
-        let outcome = outcomes.get(&run).cloned().unwrap_or(Settlement::Ack);
+        let outcome = outcomes.get(&run).copied().unwrap_or(Settlement::Ack);
         async move { outcome }
     })
     .await;

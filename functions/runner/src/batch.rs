@@ -5,16 +5,19 @@
 //! failed (and not processed), so SQS redelivers them in order. Other groups go on, each group
 //! concurrently with the others.
 //!
-//! Each record is settled as soon as it is done with, not when the whole batch returns:
-//! - a finished record is deleted at once (its lane's next turn can be received while the
+//! Each record is settled as soon as it is done with, not when the whole batch returns, as the
+//! lane worker's [`Settlement`] says (the same vocabulary the local worker applies):
+//! - `Ack`: the record is deleted at once (its lane's next turn can be received while the
 //!   batch's other groups still run);
-//! - a record left for retry (a transient store error) is made visible again after
-//!   [`RETRY_AFTER`], not after the queue's visibility timeout;
+//! - `VisibleAfter(d)`: the record is made visible again after `d` (zero for a hand-back, the
+//!   runner's `failed_pickup_pause` for a failed pickup — not the queue's visibility timeout,
+//!   which for a Lambda event source is several times the function's timeout) and reported
+//!   failed, with every later record of its group (made visible again at once, unprocessed);
 //! - a record the runner cannot read (a malformed body) is deleted with an error log and the
 //!   `UnreadableLaneMessage` metric: it could never run, and kept it would block its lane until
 //!   it reached the dead-letter queue. Lane messages tolerate unknown fields (a newer ingress).
 
-use agentlane_agent::DeliveryOutcome;
+use agentlane_agent::Settlement;
 use agentlane_core::{Delivery, LaneQueue};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::join_all;
@@ -42,12 +45,9 @@ fn failure(record: &SqsMessage) -> BatchItemFailure {
     f
 }
 
-/// How soon a record left for retry (the turn failed on a transient error) is delivered again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-
 /// Processes a batch with `process` and answers which records failed (see the module docs for
-/// how each record is settled). Hand-backs are made visible again at once, and so are the
-/// skipped records behind them.
+/// how each record is settled). The skipped records behind a failed one are made visible again
+/// at once.
 pub async fn handle_batch<P, F>(
     event: SqsEvent,
     queue: &dyn LaneQueue,
@@ -55,7 +55,7 @@ pub async fn handle_batch<P, F>(
 ) -> SqsBatchResponse
 where
     P: Fn(Delivery) -> F,
-    F: Future<Output = DeliveryOutcome>,
+    F: Future<Output = Settlement>,
 {
     let groups = by_group(event.records);
     let per_group = groups.into_values().map(|records| {
@@ -67,7 +67,7 @@ where
                 let receipt = record.receipt_handle.as_deref().unwrap_or_default();
                 if failed {
                     failures.push(failure(record));
-                    hand_back(queue, receipt).await;
+                    settle(queue, receipt, Settlement::VisibleAfter(Duration::ZERO)).await;
                     continue;
                 }
                 let delivery = agentlane_aws::delivery_from_parts(
@@ -75,7 +75,7 @@ where
                     receipt,
                     record.attributes.get("ApproximateReceiveCount").map(String::as_str),
                 );
-                let outcome = match delivery {
+                let settlement = match delivery {
                     Ok(delivery) => process(delivery).await,
                     Err(e) => {
                         // The EMF-style fields let a metric filter count these.
@@ -86,26 +86,13 @@ where
                             count = 1,
                             "unreadable lane message: deleting it so that it does not block its lane"
                         );
-                        DeliveryOutcome::Done
+                        Settlement::Ack
                     }
                 };
-                match outcome {
-                    DeliveryOutcome::Done => settle(queue, receipt, None).await,
-                    DeliveryOutcome::HandBack => {
-                        hand_back(queue, receipt).await;
-                        failed = true;
-                        failures.push(failure(record));
-                    }
-                    DeliveryOutcome::Retry(delay) => {
-                        settle(queue, receipt, Some(delay)).await;
-                        failed = true;
-                        failures.push(failure(record));
-                    }
-                    DeliveryOutcome::Leave => {
-                        settle(queue, receipt, Some(RETRY_AFTER)).await;
-                        failed = true;
-                        failures.push(failure(record));
-                    }
+                settle(queue, receipt, settlement).await;
+                if settlement != Settlement::Ack {
+                    failed = true;
+                    failures.push(failure(record));
                 }
             }
             failures
@@ -116,28 +103,21 @@ where
     response
 }
 
-/// Deletes a finished record now (`None`), or shortens its visibility to `retry_after`.
-async fn settle(queue: &dyn LaneQueue, receipt: &str, retry_after: Option<Duration>) {
+/// Applies `settlement` to a record now: deletes it, or sets its visibility to the delay.
+async fn settle(queue: &dyn LaneQueue, receipt: &str, settlement: Settlement) {
     if receipt.is_empty() {
         return;
     }
     let receipt = agentlane_core::Receipt(receipt.to_owned());
-    let result = match retry_after {
-        None => queue.ack(&receipt).await,
-        Some(after) => queue.set_visibility(&receipt, after).await,
+    let result = match settlement {
+        Settlement::Ack => queue.ack(&receipt).await,
+        Settlement::VisibleAfter(after) => queue.set_visibility(&receipt, after).await,
     };
     match result {
         Ok(()) | Err(agentlane_core::QueueError::StaleReceipt) => {}
         Err(e) => {
             tracing::warn!(error = %e, "could not settle a record early (the batch response still does)")
         }
-    }
-}
-
-async fn hand_back(queue: &dyn LaneQueue, receipt: &str) {
-    let receipt = agentlane_core::Receipt(receipt.to_owned());
-    if let Err(e) = queue.set_visibility(&receipt, Duration::ZERO).await {
-        tracing::warn!(error = %e, "could not hand a message back");
     }
 }
 

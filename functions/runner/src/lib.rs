@@ -8,5 +8,5 @@
 mod batch;
 mod invocation;
 
-pub use batch::{RETRY_AFTER, handle_batch};
+pub use batch::handle_batch;
 pub use invocation::RunnerFunction;

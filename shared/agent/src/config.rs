@@ -42,6 +42,12 @@ pub struct RunnerConfig {
     /// invisible before it comes back (so a misbehaving queue neither spins on it nor keeps a
     /// worker waiting for the lane's lock). Jittered ±20 %.
     pub out_of_order_pause: Duration,
+    /// How long the message of a pickup that failed (a store error, a lock lost to another
+    /// writer) stays invisible before it comes back, on both hosts (the local worker and the
+    /// runner Lambda): long enough not to spin on a store that is down, short next to the
+    /// visibility timeout. The failed pickup releases the session's lock, so the next one
+    /// does not wait for its lease to end. Default 5 s, jittered ±20 %.
+    pub failed_pickup_pause: Duration,
     /// How long after its accept a queued run that was never picked up counts as one whose
     /// lane message was never sent (the accepting process died between the accept and the
     /// enqueue), when a later run of its session is delivered while the lane is free: the
@@ -94,6 +100,7 @@ impl Default for RunnerConfig {
             delta_flush_bytes: 512,
             delta_flush: Duration::from_millis(150),
             out_of_order_pause: Duration::from_secs(1),
+            failed_pickup_pause: Duration::from_secs(5),
             unsent_after: Duration::from_secs(5),
             max_failed_pickups: 5,
             collect_window: Duration::from_millis(500),

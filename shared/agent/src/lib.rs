@@ -34,4 +34,4 @@ pub mod writer;
 pub use config::RunnerConfig;
 pub use models::ModelRouter;
 pub use runner::{Runner, RunnerError, SKIPPED_FOR_STEER, TurnExit};
-pub use worker::{DeliveryOutcome, LaneWorker};
+pub use worker::{LaneWorker, Settlement};

@@ -1,6 +1,8 @@
-//! Lane workers: receive deliveries, keep them invisible while the turn runs, then ack or hand
-//! them back. The same [`LaneWorker::process`] serves the local server and the runner Lambda.
+//! Lane workers: receive deliveries, keep them invisible while the turn runs, then settle them
+//! ([`Settlement`]: ack, or visible again after a delay). The same [`LaneWorker::process`]
+//! serves the local server and the runner Lambda; each host applies its settlement.
 
+use crate::config::RunnerConfig;
 use crate::runner::{Runner, TurnExit};
 use agentlane_core::backoff::jittered;
 use agentlane_core::{Delivery, Lane, LaneMessage, LaneQueue, TurnMessage};
@@ -8,17 +10,51 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// What to do with a delivery after processing it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeliveryOutcome {
-    /// Delete the message: the run is terminal.
-    Done,
-    /// Make the message visible again now (the run continues later; the lane stays blocked).
-    HandBack,
-    /// Leave the message as it is; it returns when its visibility ends.
-    Leave,
-    /// Make the message visible again after this delay (its run must wait for an earlier one).
-    Retry(Duration),
+/// What a host does with a delivery once its pickup is over: the one vocabulary both hosts
+/// apply — the local worker ([`LaneWorker::settle`]) and the runner Lambda's batch handler
+/// (which also reports a record it does not ack failed, with the rest of its message group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// Delete the message: its run is terminal or parked, or there was nothing to run.
+    Ack,
+    /// Make the message visible again after this delay; zero: at once (the run continues
+    /// later and its lane stays blocked meanwhile).
+    VisibleAfter(Duration),
+}
+
+impl Settlement {
+    /// How a pickup that ended with `exit` is settled (before jitter). For `FinishedThen` and
+    /// `BehindUnsent`, once the worker has sent the messages they name.
+    pub fn after(exit: &TurnExit, config: &RunnerConfig) -> Self {
+        match exit {
+            TurnExit::Finished(_)
+            | TurnExit::FinishedThen(..)
+            | TurnExit::AlreadyDone
+            | TurnExit::Paused
+            | TurnExit::BehindUnsent(_) => Settlement::Ack,
+            TurnExit::HandBack => Settlement::VisibleAfter(Duration::ZERO),
+            // Its lock was taken by another writer: whatever that one does, this message comes
+            // back soon and finds the run's real state.
+            TurnExit::Abandoned => Settlement::after_failure(config),
+            TurnExit::OutOfOrder => Settlement::VisibleAfter(config.out_of_order_pause),
+        }
+    }
+
+    /// How a pickup that failed (a store error; its lock released) is settled: it comes back
+    /// after [`RunnerConfig::failed_pickup_pause`], not after the queue's visibility timeout.
+    pub fn after_failure(config: &RunnerConfig) -> Self {
+        Settlement::VisibleAfter(config.failed_pickup_pause)
+    }
+
+    /// The same settlement with a delay jittered ±20 % (zero stays zero).
+    pub fn jittered(self) -> Self {
+        match self {
+            Settlement::VisibleAfter(delay) if !delay.is_zero() => {
+                Settlement::VisibleAfter(jittered(delay))
+            }
+            other => other,
+        }
+    }
 }
 
 /// Pulls lane messages and runs their turns.
@@ -38,11 +74,7 @@ impl LaneWorker {
     ///
     /// Everything it logs carries the run, tenant and receive count (a `turn` span: JSON logs
     /// show them on every line).
-    pub async fn process(
-        &self,
-        delivery: &Delivery,
-        shutdown: &CancellationToken,
-    ) -> DeliveryOutcome {
+    pub async fn process(&self, delivery: &Delivery, shutdown: &CancellationToken) -> Settlement {
         use tracing::Instrument as _;
         let body = &delivery.message.body;
         let span = tracing::info_span!(
@@ -60,7 +92,7 @@ impl LaneWorker {
         &self,
         delivery: &Delivery,
         shutdown: &CancellationToken,
-    ) -> DeliveryOutcome {
+    ) -> Settlement {
         let visibility = self.runner.config().visibility_timeout;
         let keepalive = CancellationToken::new();
         let _stop_keepalive = keepalive.clone().drop_guard();
@@ -83,28 +115,34 @@ impl LaneWorker {
                 }
             });
         }
-        match self.runner.execute(&delivery.message.body, shutdown).await {
-            Ok(TurnExit::Finished(status)) => {
-                tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), "run finished");
-                DeliveryOutcome::Done
-            }
-            Ok(TurnExit::AlreadyDone | TurnExit::Paused) => DeliveryOutcome::Done,
-            Ok(TurnExit::FinishedThen(status, next)) => {
-                tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), next = %next.run_id, "a run that paused finished; sending its session's next turn again");
-                self.send_next(next, delivery).await;
-                DeliveryOutcome::Done
-            }
-            Ok(TurnExit::HandBack) => DeliveryOutcome::HandBack,
-            Ok(TurnExit::Abandoned) => DeliveryOutcome::Leave,
-            Ok(TurnExit::OutOfOrder) => {
-                DeliveryOutcome::Retry(jittered(self.runner.config().out_of_order_pause))
-            }
-            Ok(TurnExit::BehindUnsent(earlier)) => self.move_behind(earlier, delivery).await,
+        let config = self.runner.config();
+        let exit = match self.runner.execute(&delivery.message.body, shutdown).await {
+            Ok(exit) => exit,
             Err(e) => {
-                tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message will be redelivered");
-                DeliveryOutcome::Leave
+                tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message comes back shortly");
+                return Settlement::after_failure(config).jittered();
             }
+        };
+        match &exit {
+            TurnExit::Finished(status) => {
+                tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), "run finished");
+            }
+            TurnExit::FinishedThen(status, next) => {
+                tracing::info!(run = %delivery.message.body.run_id, status = status.as_str(), next = %next.run_id, "a run that paused finished; sending its session's next turn again");
+                self.send_next(next.clone(), delivery).await;
+            }
+            TurnExit::BehindUnsent(earlier) => {
+                if !self.move_behind(earlier.clone(), delivery).await {
+                    return Settlement::VisibleAfter(Duration::ZERO);
+                }
+            }
+            TurnExit::AlreadyDone
+            | TurnExit::Paused
+            | TurnExit::HandBack
+            | TurnExit::Abandoned
+            | TurnExit::OutOfOrder => {}
         }
+        Settlement::after(&exit, config).jittered()
     }
 
     /// Sends the lane message of the run after one that paused (it may have been parked while
@@ -123,12 +161,12 @@ impl LaneWorker {
 
     /// Sends again the lane message of an earlier run that was never picked up (its first
     /// enqueue probably never happened), then the delivered message behind it, and acks the
-    /// delivered copy (`Done`); if either send fails, the delivery is handed back instead. New
+    /// delivered copy (`true`); if either send fails, the delivery is handed back instead. New
     /// dedup ids: the queue may remember the old ones. Should the earlier message exist after
     /// all, the duplicate delivery runs nothing twice (the runner checks order and state).
-    async fn move_behind(&self, earlier: TurnMessage, delivery: &Delivery) -> DeliveryOutcome {
+    async fn move_behind(&self, earlier: TurnMessage, delivery: &Delivery) -> bool {
         let Some(key) = earlier.session_key.clone() else {
-            return DeliveryOutcome::HandBack;
+            return false;
         };
         let stamp = uuid::Uuid::new_v4().simple().to_string();
         let head = LaneMessage {
@@ -138,7 +176,7 @@ impl LaneWorker {
         };
         if let Err(e) = self.queue.enqueue(&head).await {
             tracing::warn!(run = %head.body.run_id, error = %e, "could not send again the lane message of a run never picked up");
-            return DeliveryOutcome::HandBack;
+            return false;
         }
         let again = LaneMessage {
             lane: delivery.message.lane.clone(),
@@ -147,31 +185,25 @@ impl LaneWorker {
         };
         if let Err(e) = self.queue.enqueue(&again).await {
             tracing::warn!(run = %again.body.run_id, error = %e, "could not move a turn behind an earlier one");
-            return DeliveryOutcome::HandBack;
+            return false;
         }
         tracing::warn!(
             run = %head.body.run_id, behind = %again.body.run_id,
             "an earlier run of the session was never picked up: its lane message was sent again, this turn after it"
         );
-        DeliveryOutcome::Done
+        true
     }
 
-    /// Applies an outcome to the queue (ack, or hand back).
-    pub async fn settle(&self, delivery: &Delivery, outcome: &DeliveryOutcome) {
-        let result = match outcome {
-            DeliveryOutcome::Done => self.queue.ack(&delivery.receipt).await,
-            DeliveryOutcome::HandBack => {
-                self.queue
-                    .set_visibility(&delivery.receipt, Duration::ZERO)
-                    .await
-            }
-            DeliveryOutcome::Retry(delay) => {
+    /// Applies a settlement to the queue: ack, or visible again after its delay.
+    pub async fn settle(&self, delivery: &Delivery, settlement: &Settlement) {
+        let result = match settlement {
+            Settlement::Ack => self.queue.ack(&delivery.receipt).await,
+            Settlement::VisibleAfter(delay) => {
                 self.queue.set_visibility(&delivery.receipt, *delay).await
             }
-            DeliveryOutcome::Leave => Ok(()),
         };
         if let Err(e) = result {
-            tracing::warn!(error = %e, ?outcome, "could not settle a delivery");
+            tracing::warn!(error = %e, ?settlement, "could not settle a delivery");
         }
     }
 
@@ -199,6 +231,89 @@ impl LaneWorker {
                     tokio::time::sleep(jittered(Duration::from_millis(500))).await;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentlane_core::{RunId, RunStatus, TenantId};
+
+    #[test]
+    fn each_exit_has_one_settlement_on_both_hosts() {
+        let config = RunnerConfig {
+            out_of_order_pause: Duration::from_secs(1),
+            failed_pickup_pause: Duration::from_secs(5),
+            ..RunnerConfig::default()
+        };
+        let next = TurnMessage {
+            tenant: TenantId::new("acme"),
+            run_id: RunId::new("run_2"),
+            session_key: None,
+        };
+        let after = |d| Settlement::VisibleAfter(Duration::from_secs(d));
+        let cases = [
+            (
+                "finished",
+                TurnExit::Finished(RunStatus::Ok),
+                Settlement::Ack,
+            ),
+            (
+                "finished, the next turn sent again",
+                TurnExit::FinishedThen(RunStatus::Ok, next.clone()),
+                Settlement::Ack,
+            ),
+            (
+                "a redelivery of a run done",
+                TurnExit::AlreadyDone,
+                Settlement::Ack,
+            ),
+            ("paused or parked", TurnExit::Paused, Settlement::Ack),
+            (
+                "moved behind the earlier run, sent again",
+                TurnExit::BehindUnsent(next),
+                Settlement::Ack,
+            ),
+            ("handed back: at once", TurnExit::HandBack, after(0)),
+            (
+                "behind an earlier run: after a pause",
+                TurnExit::OutOfOrder,
+                after(1),
+            ),
+            (
+                "the lock was lost: a failed pickup",
+                TurnExit::Abandoned,
+                after(5),
+            ),
+        ];
+        for (name, exit, want) in cases {
+            assert_eq!(Settlement::after(&exit, &config), want, "{name}");
+        }
+        assert_eq!(
+            Settlement::after_failure(&config),
+            after(5),
+            "a failed pickup"
+        );
+    }
+
+    #[test]
+    fn jitter_keeps_a_hand_back_immediate_and_a_pause_near_its_length() {
+        assert_eq!(
+            Settlement::VisibleAfter(Duration::ZERO).jittered(),
+            Settlement::VisibleAfter(Duration::ZERO)
+        );
+        assert_eq!(Settlement::Ack.jittered(), Settlement::Ack);
+        for _ in 0..50 {
+            let Settlement::VisibleAfter(d) =
+                Settlement::VisibleAfter(Duration::from_secs(5)).jittered()
+            else {
+                panic!("still visible after a delay");
+            };
+            assert!(
+                d >= Duration::from_secs(4) && d <= Duration::from_secs(6),
+                "{d:?}"
+            );
         }
     }
 }

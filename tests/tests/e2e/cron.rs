@@ -714,8 +714,10 @@ async fn a_flood_of_every_second_jobs_is_held_to_the_fire_budget() -> anyhow::Re
 /// emulator each picked up in < 0.2 s. A manual fire shares nothing with the deleted job: a
 /// fresh session and lane, its own idempotency key and dedup id; a lost enqueue is sent again by
 /// the ticker 5 s after the fire. 30 s is exactly the worker's visibility timeout: what leaves
-/// a delivered turn invisible that long is a pickup that returned an error or `Abandoned`
-/// (`DeliveryOutcome::Leave`), e.g. a transient emulator error on the first delivery.)
+/// a delivered turn invisible that long was a pickup that returned an error or `Abandoned`
+/// (then left to its visibility timeout), e.g. a transient emulator error on the first
+/// delivery; such a pickup now releases the lock and comes back after the runner's
+/// `failed_pickup_pause`, 5 s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_now_right_after_another_job_is_deleted_is_picked_up_at_once() -> anyhow::Result<()> {
     let scn = scenario_with(fast_ticks)?;

@@ -1,7 +1,7 @@
 //! The batch handling on a real SQS FIFO event (JSON as Lambda delivers it), with a queue that
 //! records what the handler asks of it; `tests/suite/invocation.rs` runs it on the emulator.
 
-use agentlane_agent::DeliveryOutcome;
+use agentlane_agent::Settlement;
 use agentlane_core::{Delivery, LaneQueue, QueueResult, Receipt};
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -46,18 +46,18 @@ fn event() -> SqsEvent {
 /// the run ids processed in order, and the receipts handed back.
 async fn run(
     event: SqsEvent,
-    outcomes: &[(&str, DeliveryOutcome)],
+    outcomes: &[(&str, Settlement)],
 ) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let outcomes: HashMap<String, DeliveryOutcome> = outcomes
+    let outcomes: HashMap<String, Settlement> = outcomes
         .iter()
-        .map(|(r, o)| ((*r).to_owned(), o.clone()))
+        .map(|(r, o)| ((*r).to_owned(), *o))
         .collect();
     let processed = Mutex::new(Vec::new());
     let queue = RecordingQueue::default();
     let response: SqsBatchResponse = super::handle_batch(event, &queue, |d: Delivery| {
         let run = d.message.body.run_id.to_string();
         processed.lock().unwrap().push(run.clone());
-        let outcome = outcomes.get(&run).cloned().unwrap_or(DeliveryOutcome::Done);
+        let outcome = outcomes.get(&run).copied().unwrap_or(Settlement::Ack);
         async move { outcome }
     })
     .await;
@@ -93,8 +93,11 @@ async fn a_batch_that_finishes_reports_no_failures() {
 
 #[tokio::test]
 async fn a_hand_back_fails_that_record_and_the_rest_of_its_group_only() {
-    let (failed, processed, handed_back) =
-        run(event(), &[("run_a2", DeliveryOutcome::HandBack)]).await;
+    let (failed, processed, handed_back) = run(
+        event(),
+        &[("run_a2", Settlement::VisibleAfter(Duration::ZERO))],
+    )
+    .await;
     // GIVEN group alpha = a1, a2, a3 and beta = b1, b2; WHEN a2 hands back
     // THEN a2 and a3 fail (a3 is never run), beta is untouched
     assert_eq!(failed, ["a2", "a3"]);
@@ -109,14 +112,49 @@ async fn a_hand_back_fails_that_record_and_the_rest_of_its_group_only() {
 }
 
 #[tokio::test]
-async fn a_record_left_in_flight_fails_its_group_tail_without_a_hand_back() {
-    let (failed, _, handed_back) = run(event(), &[("run_b1", DeliveryOutcome::Leave)]).await;
+async fn a_failed_pickup_comes_back_after_its_pause_and_fails_its_group_tail() {
+    let pause = agentlane_agent::RunnerConfig::default().failed_pickup_pause;
+    let (failed, _, handed_back) =
+        run(event(), &[("run_b1", Settlement::VisibleAfter(pause))]).await;
     assert_eq!(failed, ["b1", "b2"]);
     assert_eq!(
         handed_back,
         ["rh-b2"],
         "only the skipped record is released at once"
     );
+}
+
+#[tokio::test]
+async fn each_record_gets_the_visibility_its_settlement_names() {
+    // GIVEN alpha = a1, a2, a3 and beta = b1, b2; WHEN a1 comes back after 1 s and b2 after 5 s
+    let processed = Mutex::new(Vec::new());
+    let queue = RecordingQueue::default();
+    let response = super::handle_batch(event(), &queue, |d: Delivery| {
+        let run = d.message.body.run_id.to_string();
+        processed.lock().unwrap().push(run.clone());
+        async move {
+            match run.as_str() {
+                "run_a1" => Settlement::VisibleAfter(Duration::from_secs(1)),
+                "run_b2" => Settlement::VisibleAfter(Duration::from_secs(5)),
+                _ => Settlement::Ack,
+            }
+        }
+    })
+    .await;
+    // THEN a1 is set to 1 s, a2 and a3 (skipped) to at once, b2 to 5 s; b1 is deleted
+    let mut visibility = queue.visibility.into_inner().unwrap();
+    visibility.sort();
+    assert_eq!(
+        visibility,
+        [
+            ("rh-a1".to_owned(), Duration::from_secs(1)),
+            ("rh-a2".to_owned(), Duration::ZERO),
+            ("rh-a3".to_owned(), Duration::ZERO),
+            ("rh-b2".to_owned(), Duration::from_secs(5)),
+        ]
+    );
+    assert_eq!(queue.acked.into_inner().unwrap(), ["rh-b1"]);
+    assert_eq!(response.batch_item_failures.len(), 4);
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! `SqsLaneQueue`. What comes back afterwards (without the deletion Lambda does for successful
 //! records) shows how each record was settled.
 
-use agentlane_agent::DeliveryOutcome;
+use agentlane_agent::{RunnerConfig, Settlement};
 use agentlane_aws::aws_sdk_sqs::types::MessageSystemAttributeName;
 use agentlane_aws::setup::AwsConfig;
 use agentlane_aws::{SqsLaneQueue, ensure_resources};
@@ -105,10 +105,11 @@ async fn each_record_is_settled_when_done_and_a_failed_one_returns_in_seconds() 
     let event = lambda_event(&client, &resources.queue_url).await;
     assert_eq!(event.records.len(), 4, "the whole batch was received");
     let started = Instant::now();
+    let pause = RunnerConfig::default().failed_pickup_pause;
     let response = agentlane_runner::handle_batch(event, &queue, |d: Delivery| async move {
         match d.message.body.run_id.as_str() {
-            "run_a2" => DeliveryOutcome::Leave,
-            _ => DeliveryOutcome::Done,
+            "run_a2" => Settlement::after_failure(&RunnerConfig::default()),
+            _ => Settlement::Ack,
         }
     })
     .await;
@@ -137,8 +138,7 @@ async fn each_record_is_settled_when_done_and_a_failed_one_returns_in_seconds() 
         .collect();
     assert_eq!(runs, ["run_a2"], "after {elapsed:?}");
     assert!(
-        elapsed >= agentlane_runner::RETRY_AFTER - Duration::from_millis(500)
-            && elapsed < Duration::from_secs(15),
+        elapsed >= pause - Duration::from_millis(500) && elapsed < Duration::from_secs(15),
         "visible again after {elapsed:?}"
     );
     assert_eq!(back[0].receive_count, 2);

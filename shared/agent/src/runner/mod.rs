@@ -4,9 +4,12 @@
 //!
 //! Follow one lane message top-down:
 //!
-//! - [`Runner::execute`] (`pickup`): the lock, the run read under it, the helpers (lease
-//!   heartbeat, abort poll), then the pickup: read the history, the hooks that may claim or
-//!   block the turn, the start (or resume) commit.
+//! - [`Runner::execute`] (`pickup`): acquire the lock, read the run under it, admit it, carry
+//!   the admission out in one `match` that owns the lock's release; a run that goes gets its
+//!   helpers (lease heartbeat, abort poll), then the pickup: read the history, the hooks that
+//!   may claim or block the turn, the start (or resume) commit.
+//! - `admission`: the lane-order rule, one pure function from what was read under the lock
+//!   to what the delivery does (run, run the interrupt first, count, park, hand back, ...).
 //! - `turn_loop`: the loop of attempts, one driver calling the named steps below; every
 //!   stop/continue decision is asked of [`crate::retry`].
 //! - `request`: the model request of an attempt (system prompt, history, instructions).
@@ -21,6 +24,7 @@
 //! - [`tool_exec`]: one batch of tool calls, run concurrently, results in call order.
 
 mod action;
+mod admission;
 mod attempt;
 pub mod collect;
 mod compaction;

@@ -14,8 +14,7 @@ use crate::context::precheck;
 use crate::writer::CommitKind;
 use agentlane_core::action::{Resolution, pending_kind, resolve};
 use agentlane_core::{
-    EventStream, Message, PendingCall, RequiredAction, Run, RunId, RunStatus, StoreError, ToolCall,
-    TurnMessage,
+    EventStream, Message, PendingCall, RequiredAction, Run, StoreError, ToolCall,
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,26 +31,6 @@ pub(super) fn may_resume(run: &Run) -> bool {
             .action_answer
             .as_ref()
             .is_some_and(|a| a.action_id == action.id)
-}
-
-/// When `head` (the run whose turn it is, not `behind`) is paused: `Paused` (this turn's
-/// message is done with; the paused run sends it again when it ends), or, when the paused run
-/// was answered or aborted and its message may be lost, `BehindUnsent` (its message is sent
-/// again, this one behind it). `None`: the earlier run is not paused.
-pub(super) fn behind_a_pause(head: &Run, behind: &RunId) -> Option<TurnExit> {
-    if head.status != RunStatus::RequiresAction {
-        return None;
-    }
-    tracing::info!(run = %behind, paused = %head.run_id, "an earlier run of the session is paused; this turn is parked behind it");
-    Some(if may_resume(head) {
-        TurnExit::BehindUnsent(TurnMessage {
-            tenant: head.tenant.clone(),
-            run_id: head.run_id.clone(),
-            session_key: Some(head.session_key.clone()),
-        })
-    } else {
-        TurnExit::Paused
-    })
 }
 
 impl Turn<'_> {

@@ -1,7 +1,9 @@
-//! A pickup of a run: the session lock, the run read under it, the history read back, the hooks
-//! that may claim or block the turn before it starts, and the start (or resume) commit. Then the
-//! loop, under the run's deadline, and the finish.
+//! A pickup of a run: the session lock, the run read under it, its [admission](super::admission)
+//! carried out; for a run that goes, the history read back, the hooks that may claim or block
+//! the turn before it starts, and the start (or resume) commit. Then the loop, under the run's
+//! deadline, and the finish.
 
+use super::admission::{Admission, Found, Go, How, ReadFirst, admit};
 use super::stop::{self, StopReason, StopSignal, Watch};
 use super::turn_loop::{LoopEnd, RunScope, Turn};
 use super::{Runner, RunnerError, TurnExit};
@@ -18,12 +20,19 @@ use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::backoff::jittered;
 use agentlane_core::metrics;
 use agentlane_core::{
-    EventStream, Fence, Message, Run, RunError, RunId, RunStatus, StoreError, TranscriptEntry,
-    TurnMessage,
+    EventStream, Fence, Message, Run, RunError, RunStatus, Session, SessionKey, StoreError,
+    TranscriptEntry, TurnMessage,
 };
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// The stop signal of a pickup; its helpers (lease heartbeat, stop watcher) stop when it drops.
+struct Watching {
+    signal: StopSignal,
+    _stop_helpers_on_drop: tokio_util::sync::DropGuard,
+}
 
 /// What the hooks said before the run starts.
 enum Gate {
@@ -35,23 +44,82 @@ enum Gate {
     Claimed(crate::hooks::ReplyClaimed),
 }
 
+/// How the lock stands once an admission was carried out.
+enum Carried {
+    /// Still held by this pickup: release it.
+    Held(TurnExit),
+    /// Released by the pickup's last commit (or lost to another writer).
+    Released(TurnExit),
+}
+
 impl Runner {
     /// Brings the run named by `message` as far as it can go. `shutdown` asks the run to hand
     /// back (its state is kept; a later pickup resumes it).
+    ///
+    /// Acquire the session's lock, read the run under it, [`admit`] it (the lane-order rule),
+    /// carry the admission out; the lock is released here whatever the outcome, unless the
+    /// pickup's last commit did. A pickup that fails releases it too: its message comes back
+    /// after [`RunnerConfig::failed_pickup_pause`](crate::RunnerConfig::failed_pickup_pause)
+    /// and finds the lane free.
     pub async fn execute(
         &self,
         message: &TurnMessage,
         shutdown: &CancellationToken,
     ) -> Result<TurnExit, RunnerError> {
+        let (fence, session, key) = match self.acquire_lane(message, shutdown).await? {
+            Ok(acquired) => acquired,
+            Err(exit) => return Ok(exit),
+        };
+        let release = || async { self.store.release_lock(&fence).await.ok() };
+        let (found, admission) = match self.read_and_admit(message, key, session).await {
+            Ok(read) => read,
+            Err(e) => {
+                release().await;
+                return Err(e.into());
+            }
+        };
+        let pause_after = admission == Admission::BehindEarlier;
+        let exit = match self.carry_out(found, admission, &fence, shutdown).await {
+            Ok(Carried::Released(exit)) => exit,
+            Ok(Carried::Held(exit)) => {
+                release().await;
+                exit
+            }
+            Err(StoreError::FenceLost) => TurnExit::Abandoned,
+            Err(e) => {
+                release().await;
+                return Err(e.into());
+            }
+        };
+        if pause_after {
+            // The earlier run's message is due (its runner died, or it is still in the
+            // queue): this one goes back at once so the queue can deliver it (an in-flight
+            // message holds its whole FIFO group back), after a short pause so a queue that
+            // misbehaves does not spin on it.
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(jittered(self.config.out_of_order_pause / 4)) => {}
+            }
+        }
+        Ok(exit)
+    }
+
+    /// The session's lock for the delivery of `message`, with the session as the acquire read
+    /// it and its key; or, without the lock, how the delivery ends.
+    async fn acquire_lane(
+        &self,
+        message: &TurnMessage,
+        shutdown: &CancellationToken,
+    ) -> Result<Result<(Fence, Session, SessionKey), TurnExit>, RunnerError> {
         // The session key comes with the message; older messages need a read of the run first.
         let key = match &message.session_key {
             Some(key) => key.clone(),
             None => match self.store.get_run(&message.tenant, &message.run_id).await? {
                 None => {
                     tracing::warn!(run = %message.run_id, "lane message names an unknown run; dropping it");
-                    return Ok(TurnExit::AlreadyDone);
+                    return Ok(Err(TurnExit::AlreadyDone));
                 }
-                Some(run) if run.status.is_terminal() => return Ok(TurnExit::AlreadyDone),
+                Some(run) if run.status.is_terminal() => return Ok(Err(TurnExit::AlreadyDone)),
                 Some(run) => run.session_key,
             },
         };
@@ -71,54 +139,134 @@ impl Runner {
         // a queue that delivers a lane's next message early shows us one), and a message that
         // must wait for it should not hold a worker for the whole acquire timeout.
         if shutdown.is_cancelled() {
-            return Ok(TurnExit::HandBack);
+            return Ok(Err(TurnExit::HandBack));
         }
         let acquired = match acquire(Duration::ZERO).await {
             Err(AcquireError::Busy { .. }) if self.behind_an_earlier_run(message).await? => {
                 tracing::info!(run = %message.run_id, "an earlier run of the session holds the lane; the turn comes back later");
-                return Ok(TurnExit::OutOfOrder);
+                return Ok(Err(TurnExit::OutOfOrder));
             }
             Err(AcquireError::Busy { .. }) => tokio::select! {
-                _ = shutdown.cancelled() => return Ok(TurnExit::HandBack),
+                _ = shutdown.cancelled() => return Ok(Err(TurnExit::HandBack)),
                 a = acquire(self.config.lock_acquire_timeout) => a,
             },
             other => other,
         };
-        let (fence, session) = match acquired {
-            Ok(acquired) => acquired,
+        match acquired {
+            Ok((fence, session)) => Ok(Ok((fence, *session, key))),
             Err(AcquireError::Busy { owner, until }) => {
                 tracing::info!(run = %message.run_id, %owner, until, "session busy; handing the turn back");
-                return Ok(TurnExit::HandBack);
+                Ok(Err(TurnExit::HandBack))
             }
             Err(AcquireError::Store(StoreError::NotFound(_))) => {
                 tracing::warn!(run = %message.run_id, "lane message names an unknown session; dropping it");
-                return Ok(TurnExit::AlreadyDone);
+                Ok(Err(TurnExit::AlreadyDone))
             }
-            Err(AcquireError::Store(e)) => return Err(e.into()),
+            Err(AcquireError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    /// Reads the run of `message` under the lock (it may have ended while we waited for the
+    /// lock), and every other run of the session [`admit`] asks for, then admits it. Each
+    /// [`ReadFirst`] names a run not read yet, so this ends (after three reads at most: the
+    /// interrupt going ahead, the run whose turn it is, the carrier).
+    async fn read_and_admit(
+        &self,
+        message: &TurnMessage,
+        key: SessionKey,
+        session: Session,
+    ) -> Result<(Found, Admission), StoreError> {
+        let run = self.store.get_run(&message.tenant, &message.run_id).await?;
+        let mut found = Found {
+            key,
+            session,
+            run,
+            others: BTreeMap::new(),
+            now: self.clock.now_ms(),
+            unsent_after_ms: u64::try_from(self.config.unsent_after.as_millis())
+                .unwrap_or(u64::MAX),
         };
-        // Read the run under the lock: it may have ended while we waited for the lock.
-        let run = match self.store.get_run(&message.tenant, &message.run_id).await {
-            Ok(Some(run)) if !run.status.is_terminal() && run.session_key == key => run,
-            Ok(Some(run))
-                if run.out_of_turn
-                    && run.session_key == key
-                    && run.session_seq == session.runs_finished =>
-            {
-                // An interrupt that ran ahead of earlier runs: its turn has come, count it.
-                return match self.count_out_of_turn(&run, &fence).await {
-                    Ok(()) => Ok(TurnExit::AlreadyDone),
-                    Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
-                    Err(e) => Err(e.into()),
-                };
+        loop {
+            match admit(&found) {
+                Ok(admission) => return Ok((found, admission)),
+                Err(ReadFirst(id)) => {
+                    let other = self.store.get_run(&message.tenant, &id).await?;
+                    found.others.insert(id, other);
+                }
             }
-            other => {
-                self.store.release_lock(&fence).await.ok();
-                return match other {
-                    Err(e) => Err(e.into()),
-                    Ok(_) => Ok(TurnExit::AlreadyDone),
-                };
+        }
+    }
+
+    /// Carries out `admission`: the one place that says what each one does, and whether the
+    /// lock is still held afterwards.
+    async fn carry_out(
+        &self,
+        mut found: Found,
+        admission: Admission,
+        fence: &Fence,
+        shutdown: &CancellationToken,
+    ) -> Result<Carried, StoreError> {
+        let delivered = &found.run;
+        let run_id = || delivered.as_ref().map(|r| r.run_id.to_string());
+        Ok(match admission {
+            Admission::Go(go) => return self.go(found, go, fence.clone(), shutdown).await,
+            Admission::AlreadyDone => Carried::Held(TurnExit::AlreadyDone),
+            Admission::CountOutOfTurn => match found.run.take() {
+                Some(run) => {
+                    self.count_out_of_turn(&run, fence).await?;
+                    Carried::Released(TurnExit::AlreadyDone)
+                }
+                None => Carried::Held(TurnExit::AlreadyDone),
+            },
+            // Delivered again while it waits (no answer yet, no abort): nothing to do.
+            Admission::StillPaused => Carried::Held(TurnExit::Paused),
+            Admission::BehindPausedInterrupt(interrupt) => {
+                tracing::info!(run = ?run_id(), %interrupt, "the interrupt going ahead of this turn is paused; the turn comes back later");
+                Carried::Held(TurnExit::OutOfOrder)
             }
+            Admission::ParkedBehindPause => {
+                tracing::info!(run = ?run_id(), "an earlier run of the session is paused; this turn is parked behind it");
+                Carried::Held(TurnExit::Paused)
+            }
+            Admission::BehindUnsent(head) => {
+                tracing::info!(run = ?run_id(), head = %head.run_id, "the run whose turn it is may have lost its lane message; sending it again");
+                Carried::Held(TurnExit::BehindUnsent(head))
+            }
+            Admission::BehindEarlier => {
+                tracing::info!(
+                    run = ?run_id(),
+                    finished = found.session.runs_finished,
+                    "an earlier run of the session is not finished; handing the turn back"
+                );
+                Carried::Held(TurnExit::HandBack)
+            }
+            // Cannot happen while the order rule holds (the carrier is numbered earlier).
+            Admission::CarrierUnfinished => Carried::Held(TurnExit::OutOfOrder),
+            Admission::HeldForReset => {
+                // If the reset goes through, this run comes back as a reset run; if it gives
+                // up, it runs as usual.
+                tracing::info!(run = ?run_id(), "a reset of the session is waiting; the turn comes back later");
+                Carried::Held(TurnExit::OutOfOrder)
+            }
+        })
+    }
+
+    /// A run that goes: its turn (with the lease heartbeat and the stop watcher), or its end
+    /// as a carried or reset run. Its last commit releases the lock.
+    async fn go(
+        &self,
+        mut found: Found,
+        go: Go,
+        fence: Fence,
+        shutdown: &CancellationToken,
+    ) -> Result<Carried, StoreError> {
+        let Some(mut run) = found.take(&go.run) else {
+            return Ok(Carried::Held(TurnExit::AlreadyDone));
         };
+        run.out_of_turn = go.out_of_turn;
+        if let Some(held) = &go.in_place_of {
+            tracing::info!(run = %run.run_id, %held, "an interrupt goes ahead of the runs queued before it");
+        }
         if run.status == RunStatus::Queued && run.pickups == 0 {
             // Queue age: from accept to the first pickup under the lock.
             let age = self.clock.now_ms().saturating_sub(run.accepted_at);
@@ -127,84 +275,43 @@ impl Runner {
             // An earlier pickup left it running without handing it back: its lock was taken over.
             metrics::incr(metrics::LOCK_TAKEOVERS, &[]);
         }
-        // An interrupt accepted behind this run goes first, in this delivery; this run's
-        // message comes back after it.
-        let (mut run, in_place_of) = match session.interrupt_ahead_of(run.session_seq) {
-            Some(mark) if mark.run_id != run.run_id && session.is_turn_of(run.session_seq) => {
-                match self.store.get_run(&run.tenant, &mark.run_id).await? {
-                    Some(interrupt)
-                        if !interrupt.status.is_terminal() && interrupt.session_key == key =>
-                    {
-                        tracing::info!(run = %interrupt.run_id, held = %run.run_id, "an interrupt goes ahead of the runs queued before it");
-                        (interrupt, Some(run.run_id))
-                    }
-                    _ => (run, None),
+        let exit = match go.how {
+            How::EndCarried { carrier } => match found.take(&carrier) {
+                Some(carrier) => self.end_carried(run, &carrier, fence).await?,
+                None => return Ok(Carried::Held(TurnExit::OutOfOrder)),
+            },
+            How::EndReset => {
+                let stop = self.watch(&run, fence.clone(), shutdown);
+                self.end_reset(run, fence, stop.signal).await?
+            }
+            How::Turn { then } => {
+                let stop = self.watch(&run, fence.clone(), shutdown);
+                match self.pickup(run, fence, stop.signal, &found.session).await? {
+                    TurnExit::Finished(status) => match then {
+                        Some(next) => TurnExit::FinishedThen(status, next),
+                        None => TurnExit::Finished(status),
+                    },
+                    exit => exit,
                 }
             }
-            _ => (run, None),
         };
-        run.out_of_turn = !session.is_turn_of(run.session_seq);
-        if !session.may_start(&run.run_id, run.session_seq) {
-            // The queue delivered this message ahead of an earlier, unfinished run of the
-            // session (a redelivery, a misbehaving queue): run nothing, hand it back.
-            self.store.release_lock(&fence).await.ok();
-            // Unless the earlier run is paused: then this turn is parked (its message done
-            // with) and the paused run sends it again when it ends; nothing polls meanwhile.
-            // One read of the run whose turn it is serves both checks below.
-            let head = self.head_run(&session, &run.run_id).await?;
-            if let Some(exit) = head
-                .as_ref()
-                .and_then(|h| super::pause::behind_a_pause(h, &run.run_id))
-            {
-                return Ok(exit);
-            }
-            tracing::info!(
-                run = %run.run_id,
-                seq = run.session_seq,
-                finished = session.runs_finished,
-                "an earlier run of the session is not finished; handing the turn back"
-            );
-            // No one holds the lane: the earlier run's message is due (its runner died, or it
-            // is still in the queue). Hand this one back at once so the queue can deliver the
-            // earlier one (an in-flight message holds its whole FIFO group back), after a
-            // short pause so a queue that misbehaves does not spin on it.
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(jittered(self.config.out_of_order_pause / 4)) => {}
-            }
-            // Unless the earlier run was never picked up long after its accept: then its
-            // message was probably never sent, and nothing would ever deliver it.
-            if let Some(unsent) = head.and_then(|h| self.unsent_head(h)) {
-                return Ok(TurnExit::BehindUnsent(unsent));
-            }
-            return Ok(TurnExit::HandBack);
-        }
-        if run.into_run_id.is_some() && run.status == RunStatus::Queued {
-            // Steered into an earlier run, which has ended (every earlier run has): this run
-            // ends as that one did.
-            return match self.end_carried(run, fence).await {
-                Ok(exit) => Ok(exit),
-                Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
-                Err(e) => Err(e.into()),
-            };
-        }
-        if session.holds_for_reset(&run, self.clock.now_ms()) {
-            // A reset accepted after this run waits for the lock: let it have it. If it goes
-            // through, this run comes back as a reset run; if it gives up, it runs as usual.
-            self.store.release_lock(&fence).await.ok();
-            tracing::info!(run = %run.run_id, "a reset of the session is waiting; the turn comes back later");
-            return Ok(TurnExit::OutOfOrder);
-        }
-        let reset = session.was_reset_under(&run);
+        // The interrupt ran in this delivery: the held run's message comes back.
+        Ok(Carried::Released(match go.in_place_of {
+            Some(_) => TurnExit::HandBack,
+            None => exit,
+        }))
+    }
 
-        let stop = StopSignal::default();
+    /// The helpers of a pickup until the returned guard drops: the lease heartbeat, and the
+    /// watcher that stops the run on an abort, a lost lock or `shutdown`.
+    fn watch(&self, run: &Run, fence: Fence, shutdown: &CancellationToken) -> Watching {
+        let signal = StopSignal::default();
         let helpers = CancellationToken::new();
-        let _stop_helpers_on_drop = helpers.clone().drop_guard();
         let lost = CancellationToken::new();
         lock::spawn_heartbeat(
             self.store.clone(),
             self.clock.clone(),
-            fence.clone(),
+            fence,
             self.config.lock_lease,
             lost.clone(),
             helpers.clone(),
@@ -218,34 +325,10 @@ impl Runner {
             shutdown: shutdown.clone(),
             helpers: helpers.clone(),
         };
-        stop::spawn_watcher(watch, stop.clone());
-
-        // The run after a run that paused may have been parked: it is sent again at the end.
-        let next = run.required_action.as_ref().and_then(|_| {
-            session
-                .open_runs
-                .get(&(run.session_seq + 1))
-                .map(|next| TurnMessage {
-                    tenant: run.tenant.clone(),
-                    run_id: next.clone(),
-                    session_key: Some(run.session_key.clone()),
-                })
-        });
-        let pickup = if reset {
-            self.end_reset(run, fence, stop).await
-        } else {
-            self.pickup(run, fence, stop, &session).await
-        };
-        match pickup {
-            // The interrupt ran in this delivery: the held run's message comes back.
-            Ok(_) if in_place_of.is_some() => Ok(TurnExit::HandBack),
-            Ok(TurnExit::Finished(status)) if next.is_some() => match next {
-                Some(next) => Ok(TurnExit::FinishedThen(status, next)),
-                None => Ok(TurnExit::Finished(status)),
-            },
-            Ok(exit) => Ok(exit),
-            Err(StoreError::FenceLost) => Ok(TurnExit::Abandoned),
-            Err(e) => Err(e.into()),
+        stop::spawn_watcher(watch, signal.clone());
+        Watching {
+            signal,
+            _stop_helpers_on_drop: helpers.drop_guard(),
         }
     }
 
@@ -284,48 +367,19 @@ impl Runner {
             .await
     }
 
-    /// The run whose turn it is in `session`, unless it is `behind` (one run read, only on the
-    /// out-of-order path).
-    async fn head_run(
-        &self,
-        session: &agentlane_core::Session,
-        behind: &RunId,
-    ) -> Result<Option<Run>, StoreError> {
-        match session.open_runs.get(&session.runs_finished) {
-            Some(head) if head != behind => self.store.get_run(&session.tenant, head).await,
-            _ => Ok(None),
-        }
-    }
-
-    /// The lane message of `head` (the run whose turn it is) when it is still queued and was
-    /// never picked up `unsent_after` after its accept.
-    fn unsent_head(&self, head: Run) -> Option<TurnMessage> {
-        let after = u64::try_from(self.config.unsent_after.as_millis()).unwrap_or(u64::MAX);
-        head.unsent_at(self.clock.now_ms(), after)
-            .then(|| TurnMessage {
-                tenant: head.tenant.clone(),
-                run_id: head.run_id.clone(),
-                session_key: Some(head.session_key.clone()),
-            })
-    }
-
     /// A run another run carried (`steered`): it ends with the carrier's status, payloads and
     /// error, counted as finished in its session's order, without a model call.
-    async fn end_carried(&self, run: Run, fence: Fence) -> Result<TurnExit, StoreError> {
-        let Some(carrier_id) = run.into_run_id.clone() else {
-            return Ok(TurnExit::AlreadyDone);
-        };
-        let carrier = self.store.get_run(&run.tenant, &carrier_id).await?;
-        let Some(carrier) = carrier.filter(|c| c.status.is_terminal()) else {
-            // Cannot happen while the order rule holds (the carrier is numbered earlier).
-            self.store.release_lock(&fence).await.ok();
-            return Ok(TurnExit::OutOfOrder);
-        };
+    async fn end_carried(
+        &self,
+        run: Run,
+        carrier: &Run,
+        fence: Fence,
+    ) -> Result<TurnExit, StoreError> {
         let agent = AgentProfile::deployment(&self.tools);
         let turn = self
             .open(run, fence, &[], StopSignal::default(), agent)
             .await?;
-        turn.finish_carried(&carrier).await
+        turn.finish_carried(carrier).await
     }
 
     /// Whether the run of `message` is numbered after a run of its session that is not
@@ -348,13 +402,8 @@ impl Runner {
         run: Run,
         fence: Fence,
         stop: StopSignal,
-        session: &agentlane_core::Session,
+        session: &Session,
     ) -> Result<TurnExit, StoreError> {
-        if run.status == RunStatus::RequiresAction && !super::pause::may_resume(&run) {
-            // Delivered again while it waits (no answer yet, no abort): nothing to do.
-            self.store.release_lock(&fence).await.ok();
-            return Ok(TurnExit::Paused);
-        }
         let agent = self.turn_profile(&run).await?;
         let mark = SessionMark {
             session_id: session.session_id.clone(),

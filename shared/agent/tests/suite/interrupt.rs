@@ -3,10 +3,16 @@
 //! behind the interrupted run, which still run afterwards, in order.
 
 use crate::support::*;
-use agentlane_agent::TurnExit;
-use agentlane_core::{AbortReason, QueueMode, QueueOutcome, RunStatus};
+use agentlane_agent::{LaneWorker, RunnerConfig, Settlement, TurnExit};
+use agentlane_core::{
+    AbortReason, ActionAnswer, ClientTool, Clock, Delivery, Lane, LaneMessage, QueueMode,
+    QueueOutcome, Receipt, RecordedAnswer, RunStatus, SystemClock, ToolOutputAnswer, TurnMessage,
+    TurnRequest,
+};
+use agentlane_store_sqlite::SqliteBackend;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followups() {
@@ -125,4 +131,142 @@ async fn an_interrupt_on_an_idle_session_is_an_ordinary_turn() {
         .unwrap();
     assert_eq!(session.runs_finished, 1);
     assert_eq!(session.interrupt, None);
+}
+
+/// A delivery of `msg` as a lane worker receives it.
+fn delivery(msg: &TurnMessage, n: u32) -> Delivery {
+    Delivery {
+        message: LaneMessage {
+            lane: Lane::new("acme/s1"),
+            dedup_id: format!("{}-{n}", msg.run_id),
+            body: msg.clone(),
+        },
+        receipt: Receipt(format!("r{n}")),
+        receive_count: n,
+    }
+}
+
+#[tokio::test]
+async fn a_paused_interrupt_does_not_spin_the_run_it_went_ahead_of() {
+    // GIVEN a turn busy in a slow tool, a followup queued behind it, and an interrupt whose
+    // model calls a client tool (it pauses for the client's answer)
+    let pause = Duration::from_secs(2);
+    let f = Arc::new(fixture(
+        vec![
+            Script::Tools(vec![("c1", "slow", "{}")]),
+            Script::Tools(vec![("c2", "ask_user", "{}")]),
+            Script::Text("interrupt answered"),
+            Script::Text("followup answered"),
+        ],
+        RunnerConfig {
+            out_of_order_pause: pause,
+            ..quick()
+        },
+    ));
+    let busy = f.accept("long job").await;
+    let running = {
+        let (f, busy) = (f.clone(), busy.clone());
+        tokio::spawn(async move { f.execute(&busy).await })
+    };
+    for _ in 0..200 {
+        if f.tool_results().await.is_empty() && f.roles().await.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let followup = f.accept("followup").await;
+    let interrupt = f
+        .accept_request(TurnRequest {
+            message: "ask me first".into(),
+            queue_mode: Some(QueueMode::Interrupt),
+            tools: vec![ClientTool {
+                name: "ask_user".into(),
+                description: None,
+                parameters: None,
+            }],
+            ..TurnRequest::default()
+        })
+        .await;
+    f.store
+        .request_abort_for(&f.tenant, &busy.run_id, AbortReason::Interrupted)
+        .await
+        .unwrap();
+    assert_eq!(
+        running.await.unwrap(),
+        TurnExit::Finished(RunStatus::Aborted)
+    );
+    let qdir = tempfile::tempdir().unwrap();
+    let worker = LaneWorker::new(
+        Arc::new(SqliteBackend::open(qdir.path()).unwrap()),
+        f.runner.clone(),
+    );
+    let shutdown = CancellationToken::new();
+
+    // WHEN the followup's message is delivered: the interrupt goes first, and pauses
+    let first = worker.process(&delivery(&followup, 1), &shutdown).await;
+    assert_eq!(
+        f.run(&interrupt.run_id).await.status,
+        RunStatus::RequiresAction
+    );
+    assert_eq!(
+        first,
+        Settlement::VisibleAfter(Duration::ZERO),
+        "the interrupt ran in its place"
+    );
+    let calls = f.model.requests().len();
+
+    // THEN every later delivery while the interrupt waits comes back only after a pause (not
+    // at once, which would spin the lane until the answer), and runs nothing
+    for n in 2..5 {
+        let settled = worker.process(&delivery(&followup, n), &shutdown).await;
+        let Settlement::VisibleAfter(after) = settled else {
+            panic!("the followup is not done with: {settled:?}");
+        };
+        assert!(
+            after >= pause.mul_f64(0.8),
+            "delivery {n}: back after {after:?}"
+        );
+    }
+    assert_eq!(
+        f.model.requests().len(),
+        calls,
+        "no model call while it waits"
+    );
+    assert_eq!(f.run(&followup.run_id).await.status, RunStatus::Queued);
+
+    // AND once the interrupt is answered, the followup's next delivery resumes it in its place,
+    // and the one after runs the followup
+    f.store
+        .answer_action(
+            &f.tenant,
+            &interrupt.run_id,
+            RecordedAnswer {
+                action_id: 1,
+                answer: ActionAnswer {
+                    tool_outputs: vec![ToolOutputAnswer {
+                        tool_call_id: "c2".into(),
+                        output: "yes".into(),
+                        is_error: false,
+                    }],
+                    approvals: Vec::new(),
+                },
+                answered_at: SystemClock.now_ms(),
+                expired: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        worker.process(&delivery(&followup, 5), &shutdown).await,
+        Settlement::VisibleAfter(Duration::ZERO)
+    );
+    let answered = f.run(&interrupt.run_id).await;
+    assert_eq!(answered.status, RunStatus::Ok);
+    assert_eq!(answered.payloads[0].text, "interrupt answered");
+    assert_eq!(
+        worker.process(&delivery(&followup, 6), &shutdown).await,
+        Settlement::Ack
+    );
+    let ran = f.run(&followup.run_id).await;
+    assert_eq!(ran.payloads[0].text, "followup answered");
 }

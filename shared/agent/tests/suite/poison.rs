@@ -4,10 +4,10 @@
 //! A clean hand-back is not a failure.
 
 use crate::support::*;
-use agentlane_agent::{DeliveryOutcome, LaneWorker, RunnerConfig, TurnExit};
+use agentlane_agent::{LaneWorker, RunnerConfig, Settlement, TurnExit};
 use agentlane_core::{
-    Commit, Fence, Lane, LaneMessage, LaneQueue, Layered, RunId, RunStatus, SessionStatus, Store,
-    StoreError, StoreLayer, StoreResult, TurnMessage,
+    Clock, Commit, Fence, Lane, LaneMessage, LaneQueue, Layered, RunId, RunStatus, SessionStatus,
+    Store, StoreError, StoreLayer, StoreResult, TurnMessage,
 };
 use agentlane_store_sqlite::SqliteBackend;
 use async_trait::async_trait;
@@ -48,9 +48,9 @@ impl StoreLayer for RefusesOneFinish {
 
 fn poison_config(cap: u32) -> RunnerConfig {
     RunnerConfig {
-        // A failed pickup leaves the lock to expire: keep that short.
         lock_lease: Duration::from_millis(200),
         visibility_timeout: Duration::from_millis(300),
+        failed_pickup_pause: Duration::from_millis(100),
         max_failed_pickups: cap,
         ..config()
     }
@@ -63,12 +63,16 @@ struct PoisonFixture {
 }
 
 fn poison_fixture(script: Vec<Script>, cap: u32) -> PoisonFixture {
+    poison_fixture_with(script, poison_config(cap))
+}
+
+fn poison_fixture_with(script: Vec<Script>, config: RunnerConfig) -> PoisonFixture {
     let target = Arc::new(Mutex::new(None));
     let refused = Arc::new(AtomicUsize::new(0));
     let (t, r) = (target.clone(), refused.clone());
     let f = fixture_on(
         script,
-        poison_config(cap),
+        config,
         |router, model| router.with_provider(model.clone()),
         move |inner| {
             Arc::new(Layered(RefusesOneFinish {
@@ -135,20 +139,19 @@ async fn a_turn_failing_every_delivery_ends_poisoned_after_the_cap_and_the_next_
     }
 
     // THEN the first run failed three deliveries, then ended poisoned without a fourth model call
-    let firsts: Vec<&DeliveryOutcome> = outcomes
+    let firsts: Vec<Settlement> = outcomes
         .iter()
         .filter(|(is_first, _)| *is_first)
-        .map(|(_, o)| o)
+        .map(|(_, o)| match o {
+            // the failed pickup's pause, jittered
+            Settlement::VisibleAfter(d) if !d.is_zero() => {
+                Settlement::VisibleAfter(Duration::from_millis(100))
+            }
+            other => *other,
+        })
         .collect();
-    assert_eq!(
-        firsts,
-        [
-            &DeliveryOutcome::Leave,
-            &DeliveryOutcome::Leave,
-            &DeliveryOutcome::Leave,
-            &DeliveryOutcome::Done
-        ]
-    );
+    let failed = Settlement::VisibleAfter(Duration::from_millis(100));
+    assert_eq!(firsts, [failed, failed, failed, Settlement::Ack]);
     assert_eq!(p.refused.load(Ordering::SeqCst), 3);
     let run = finished_run(&p.f, &first).await;
     assert_eq!(run.status, RunStatus::Error);
@@ -209,4 +212,85 @@ async fn clean_hand_backs_never_poison_a_run() {
     // THEN it answers: clean hand-backs are not failed deliveries
     assert_eq!(exit, TurnExit::Finished(RunStatus::Ok));
     assert_eq!(finished_run(&p.f, &msg).await.payloads[0].text, "answered");
+}
+
+#[tokio::test]
+async fn a_failed_pickup_releases_the_lock_and_its_message_comes_back_after_a_short_pause() {
+    // GIVEN a turn whose answer can never be stored, on a lane queue whose visibility (and the
+    // lock's lease) are 30 s, and a failed pickup pause of 300 ms
+    let p = poison_fixture_with(
+        vec![Script::Text("never stored"), Script::Text("never stored")],
+        RunnerConfig {
+            lock_lease: Duration::from_secs(30),
+            visibility_timeout: Duration::from_secs(30),
+            failed_pickup_pause: Duration::from_millis(300),
+            ..config()
+        },
+    );
+    let qdir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(SqliteBackend::open(qdir.path()).unwrap());
+    let worker = LaneWorker::new(queue.clone(), p.f.runner.clone());
+    let msg = p.f.accept("hello").await;
+    *p.target.lock().unwrap() = Some(msg.run_id.clone());
+    queue
+        .enqueue(&LaneMessage {
+            lane: Lane::new("acme/s1"),
+            dedup_id: "d0".into(),
+            body: msg.clone(),
+        })
+        .await
+        .unwrap();
+
+    // WHEN the worker takes the delivery and its final commit fails
+    let got = queue
+        .receive(1, Duration::from_secs(30), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let settlement = worker.process(&got[0], &CancellationToken::new()).await;
+    worker.settle(&got[0], &settlement).await;
+    let started = tokio::time::Instant::now();
+
+    // THEN it is settled to come back after the pause, jittered, not the visibility timeout
+    let Settlement::VisibleAfter(after) = settlement else {
+        panic!("a failed pickup is not done with: {settlement:?}");
+    };
+    assert!(
+        after >= Duration::from_millis(240) && after <= Duration::from_millis(360),
+        "{after:?}"
+    );
+    // AND the session's lock is released (not left to its 30 s lease)
+    let session =
+        p.f.store
+            .get_session(&p.f.tenant, &p.f.key)
+            .await
+            .unwrap()
+            .unwrap();
+    assert!(
+        !session.lock_is_live(agentlane_core::SystemClock.now_ms()),
+        "{session:?}"
+    );
+    // AND the message is delivered again within a second, and its pickup takes the lock at once
+    let again = queue
+        .receive(1, Duration::from_secs(30), Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "back after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(again[0].message.body.run_id, msg.run_id);
+    let second = tokio::time::Instant::now();
+    worker.process(&again[0], &CancellationToken::new()).await;
+    assert!(
+        second.elapsed() < Duration::from_secs(3),
+        "the second pickup did not wait for the lock: {:?}",
+        second.elapsed()
+    );
+    assert_eq!(
+        p.refused.load(Ordering::SeqCst),
+        2,
+        "both pickups ran the turn"
+    );
 }

@@ -21,6 +21,26 @@ CREATE INDEX runs_by_session
     ON runs (tenant, json_extract(body, '$.sessionKey'), json_extract(body, '$.sessionSeq') DESC);
 ";
 
+/// A page of a tenant's sessions after a cursor (`?2`, `?3`), filtered by agent (`?4`) and
+/// status (`?5`), newest activity first: a walk of `sessions_by_activity`.
+const LIST_SESSIONS: &str = "SELECT body FROM sessions
+     WHERE tenant = ?1
+       AND (json_extract(body, '$.updatedAt') < ?2
+            OR (json_extract(body, '$.updatedAt') = ?2 AND session_key < ?3))
+       AND (?4 IS NULL OR COALESCE(json_extract(body, '$.agentId'), 'main') = ?4)
+       AND (?5 IS NULL OR json_extract(body, '$.status') = ?5)
+     ORDER BY json_extract(body, '$.updatedAt') DESC, session_key DESC
+     LIMIT ?6";
+
+/// A page of a session key's runs below a seq (`?3`), filtered by status (`?4`), newest first:
+/// a walk of `runs_by_session`.
+const LIST_RUNS: &str = "SELECT body, abort_requested, action_answer FROM runs
+     WHERE tenant = ?1 AND json_extract(body, '$.sessionKey') = ?2
+       AND json_extract(body, '$.sessionSeq') < ?3
+       AND (?4 IS NULL OR json_extract(body, '$.status') = ?4)
+     ORDER BY json_extract(body, '$.sessionSeq') DESC
+     LIMIT ?5";
+
 #[async_trait]
 impl SessionCatalog for SqliteBackend {
     async fn list_sessions(
@@ -75,16 +95,7 @@ fn list_sessions(
     after: Option<&SessionCursor>,
     budget: PageBudget,
 ) -> Result<SessionPage> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT body FROM sessions
-         WHERE tenant = ?1
-           AND (json_extract(body, '$.updatedAt') < ?2
-                OR (json_extract(body, '$.updatedAt') = ?2 AND session_key < ?3))
-           AND (?4 IS NULL OR COALESCE(json_extract(body, '$.agentId'), 'main') = ?4)
-           AND (?5 IS NULL OR json_extract(body, '$.status') = ?5)
-         ORDER BY json_extract(body, '$.updatedAt') DESC, session_key DESC
-         LIMIT ?6",
-    )?;
+    let mut stmt = conn.prepare_cached(LIST_SESSIONS)?;
     // Without a cursor: everything sorts before (i64::MAX, any key).
     let (at, key) = match after {
         Some(c) => (int(c.updated_at), c.session_key.as_str().to_owned()),
@@ -122,14 +133,7 @@ fn list_runs(
     before: Option<u64>,
     budget: PageBudget,
 ) -> Result<RunPage> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT body, abort_requested, action_answer FROM runs
-         WHERE tenant = ?1 AND json_extract(body, '$.sessionKey') = ?2
-           AND json_extract(body, '$.sessionSeq') < ?3
-           AND (?4 IS NULL OR json_extract(body, '$.status') = ?4)
-         ORDER BY json_extract(body, '$.sessionSeq') DESC
-         LIMIT ?5",
-    )?;
+    let mut stmt = conn.prepare_cached(LIST_RUNS)?;
     let mut rows = stmt.query(params![
         tenant.as_str(),
         key.as_str(),
@@ -246,4 +250,40 @@ pub(crate) fn forget_lane_messages(conn: &Connection, run_id: &str) -> Result<u6
 
 fn count(rows: usize) -> u64 {
     u64::try_from(rows).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The query plan of `sql` (one line per step).
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let count = stmt.parameter_count();
+        let nulls = vec![rusqlite::types::Null; count];
+        stmt.query_map(rusqlite::params_from_iter(nulls), |row| {
+            row.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .unwrap()
+        .join("\n")
+    }
+
+    #[test]
+    fn the_lists_walk_their_index_and_never_scan_a_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open(&dir.path().join("db.sqlite")).unwrap();
+        let cases = [
+            (LIST_SESSIONS, "sessions_by_activity", "sessions"),
+            (LIST_RUNS, "runs_by_session", "runs"),
+        ];
+        for (sql, index, table) in cases {
+            let plan = plan(&conn, sql);
+            assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
+            assert!(!plan.contains(&format!("SCAN {table}")), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "sorted by the index: {plan}");
+        }
+    }
 }

@@ -191,10 +191,10 @@ impl DynamoStore {
         let session_pk = keys::session_pk(tenant, key);
         let mut runs = self.all_session_runs(&session_pk).await?;
         for run_id in session.open_runs.values() {
-            if !runs.iter().any(|r| &r.run_id == run_id) {
-                if let Some(run) = self.load_run(tenant, run_id).await? {
-                    runs.push(run);
-                }
+            if !runs.iter().any(|r| &r.run_id == run_id)
+                && let Some(run) = self.load_run(tenant, run_id).await?
+            {
+                runs.push(run);
             }
         }
         let mut removed = SessionRemoval::default();

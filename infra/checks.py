@@ -259,7 +259,7 @@ def check_storage(c: Checker, sam: dict[str, Any]) -> None:
         f"attribute definitions as in setup.rs: template {mine['attributes']} rust {rust['attributes']}",
     )
     c.check(
-        mine["indexes"] == rust["indexes"] and len(rust["indexes"]) == 3,
+        mine["indexes"] == rust["indexes"] and len(rust["indexes"]) == 5,
         f"GSIs as in setup.rs: template {mine['indexes']} rust {rust['indexes']}",
     )
     c.check(set(mine["projections"].values()) == {"ALL"}, f"GSI projections ALL: {mine['projections']}")

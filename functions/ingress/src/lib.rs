@@ -99,6 +99,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
         queue: backends.queue,
         clock: backends.clock,
         cron: backends.cron,
+        catalog: backends.catalog,
         agents: backends.agents,
         keys,
         config,

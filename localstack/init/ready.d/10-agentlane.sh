@@ -2,8 +2,9 @@
 # LocalStack init hook (ready stage): creates agentlane's DynamoDB table and SQS FIFO queues,
 # exactly as `agentlane setup-aws` (shared/aws/src/setup.rs) and infra/template.yaml define them:
 #   table  PK/SK (S), on-demand, TTL on expiresAt,
-#          sparse GSIs `processing` (procPk S / procAt N), `cronDue` (dueBucket S / dueAt N) and
-#          `pending` (pendPk S / pendAt N),
+#          sparse GSIs `processing` (procPk S / procAt N), `cronDue` (dueBucket S / dueAt N),
+#          `pending` (pendPk S / pendAt N), `sessions` (sessTenant S / updatedAt N) and
+#          `sessionRuns` (runSession S / sessionSeq N),
 #          projection ALL;
 #   queues <name>.fifo with explicit deduplication ids, redriving to <name>-dlq.fifo.
 # Idempotent: what exists is left as it is.
@@ -49,6 +50,8 @@ else
       AttributeName=procPk,AttributeType=S AttributeName=procAt,AttributeType=N \
       AttributeName=dueBucket,AttributeType=S AttributeName=dueAt,AttributeType=N \
       AttributeName=pendPk,AttributeType=S AttributeName=pendAt,AttributeType=N \
+      AttributeName=sessTenant,AttributeType=S AttributeName=updatedAt,AttributeType=N \
+      AttributeName=runSession,AttributeType=S AttributeName=sessionSeq,AttributeType=N \
     --key-schema AttributeName=PK,KeyType=HASH AttributeName=SK,KeyType=RANGE \
     --global-secondary-indexes '[
       {"IndexName": "processing",
@@ -62,6 +65,14 @@ else
       {"IndexName": "pending",
        "KeySchema": [{"AttributeName": "pendPk", "KeyType": "HASH"},
                      {"AttributeName": "pendAt", "KeyType": "RANGE"}],
+       "Projection": {"ProjectionType": "ALL"}},
+      {"IndexName": "sessions",
+       "KeySchema": [{"AttributeName": "sessTenant", "KeyType": "HASH"},
+                     {"AttributeName": "updatedAt", "KeyType": "RANGE"}],
+       "Projection": {"ProjectionType": "ALL"}},
+      {"IndexName": "sessionRuns",
+       "KeySchema": [{"AttributeName": "runSession", "KeyType": "HASH"},
+                     {"AttributeName": "sessionSeq", "KeyType": "RANGE"}],
        "Projection": {"ProjectionType": "ALL"}}]' \
     >/dev/null
   awslocal dynamodb wait table-exists --table-name "$TABLE"

@@ -73,6 +73,9 @@ pub struct ApiState {
     pub clock: Arc<dyn Clock>,
     /// Cron jobs (`/v1/cron/jobs`).
     pub cron: Arc<dyn CronStore>,
+    /// The tenant's sessions and a session's runs as lists, a session's deletion
+    /// (`GET /v1/sessions`, `GET /v1/runs`, `DELETE /v1/sessions/{sessionKey}`).
+    pub catalog: Arc<dyn agentlane_core::SessionCatalog>,
     /// Agents (`/v1/agents`).
     pub agents: Arc<dyn agentlane_core::AgentStore>,
     /// Bearer keys → tenant.

@@ -212,6 +212,8 @@ pub struct SessionView {
     pub session_key: SessionKey,
     pub session_id: SessionId,
     pub status: SessionStatus,
+    /// The agent the session belongs to (that of its first turn).
+    pub agent_id: String,
     pub lane: Lane,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_run_id: Option<RunId>,
@@ -253,6 +255,10 @@ impl SessionView {
             session_key: session.session_key.clone(),
             session_id: session.session_id.clone(),
             status: session.status,
+            agent_id: session
+                .agent_id
+                .clone()
+                .unwrap_or_else(|| agentlane_core::MAIN_AGENT.to_owned()),
             lane: Lane::for_session(&session.tenant, &session.session_key),
             active_run_id: session.active_run_id.clone(),
             runs_accepted: session.runs_accepted,
@@ -266,6 +272,27 @@ impl SessionView {
             queue_mode: session.queue_mode,
         }
     }
+}
+
+/// `GET /v1/sessions`: a page of the tenant's sessions, newest activity first.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsView {
+    pub sessions: Vec<SessionView>,
+    /// Pass it back as `cursor` for the next page; `null` when the list is done.
+    pub next: Option<String>,
+}
+
+/// `GET /v1/runs?sessionKey=`: a page of a session's runs, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunsView {
+    /// The runs, as `GET /v1/runs/{runId}` shows them.
+    #[schema(value_type = Vec<Run>)]
+    pub runs: Vec<serde_json::Value>,
+    /// The last `sessionSeq` returned while more may follow: pass it back as `before`; `null`
+    /// when the list is done.
+    pub next: Option<u64>,
 }
 
 /// `GET /v1/sessions/{key}/transcript`.

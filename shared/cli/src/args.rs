@@ -2,7 +2,7 @@
 
 use crate::{
     agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, sessions_cmd,
-    usage_cmd,
+    tenants_cmd, usage_cmd,
 };
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -54,6 +54,9 @@ pub enum Command {
     Sessions(sessions_cmd::SessionsArgs),
     /// What the API key's tenant spent today and this month against its budget.
     Usage(usage_cmd::UsageArgs),
+    /// Operator commands on a whole tenant, on the backend directly: erase (every record, its
+    /// API keys included).
+    Tenants(tenants_cmd::TenantsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -185,6 +188,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs(a) => runs_cmd::run(a).await,
         Command::Sessions(a) => sessions_cmd::run(a).await,
         Command::Usage(a) => usage_cmd::run(a).await,
+        Command::Tenants(a) => tenants_cmd::run(a).await,
     }
 }
 

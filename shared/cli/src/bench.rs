@@ -172,6 +172,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         clock,
         cron,
         agents,
+        catalog,
         ..
     } = backends;
     let runner = runner.with_provider(Arc::new(TimedProvider {
@@ -189,6 +190,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         queue: queue.clone(),
         clock,
         cron,
+        catalog,
         agents,
         keys: ApiKeys::from_pairs([("bench", key)]).map_err(anyhow::Error::msg)?,
         config: ApiConfig {

@@ -16,6 +16,7 @@ pub mod progress;
 mod runs_cmd;
 pub mod serve;
 mod sessions_cmd;
+mod tenants_cmd;
 mod usage_cmd;
 
 use clap::Parser;

@@ -117,6 +117,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         queue: backends.queue.clone(),
         clock: backends.clock.clone(),
         cron: backends.cron.clone(),
+        catalog: backends.catalog.clone(),
         agents: backends.agents.clone(),
         spend: Some(backends.spend.clone()),
         keys,

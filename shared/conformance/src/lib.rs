@@ -34,6 +34,7 @@ pub mod fixtures;
 pub mod keys;
 pub mod pending;
 pub mod queue;
+pub mod sessions;
 pub mod slots;
 pub mod spend;
 pub mod store;

@@ -56,7 +56,9 @@ pub use spend::SpendLedger;
 pub use store::{
     AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, FencedWriter,
     HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, PageBudget, PageTally, ProcessingIndex,
-    SessionLock, SteerTake, Store, StoreCall, StoreError, StoreLayer, StoreResult, TurnIntake,
+    RunPage, SessionCatalog, SessionCursor, SessionFilter, SessionLock, SessionPage,
+    SessionRemoval, SteerTake, Store, StoreCall, StoreError, StoreLayer, StoreResult, TenantEraser,
+    TenantErasure, TurnIntake,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

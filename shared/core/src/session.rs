@@ -14,6 +14,25 @@ pub enum SessionStatus {
     Processing,
 }
 
+impl SessionStatus {
+    /// The status as the API and the stores spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Processing => "processing",
+        }
+    }
+
+    /// The status named `value` (as [`as_str`](Self::as_str) spells it).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "idle" => Some(SessionStatus::Idle),
+            "processing" => Some(SessionStatus::Processing),
+            _ => None,
+        }
+    }
+}
+
 /// A session key's current state. Lock fields are part of the record so that a fenced write can
 /// check them in the same conditional write (DynamoDB) or transaction (SQLite).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

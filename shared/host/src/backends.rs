@@ -23,6 +23,9 @@ pub struct Backends {
     pub agents: Arc<dyn agentlane_core::AgentStore>,
     /// The processing sessions, for the stuck-session sweep (the same database or table).
     pub processing: Arc<dyn agentlane_core::ProcessingIndex>,
+    /// A tenant's sessions and a session's runs as lists; a session's deletion (the same
+    /// database or table).
+    pub catalog: Arc<dyn agentlane_core::SessionCatalog>,
     /// Store-backed API keys (`agentlane keys`; the same database or table).
     pub keys: Arc<dyn agentlane_core::KeyStore>,
     /// Per-tenant stream and wait slots shared by every process (the same database or table).
@@ -81,6 +84,7 @@ pub fn open_embedded_backend(
         cron: Arc::new(backend.clone()),
         agents: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
+        catalog: Arc::new(backend.clone()),
         keys: Arc::new(backend.clone()),
         slots: Arc::new(backend.clone()),
         spend: Arc::new(backend.clone()),
@@ -106,6 +110,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
     Ok(Backends {
         store: Arc::new(store.clone()),
         processing: Arc::new(store.clone()),
+        catalog: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
         slots: Arc::new(store.clone()),
         spend: Arc::new(store.clone()),
@@ -158,6 +163,18 @@ pub async fn aws_dead_letters() -> anyhow::Result<Option<agentlane_aws::SqsDeadL
 /// standard SDK settings): the table only, no queue (for `agentlane keys`).
 #[cfg(feature = "aws")]
 pub async fn open_aws_keys() -> anyhow::Result<Arc<dyn agentlane_core::KeyStore>> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    Ok(Arc::new(agentlane_aws::DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    )))
+}
+
+/// The tenant eraser of the AWS backend named by the environment (`AGENTLANE_TABLE`, standard
+/// SDK settings): the table only, no queue. Creates nothing.
+#[cfg(feature = "aws")]
+pub async fn open_aws_eraser() -> anyhow::Result<Arc<dyn agentlane_core::TenantEraser>> {
     let sdk = agentlane_aws::sdk_config().await;
     let config = agentlane_aws::AwsConfig::from_env()?;
     Ok(Arc::new(agentlane_aws::DynamoStore::new(

@@ -25,7 +25,9 @@
 mod agents;
 mod api_keys;
 mod backend;
+mod catalog;
 mod cron;
+mod erase;
 mod error;
 mod fair;
 mod ingress;

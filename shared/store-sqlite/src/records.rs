@@ -50,11 +50,16 @@ pub(crate) fn load_run(
     let Some((body, abort_requested, answer)) = row else {
         return Ok(None);
     };
-    let mut run: Run = serde_json::from_str(&body)?;
+    decode_run(&body, abort_requested, answer.as_deref()).map(Some)
+}
+
+/// A run from its row: the body with `abort_requested` and `action_answer` merged in.
+pub(crate) fn decode_run(body: &str, abort_requested: i64, answer: Option<&str>) -> Result<Run> {
+    let mut run: Run = serde_json::from_str(body)?;
     run.abort_requested = abort_requested != 0;
     run.abort_reason = abort_reason_from_column(abort_requested);
-    run.action_answer = answer.map(|a| serde_json::from_str(&a)).transpose()?;
-    Ok(Some(run))
+    run.action_answer = answer.map(serde_json::from_str).transpose()?;
+    Ok(run)
 }
 
 /// The `abort_requested` column: 0 no request, 1 a plain request, 2 the supervisor's (stuck),

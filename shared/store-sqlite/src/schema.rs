@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     ACTION_ANSWERS,
     crate::spend::SCHEMA,
     crate::slots::RATE_SCHEMA,
+    crate::catalog::SCHEMA,
 ];
 
 /// The answer to a paused run's pending tool calls (issue 20): owned by the API and the

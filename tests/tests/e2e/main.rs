@@ -17,6 +17,7 @@ mod compaction;
 mod crash_recovery;
 mod crash_soak;
 mod cron;
+mod data_lifecycle;
 mod early_end;
 mod edge_limits;
 mod events_sse;

@@ -22,6 +22,7 @@ async fn call(backend: &SqliteBackend, event: &str) -> (http::StatusCode, serde_
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
         cron: Arc::new(backend.clone()),
+        catalog: Arc::new(backend.clone()),
         agents: Arc::new(backend.clone()),
         keys: ApiKeys::parse("acme:ingress-test-key-0123456789").unwrap(),
         config: ApiConfig::default(),

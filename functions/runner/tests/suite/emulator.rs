@@ -54,6 +54,7 @@ impl Emulator {
         let backends = Backends {
             store: Arc::new(store.clone()),
             processing: Arc::new(store.clone()),
+            catalog: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
             slots: Arc::new(store.clone()),
             spend: Arc::new(store.clone()),
@@ -86,6 +87,7 @@ impl Emulator {
             keys: ApiKeys::parse(&format!("acme:{API_KEY}")).unwrap(),
             config: ApiConfig::default(),
             cron: self.backends.cron.clone(),
+            catalog: self.backends.catalog.clone(),
             agents: self.backends.agents.clone(),
         });
         let request = Request::builder()

@@ -3,6 +3,7 @@
 pub mod actions;
 pub mod agent;
 pub mod agents;
+pub mod catalog;
 pub mod cron;
 pub mod openai;
 pub mod runs;
@@ -50,7 +51,13 @@ pub(crate) fn table() -> Table {
         .routes(routes!(runs::events))
         .routes(routes!(runs::abort))
         .routes(routes!(actions::answer))
-        .routes(routes!(sessions::get_session, sessions::patch_session))
+        .routes(routes!(catalog::list_runs))
+        .routes(routes!(catalog::list_sessions))
+        .routes(routes!(
+            sessions::get_session,
+            sessions::patch_session,
+            catalog::delete_session
+        ))
         .routes(routes!(sessions::transcript))
         .routes(routes!(sessions::reset))
         .routes(routes!(cron::list, cron::create))

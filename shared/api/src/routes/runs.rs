@@ -85,7 +85,7 @@ pub async fn get_run(
 
 /// The fields of a run only `?include=internal` shows: the runner's resume state and the
 /// fingerprint idempotent resubmits are checked against.
-const INTERNAL_FIELDS: &[&str] = &["checkpoint", "requestFingerprint"];
+pub(crate) const INTERNAL_FIELDS: &[&str] = &["checkpoint", "requestFingerprint"];
 
 /// Query of the events route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

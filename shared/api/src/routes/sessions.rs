@@ -22,7 +22,7 @@ use std::time::Duration;
 /// Longest `sessionId` query value worth a lookup.
 const MAX_SESSION_ID_LEN: usize = 128;
 
-fn session_key(raw: String) -> Result<SessionKey, ApiError> {
+pub(crate) fn session_key(raw: String) -> Result<SessionKey, ApiError> {
     validate_session_key(&raw).map_err(ApiError::InvalidRequest)?;
     Ok(SessionKey::new(raw))
 }

@@ -82,6 +82,7 @@ impl LiveServer {
                 keys,
                 config,
                 cron: backend.clone(),
+                catalog: backend.clone(),
                 agents: backend.clone(),
                 spend: Some(backend.clone()),
             },

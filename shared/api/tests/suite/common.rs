@@ -121,6 +121,7 @@ impl Harness {
         let store: Arc<dyn Store> = backend.clone();
         let cron: Arc<dyn agentlane_core::cron::CronStore> = backend.clone();
         let agents: Arc<dyn agentlane_core::AgentStore> = backend.clone();
+        let catalog: Arc<dyn agentlane_core::SessionCatalog> = backend.clone();
         let queue: Arc<dyn LaneQueue> = backend;
         let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let state = ApiState {
@@ -130,6 +131,7 @@ impl Harness {
             queue: queue.clone(),
             clock: clock.clone(),
             cron,
+            catalog,
             agents,
             keys,
             config,

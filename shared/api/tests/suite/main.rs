@@ -7,6 +7,8 @@
 #[cfg(test)]
 mod agent;
 #[cfg(test)]
+mod catalog;
+#[cfg(test)]
 mod common;
 #[cfg(test)]
 mod cron;

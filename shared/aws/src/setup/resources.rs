@@ -1,7 +1,10 @@
 //! Creating the table and queues when absent (idempotent).
 
 use super::{AwsConfig, SetupError, aws_error};
-use crate::store::{CRON_DUE_INDEX, PENDING_INDEX, PROCESSING_INDEX, TTL_ATTRIBUTE};
+use crate::store::{
+    CRON_DUE_INDEX, PENDING_INDEX, PROCESSING_INDEX, SESSION_RUNS_INDEX, SESSIONS_INDEX,
+    TTL_ATTRIBUTE,
+};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
@@ -92,8 +95,16 @@ pub async fn resolve_queue_url(sdk: &SdkConfig, config: &AwsConfig) -> Result<St
     }
 }
 
-/// Creates the table when absent (on-demand, `PK`/`SK`, the `processing`, `cronDue` and
-/// `pending` GSIs; an older table gets `pending` added),
+/// The GSIs added after the table's first design, as (name, partition key (S), sort key (N)):
+/// [`ensure_table`] adds the missing ones to an older table.
+const LATER_INDEXES: [(&str, &str, &str); 3] = [
+    (PENDING_INDEX, "pendPk", "pendAt"),
+    (SESSIONS_INDEX, "sessTenant", "updatedAt"),
+    (SESSION_RUNS_INDEX, "runSession", "sessionSeq"),
+];
+
+/// Creates the table when absent (on-demand, `PK`/`SK`, the `processing`, `cronDue`,
+/// `pending`, `sessions` and `sessionRuns` GSIs; an older table gets the later ones added),
 /// waits until it is active and enables TTL on `expiresAt`. Idempotent.
 pub async fn ensure_table(sdk: &SdkConfig, table: &str) -> Result<(), SetupError> {
     let probe = AwsConfig {
@@ -103,15 +114,21 @@ pub async fn ensure_table(sdk: &SdkConfig, table: &str) -> Result<(), SetupError
     probe.validate()?;
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
     create_table_if_absent(&ddb, table).await?;
-    ensure_pending_index(&ddb, table).await?;
+    for (name, hash, range) in LATER_INDEXES {
+        ensure_index(&ddb, table, name, hash, range).await?;
+    }
     ensure_ttl(&ddb, table).await
 }
 
-/// Adds the sparse `pending` GSI (issue 11) to a table created before it existed, and waits
-/// until it is active. A no-op on a table that has it.
-async fn ensure_pending_index(
+/// Adds the sparse GSI `name` (`hash` S / `range` N) to a table created before it existed,
+/// and waits until it is active (DynamoDB builds one new index at a time). A no-op on a table
+/// that has it.
+async fn ensure_index(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
+    name: &str,
+    hash: &str,
+    range: &str,
 ) -> Result<(), SetupError> {
     let index_status = |out: &aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput| {
         out.table
@@ -119,16 +136,16 @@ async fn ensure_pending_index(
             .and_then(|t| t.global_secondary_indexes.as_ref())
             .and_then(|gsis| {
                 gsis.iter()
-                    .find(|g| g.index_name.as_deref() == Some(PENDING_INDEX))
+                    .find(|g| g.index_name.as_deref() == Some(name))
                     .map(|g| g.index_status.clone())
             })
     };
     let describe = || ddb.describe_table().table_name(table).send();
     let out = describe().await.map_err(aws_error("DescribeTable"))?;
     if index_status(&out).is_none() {
-        let gsi = sparse_index(PENDING_INDEX, "pendPk", "pendAt")?;
+        let gsi = sparse_index(name, hash, range)?;
         let create = CreateGlobalSecondaryIndexAction::builder()
-            .index_name(PENDING_INDEX)
+            .index_name(name)
             .set_key_schema(Some(gsi.key_schema().to_vec()))
             .set_projection(gsi.projection().cloned())
             .build()
@@ -136,15 +153,15 @@ async fn ensure_pending_index(
         let updated = ddb
             .update_table()
             .table_name(table)
-            .attribute_definitions(attribute("pendPk", ScalarAttributeType::S)?)
-            .attribute_definitions(attribute("pendAt", ScalarAttributeType::N)?)
+            .attribute_definitions(attribute(hash, ScalarAttributeType::S)?)
+            .attribute_definitions(attribute(range, ScalarAttributeType::N)?)
             .global_secondary_index_updates(
                 GlobalSecondaryIndexUpdate::builder().create(create).build(),
             )
             .send()
             .await;
         match updated {
-            Ok(_) => tracing::info!(table, "added the pending GSI"),
+            Ok(_) => tracing::info!(table, index = name, "added a GSI"),
             // Someone else is adding it.
             Err(err)
                 if err.as_service_error().and_then(|e| e.code())
@@ -159,7 +176,7 @@ async fn ensure_pending_index(
             Some(Some(IndexStatus::Active) | None) => return Ok(()),
             _ if tokio::time::Instant::now() >= deadline => {
                 return Err(SetupError::Timeout(format!(
-                    "the pending index of {table} is not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?}"
+                    "the {name} index of {table} is not ACTIVE after {TABLE_ACTIVE_TIMEOUT:?}"
                 )));
             }
             _ => tokio::time::sleep(agentlane_core::backoff::jittered(TABLE_ACTIVE_POLL)).await,
@@ -230,11 +247,21 @@ async fn create_table_if_absent(
             .attribute_definitions(attribute("pendAt", ScalarAttributeType::N)?)
             .attribute_definitions(attribute("dueBucket", ScalarAttributeType::S)?)
             .attribute_definitions(attribute("dueAt", ScalarAttributeType::N)?)
+            .attribute_definitions(attribute("sessTenant", ScalarAttributeType::S)?)
+            .attribute_definitions(attribute("updatedAt", ScalarAttributeType::N)?)
+            .attribute_definitions(attribute("runSession", ScalarAttributeType::S)?)
+            .attribute_definitions(attribute("sessionSeq", ScalarAttributeType::N)?)
             .key_schema(key("PK", KeyType::Hash)?)
             .key_schema(key("SK", KeyType::Range)?)
             .global_secondary_indexes(sparse_index(PROCESSING_INDEX, "procPk", "procAt")?)
             .global_secondary_indexes(sparse_index(CRON_DUE_INDEX, "dueBucket", "dueAt")?)
             .global_secondary_indexes(sparse_index(PENDING_INDEX, "pendPk", "pendAt")?)
+            .global_secondary_indexes(sparse_index(SESSIONS_INDEX, "sessTenant", "updatedAt")?)
+            .global_secondary_indexes(sparse_index(
+                SESSION_RUNS_INDEX,
+                "runSession",
+                "sessionSeq",
+            )?)
             .send()
             .await;
         match created {

@@ -334,7 +334,7 @@ impl DynamoStore {
     }
 
     fn run_put(&self, run: &Run) -> StoreResult<TransactWriteItem> {
-        let item: Item = HashMap::from([
+        let mut item: Item = HashMap::from([
             (PK.to_owned(), s(keys::run_pk(&run.tenant, &run.run_id))),
             (SK.to_owned(), s(RUN_SK)),
             (RUN_JSON.to_owned(), s(run_json(run)?)),
@@ -342,6 +342,7 @@ impl DynamoStore {
             (SESSION_ID.to_owned(), s(run.session_id.as_str())),
             (ABORT_REQUESTED.to_owned(), AttributeValue::Bool(false)),
         ]);
+        item.extend(super::item::run_index_attributes(run));
         let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))

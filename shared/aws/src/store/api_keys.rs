@@ -24,19 +24,19 @@ use agentlane_core::{StoreError, StoreResult, TenantId};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 
-const LOOKUP_SK: &str = "KEY";
-const LIST_PREFIX: &str = "K#";
+pub(super) const LOOKUP_SK: &str = "KEY";
+pub(super) const LIST_PREFIX: &str = "K#";
 const TENANT: &str = "tenant";
 const HASH: &str = "hash";
 const LABEL: &str = "label";
 const CREATED_AT: &str = "createdAt";
 const REVOKED_AT: &str = "revokedAt";
 
-fn lookup_pk(key_id: &str) -> String {
+pub(super) fn lookup_pk(key_id: &str) -> String {
     format!("KEY#{key_id}")
 }
 
-fn list_pk(tenant: &TenantId) -> String {
+pub(super) fn list_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#KEYS")
 }
 

@@ -267,6 +267,7 @@ impl DynamoStore {
                 (STATUS.to_owned(), s(run.status.as_str())),
                 (SESSION_ID.to_owned(), s(run.session_id.as_str())),
             ]);
+            item.extend(super::item::run_index_attributes(run));
             let mut conditions = vec![format!("attribute_exists({PK})")];
             let mut values: Item = HashMap::new();
             let names = [ABORT_REQUESTED, ABORT_REASON, ACTION_ANSWER, ANSWER_FOR];

@@ -36,7 +36,7 @@ const COUNT_SK: &str = "COUNT";
 const JOB_COUNT: &str = "jobs";
 const JOB_PREFIX: &str = "J#";
 
-fn cron_pk(tenant: &TenantId) -> String {
+pub(super) fn cron_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#CRON")
 }
 

@@ -51,6 +51,8 @@ pub(crate) const PEND_PK: &str = "pendPk";
 pub(crate) const PEND_AT: &str = "pendAt";
 /// The single partition value of the `pending` GSI.
 pub(crate) const PEND_PK_VALUE: &str = "PENDING";
+/// GSI `sessions` partition key of every session item: `T#{tenant}` ([`tenant_partition`]).
+pub(crate) const SESS_TENANT: &str = "sessTenant";
 /// [`Session::redrives`](agentlane_core::Session::redrives); absent = 0.
 pub(crate) const REDRIVES: &str = "redrives";
 /// Prefix of the attributes `openRun{seq}` = run id: [`Session::open_runs`](agentlane_core::Session::open_runs)
@@ -65,6 +67,10 @@ pub(crate) fn open_run_attr(seq: u64) -> String {
 
 // Run item attributes (besides STATUS, SESSION_ID, UPDATED_AT).
 pub(crate) const RUN_JSON: &str = "run";
+/// GSI `sessionRuns` partition key of every run item: its session item's `PK`.
+pub(crate) const RUN_SESSION: &str = "runSession";
+/// GSI `sessionRuns` sort key: the run's [`Run::session_seq`].
+pub(crate) const SESSION_SEQ: &str = "sessionSeq";
 pub(crate) const ABORT_REQUESTED: &str = "abortRequested";
 /// Why the abort was requested, when not a plain request (`stuck`): set once, with
 /// `abortRequested`, by the supervisor.
@@ -84,6 +90,22 @@ pub(crate) const RUN_ID: &str = "runId";
 pub(crate) const EXPIRES_AT: &str = "expiresAt";
 /// Exact idempotency expiry (ms), checked in conditions: TTL deletion is only eventual.
 pub(crate) const EXPIRES_AT_MS: &str = "expiresAtMs";
+
+/// The `sessions` GSI partition of a tenant's sessions.
+pub(crate) fn tenant_partition(tenant: &TenantId) -> String {
+    format!("T#{tenant}")
+}
+
+/// The `sessionRuns` GSI attributes of a run item (set on every whole write of it).
+pub(crate) fn run_index_attributes(run: &Run) -> [(String, AttributeValue); 2] {
+    [
+        (
+            RUN_SESSION.to_owned(),
+            s(super::keys::session_pk(&run.tenant, &run.session_key)),
+        ),
+        (SESSION_SEQ.to_owned(), n(run.session_seq)),
+    ]
+}
 
 pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -145,6 +167,7 @@ pub(crate) fn session_item(pk: String, session: &Session) -> Item {
         (super::keys::PK.to_owned(), s(pk)),
         (super::keys::SK.to_owned(), s(super::keys::SESSION_SK)),
         (TENANT.to_owned(), s(session.tenant.as_str())),
+        (SESS_TENANT.to_owned(), s(tenant_partition(&session.tenant))),
         (SESSION_KEY.to_owned(), s(session.session_key.as_str())),
         (SESSION_ID.to_owned(), s(session.session_id.as_str())),
         (STATUS.to_owned(), s(status_str(session.status))),

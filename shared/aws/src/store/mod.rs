@@ -7,8 +7,8 @@
 //!
 //! | item | `PK` | `SK` | attributes |
 //! |---|---|---|---|
-//! | session | `T#{t}#S#{sessionKey}` | `SESSION` | `tenant`, `sessionKey`, `sessionId`, `status` (`idle`/`processing`), `activeRunId`?, `createdAt`, `updatedAt`, `lastProgressAt`?, `runsAccepted`, `runsFinished`, `generation`, lock: `lockOwner`? (absent = free), `lockUntil` (ms), `fence` (only grows); `procPk`/`procAt` while processing; `pendPk`/`pendAt`, `openRun{seq}`, `redrives`? while work is pending |
-//! | run | `T#{t}#R#{runId}` | `RUN` | `run` (the whole run as JSON, a string), `status`, `sessionId`, `abortRequested` (BOOL) |
+//! | session | `T#{t}#S#{sessionKey}` | `SESSION` | `tenant`, `sessTenant` (`T#{t}`), `sessionKey`, `sessionId`, `status` (`idle`/`processing`), `activeRunId`?, `createdAt`, `updatedAt`, `lastProgressAt`?, `runsAccepted`, `runsFinished`, `generation`, lock: `lockOwner`? (absent = free), `lockUntil` (ms), `fence` (only grows); `procPk`/`procAt` while processing; `pendPk`/`pendAt`, `openRun{seq}`, `redrives`? while work is pending |
+//! | run | `T#{t}#R#{runId}` | `RUN` | `run` (the whole run as JSON, a string), `status`, `sessionId`, `abortRequested` (BOOL), `runSession` (its session's `PK`), `sessionSeq` |
 //! | event | `T#{t}#R#{runId}` | `V#{seq:08}` | `event` (JSON), `seq`, `expiresAt` (TTL, 30 days) |
 //! | transcript entry | `T#{t}#SID#{sessionId}` | `E#{seq:012}` | `entry` (JSON), `seq`, `runId` |
 //! | idempotency | `T#{t}#K#{key}` (`K#h#{sha256}` when > 512 bytes) | `IDEM` | `runId`, `expiresAtMs` (checked), `expiresAt` (TTL) |
@@ -34,6 +34,10 @@
 //!   pending). Set by `accept_turn` (`if_not_exists`, in its own write, with `openRun{seq}` =
 //!   run id), moved or removed only by the sweep (conditional on the counters it read): the
 //!   sweep finds idle sessions whose queued run lost its lane message without a scan.
+//! - `sessions`: `sessTenant` (S, `T#{tenant}`) / `updatedAt` (N): every session item, so a
+//!   tenant's sessions list newest activity first without a scan (issue 24).
+//! - `sessionRuns`: `runSession` (S, the session item's `PK`) / `sessionSeq` (N): every run
+//!   item, so a session's runs list in order and a session's deletion finds them.
 //! - `cronDue`: `dueBucket` (S, always `DUE`) / `dueAt` (N): cron jobs by the time a scheduler
 //!   must look at them next (their next slot, or their fire in flight).
 //!
@@ -58,8 +62,10 @@
 mod accept;
 mod agents;
 mod api_keys;
+mod catalog;
 mod commit;
 mod cron;
+mod erase;
 mod error;
 mod item;
 mod keys;
@@ -86,6 +92,10 @@ use std::time::Duration;
 pub const PROCESSING_INDEX: &str = "processing";
 /// Name of the sparse GSI on sessions with pending work (issue 11).
 pub const PENDING_INDEX: &str = "pending";
+/// Name of the GSI on a tenant's sessions by activity (issue 24): `sessTenant` / `updatedAt`.
+pub const SESSIONS_INDEX: &str = "sessions";
+/// Name of the GSI on a session's runs by their order (issue 24): `runSession` / `sessionSeq`.
+pub const SESSION_RUNS_INDEX: &str = "sessionRuns";
 /// Name of the GSI on cron jobs' due time.
 pub const CRON_DUE_INDEX: &str = "cronDue";
 /// The TTL attribute (epoch seconds).

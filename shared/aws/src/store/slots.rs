@@ -47,14 +47,14 @@ const RATE_COUNT: &str = "c";
 /// How long a rate window's item outlives the window's start (TTL, seconds).
 const RATE_TTL_SECS: u64 = 3_600;
 
-fn rate_pk(scope: &RateScope) -> String {
+pub(super) fn rate_pk(scope: &RateScope) -> String {
     match scope {
         RateScope::Tenant(tenant) => format!("T#{tenant}#RATE"),
         RateScope::KeyProbes(source) => format!("RATE#PROBES#{source}"),
     }
 }
 
-fn slots_pk(tenant: &TenantId) -> String {
+pub(super) fn slots_pk(tenant: &TenantId) -> String {
     format!("T#{tenant}#SLOTS")
 }
 

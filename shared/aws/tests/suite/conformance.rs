@@ -36,3 +36,8 @@ agentlane_conformance::agents_conformance!(async {
 agentlane_conformance::spend_conformance!(async {
     Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::SpendLedger>
 });
+
+agentlane_conformance::catalog_conformance!(async {
+    Arc::new(crate::common::store().await)
+        as Arc<dyn agentlane_conformance::sessions::CatalogBackend>
+});

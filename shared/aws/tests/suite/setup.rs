@@ -23,14 +23,14 @@ async fn queue_attributes(
         .unwrap_or_default()
 }
 
-/// A table created before the `pending` GSI existed (issue 11) gets it: the sweep's query of it
-/// works afterwards.
+/// A table created before the `pending` GSI existed (issue 11) gets it, and the `sessions` and
+/// `sessionRuns` GSIs (issue 24): the sweep's query works afterwards, and so do the lists.
 #[tokio::test]
-async fn ensure_table_adds_the_pending_index_to_an_older_table() {
+async fn ensure_table_adds_the_later_indexes_to_an_older_table() {
     use agentlane_aws::aws_sdk_dynamodb::types::{
         AttributeDefinition, KeySchemaElement, KeyType, ScalarAttributeType,
     };
-    use agentlane_core::ProcessingIndex;
+    use agentlane_core::{PageBudget, ProcessingIndex, SessionCatalog, SessionFilter, TenantId};
     let sdk = common::sdk().await;
     let config = common::fresh_config();
     let ddb = agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk);
@@ -72,12 +72,13 @@ async fn ensure_table_adds_the_pending_index_to_an_older_table() {
         .unwrap()
         .table
         .unwrap();
-    let names: Vec<_> = table
+    let mut names: Vec<_> = table
         .global_secondary_indexes()
         .iter()
         .filter_map(|i| i.index_name())
         .collect();
-    assert_eq!(names, vec!["pending"]);
+    names.sort_unstable();
+    assert_eq!(names, vec!["pending", "sessionRuns", "sessions"]);
     let store = agentlane_aws::DynamoStore::new(ddb, config.table.clone());
     assert!(
         store
@@ -86,6 +87,16 @@ async fn ensure_table_adds_the_pending_index_to_an_older_table() {
             .unwrap()
             .is_empty()
     );
+    let listed = store
+        .list_sessions(
+            &TenantId::new("t"),
+            &SessionFilter::default(),
+            None,
+            PageBudget::new(10, 1 << 20),
+        )
+        .await
+        .unwrap();
+    assert!(listed.sessions.is_empty());
 }
 
 #[tokio::test]
@@ -104,7 +115,7 @@ async fn ensure_resources_creates_everything_once_and_is_idempotent() {
     assert_eq!(first.table, config.table);
     let dlq_url = first.dlq_url.clone().expect("a DLQ was created");
 
-    // the table: on demand, PK/SK, both GSIs, TTL on expiresAt
+    // the table: on demand, PK/SK, the five GSIs, TTL on expiresAt
     let ddb = agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk);
     let table = ddb
         .describe_table()
@@ -143,7 +154,9 @@ async fn ensure_resources_creates_everything_once_and_is_idempotent() {
         vec![
             "cronDue".to_owned(),
             "pending".to_owned(),
-            "processing".to_owned()
+            "processing".to_owned(),
+            "sessionRuns".to_owned(),
+            "sessions".to_owned()
         ]
     );
     let ttl = ddb

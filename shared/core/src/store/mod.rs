@@ -18,10 +18,16 @@
 //! brought within [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) by the
 //! [size rule](crate::record_size) (see [`FencedWriter::commit`]).
 //!
+//! Beside them, [`SessionCatalog`] (the operator's lists and a session's deletion) and
+//! [`ProcessingIndex`] (the supervisor's index) and [`TenantEraser`] (an operator's erasure) are
+//! roles of their own.
+//!
 //! Every adapter implements the four traits; anything that implements all four is a [`Store`].
 //! Code that needs one role takes that trait (`&dyn HistoryReader`), and an `Arc<dyn Store>`
 //! coerces to any of them.
 
+mod catalog;
+mod erase;
 mod error;
 mod intake;
 mod layer;
@@ -32,6 +38,10 @@ mod reader;
 mod steer;
 mod writer;
 
+pub use catalog::{
+    RunPage, SessionCatalog, SessionCursor, SessionFilter, SessionPage, SessionRemoval,
+};
+pub use erase::{TenantEraser, TenantErasure};
 pub use error::{StoreError, StoreResult};
 pub use intake::{AcceptOutcome, AcceptedAgent, AnswerOutcome, NewTurn, TurnIntake};
 pub use layer::{Layered, StoreCall, StoreLayer};

@@ -41,3 +41,7 @@ agentlane_conformance::agents_conformance!(async {
 agentlane_conformance::spend_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_core::SpendLedger>
 });
+
+agentlane_conformance::catalog_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_conformance::sessions::CatalogBackend>
+});

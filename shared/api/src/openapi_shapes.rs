@@ -9,7 +9,7 @@ use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::schema::{Discriminator, Schema};
 use utoipa::openapi::server::ServerBuilder;
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::ToSchema;
 
 /// A union of the document and the names its variants get, in the order the derive writes
 /// them; `tag`: the property whose one value names each variant (a `discriminator`).
@@ -195,26 +195,24 @@ const SSE_ROUTES: &[(&str, &str)] = &[("/v1/runs/{runId}/events", "RunStreamFram
 /// Registers the frame schemas and points each SSE answer at its frames with the
 /// `x-sse-frame` extension (OpenAPI 3.1 has no schema for a stream of frames; keep-alive
 /// comments, `: keep-alive`, are not frames).
-fn add_sse_frames(document: &mut Document) {
-    let components = document.components.get_or_insert_with(Default::default);
-    let mut frames: Vec<(String, RefOr<Schema>)> = Vec::new();
-    RunEventFrame::schemas(&mut frames);
-    RunEndFrame::schemas(&mut frames);
-    RunReconnectFrame::schemas(&mut frames);
-    RunErrorFrame::schemas(&mut frames);
-    for (name, schema) in frames {
+/// Adds `T`'s schema under its name, and the schemas it refers to where absent.
+fn register<T: ToSchema>(components: &mut utoipa::openapi::Components) {
+    let mut nested: Vec<(String, RefOr<Schema>)> = Vec::new();
+    T::schemas(&mut nested);
+    for (name, schema) in nested {
         components.schemas.entry(name).or_insert(schema);
     }
-    for (name, schema) in [
-        ("RunEventFrame", RunEventFrame::schema()),
-        ("RunEndFrame", RunEndFrame::schema()),
-        ("RunReconnectFrame", RunReconnectFrame::schema()),
-        ("RunErrorFrame", RunErrorFrame::schema()),
-        ("RunEndData", RunEndData::schema()),
-        ("RunReconnectData", RunReconnectData::schema()),
-    ] {
-        components.schemas.insert(name.to_owned(), schema);
-    }
+    components
+        .schemas
+        .insert(T::name().into_owned(), T::schema());
+}
+
+fn add_sse_frames(document: &mut Document) {
+    let components = document.components.get_or_insert_with(Default::default);
+    register::<RunEventFrame>(components);
+    register::<RunEndFrame>(components);
+    register::<RunReconnectFrame>(components);
+    register::<RunErrorFrame>(components);
     let union = utoipa::openapi::schema::OneOfBuilder::new()
         .item(Ref::from_schema_name("RunEventFrame"))
         .item(Ref::from_schema_name("RunEndFrame"))

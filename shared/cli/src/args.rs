@@ -1,8 +1,8 @@
 //! Command-line arguments.
 
 use crate::{
-    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, tenants_cmd,
-    usage_cmd,
+    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, sessions_cmd,
+    tenants_cmd, usage_cmd,
 };
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -52,6 +52,8 @@ pub enum Command {
     Runs(runs_cmd::RunsArgs),
     /// What the API key's tenant spent today and this month against its budget.
     Usage(usage_cmd::UsageArgs),
+    /// The tenant's sessions: list, show, delete.
+    Sessions(sessions_cmd::SessionsArgs),
     /// Operator commands on a whole tenant, on the backend directly: erase (every record, its
     /// API keys included).
     Tenants(tenants_cmd::TenantsArgs),
@@ -185,6 +187,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agents(a) => agents_cmd::run(a).await,
         Command::Runs(a) => runs_cmd::run(a).await,
         Command::Usage(a) => usage_cmd::run(a).await,
+        Command::Sessions(a) => sessions_cmd::run(a).await,
         Command::Tenants(a) => tenants_cmd::run(a).await,
     }
 }

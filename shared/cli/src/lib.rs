@@ -15,6 +15,7 @@ mod keys_cmd;
 pub mod progress;
 mod runs_cmd;
 pub mod serve;
+mod sessions_cmd;
 mod tenants_cmd;
 mod usage_cmd;
 

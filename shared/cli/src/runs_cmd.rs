@@ -18,6 +18,24 @@ pub struct RunsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RunsCommand {
+    /// List a session's runs, newest first.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The session whose runs to list.
+        #[arg(long)]
+        session: String,
+        /// Only the runs in this status (queued, running, requires_action, ok, error, aborted,
+        /// timeout).
+        #[arg(long)]
+        status: Option<String>,
+        /// Runs per page (1-1000, default 100).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Where to go on: the `next` of the previous page (runs numbered below it).
+        #[arg(long)]
+        before: Option<u64>,
+    },
     /// Print a run (with its `requiredAction` while it is paused).
     Show {
         #[command(flatten)]
@@ -51,6 +69,15 @@ pub enum RunsCommand {
 
 pub async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
     match a.command {
+        RunsCommand::List {
+            client,
+            session,
+            status,
+            limit,
+            before,
+        } => {
+            return crate::sessions_cmd::list_runs(&client, &session, status, limit, before).await;
+        }
         RunsCommand::Show { client, run_id } => {
             let api = api(&client)?;
             print(

@@ -70,6 +70,9 @@ DYNAMODB_ITEM_ACTIONS = {
     "dynamodb:ConditionCheckItem",
     "dynamodb:Query",
     "dynamodb:BatchGetItem",
+    # item-level too (each put or delete is authorised per item, LeadingKeys included): the
+    # ingress deletes a session's runs, events and transcript with it
+    "dynamodb:BatchWriteItem",
 }
 
 
@@ -205,7 +208,7 @@ def rust_table_design() -> dict[str, Any]:
     keys = re.findall(r'\.key_schema\(\s*key\(\s*"(\w+)",\s*KeyType::(\w+)\s*\)', src)
     indexes = {
         consts.get(c, c): (h, r)
-        for c, h, r in re.findall(r'sparse_index\(\s*(\w+),\s*"(\w+)",\s*"(\w+)"\s*\)', src)
+        for c, h, r in re.findall(r'sparse_index\(\s*(\w+),\s*"(\w+)",\s*"(\w+)",?\s*\)', src)
     }
     receive = re.search(r"pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = (\d+);", src)
     return {

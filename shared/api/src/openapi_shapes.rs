@@ -5,11 +5,11 @@
 use crate::error::ErrorBody;
 use agentlane_core::{Event, EventStream, RunId, RunStatus};
 use serde_json::json;
+use utoipa::ToSchema;
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::schema::{Discriminator, Schema};
 use utoipa::openapi::server::ServerBuilder;
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
-use utoipa::ToSchema;
 
 /// A union of the document and the names its variants get, in the order the derive writes
 /// them; `tag`: the property whose one value names each variant (a `discriminator`).

@@ -48,9 +48,10 @@ pub enum Command {
     /// Manage stored agents (instructions, model, tools) a turn names with `agent --agent`:
     /// create, list, show, edit, rm.
     Agents(agents_cmd::AgentsArgs),
-    /// A run's record, abort, and answers to a paused run: show, abort, approve, answer.
+    /// A session's runs, a run's record, abort, and answers to a paused run: list, show,
+    /// abort, approve, answer.
     Runs(runs_cmd::RunsArgs),
-    /// A session's state, default queue mode and id: show, set, reset.
+    /// The tenant's sessions: list, show, set (default queue mode), reset (a new id), delete.
     Sessions(sessions_cmd::SessionsArgs),
     /// What the API key's tenant spent today and this month against its budget.
     Usage(usage_cmd::UsageArgs),

@@ -243,39 +243,6 @@ pub(crate) fn run(run: &Value) -> String {
     out
 }
 
-/// A session (`GET /v1/sessions/{key}`) as a few lines: key, status, id, counts, times, its
-/// default queue mode and what the supervisor says of it.
-pub(crate) fn session(session: &Value) -> String {
-    let mut out = format!(
-        "{} {}{}\n",
-        session["sessionKey"].as_str().unwrap_or("?"),
-        session["status"].as_str().unwrap_or("?"),
-        session["activeRunId"]
-            .as_str()
-            .map_or_else(String::new, |r| format!(" ({r})")),
-    );
-    out.push_str(&format!(
-        "  id {}  generation {}  runs {} accepted, {} finished  queue mode {}\n",
-        session["sessionId"].as_str().unwrap_or("?"),
-        session["generation"].as_u64().unwrap_or(0),
-        session["runsAccepted"].as_u64().unwrap_or(0),
-        session["runsFinished"].as_u64().unwrap_or(0),
-        session["queueMode"].as_str().unwrap_or("followup"),
-    ));
-    out.push_str(&format!(
-        "  created {}  updated {}\n",
-        time(session["createdAt"].as_u64()),
-        time(session["updatedAt"].as_u64()),
-    ));
-    if let Some(class) = session["diagnostic"]["class"].as_str() {
-        out.push_str(&format!(
-            "  diagnostic {class}: {}\n",
-            session["diagnostic"]["reason"].as_str().unwrap_or("")
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,23 +373,6 @@ mod tests {
         assert!(
             failed.contains("run error: timeout: no answer in 60 s"),
             "{failed}"
-        );
-    }
-
-    #[test]
-    fn a_session_reads_as_its_status_counts_and_mode() {
-        let shown = session(&json!({"sessionKey": "demo", "status": "running",
-            "activeRunId": "run_1", "sessionId": "ses_1", "generation": 2, "runsAccepted": 3,
-            "runsFinished": 2, "queueMode": "steer", "createdAt": 1, "updatedAt": 2,
-            "diagnostic": {"class": "session.stalled", "reason": "no progress for 60 s"}}));
-        assert!(shown.starts_with("demo running (run_1)\n"), "{shown}");
-        assert!(
-            shown.contains("runs 3 accepted, 2 finished  queue mode steer"),
-            "{shown}"
-        );
-        assert!(
-            shown.ends_with("  diagnostic session.stalled: no progress for 60 s\n"),
-            "{shown}"
         );
     }
 }

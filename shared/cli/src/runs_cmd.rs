@@ -1,4 +1,5 @@
-//! `agentlane runs`: a run's record (`show`), `abort`, and the answers to a paused run
+//! `agentlane runs`: a session's runs (`list`), a run's record (`show`), `abort`, and the
+//! answers to a paused run
 //! (issue 20): `approve` (approve every pending approval, `--deny` some with a reason) and
 //! `answer` (client tools' outputs).
 
@@ -19,6 +20,24 @@ pub struct RunsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RunsCommand {
+    /// List a session's runs, newest first.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The session whose runs to list.
+        #[arg(long)]
+        session: String,
+        /// Only the runs in this status (queued, running, requires_action, ok, error, aborted,
+        /// timeout).
+        #[arg(long)]
+        status: Option<String>,
+        /// Runs per page (1-1000, default 100).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Where to go on: the `next` of the previous page (runs numbered below it).
+        #[arg(long)]
+        before: Option<u64>,
+    },
     /// Print a run: status, times, usage, error or pending calls, and the reply (with
     /// `--json`: the record, with its `requiredAction` while it is paused).
     Show {
@@ -64,6 +83,15 @@ pub enum RunsCommand {
 
 pub async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
     match a.command {
+        RunsCommand::List {
+            client,
+            session,
+            status,
+            limit,
+            before,
+        } => {
+            return crate::sessions_cmd::list_runs(&client, &session, status, limit, before).await;
+        }
         RunsCommand::Show { client, run_id } => {
             let api = api(&client)?;
             let run = api

@@ -216,15 +216,16 @@ fn each_client_command_speaks_human_by_default_and_json_when_asked() {
 
     // sessions show|set|reset: human lines, --json the session
     let session = serve.ok(&["sessions", "show", "demo"]);
-    assert!(session.starts_with("demo idle\n"), "{session}");
-    assert!(session.contains("queue mode followup"), "{session}");
+    assert!(session.starts_with("session       demo\n"), "{session}");
+    assert!(session.contains("status        idle\n"), "{session}");
+    assert!(session.contains("queue mode    followup\n"), "{session}");
     let set = serve.json(&["sessions", "set", "demo", "--queue-mode", "steer"]);
     assert_eq!(set["queueMode"], "steer", "{set}");
     let before = set["sessionId"].as_str().unwrap().to_owned();
     let reset = serve.json(&["sessions", "reset", "demo"]);
     assert_ne!(reset["sessionId"], before.as_str(), "{reset}");
     let cleared = serve.ok(&["sessions", "set", "demo", "--clear-queue-mode"]);
-    assert!(cleared.contains("queue mode followup"), "{cleared}");
+    assert!(cleared.contains("queue mode    followup\n"), "{cleared}");
 
     let missing = serve.run(&["cron", "show", "standup"]);
     assert!(!missing.status.success());
@@ -311,4 +312,69 @@ fn the_readme_talk_to_it_block_runs_as_written() {
     assert!(stdout.contains("[demo model] You said: hello."), "{stdout}");
     assert!(stdout.contains("The current time is"), "{stdout}");
     assert!(stdout.contains("[end] ok"), "{stdout}");
+}
+
+#[test]
+fn sessions_and_runs_list_show_and_delete_in_human_and_json_form() {
+    let serve = Serve::start();
+    serve.ok(&[
+        "agent",
+        "--session",
+        "user/1",
+        "--message",
+        "hello",
+        "--wait",
+    ]);
+    serve.ok(&[
+        "agent",
+        "--session",
+        "other",
+        "--message",
+        "hello",
+        "--wait",
+    ]);
+
+    // sessions list: a table, newest activity first; --json the API's page
+    let table = serve.ok(&["sessions", "list"]);
+    let keys: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(keys, ["other", "user/1"], "{table}");
+    assert!(table.starts_with("SESSION"), "{table}");
+    let page = serve.json(&["sessions", "list", "--status", "idle"]);
+    assert_eq!(page["sessions"].as_array().map(Vec::len), Some(2), "{page}");
+    assert_eq!(page["next"], Value::Null);
+
+    // sessions show: named lines; --json the session
+    let shown = serve.ok(&["sessions", "show", "user/1"]);
+    assert!(
+        shown.contains("runs          1 accepted, 1 finished"),
+        "{shown}"
+    );
+    assert_eq!(
+        serve.json(&["sessions", "show", "user/1"])["agentId"],
+        "main"
+    );
+
+    // runs list: a table of the session's runs; --json the page
+    let runs = serve.ok(&["runs", "list", "--session", "user/1"]);
+    assert!(
+        runs.lines().nth(1).is_some_and(|l| l.contains(" ok ")),
+        "{runs}"
+    );
+    let runs = serve.json(&["runs", "list", "--session", "user/1"]);
+    assert_eq!(runs["runs"][0]["status"], "ok", "{runs}");
+
+    // sessions delete: a line; the session is gone
+    let deleted = serve.ok(&["sessions", "delete", "user/1"]);
+    assert!(deleted.starts_with("session user/1 deleted"), "{deleted}");
+    assert!(!serve.run(&["sessions", "show", "user/1"]).status.success());
+    let left = serve.json(&["sessions", "list"]);
+    assert_eq!(left["sessions"][0]["sessionKey"], "other", "{left}");
+    assert_eq!(
+        serve.json(&["sessions", "delete", "other"])["deleted"],
+        true
+    );
 }

@@ -30,6 +30,7 @@
 pub mod agents;
 pub mod alloc;
 pub mod cron;
+pub mod erase;
 pub mod fixtures;
 pub mod keys;
 pub mod pending;

@@ -41,3 +41,7 @@ agentlane_conformance::catalog_conformance!(async {
     Arc::new(crate::common::store().await)
         as Arc<dyn agentlane_conformance::sessions::CatalogBackend>
 });
+
+agentlane_conformance::erase_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_conformance::erase::EraseBackend>
+});

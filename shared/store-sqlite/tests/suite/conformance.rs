@@ -45,3 +45,7 @@ agentlane_conformance::spend_conformance!(async {
 agentlane_conformance::catalog_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_conformance::sessions::CatalogBackend>
 });
+
+agentlane_conformance::erase_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_conformance::erase::EraseBackend>
+});

@@ -16,7 +16,7 @@ pub(crate) struct LogFiles {
 
 impl LogFiles {
     /// `<dir>/<stem>.stdout` and `<dir>/<stem>.stderr`.
-    pub fn in_dir(dir: &Path, stem: &str) -> Self {
+    pub(crate) fn in_dir(dir: &Path, stem: &str) -> Self {
         LogFiles {
             stdout: dir.join(format!("{stem}.stdout")),
             stderr: dir.join(format!("{stem}.stderr")),
@@ -24,12 +24,12 @@ impl LogFiles {
     }
 
     /// The last `max` bytes of stderr, for a failure message.
-    pub fn stderr_tail(&self, max: usize) -> String {
+    pub(crate) fn stderr_tail(&self, max: usize) -> String {
         tail(&self.stderr, max)
     }
 
     /// The last `max` bytes of stdout, for a failure message.
-    pub fn stdout_tail(&self, max: usize) -> String {
+    pub(crate) fn stdout_tail(&self, max: usize) -> String {
         tail(&self.stdout, max)
     }
 }

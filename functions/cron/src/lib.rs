@@ -11,6 +11,7 @@
 //! invocations may overlap by a moment (a late start, a retry): the conditional claim lets only
 //! one of them fire a slot. The function's timeout (`CronTimeout`, default 120 s) leaves room for
 //! the minute plus the last deliveries.
+#![warn(unreachable_pub)]
 
 use agentlane_core::Clock;
 use agentlane_host::metrics::EmfWriter;

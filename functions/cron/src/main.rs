@@ -1,4 +1,5 @@
 //! The cron Lambda: wiring only.
+#![warn(unreachable_pub)]
 
 use agentlane_cron::CronFunction;
 use agentlane_host::{self as host, cron::CronSettings};

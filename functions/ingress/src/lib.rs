@@ -13,6 +13,7 @@
 //!   and the OpenAI-compatible completions and responses, which accept turns, with the model
 //!   list); the rest answers `404 not_found` pointing at the HTTP API, so its role writes
 //!   turns and nothing else.
+#![warn(unreachable_pub)]
 
 use agentlane_api::{ApiState, ClientAddr, ResponseDeadline};
 use agentlane_host as host;

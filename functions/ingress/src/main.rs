@@ -1,5 +1,6 @@
 //! The ingress Lambda's main: see the library (`AGENTLANE_INGRESS_MODE` picks buffered or
 //! streaming responses).
+#![warn(unreachable_pub)]
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {

@@ -4,6 +4,7 @@
 //!   order kept per message group.
 //! - [`RunnerFunction`]: one invocation — the batch through the lane worker, with every turn
 //!   still running shortly before the invocation's deadline cancelled and handed back.
+#![warn(unreachable_pub)]
 
 mod batch;
 mod invocation;

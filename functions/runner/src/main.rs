@@ -1,5 +1,6 @@
 //! The runner Lambda: wiring only. Each invocation goes through
 //! [`agentlane_runner::RunnerFunction`] with the shared lane worker.
+#![warn(unreachable_pub)]
 
 use agentlane_agent::LaneWorker;
 use agentlane_host as host;

@@ -16,6 +16,7 @@
 //! - [`audit`], [`config`]: event previews and the audit log; the runner's settings.
 //!
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
+#![warn(unreachable_pub)]
 
 pub mod agents;
 pub mod answer;

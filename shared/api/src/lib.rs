@@ -18,6 +18,7 @@
 //! let app = agentlane_api::app_with(ApiState { store: backends.store.clone(), config, .. }, notifier);
 //! agentlane_api::serve(listener, app, &limits, shutdown.cancelled()).await?;
 //! ```
+#![warn(unreachable_pub)]
 
 pub mod admission;
 pub mod auth;

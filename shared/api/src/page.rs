@@ -8,11 +8,11 @@ use agentlane_core::PageBudget;
 use serde::Serialize;
 
 /// Room kept for the envelope around the items (`{"sessionKey": …, "entries": [ … ], "next": …}`).
-pub const ENVELOPE_BYTES: usize = 4 * 1024;
+pub(crate) const ENVELOPE_BYTES: usize = 4 * 1024;
 
 /// The store budget of a page of at most `limit` items answered within `max_page_bytes`: the
 /// items' JSON gets what the envelope leaves.
-pub fn budget(limit: usize, max_page_bytes: usize) -> PageBudget {
+pub(crate) fn budget(limit: usize, max_page_bytes: usize) -> PageBudget {
     PageBudget::new(limit, max_page_bytes.saturating_sub(ENVELOPE_BYTES))
 }
 
@@ -20,7 +20,7 @@ pub fn budget(limit: usize, max_page_bytes: usize) -> PageBudget {
 /// same rule the store applied to the stored JSON with [`budget`], kept here so the answer holds
 /// it even if a record serialises longer than it was stored. The first item is always kept, so a reader always moves on; store limits (a message is at most
 /// the configured message size, a DynamoDB item 400 KB) keep it far below the budget.
-pub fn fit<T: Serialize>(mut items: Vec<T>, max_page_bytes: usize) -> Vec<T> {
+pub(crate) fn fit<T: Serialize>(mut items: Vec<T>, max_page_bytes: usize) -> Vec<T> {
     let budget = max_page_bytes.saturating_sub(ENVELOPE_BYTES);
     let mut used = 0usize;
     let mut keep = 0usize;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 /// The request-id header, read and echoed.
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 const MAX_REQUEST_ID_LEN: usize = 128;
 
 fn incoming_id(request: &Request) -> Option<String> {
@@ -25,7 +25,7 @@ fn incoming_id(request: &Request) -> Option<String> {
     sane.then(|| value.to_owned())
 }
 
-pub async fn request_context(request: Request, next: Next) -> Response {
+pub(crate) async fn request_context(request: Request, next: Next) -> Response {
     let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let route = request
         .extensions()
@@ -55,7 +55,7 @@ pub async fn request_context(request: Request, next: Next) -> Response {
 
 /// Refuses a path plus query longer than `max` bytes with `414 uri_too_long` in the JSON
 /// error shape (before any extractor looks at it).
-pub async fn limit_uri(State(max): State<usize>, request: Request, next: Next) -> Response {
+pub(crate) async fn limit_uri(State(max): State<usize>, request: Request, next: Next) -> Response {
     let uri = request.uri();
     let length = uri.path_and_query().map_or(0, |pq| pq.as_str().len());
     if length > max {
@@ -68,4 +68,4 @@ pub async fn limit_uri(State(max): State<usize>, request: Request, next: Next) -
 }
 
 /// A session key's stand-in in logs (the one helper of `agentlane_core`).
-pub use agentlane_core::fingerprint;
+pub(crate) use agentlane_core::fingerprint;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 /// The SSE response for one run, starting after `after`, ending at the run's end or at
 /// `deadline`. `slot` (the tenant's stream slot) is held until the stream ends or the client
 /// goes away. `watch` must have subscribed before the caller's first read of the run.
-pub fn event_stream(
+pub(crate) fn event_stream(
     state: Arc<Shared>,
     tenant: TenantId,
     run_id: RunId,

@@ -13,22 +13,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// First pause between two reads of a run that is not live in this process.
-pub const FIRST_BACKOFF: Duration = Duration::from_millis(2);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(2);
 /// Longest pause between two reads of a run `agent.wait` polls.
-pub const MAX_BACKOFF: Duration = Duration::from_millis(250);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// A run live in this process is re-read this often even without a signal: a safety net for a
 /// runner that stopped without a final commit (its lease then passes to another process).
-pub const LIVE_RECHECK: Duration = Duration::from_secs(5);
+pub(crate) const LIVE_RECHECK: Duration = Duration::from_secs(5);
 /// Longest poll pause when this process's runner commits through the notifier: a queued run's
 /// pickup here is signalled, so polls only catch runners of other processes.
-pub const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// First poll pause when this process's runner commits through the notifier: a run it picks
 /// up is signalled at once, so the first read need not come within milliseconds (each read is
 /// a request on DynamoDB).
-pub const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Sleeps until one run may have changed.
-pub struct RunWatch {
+pub(crate) struct RunWatch {
     notifier: Notifier,
     subscription: Subscription,
     tenant: TenantId,
@@ -41,7 +41,7 @@ pub struct RunWatch {
 impl RunWatch {
     /// Subscribes to `run_id`; read the run only after this. `max_backoff` caps the poll
     /// pause (raised to [`CONNECTED_MAX_BACKOFF`] when the notifier is connected).
-    pub fn new(
+    pub(crate) fn new(
         notifier: &Notifier,
         tenant: &TenantId,
         run_id: &RunId,
@@ -68,12 +68,12 @@ impl RunWatch {
 
     /// The run's terminal record, when this process's commit of it was signalled since the
     /// watch began: the answer, with no read of the run.
-    pub fn final_run(&self) -> Option<Run> {
+    pub(crate) fn final_run(&self) -> Option<Run> {
         self.subscription.final_run().map(|run| (*run).clone())
     }
 
     /// Something changed: the next poll pause starts short again.
-    pub fn saw_change(&mut self) {
+    pub(crate) fn saw_change(&mut self) {
         self.backoff = self.first_backoff;
     }
 
@@ -81,7 +81,7 @@ impl RunWatch {
     /// running run), at the next poll tick (runs not live here), or at `until`, whichever
     /// comes first: what `agent.wait` sleeps on, so it reads the run once at its end instead
     /// of after every commit.
-    pub async fn next_end(&mut self, until: Option<Instant>) {
+    pub(crate) async fn next_end(&mut self, until: Option<Instant>) {
         let wake = self.wake(until);
         tokio::select! {
             () = self.subscription.may_have_ended() => {}
@@ -103,7 +103,7 @@ impl RunWatch {
 
     /// Returns when the run was signalled, at the next poll tick (runs not live here), or at
     /// `until`, whichever comes first.
-    pub async fn next_change(&mut self, until: Option<Instant>) {
+    pub(crate) async fn next_change(&mut self, until: Option<Instant>) {
         let wake = self.wake(until);
         tokio::select! {
             () = self.subscription.changed() => {}
@@ -114,7 +114,7 @@ impl RunWatch {
 
 /// The run once terminal, or as last read when `timeout` ends first. `NotFound` when the tenant
 /// has no such run.
-pub async fn wait_for_run(
+pub(crate) async fn wait_for_run(
     store: &dyn HistoryReader,
     notifier: &Notifier,
     tenant: &TenantId,
@@ -126,7 +126,7 @@ pub async fn wait_for_run(
 
 /// As [`wait_for_run`], but a pause counts as an end only when its id is above `past`: the
 /// wait of a client that answered pause `past` goes on until the run ends or pauses again.
-pub async fn wait_past_pause(
+pub(crate) async fn wait_past_pause(
     store: &dyn HistoryReader,
     notifier: &Notifier,
     tenant: &TenantId,

@@ -24,7 +24,7 @@ const SERVER_FIELDS: [&str; 3] = ["version", "createdAt", "updatedAt"];
 
 /// `agentlane agents …`.
 #[derive(Args, Debug)]
-pub struct AgentsArgs {
+pub(crate) struct AgentsArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     #[command(subcommand)]
@@ -33,7 +33,7 @@ pub struct AgentsArgs {
 
 /// The agents subcommands.
 #[derive(Subcommand, Debug)]
-pub enum AgentsCommand {
+pub(crate) enum AgentsCommand {
     /// Create an agent from flags, a file (--file agent.json|agent.toml), or both (flags win).
     Create(Box<CreateArgs>),
     /// List the agents, one page at a time (--limit, --cursor).
@@ -48,7 +48,7 @@ pub enum AgentsCommand {
 
 /// `agentlane agents create`.
 #[derive(Args, Debug)]
-pub struct CreateArgs {
+pub(crate) struct CreateArgs {
     /// The agent's id, a slug ([a-z0-9][a-z0-9-]{0,63}); default: the file's `agentId`.
     #[arg(value_name = "ID", value_parser = parse_agent_id)]
     pub agent_id: Option<String>,
@@ -58,7 +58,7 @@ pub struct CreateArgs {
 
 /// `agentlane agents edit`.
 #[derive(Args, Debug)]
-pub struct EditArgs {
+pub(crate) struct EditArgs {
     /// The agent to change.
     #[arg(value_name = "ID", value_parser = parse_agent_id)]
     pub agent_id: String,
@@ -71,7 +71,7 @@ pub struct EditArgs {
 
 /// `agentlane agents list`.
 #[derive(Args, Debug)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// The most agents to list (the server's default and cap apply).
     #[arg(long)]
     pub limit: Option<u32>,
@@ -82,7 +82,7 @@ pub struct ListArgs {
 
 /// `agentlane agents show`.
 #[derive(Args, Debug)]
-pub struct ShowArgs {
+pub(crate) struct ShowArgs {
     /// The agent to show.
     #[arg(value_name = "ID", value_parser = parse_agent_id)]
     pub agent_id: String,
@@ -93,7 +93,7 @@ pub struct ShowArgs {
 
 /// `agentlane agents rm`.
 #[derive(Args, Debug)]
-pub struct RmArgs {
+pub(crate) struct RmArgs {
     /// The agent to delete.
     #[arg(value_name = "ID", value_parser = parse_agent_id)]
     pub agent_id: String,
@@ -101,7 +101,7 @@ pub struct RmArgs {
 
 /// The agent's fields, as flags or a file, shared by `create` and `edit`.
 #[derive(Args, Debug)]
-pub struct SpecArgs {
+pub(crate) struct SpecArgs {
     /// The agent as JSON, or as TOML with the same keys when PATH ends in `.toml` (e.g.
     /// `[[tools.mcpServers]]`); flags given too override its fields.
     #[arg(long, value_name = "PATH")]
@@ -145,7 +145,7 @@ pub struct SpecArgs {
 
 /// A field `edit --clear` removes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Field {
+pub(crate) enum Field {
     /// The display name.
     #[value(name = "name")]
     Name,
@@ -481,7 +481,7 @@ pub(crate) fn edit_body(
 }
 
 /// Runs `agentlane agents …` and prints the result.
-pub async fn run(args: AgentsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: AgentsArgs) -> anyhow::Result<ExitCode> {
     let api = api(&args.client)?;
     print!("{}", execute(&api, &args.command, args.client.json).await?);
     Ok(ExitCode::SUCCESS)

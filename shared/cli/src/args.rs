@@ -15,13 +15,13 @@ use std::process::ExitCode;
     version,
     about = "Serverless runtime for conversational agents"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the API and the lane workers in one process (embedded store, or AWS with AGENTLANE_BACKEND=aws).
     Serve(ServeArgs),
     /// Send a message to a session.
@@ -76,7 +76,7 @@ pub struct ServeArgs {
 /// How a client finds and authenticates to the server, and how it prints. Every flag is
 /// global: it may come after any subcommand (`agentlane cron list --url …`).
 #[derive(Args, Debug, Clone)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Server URL.
     #[arg(
         long,
@@ -103,7 +103,7 @@ pub struct ClientArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// Session key.
@@ -140,7 +140,7 @@ pub struct AgentArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct WaitArgs {
+pub(crate) struct WaitArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// The run (`run_…`).
@@ -151,7 +151,7 @@ pub struct WaitArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct EventsArgs {
+pub(crate) struct EventsArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// The run (`run_…`).
@@ -162,14 +162,14 @@ pub struct EventsArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct TranscriptArgs {
+pub(crate) struct TranscriptArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// The session key.
     pub session: String,
 }
 
-pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(a) => serve::serve(a).await.map(|()| ExitCode::SUCCESS),
         Command::Agent(a) => client::agent(a).await,

@@ -95,7 +95,7 @@ fn turn_body(a: &AgentArgs) -> Value {
     body
 }
 
-pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
     let accepted = api
         .call(Method::POST, "/v1/agent", Some(turn_body(&a)))
@@ -121,7 +121,7 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     Ok(wait_exit(&result))
 }
 
-pub async fn wait(a: WaitArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn wait(a: WaitArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
     let within = Duration::from_millis(a.timeout_ms);
     let spinner = crate::progress::spinner(!a.client.json, "waiting for the run");
@@ -132,7 +132,7 @@ pub async fn wait(a: WaitArgs) -> anyhow::Result<ExitCode> {
     Ok(wait_exit(&result))
 }
 
-pub async fn events(a: EventsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn events(a: EventsArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
     let path = format!("/v1/runs/{}/events", a.run_id);
     if !a.follow {
@@ -197,7 +197,7 @@ pub(crate) async fn follow_events(
     }
 }
 
-pub async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn transcript(a: TranscriptArgs) -> anyhow::Result<ExitCode> {
     let api = api(&a.client)?;
     let path = format!(
         "/v1/sessions/{}/transcript",

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 /// `agentlane cron …`.
 #[derive(Args, Debug)]
-pub struct CronArgs {
+pub(crate) struct CronArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     #[command(subcommand)]
@@ -20,7 +20,7 @@ pub struct CronArgs {
 
 /// The cron subcommands.
 #[derive(Subcommand, Debug)]
-pub enum CronCommand {
+pub(crate) enum CronCommand {
     /// Create a job (exactly one of --cron, --every, --at).
     Add(Box<AddArgs>),
     /// List the jobs.
@@ -56,7 +56,7 @@ pub enum CronCommand {
 
 /// When a job fires: at most one of `--cron` (with `--tz`), `--every`, `--at`.
 #[derive(Args, Debug)]
-pub struct ScheduleFlags {
+pub(crate) struct ScheduleFlags {
     /// A cron expression: 5 fields, or 6 with seconds first (e.g. "0 9 * * 1-5").
     #[arg(long, group = "when")]
     pub cron: Option<String>,
@@ -89,7 +89,7 @@ impl ScheduleFlags {
 
 /// How a fire runs and where its answer goes: the flags `add` and `edit` share.
 #[derive(Args, Debug)]
-pub struct RunFlags {
+pub(crate) struct RunFlags {
     /// Model as provider/model.
     #[arg(long)]
     pub model: Option<String>,
@@ -125,7 +125,7 @@ impl RunFlags {
 
 /// `agentlane cron add`.
 #[derive(Args, Debug)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// The job's name.
     #[arg(long)]
     pub name: String,
@@ -146,7 +146,7 @@ pub struct AddArgs {
 
 /// `agentlane cron edit`.
 #[derive(Args, Debug)]
-pub struct EditArgs {
+pub(crate) struct EditArgs {
     /// The job's id (`job_…`) or its name.
     pub job_id: String,
     /// A new name.
@@ -163,7 +163,7 @@ pub struct EditArgs {
 
 /// The JSON body of `PATCH /v1/cron/jobs/{id}` for `args`: the fields given, and an error
 /// when none is.
-pub fn edit_body(args: &EditArgs) -> anyhow::Result<Value> {
+pub(crate) fn edit_body(args: &EditArgs) -> anyhow::Result<Value> {
     let mut body = serde_json::Map::new();
     if let Some(name) = &args.name {
         body.insert("name".into(), json!(name));
@@ -184,7 +184,7 @@ pub fn edit_body(args: &EditArgs) -> anyhow::Result<Value> {
 }
 
 /// The JSON body of `POST /v1/cron/jobs` for `args`.
-pub fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
+pub(crate) fn job_body(args: &AddArgs) -> anyhow::Result<Value> {
     let schedule = args
         .when
         .schedule()?
@@ -227,7 +227,7 @@ async fn resolve(api: &ApiClient, name_or_id: &str) -> anyhow::Result<String> {
 }
 
 /// Runs a cron subcommand and prints the API's answer (`--json`) or its human form.
-pub async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
     let api = api(&args.client)?;
     let path = |id: &str| format!("/v1/cron/jobs/{id}");
     let answer = match &args.command {

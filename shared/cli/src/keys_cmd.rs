@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// `agentlane keys …`.
 #[derive(Args, Debug)]
-pub struct KeysArgs {
+pub(crate) struct KeysArgs {
     /// The tenant whose keys to manage.
     #[arg(long, global = true)]
     pub tenant: Option<String>,
@@ -35,7 +35,7 @@ pub struct KeysArgs {
 
 /// The keys subcommands.
 #[derive(Subcommand, Debug)]
-pub enum KeysCommand {
+pub(crate) enum KeysCommand {
     /// Create a key; prints it once (as `key`), with its id.
     Create {
         /// A note on who or what uses the key.
@@ -59,7 +59,7 @@ async fn key_store(args: &KeysArgs) -> anyhow::Result<Arc<dyn KeyStore>> {
 }
 
 /// Runs `agentlane keys …`.
-pub async fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
     let Some(tenant) = args.tenant.as_deref() else {
         bail!("--tenant is required");
     };

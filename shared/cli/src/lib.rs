@@ -1,6 +1,7 @@
 //! The `agentlane` command: `serve` runs the whole system in one process on the embedded
 //! store; the other commands are clients of the HTTP API through [`api_client::ApiClient`]
 //! (also the end-to-end harness's client).
+#![warn(unreachable_pub)]
 
 mod agents_cmd;
 pub mod api_client;

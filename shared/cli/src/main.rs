@@ -1,3 +1,4 @@
+#![warn(unreachable_pub)]
 fn main() -> std::process::ExitCode {
     agentlane_cli::main()
 }

@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
-pub struct RunsArgs {
+pub(crate) struct RunsArgs {
     #[command(subcommand)]
     pub command: RunsCommand,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum RunsCommand {
+pub(crate) enum RunsCommand {
     /// List a session's runs, newest first.
     List {
         #[command(flatten)]
@@ -81,7 +81,7 @@ pub enum RunsCommand {
     },
 }
 
-pub async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(a: RunsArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         RunsCommand::List {
             client,

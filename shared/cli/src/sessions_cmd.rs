@@ -13,14 +13,14 @@ use std::process::ExitCode;
 
 /// `agentlane sessions …`.
 #[derive(Args, Debug)]
-pub struct SessionsArgs {
+pub(crate) struct SessionsArgs {
     #[command(subcommand)]
     pub command: SessionsCommand,
 }
 
 /// The sessions subcommands.
 #[derive(Subcommand, Debug)]
-pub enum SessionsCommand {
+pub(crate) enum SessionsCommand {
     /// List the tenant's sessions, newest activity first.
     List {
         #[command(flatten)]
@@ -80,7 +80,7 @@ pub enum SessionsCommand {
 }
 
 /// Runs `agentlane sessions …`.
-pub async fn run(a: SessionsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(a: SessionsArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         SessionsCommand::List {
             client,

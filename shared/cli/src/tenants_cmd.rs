@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// `agentlane tenants …`.
 #[derive(Args, Debug)]
-pub struct TenantsArgs {
+pub(crate) struct TenantsArgs {
     /// Where the embedded database lives (the embedded backend only).
     #[arg(
         long,
@@ -30,7 +30,7 @@ pub struct TenantsArgs {
 
 /// The tenants subcommands.
 #[derive(Subcommand, Debug)]
-pub enum TenantsCommand {
+pub(crate) enum TenantsCommand {
     /// Delete every record of a tenant, its API keys included, and report what was removed.
     /// Cannot be undone.
     Erase {
@@ -53,7 +53,7 @@ async fn eraser(args: &TenantsArgs) -> anyhow::Result<Arc<dyn TenantEraser>> {
 }
 
 /// Runs `agentlane tenants …`.
-pub async fn run(args: TenantsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: TenantsArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         TenantsCommand::Erase { tenant, yes, json } => {
             validate_tenant(tenant).map_err(anyhow::Error::msg)?;

@@ -9,12 +9,12 @@ use serde_json::Value;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
-pub struct UsageArgs {
+pub(crate) struct UsageArgs {
     #[command(flatten)]
     pub client: ClientArgs,
 }
 
-pub async fn run(a: UsageArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(a: UsageArgs) -> anyhow::Result<ExitCode> {
     let usage = api(&a.client)?.call(Method::GET, "/v1/usage", None).await?;
     if a.client.json {
         print(&usage);

@@ -4,6 +4,7 @@
 //!
 //! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
+#![warn(unreachable_pub)]
 
 pub mod action;
 pub mod agent;

@@ -5,6 +5,7 @@
 //! Backends are cargo features, so a host links only what it runs on: `embedded` (SQLite under
 //! a data directory) and `aws` (DynamoDB + SQS FIFO). The Lambda functions enable only `aws`;
 //! `agentlane serve` enables both and picks one with `AGENTLANE_BACKEND`.
+#![warn(unreachable_pub)]
 
 pub mod agent_secrets;
 mod backends;

@@ -5,6 +5,7 @@
 //!
 //! Errors are classified into [`FailoverReason`]s so the runner's loop decides retry vs stop in
 //! one place.
+#![warn(unreachable_pub)]
 
 pub mod accumulate;
 pub mod anthropic;

@@ -11,6 +11,7 @@
 //!   conditional write per job, then the side effects.
 //! - [`delivery`]: webhook delivery of a finished fire's payloads.
 //! - [`budget`]: the per-tenant fire budget (fires per minute), a token bucket. Pure.
+#![warn(unreachable_pub)]
 
 pub mod budget;
 pub mod delivery;

@@ -21,6 +21,7 @@
 //! over the limits is refused, oversized records are stored cut by the same size rule as on
 //! DynamoDB, transcript entries go to the session's current id (the one the fence guards), and
 //! events to [`Commit::events_run_id`](agentlane_core::Commit::events_run_id).
+#![warn(unreachable_pub)]
 
 mod agents;
 mod api_keys;

@@ -8,6 +8,7 @@
 //!   under the session lock; [`Supervisor::reconcile_dead_letter`] for a dead-lettered turn.
 //! - [`run_every`]: the sweep on a timer (`serve`, every `AGENTLANE_SWEEP_INTERVAL_MS`); the
 //!   cron Lambda calls [`Supervisor::sweep`] once per invocation.
+#![warn(unreachable_pub)]
 
 pub mod classify;
 pub mod dead_letters;

@@ -3,6 +3,7 @@
 //! [`http_fetch::HttpFetch`] (with an SSRF guard, [`ssrf`]). An agent's own tools:
 //! [`http_tool::HttpTool`], a POST of the call's arguments to the agent's endpoint, and MCP
 //! servers' tools from [`mcp::McpPool`].
+#![warn(unreachable_pub)]
 
 pub mod current_time;
 pub mod http_fetch;

@@ -69,7 +69,7 @@ pub(crate) mod reason_serde {
     use agentlane_providers::FailoverReason;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         reason: &Option<FailoverReason>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -79,7 +79,7 @@ pub(crate) mod reason_serde {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<FailoverReason>, D::Error> {
         let raw: Option<String> = Option::deserialize(d)?;

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[schema(example = json!({"model": "agentlane", "user": "ada",
     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]}))]
-pub struct ChatCompletionRequest {
+pub(crate) struct ChatCompletionRequest {
     /// The agent: `agentlane` (`main`) or `agentlane/<agentId>` (see `GET /v1/models`).
     #[schema(
         example = "agentlane",
@@ -100,7 +100,7 @@ pub struct ChatCompletionRequest {
 
 /// One of `tools`.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct ChatTool {
+pub(crate) struct ChatTool {
     /// Only `function`.
     #[serde(rename = "type")]
     #[schema(example = "function")]
@@ -111,7 +111,7 @@ pub struct ChatTool {
 
 /// A function tool: its name, what it does, the JSON Schema of its arguments.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct FunctionDefinition {
+pub(crate) struct FunctionDefinition {
     /// `[a-zA-Z0-9_-]{1,64}`.
     pub name: String,
     #[serde(default)]
@@ -123,7 +123,7 @@ pub struct FunctionDefinition {
 
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
-pub struct StreamOptions {
+pub(crate) struct StreamOptions {
     /// A last chunk (no choices) carries the turn's token usage.
     #[serde(default)]
     pub include_usage: Option<bool>,
@@ -131,14 +131,14 @@ pub struct StreamOptions {
 
 /// An object of which only its `type` matters here (`response_format`, `text.format`).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct TypeOnly {
+pub(crate) struct TypeOnly {
     #[serde(rename = "type")]
     pub kind: String,
 }
 
 /// One message of `messages`.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct ChatMessage {
+pub(crate) struct ChatMessage {
     pub role: ChatRole,
     /// Text, or text parts (`{"type": "text", "text": …}`).
     #[serde(default)]
@@ -161,7 +161,7 @@ pub struct ChatMessage {
 /// `function` is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum ChatRole {
+pub(crate) enum ChatRole {
     System,
     Developer,
     User,
@@ -173,14 +173,14 @@ pub enum ChatRole {
 /// A message's content: a string, or parts.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
-pub enum MessageContent {
+pub(crate) enum MessageContent {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
 /// One content part: `text` (`input_text`, `output_text`) parts only.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct ContentPart {
+pub(crate) struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]
@@ -189,7 +189,7 @@ pub struct ContentPart {
 
 impl MessageContent {
     /// The text; `param` names the content for errors.
-    pub fn text(&self, param: &str) -> Result<String, OpenAiError> {
+    pub(crate) fn text(&self, param: &str) -> Result<String, OpenAiError> {
         match self {
             MessageContent::Text(text) => Ok(text.clone()),
             MessageContent::Parts(parts) => parts_text(
@@ -202,7 +202,7 @@ impl MessageContent {
 
 /// What a chat request asks for.
 #[derive(Debug, Clone)]
-pub enum ChatAsk {
+pub(crate) enum ChatAsk {
     /// A turn.
     Turn(Box<ValidTurn>),
     /// The results of a paused turn's client tools: its continuation.
@@ -211,7 +211,7 @@ pub enum ChatAsk {
 
 /// A chat request's turn (or answer) and how to answer it.
 #[derive(Debug, Clone)]
-pub struct ChatPlan {
+pub(crate) struct ChatPlan {
     pub ask: ChatAsk,
     /// The `model` asked for, echoed in the answer.
     pub model: String,
@@ -220,7 +220,7 @@ pub struct ChatPlan {
 }
 
 /// The turn of `request` (`headers`: the session header, `Idempotency-Key`).
-pub fn plan(
+pub(crate) fn plan(
     request: ChatCompletionRequest,
     headers: &HeaderMap,
     config: &ApiConfig,
@@ -335,7 +335,7 @@ fn trailing_results(
 }
 
 /// The `Idempotency-Key` header, when sent.
-pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, OpenAiError> {
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, OpenAiError> {
     match headers.get(IDEMPOTENCY_HEADER) {
         None => Ok(None),
         Some(value) => value.to_str().map(|v| Some(v.to_owned())).map_err(|_| {
@@ -424,7 +424,7 @@ fn said(message: &ChatMessage, index: usize) -> Result<Option<Said>, OpenAiError
 
 /// `chat.completion`: a finished turn's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ChatCompletion {
+pub(crate) struct ChatCompletion {
     /// The run id of the turn (`run_…`).
     pub id: String,
     /// Always `chat.completion`.
@@ -440,7 +440,7 @@ pub struct ChatCompletion {
 
 /// The one choice of a completion.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ChatChoice {
+pub(crate) struct ChatChoice {
     pub index: u32,
     pub message: AssistantMessage,
     /// `stop`: the turn ended with its reply; `tool_calls`: it paused for the client tools'
@@ -454,7 +454,7 @@ pub struct ChatChoice {
 
 /// The reply.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct AssistantMessage {
+pub(crate) struct AssistantMessage {
     /// Always `assistant`.
     #[schema(example = "assistant")]
     pub role: String,
@@ -469,7 +469,7 @@ pub struct AssistantMessage {
 
 /// A call of a client tool.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ChatToolCall {
+pub(crate) struct ChatToolCall {
     /// `<runId>.<callId>`: the `tool_call_id` of its result.
     pub id: String,
     /// Always `function`.
@@ -481,7 +481,7 @@ pub struct ChatToolCall {
 
 /// The function called and its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct FunctionCall {
+pub(crate) struct FunctionCall {
     pub name: String,
     /// The arguments, as JSON text.
     pub arguments: String,
@@ -500,7 +500,7 @@ fn tool_calls_of(run: &Run) -> Vec<ChatToolCall> {
 
 /// Tokens of every model call of the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct CompletionUsage {
+pub(crate) struct CompletionUsage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
@@ -517,7 +517,7 @@ impl CompletionUsage {
 }
 
 /// The answer of a run that ended `ok`, or paused for client tools (`tool_calls`).
-pub fn completion(run: &Run, model: &str) -> ChatCompletion {
+pub(crate) fn completion(run: &Run, model: &str) -> ChatCompletion {
     let paused = run.status == RunStatus::RequiresAction;
     let message = if paused {
         AssistantMessage {
@@ -551,7 +551,7 @@ pub fn completion(run: &Run, model: &str) -> ChatCompletion {
 
 /// The chunks of a streamed completion, from the run's events.
 #[derive(Debug, Clone)]
-pub struct ChatChunks {
+pub(crate) struct ChatChunks {
     id: String,
     created: u64,
     model: String,
@@ -561,7 +561,7 @@ pub struct ChatChunks {
 
 impl ChatChunks {
     /// The chunks of `run` (just accepted, or just answered), answering as `model`.
-    pub fn new(run: &Run, model: &str, include_usage: bool) -> Self {
+    pub(crate) fn new(run: &Run, model: &str, include_usage: bool) -> Self {
         Self {
             id: run.run_id.to_string(),
             created: run.accepted_at / 1000,

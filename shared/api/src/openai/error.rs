@@ -20,18 +20,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The `type` of a request the client must change.
-pub const INVALID_REQUEST: &str = "invalid_request_error";
+pub(crate) const INVALID_REQUEST: &str = "invalid_request_error";
 /// The `type` of a 429.
-pub const RATE_LIMIT: &str = "rate_limit_error";
+pub(crate) const RATE_LIMIT: &str = "rate_limit_error";
 /// The `type` of a failure on our side (or of the turn).
-pub const SERVER_ERROR: &str = "server_error";
+pub(crate) const SERVER_ERROR: &str = "server_error";
 
 /// The header the official SDKs obey over their own retry rules.
 const SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 
 /// An error answer of an OpenAI-compatible route.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenAiError {
+pub(crate) struct OpenAiError {
     pub status: StatusCode,
     /// OpenAI's `type`.
     pub kind: &'static str,
@@ -59,17 +59,17 @@ impl OpenAiError {
     }
 
     /// 400 `invalid_request_error` about `param`.
-    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(param: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, message).param(param)
     }
 
     /// 400 for a parameter this endpoint does not serve (`code`: what is unsupported).
-    pub fn unsupported(param: &str, code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn unsupported(param: &str, code: &str, message: impl Into<String>) -> Self {
         Self::invalid(param, message).code(code)
     }
 
     /// 404 `model_not_found`: `model` names no agent of the tenant.
-    pub fn model_not_found(model: &str) -> Self {
+    pub(crate) fn model_not_found(model: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             INVALID_REQUEST,
@@ -83,26 +83,26 @@ impl OpenAiError {
     }
 
     /// The request field at fault.
-    pub fn param(mut self, param: &str) -> Self {
+    pub(crate) fn param(mut self, param: &str) -> Self {
         self.param = Some(param.to_owned());
         self
     }
 
     /// OpenAI's `code`.
-    pub fn code(mut self, code: &str) -> Self {
+    pub(crate) fn code(mut self, code: &str) -> Self {
         self.code = Some(code.to_owned());
         self
     }
 
     /// Tells the SDKs not to retry.
-    pub fn no_retry(mut self) -> Self {
+    pub(crate) fn no_retry(mut self) -> Self {
         self.no_retry = true;
         self
     }
 
     /// A `server_error` given after the turn was accepted (the SDKs are told not to retry: a
     /// retry would send the message again).
-    pub fn after_accept(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn after_accept(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self::new(status, SERVER_ERROR, message)
             .code(code)
             .no_retry()
@@ -110,7 +110,7 @@ impl OpenAiError {
 
     /// 500 `server_error`: the accepted turn ended without an answer (`error`, `aborted` or
     /// `timeout`); the code is the run's error code, the message names the run.
-    pub fn turn_failed(run: &Run) -> Self {
+    pub(crate) fn turn_failed(run: &Run) -> Self {
         let (code, why) = match &run.error {
             Some(error) => (error.code.clone(), error.message.clone()),
             None => (run.status.as_str().to_owned(), "no reply".to_owned()),
@@ -130,7 +130,7 @@ impl OpenAiError {
 
     /// 409 `requires_approval`: the turn paused for the agent's own gated calls, which a person
     /// approves through `POST /v1/runs/{id}/actions` (OpenAI's protocol has no approvals).
-    pub fn awaiting_approval(run: &Run) -> Self {
+    pub(crate) fn awaiting_approval(run: &Run) -> Self {
         let names: Vec<&str> = run
             .required_action
             .iter()
@@ -151,7 +151,7 @@ impl OpenAiError {
     }
 
     /// 504: the wait for the accepted turn ended before it did. The turn goes on.
-    pub fn still_running(run: &Run, waited: Duration) -> Self {
+    pub(crate) fn still_running(run: &Run, waited: Duration) -> Self {
         Self::after_accept(
             StatusCode::GATEWAY_TIMEOUT,
             "turn_still_running",
@@ -166,7 +166,7 @@ impl OpenAiError {
     }
 
     /// The body sent.
-    pub fn body(&self) -> OpenAiErrorBody {
+    pub(crate) fn body(&self) -> OpenAiErrorBody {
         OpenAiErrorBody {
             error: OpenAiErrorDetail {
                 message: self.message.clone(),
@@ -239,13 +239,13 @@ impl IntoResponse for OpenAiError {
 
 /// Every error answer of the OpenAI-compatible routes, in OpenAI's shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct OpenAiErrorBody {
+pub(crate) struct OpenAiErrorBody {
     pub error: OpenAiErrorDetail,
 }
 
 /// What went wrong, as OpenAI says it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct OpenAiErrorDetail {
+pub(crate) struct OpenAiErrorDetail {
     pub message: String,
     /// `invalid_request_error`, `rate_limit_error` or `server_error`.
     #[serde(rename = "type")]
@@ -260,7 +260,7 @@ pub struct OpenAiErrorDetail {
 /// The authenticated tenant of an OpenAI-compatible request (the same bearer API keys and
 /// request-rate admission as [`Tenant`]), refusing in OpenAI's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenAiTenant(pub TenantId);
+pub(crate) struct OpenAiTenant(pub TenantId);
 
 impl FromRequestParts<Arc<Shared>> for OpenAiTenant {
     type Rejection = OpenAiError;

@@ -13,11 +13,11 @@
 //! a pause is its `tool_calls` answer, and the `role: "tool"` results that end the next request
 //! answer the paused run ([`turn::ToolResults`]). The Responses API refuses tools.
 
-pub mod chat;
-pub mod error;
-pub mod models;
-pub mod responses;
-pub mod stream;
-pub mod turn;
+pub(crate) mod chat;
+pub(crate) mod error;
+pub(crate) mod models;
+pub(crate) mod responses;
+pub(crate) mod stream;
+pub(crate) mod turn;
 
-pub use error::{OpenAiError, OpenAiErrorBody, OpenAiTenant};
+pub(crate) use error::{OpenAiError, OpenAiErrorBody, OpenAiTenant};

@@ -6,11 +6,11 @@ use agentlane_core::{Agent, TenantId};
 use serde::Serialize;
 
 /// The model that names the agent `main` (and the prefix of the others).
-pub const MAIN_MODEL: &str = "agentlane";
+pub(crate) const MAIN_MODEL: &str = "agentlane";
 
 /// The agent `model` names: `agentlane` and `agentlane/main` are `main`, `agentlane/<agentId>`
 /// is that agent (whether it exists is the store's to say). `None`: not one of ours.
-pub fn agent_of(model: &str) -> Option<&str> {
+pub(crate) fn agent_of(model: &str) -> Option<&str> {
     if model == MAIN_MODEL {
         return Some(MAIN_AGENT);
     }
@@ -20,7 +20,7 @@ pub fn agent_of(model: &str) -> Option<&str> {
 }
 
 /// The model id of an agent.
-pub fn model_of(agent_id: &str) -> String {
+pub(crate) fn model_of(agent_id: &str) -> String {
     if agent_id == MAIN_AGENT {
         MAIN_MODEL.to_owned()
     } else {
@@ -30,7 +30,7 @@ pub fn model_of(agent_id: &str) -> String {
 
 /// `GET /v1/models`: OpenAI's list shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ModelList {
+pub(crate) struct ModelList {
     /// Always `list`.
     #[schema(example = "list")]
     pub object: String,
@@ -39,7 +39,7 @@ pub struct ModelList {
 
 /// One model: an agent of the tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ModelView {
+pub(crate) struct ModelView {
     /// `agentlane` (the agent `main`) or `agentlane/<agentId>`.
     #[schema(example = "agentlane/support")]
     pub id: String,
@@ -54,7 +54,7 @@ pub struct ModelView {
 
 /// The models of `tenant`: `main` first (the tenant's own definition when it has one, else the
 /// deployment's), then its other agents in id order.
-pub fn model_list(tenant: &TenantId, agents: &[Agent]) -> ModelList {
+pub(crate) fn model_list(tenant: &TenantId, agents: &[Agent]) -> ModelList {
     let view = |agent_id: &str, created_ms: u64| ModelView {
         id: model_of(agent_id),
         object: "model".to_owned(),

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 /// The body of `POST /v1/responses` (OpenAI's; unknown fields are ignored).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[schema(example = json!({"model": "agentlane", "instructions": "Be brief.", "input": "hello"}))]
-pub struct ResponseRequest {
+pub(crate) struct ResponseRequest {
     /// The agent: `agentlane` (`main`) or `agentlane/<agentId>` (see `GET /v1/models`).
     #[schema(
         example = "agentlane",
@@ -82,14 +82,14 @@ pub struct ResponseRequest {
 /// `input`: a string (one user message) or message items.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
-pub enum ResponseInput {
+pub(crate) enum ResponseInput {
     Text(String),
     Items(Vec<InputItem>),
 }
 
 /// One input item: a message (`type` `message` or absent). Other item types are refused.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct InputItem {
+pub(crate) struct InputItem {
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
     #[serde(default)]
@@ -101,7 +101,7 @@ pub struct InputItem {
 /// The role of an input message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum InputRole {
+pub(crate) enum InputRole {
     System,
     Developer,
     User,
@@ -110,7 +110,7 @@ pub enum InputRole {
 
 /// `reasoning`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
-pub struct Reasoning {
+pub(crate) struct Reasoning {
     /// `none`, `minimal`, `low`, `medium` or `high`.
     #[serde(default)]
     pub effort: Option<String>,
@@ -118,14 +118,14 @@ pub struct Reasoning {
 
 /// `text`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
-pub struct TextOptions {
+pub(crate) struct TextOptions {
     #[serde(default)]
     pub format: Option<TypeOnly>,
 }
 
 /// A Responses request's turn and how to answer it.
 #[derive(Debug, Clone)]
-pub struct ResponsePlan {
+pub(crate) struct ResponsePlan {
     pub turn: ValidTurn,
     pub model: String,
     pub stream: bool,
@@ -135,7 +135,7 @@ pub struct ResponsePlan {
 
 /// The turn of `request`. `previous` is the run `previous_response_id` names (read by the
 /// route, which answers 404 when the tenant has none): its session is the turn's.
-pub fn plan(
+pub(crate) fn plan(
     request: ResponseRequest,
     previous: Option<&Run>,
     headers: &HeaderMap,
@@ -280,7 +280,7 @@ fn said(item: &InputItem, index: usize) -> Result<Said, OpenAiError> {
 
 /// A response: the turn's answer in OpenAI's Responses shape.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ResponseObject {
+pub(crate) struct ResponseObject {
     /// The run id of the turn (`run_…`): pass it as `previous_response_id` to go on.
     pub id: String,
     /// Always `response`.
@@ -321,7 +321,7 @@ pub struct ResponseObject {
 
 /// The reply as an output message.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct OutputMessage {
+pub(crate) struct OutputMessage {
     /// `msg_` + the run id.
     pub id: String,
     /// Always `message`.
@@ -337,7 +337,7 @@ pub struct OutputMessage {
 
 /// The text of the reply.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct OutputText {
+pub(crate) struct OutputText {
     /// Always `output_text`.
     #[serde(rename = "type")]
     #[schema(example = "output_text")]
@@ -350,7 +350,7 @@ pub struct OutputText {
 
 /// Tokens of every model call of the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ResponseUsage {
+pub(crate) struct ResponseUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub total_tokens: u64,
@@ -358,21 +358,21 @@ pub struct ResponseUsage {
 
 /// Why a streamed turn failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct ResponseError {
+pub(crate) struct ResponseError {
     pub code: String,
     pub message: String,
 }
 
 /// What the answer says of the request, besides the run.
 #[derive(Debug, Clone)]
-pub struct Echo {
+pub(crate) struct Echo {
     pub model: String,
     pub instructions: Option<String>,
     pub previous_response_id: Option<String>,
 }
 
 impl Echo {
-    pub fn of(plan: &ResponsePlan) -> Self {
+    pub(crate) fn of(plan: &ResponsePlan) -> Self {
         Self {
             model: plan.model.clone(),
             instructions: plan.instructions.clone(),
@@ -405,7 +405,7 @@ fn output_message(run: &Run, status: &str, content: Vec<OutputText>) -> OutputMe
 
 /// The response of `run` as it stands: `in_progress` with no output while it runs,
 /// `completed` with `text` (the reply, when it ended `ok`), or `failed` with the run's error.
-pub fn response_object(run: &Run, echo: &Echo, text: Option<&str>) -> ResponseObject {
+pub(crate) fn response_object(run: &Run, echo: &Echo, text: Option<&str>) -> ResponseObject {
     let (status, output, error) = match run.status {
         RunStatus::Queued | RunStatus::Running | RunStatus::RequiresAction => {
             ("in_progress", Vec::new(), None)
@@ -456,7 +456,7 @@ pub fn response_object(run: &Run, echo: &Echo, text: Option<&str>) -> ResponseOb
 /// `response.output_text.delta` per piece of the reply, the text, part and item done, then
 /// `response.completed` (or `response.failed`, or an `error` event when the stream is cut).
 #[derive(Debug, Clone)]
-pub struct ResponseEvents {
+pub(crate) struct ResponseEvents {
     run: Run,
     echo: Echo,
     text: StreamedText,
@@ -465,7 +465,7 @@ pub struct ResponseEvents {
 
 impl ResponseEvents {
     /// The events of `run` (just accepted).
-    pub fn new(run: &Run, echo: Echo) -> Self {
+    pub(crate) fn new(run: &Run, echo: Echo) -> Self {
         Self {
             run: run.clone(),
             echo,

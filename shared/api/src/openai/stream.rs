@@ -16,14 +16,14 @@ use std::convert::Infallible;
 
 /// One SSE frame: an optional `event:` name and its `data:`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     pub event: Option<&'static str>,
     pub data: String,
 }
 
 impl Frame {
     /// A frame of JSON data, without an event name (chat chunks).
-    pub fn data(data: Value) -> Self {
+    pub(crate) fn data(data: Value) -> Self {
         Self {
             event: None,
             data: data.to_string(),
@@ -31,7 +31,7 @@ impl Frame {
     }
 
     /// A named frame (Responses events).
-    pub fn named(event: &'static str, data: Value) -> Self {
+    pub(crate) fn named(event: &'static str, data: Value) -> Self {
         Self {
             event: Some(event),
             data: data.to_string(),
@@ -39,7 +39,7 @@ impl Frame {
     }
 
     /// `data: [DONE]`, the end of a chat stream.
-    pub fn done() -> Self {
+    pub(crate) fn done() -> Self {
         Self {
             event: None,
             data: "[DONE]".to_owned(),
@@ -56,7 +56,7 @@ impl Frame {
 }
 
 /// Writes one protocol's frames for one run. Pure: no I/O.
-pub trait Frames: Send + 'static {
+pub(crate) trait Frames: Send + 'static {
     /// The frames sent before any event (right after the turn was accepted).
     fn opening(&mut self) -> Vec<Frame>;
     /// The frames of one event of the run (most events make none).
@@ -67,7 +67,7 @@ pub trait Frames: Send + 'static {
 
 /// The error of a stream cut by the host's deadline (the streaming Lambda's invocation limit)
 /// before the turn ended; the turn goes on as `run_id`.
-pub fn cut_off(run_id: &str) -> OpenAiError {
+pub(crate) fn cut_off(run_id: &str) -> OpenAiError {
     OpenAiError::after_accept(
         StatusCode::GATEWAY_TIMEOUT,
         "stream_deadline",
@@ -81,7 +81,7 @@ pub fn cut_off(run_id: &str) -> OpenAiError {
 
 /// The error of a stream whose run paused for calls this protocol cannot answer (the agent's
 /// approvals, or client tools where the route serves none).
-pub fn paused(run: &agentlane_core::Run) -> OpenAiError {
+pub(crate) fn paused(run: &agentlane_core::Run) -> OpenAiError {
     if super::turn::awaits_approval(run) {
         return OpenAiError::awaiting_approval(run);
     }
@@ -98,13 +98,13 @@ pub fn paused(run: &agentlane_core::Run) -> OpenAiError {
 }
 
 /// The error of a stream whose store reads failed.
-pub fn store_failed(code: &str, message: &str) -> OpenAiError {
+pub(crate) fn store_failed(code: &str, message: &str) -> OpenAiError {
     OpenAiError::after_accept(StatusCode::INTERNAL_SERVER_ERROR, code, message)
 }
 
 /// The SSE body of a stream: `frames` over the events `follower` yields, with `keep_alive`
 /// comments while the run is quiet.
-pub fn frame_stream<F: Frames>(
+pub(crate) fn frame_stream<F: Frames>(
     follower: RunFollower,
     frames: F,
     slot: Slot,

@@ -31,15 +31,15 @@ use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
 /// The header naming the session of an OpenAI-compatible request (wins over `user`).
-pub const SESSION_HEADER: &str = "x-agentlane-session-key";
+pub(crate) const SESSION_HEADER: &str = "x-agentlane-session-key";
 /// The header whose value becomes the turn's idempotency key.
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The response header naming the run of the turn (also the answer's `id`).
-pub const RUN_HEADER: &str = "x-agentlane-run-id";
+pub(crate) const RUN_HEADER: &str = "x-agentlane-run-id";
 
 /// Who said a message of the client's conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Speaker {
+pub(crate) enum Speaker {
     /// `system` or `developer`: instructions.
     System,
     User,
@@ -48,13 +48,13 @@ pub enum Speaker {
 
 /// One message of the client's conversation, reduced to its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Said {
+pub(crate) struct Said {
     pub speaker: Speaker,
     pub text: String,
 }
 
 impl Said {
-    pub fn new(speaker: Speaker, text: impl Into<String>) -> Self {
+    pub(crate) fn new(speaker: Speaker, text: impl Into<String>) -> Self {
         Self {
             speaker,
             text: text.into(),
@@ -65,7 +65,7 @@ impl Said {
 /// The text of a message's content parts; `param` names the content (`messages[2].content`).
 /// Text parts (`text`, `input_text`, `output_text`) join; a `refusal` part says nothing; any
 /// other part (images, audio, files) is refused: only text reaches the agent.
-pub fn parts_text<'a>(
+pub(crate) fn parts_text<'a>(
     parts: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     param: &str,
 ) -> Result<String, OpenAiError> {
@@ -91,7 +91,7 @@ pub fn parts_text<'a>(
 
 /// Where a request's turn runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionChoice {
+pub(crate) enum SessionChoice {
     /// A session the client named; `param` is where (for errors).
     Named { key: String, param: String },
     /// A fresh session of its own.
@@ -99,7 +99,7 @@ pub enum SessionChoice {
 }
 
 /// The session a request names: the [`SESSION_HEADER`] header, else `user`.
-pub fn session_choice(
+pub(crate) fn session_choice(
     headers: &HeaderMap,
     user: Option<&str>,
 ) -> Result<SessionChoice, OpenAiError> {
@@ -121,7 +121,7 @@ pub fn session_choice(
 
 /// What a request asks of its turn, once its shape is read.
 #[derive(Debug, Clone)]
-pub struct TurnAsk {
+pub(crate) struct TurnAsk {
     /// The request's `model`.
     pub model: String,
     /// The whole conversation, in order.
@@ -142,7 +142,7 @@ pub struct TurnAsk {
 /// The turn `ask` describes, checked by the rules of `POST /v1/agent` (sizes, the thinking
 /// level, the agent id, the idempotency key). `404 model_not_found` when the model names no
 /// agent.
-pub fn plan_turn(
+pub(crate) fn plan_turn(
     ask: TurnAsk,
     config: &ApiConfig,
     tenant: &TenantId,
@@ -265,12 +265,12 @@ fn thinking_of(effort: &str, param: &str) -> Result<String, OpenAiError> {
 
 /// The id a client sees for the tool call `call_id` of run `run_id`: `<runId>.<callId>`, so
 /// that the tool result the client sends back names the paused run (run ids hold no `.`).
-pub fn client_call_id(run_id: &RunId, call_id: &str) -> String {
+pub(crate) fn client_call_id(run_id: &RunId, call_id: &str) -> String {
     format!("{run_id}.{call_id}")
 }
 
 /// The run and the model's call id of a client's `tool_call_id` (see [`client_call_id`]).
-pub fn parse_client_call_id(id: &str) -> Option<(RunId, &str)> {
+pub(crate) fn parse_client_call_id(id: &str) -> Option<(RunId, &str)> {
     let (run, call) = id.split_once('.')?;
     let run_id = crate::routes::run_id(run.to_owned()).ok()?;
     (!call.is_empty()).then_some((run_id, call))
@@ -278,7 +278,7 @@ pub fn parse_client_call_id(id: &str) -> Option<(RunId, &str)> {
 
 /// The client-tool calls of a paused run, as the client sees them: `(id, name, arguments
 /// as JSON text)`. Empty when the run is not paused or waits on approvals only.
-pub fn client_calls(run: &Run) -> Vec<(String, String, String)> {
+pub(crate) fn client_calls(run: &Run) -> Vec<(String, String, String)> {
     run.required_action
         .iter()
         .flat_map(|a| a.tool_calls.iter())
@@ -298,7 +298,7 @@ pub fn client_calls(run: &Run) -> Vec<(String, String, String)> {
 }
 
 /// Whether a paused run also waits on approvals (which the client cannot give here).
-pub fn awaits_approval(run: &Run) -> bool {
+pub(crate) fn awaits_approval(run: &Run) -> bool {
     run.required_action
         .iter()
         .flat_map(|a| a.tool_calls.iter())
@@ -308,7 +308,7 @@ pub fn awaits_approval(run: &Run) -> bool {
 /// The tool results a request ends with (`role: "tool"` messages, `function_call_output`
 /// items): the answer to a paused run, not a new turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolResults {
+pub(crate) struct ToolResults {
     /// `(tool_call_id as the client sent it, output)`, in order.
     pub outputs: Vec<(String, String)>,
     /// Where the results are (`messages`, `input`), for errors.
@@ -319,7 +319,7 @@ pub struct ToolResults {
 
 impl ToolResults {
     /// The paused run the results answer and the answer: every id must name one run.
-    pub fn answer(&self) -> Result<(RunId, ActionAnswer), OpenAiError> {
+    pub(crate) fn answer(&self) -> Result<(RunId, ActionAnswer), OpenAiError> {
         let param = self.param;
         let mut run: Option<RunId> = None;
         let mut tool_outputs = Vec::with_capacity(self.outputs.len());
@@ -361,7 +361,7 @@ impl ToolResults {
     }
 
     /// Refuses a run of another session than the one the request names.
-    pub fn check_session(&self, run: &Run) -> Result<(), OpenAiError> {
+    pub(crate) fn check_session(&self, run: &Run) -> Result<(), OpenAiError> {
         match &self.session {
             SessionChoice::Named { key, param } if key != run.session_key.as_str() => {
                 Err(OpenAiError::invalid(
@@ -375,7 +375,7 @@ impl ToolResults {
 }
 
 /// A request's tool definition (`{name, description?, parameters?}`) as a client tool.
-pub fn client_tool(
+pub(crate) fn client_tool(
     name: Option<&str>,
     description: Option<&str>,
     parameters: Option<&serde_json::Value>,
@@ -396,7 +396,7 @@ pub fn client_tool(
 }
 
 /// The reply of a run that ended `ok`: its payloads' text (several join as paragraphs).
-pub fn reply_text(run: &Run) -> String {
+pub(crate) fn reply_text(run: &Run) -> String {
     run.payloads
         .iter()
         .map(|p| p.text.as_str())
@@ -406,14 +406,14 @@ pub fn reply_text(run: &Run) -> String {
 
 /// The assistant text of a run's events, as a client sees it streamed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StreamedText {
+pub(crate) struct StreamedText {
     text: String,
 }
 
 impl StreamedText {
     /// The text `event` adds (`None`: not assistant text). The text of a new model attempt (the
     /// answer after a tool round, a retry) starts a new paragraph.
-    pub fn delta(&mut self, event: &Event) -> Option<String> {
+    pub(crate) fn delta(&mut self, event: &Event) -> Option<String> {
         if event.stream != EventStream::Assistant {
             return None;
         }
@@ -434,7 +434,7 @@ impl StreamedText {
 
     /// At the end of a run that ended `ok`: its reply, when no event carried any text (a
     /// reply a hook gave instead of the model).
-    pub fn missing(&mut self, run: &Run) -> Option<String> {
+    pub(crate) fn missing(&mut self, run: &Run) -> Option<String> {
         if !self.text.is_empty() {
             return None;
         }
@@ -447,7 +447,7 @@ impl StreamedText {
     }
 
     /// Everything streamed so far.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 /// The answer of `POST /v1/runs/{runId}/actions`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ActionsView {
+pub(crate) struct ActionsView {
     pub run_id: RunId,
     /// The run's status after the answer (`requires_action` until the resume picks it up).
     pub status: RunStatus,
@@ -46,7 +46,7 @@ pub struct ActionsView {
         (status = 404, description = "`not_found`: no such run for this tenant", body = ErrorBody),
         (status = 409, description = "`conflict`: the run is not waiting (never paused, already answered differently, expired or ended)", body = ErrorBody),
     ))]
-pub async fn answer(
+pub(crate) async fn answer(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,

@@ -37,7 +37,7 @@ use std::time::Duration;
             )),
         (status = 409, description = "`conflict`: the idempotency key names a different turn", body = ErrorBody),
     ))]
-pub async fn submit(
+pub(crate) async fn submit(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
@@ -157,7 +157,7 @@ pub(crate) async fn accept(
 /// The body of `POST /v1/agent.wait`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct WaitBody {
+pub(crate) struct WaitBody {
     /// A run id from `POST /v1/agent` (unknown or malformed ids answer 404).
     pub run_id: String,
     /// How long to wait, in ms (default 30 s, capped by the server's `max_wait_ms`).
@@ -173,7 +173,7 @@ pub struct WaitBody {
     responses(
         (status = 200, description = "The run ended, or the wait did (`status: timeout|pending` with `timeoutPhase`)", body = WaitView),
     ))]
-pub async fn wait(
+pub(crate) async fn wait(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     deadline: Option<Extension<ResponseDeadline>>,

@@ -29,7 +29,7 @@ use std::sync::Arc;
 const MAX_NAME_CHARS: usize = 256;
 /// Largest stored definition, as JSON (a DynamoDB item holds 400 KB; a head and a version are
 /// separate items).
-pub const MAX_AGENT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_AGENT_BYTES: usize = 256 * 1024;
 /// Agents per page unless `limit` says otherwise, and the most a page holds.
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 100;
@@ -41,7 +41,7 @@ const MAX_TOOL_TIMEOUT_MS: u64 = 300_000;
 /// A page of agents.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AgentList {
+pub(crate) struct AgentList {
     pub agents: Vec<Agent>,
     /// Pass as `cursor` for the next page; `null` on the last.
     pub next_cursor: Option<String>,
@@ -51,7 +51,7 @@ pub struct AgentList {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// 1-100 (default 50).
     #[param(minimum = 1, maximum = 100)]
     pub limit: Option<usize>,
@@ -64,7 +64,7 @@ pub struct ListQuery {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct VersionQuery {
+pub(crate) struct VersionQuery {
     /// An older version (the current one when absent).
     #[param(minimum = 1)]
     pub version: Option<u64>,
@@ -74,7 +74,7 @@ pub struct VersionQuery {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code)]
-pub struct NewAgentBody {
+pub(crate) struct NewAgentBody {
     #[schema(
         min_length = 1,
         max_length = 64,
@@ -155,7 +155,11 @@ fn decode_spec(mut fields: Map<String, Value>) -> Result<AgentSpec, ApiError> {
 }
 
 /// Every rule of a definition beyond its shape; each failure names the field.
-pub fn check_spec(spec: &AgentSpec, config: &ApiConfig, tenant: &TenantId) -> Result<(), ApiError> {
+pub(crate) fn check_spec(
+    spec: &AgentSpec,
+    config: &ApiConfig,
+    tenant: &TenantId,
+) -> Result<(), ApiError> {
     if let Some(name) = &spec.name
         && (name.trim().is_empty() || name.chars().count() > MAX_NAME_CHARS)
     {
@@ -349,7 +353,7 @@ async fn read_object(
         (status = 400, description = "`invalid_request`: the message names the field", body = ErrorBody),
         (status = 409, description = "`conflict`: the id is taken, or the tenant has as many agents as allowed", body = ErrorBody),
     ))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
@@ -390,7 +394,7 @@ pub async fn create(
 #[utoipa::path(get, path = "/v1/agents", operation_id = "listAgents", tag = "agents",
     params(ListQuery),
     responses((status = 200, description = "A page of the tenant's agents", body = AgentList)))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiQuery(query): ApiQuery<ListQuery>,
@@ -421,7 +425,7 @@ pub async fn list(
     params(("agentId" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$"), VersionQuery),
     responses((status = 200, description = "The agent", body = Agent),
         (status = 404, description = "`not_found`: no such agent (or version)", body = ErrorBody)))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -456,7 +460,7 @@ pub async fn get(
     responses((status = 200, description = "The agent's new version", body = Agent),
         (status = 400, description = "`invalid_request`: the message names the field", body = ErrorBody),
         (status = 404, description = "`not_found`: no such agent", body = ErrorBody)))]
-pub async fn patch(
+pub(crate) async fn patch(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -524,7 +528,7 @@ pub async fn patch(
     params(("agentId" = String, Path, description = "An agent id", min_length = 1, max_length = 64, pattern = r"^[a-z0-9][a-z0-9-]{0,63}$")),
     responses((status = 204, description = "Deleted"),
         (status = 404, description = "`not_found`: no such agent", body = ErrorBody)))]
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Default page size of the session and run lists.
-pub const DEFAULT_LIST_PAGE: usize = 100;
+pub(crate) const DEFAULT_LIST_PAGE: usize = 100;
 /// Largest page size of the session and run lists.
-pub const MAX_LIST_PAGE: usize = 1000;
+pub(crate) const MAX_LIST_PAGE: usize = 1000;
 
 /// `limit` checked against 1..=[`MAX_LIST_PAGE`].
 fn list_limit(limit: Option<usize>) -> Result<usize, ApiError> {
@@ -39,7 +39,7 @@ fn list_limit(limit: Option<usize>) -> Result<usize, ApiError> {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
-pub struct SessionsQuery {
+pub(crate) struct SessionsQuery {
     /// Only the sessions of this agent (`main`: also those from before agents).
     #[param(min_length = 1, max_length = 64)]
     pub agent_id: Option<String>,
@@ -61,7 +61,7 @@ pub struct SessionsQuery {
         (status = 200, description = "A page of sessions, newest activity first", body = SessionsView),
         (status = 400, description = "`invalid_request`: a malformed cursor, status or limit", body = ErrorBody),
     ))]
-pub async fn list_sessions(
+pub(crate) async fn list_sessions(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiQuery(query): ApiQuery<SessionsQuery>,
@@ -111,7 +111,7 @@ pub async fn list_sessions(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
-pub struct RunsQuery {
+pub(crate) struct RunsQuery {
     /// The session whose runs to list.
     #[param(min_length = 1, max_length = 256)]
     pub session_key: String,
@@ -136,7 +136,7 @@ pub struct RunsQuery {
         (status = 200, description = "A page of the session's runs, newest first", body = RunsView),
         (status = 400, description = "`invalid_request`: no `sessionKey`, or a malformed one", body = ErrorBody),
     ))]
-pub async fn list_runs(
+pub(crate) async fn list_runs(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiQuery(query): ApiQuery<RunsQuery>,
@@ -186,7 +186,7 @@ pub async fn list_runs(
         (status = 404, description = "`not_found`: the tenant has no such session", body = ErrorBody),
         (status = 409, description = "`session_busy`: a running turn kept the session lock", body = ErrorBody),
     ))]
-pub async fn delete_session(
+pub(crate) async fn delete_session(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,

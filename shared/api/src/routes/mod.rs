@@ -1,14 +1,14 @@
 //! Handlers, one module per resource, and [`table`]: every route the API serves.
 
-pub mod actions;
-pub mod agent;
-pub mod agents;
-pub mod catalog;
-pub mod cron;
-pub mod openai;
-pub mod runs;
-pub mod sessions;
-pub mod usage;
+pub(crate) mod actions;
+pub(crate) mod agent;
+pub(crate) mod agents;
+pub(crate) mod catalog;
+pub(crate) mod cron;
+pub(crate) mod openai;
+pub(crate) mod runs;
+pub(crate) mod sessions;
+pub(crate) mod usage;
 
 use crate::Shared;
 use crate::error::ApiError;
@@ -102,7 +102,7 @@ pub(crate) fn streaming_table() -> Table {
 /// `GET /healthz`, no auth.
 #[utoipa::path(get, path = "/healthz", operation_id = "health", tag = "health", security(()),
     responses((status = 200, description = "The server is up", body = Object, example = json!({"ok": true}))))]
-pub async fn health() -> Json<Value> {
+pub(crate) async fn health() -> Json<Value> {
     Json(json!({"ok": true}))
 }
 
@@ -119,7 +119,7 @@ const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
             body = crate::error::ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds to wait before retrying"))),
     ))]
-pub async fn ready(
+pub(crate) async fn ready(
     axum::extract::State(state): axum::extract::State<Arc<Shared>>,
 ) -> Result<Json<Value>, ApiError> {
     let (tenant, run) = (
@@ -143,7 +143,7 @@ pub async fn ready(
 /// no key or an unknown one is `401`, a tenant's key `403` (and every key while none is
 /// configured). `404` where [`crate::ApiConfig::expose_metrics`] is off (the ingress Lambda:
 /// its metrics go to CloudWatch as EMF instead).
-pub async fn metrics(
+pub(crate) async fn metrics(
     axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::Shared>>,
     headers: axum::http::HeaderMap,
 ) -> Result<axum::response::Response, ApiError> {
@@ -182,12 +182,12 @@ pub async fn metrics(
 }
 
 /// Any unknown route.
-pub async fn not_found() -> ApiError {
+pub(crate) async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
 
 /// Any route the streaming ingress does not serve: it names the HTTP API.
-pub async fn not_streamed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+pub(crate) async fn not_streamed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::NotFound(format!(
         "{method} {} is not served by the streaming endpoint (runs, events, agent.wait and the \
          OpenAI-compatible routes only): use the HTTP API",
@@ -196,7 +196,7 @@ pub async fn not_streamed(method: axum::http::Method, uri: axum::http::Uri) -> A
 }
 
 /// A known route with the wrong method.
-pub async fn method_not_allowed() -> ApiError {
+pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 

@@ -37,7 +37,7 @@ const AGENTS_PAGE: usize = 100;
 /// `agentlane/<agentId>` for each of its other agents.
 #[utoipa::path(get, path = "/v1/models", operation_id = "listModels", tag = "openai",
     responses((status = 200, description = "OpenAI's model list: one model per agent", body = ModelList)))]
-pub async fn list_models(
+pub(crate) async fn list_models(
     State(state): State<Arc<Shared>>,
     OpenAiTenant(tenant): OpenAiTenant,
 ) -> Result<Json<ModelList>, OpenAiError> {
@@ -87,7 +87,7 @@ pub async fn list_models(
         (status = 409, description = "`conflict`: the session belongs to another agent, the Idempotency-Key names another turn, or the tool results answer a turn that is not waiting for them; `requires_approval`: the turn paused for the agent's gated calls (answer them with POST /v1/runs/{id}/actions)", body = OpenAiErrorBody),
         (status = 504, description = "`turn_still_running`: the turn did not end within the longest wait; it goes on (its run is named)", body = OpenAiErrorBody),
     ))]
-pub async fn chat_completions(
+pub(crate) async fn chat_completions(
     State(state): State<Arc<Shared>>,
     OpenAiTenant(tenant): OpenAiTenant,
     deadline: Option<Extension<ResponseDeadline>>,
@@ -212,7 +212,7 @@ async fn answer_results(
         (status = 409, description = "`conflict`: the session belongs to another agent, or the Idempotency-Key names another turn", body = OpenAiErrorBody),
         (status = 504, description = "`turn_still_running`: the turn did not end within the longest wait; it goes on (its run is named)", body = OpenAiErrorBody),
     ))]
-pub async fn create_response(
+pub(crate) async fn create_response(
     State(state): State<Arc<Shared>>,
     OpenAiTenant(tenant): OpenAiTenant,
     deadline: Option<Extension<ResponseDeadline>>,

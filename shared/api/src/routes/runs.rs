@@ -20,9 +20,9 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 /// Default page size of event and transcript reads.
-pub const DEFAULT_PAGE: usize = 1000;
+pub(crate) const DEFAULT_PAGE: usize = 1000;
 /// Largest page size of event and transcript reads.
-pub const MAX_PAGE: usize = 5000;
+pub(crate) const MAX_PAGE: usize = 5000;
 
 /// `limit` checked against 1..=[`MAX_PAGE`].
 pub(crate) fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
@@ -46,7 +46,7 @@ async fn load_run(state: &Shared, tenant: &TenantId, id: &RunId) -> Result<Run, 
 /// Query of `GET /v1/runs/{runId}`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct RunQuery {
+pub(crate) struct RunQuery {
     /// `internal`: also the runner's own records (`checkpoint`, the retry loop's state between
     /// hand-backs, and `requestFingerprint`), for debugging; left out otherwise.
     #[param(inline)]
@@ -56,7 +56,7 @@ pub struct RunQuery {
 /// What `?include=` adds to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum RunInclude {
+pub(crate) enum RunInclude {
     Internal,
 }
 
@@ -64,7 +64,7 @@ pub enum RunInclude {
 #[utoipa::path(get, path = "/v1/runs/{runId}", operation_id = "getRun", tag = "runs",
     params(("runId" = String, Path, description = "A run id (`run_…`)"), RunQuery),
     responses((status = 200, description = "The run: status, model, attempts, usage, payloads", body = Run)))]
-pub async fn get_run(
+pub(crate) async fn get_run(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -90,7 +90,7 @@ pub(crate) const INTERNAL_FIELDS: &[&str] = &["checkpoint", "requestFingerprint"
 /// Query of the events route.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Events after this `seq` (the `next` of the previous page).
     #[param(minimum = 0)]
     pub after: Option<u64>,
@@ -109,7 +109,7 @@ pub struct EventsQuery {
         ("Last-Event-ID" = Option<String>, Header, description = "SSE reconnects: the last `seq` seen (wins over `after`)")),
     responses((status = 200, description = "A page of events (JSON), or with `Accept: text/event-stream` an SSE stream until the run ends: `id` = seq, `event` = stream, `data` = the event",
         content((EventsView = "application/json"), (String = "text/event-stream")))))]
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -175,7 +175,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         (status = 202, description = "Abort requested: the run stops at its next check", body = AbortView),
         (status = 409, description = "`conflict`: the run already ended", body = ErrorBody),
     ))]
-pub async fn abort(
+pub(crate) async fn abort(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,

@@ -43,7 +43,7 @@ async fn load_session(
 #[utoipa::path(get, path = "/v1/sessions/{sessionKey}", operation_id = "getSession", tag = "sessions",
     params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")),
     responses((status = 200, description = "The session", body = SessionView)))]
-pub async fn get_session(
+pub(crate) async fn get_session(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -85,7 +85,7 @@ async fn diagnose(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
-pub struct TranscriptQuery {
+pub(crate) struct TranscriptQuery {
     /// An earlier session id of the key (default: the current one).
     #[param(min_length = 1, max_length = 128)]
     pub session_id: Option<String>,
@@ -102,7 +102,7 @@ pub struct TranscriptQuery {
 #[utoipa::path(get, path = "/v1/sessions/{sessionKey}/transcript", operation_id = "getTranscript", tag = "sessions",
     params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$"), TranscriptQuery),
     responses((status = 200, description = "A page of transcript entries", body = TranscriptView)))]
-pub async fn transcript(
+pub(crate) async fn transcript(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -142,7 +142,7 @@ pub async fn transcript(
 /// The body of `PATCH /v1/sessions/{key}`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PatchSessionBody {
+pub(crate) struct PatchSessionBody {
     /// A mode name or alias sets the session's default queue mode; `null` clears it
     /// (`followup` again); absent leaves it.
     #[serde(default, deserialize_with = "present")]
@@ -163,7 +163,7 @@ fn present<'de, D: serde::Deserializer<'de>>(
     params(("sessionKey" = String, Path, description = "A session key: 1-256 characters of `[A-Za-z0-9:._@/-]`, one path segment (send `/` as `%2F`)", min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")),
     request_body = PatchSessionBody,
     responses((status = 200, description = "The session, with its default queue mode", body = SessionView)))]
-pub async fn patch_session(
+pub(crate) async fn patch_session(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,
@@ -211,7 +211,7 @@ pub async fn patch_session(
 /// The (empty) body of a reset.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResetBody {}
+pub(crate) struct ResetBody {}
 
 /// Gives the key a new session id (OpenClaw's `/new`). A writer like the runner: it waits for
 /// a running turn to release the session lock (up to `reset_wait_ms`, then 409
@@ -224,7 +224,7 @@ pub struct ResetBody {}
         (status = 200, description = "The session, with a new session id", body = SessionView),
         (status = 409, description = "`session_busy`: a running turn kept the session lock", body = ErrorBody),
     ))]
-pub async fn reset(
+pub(crate) async fn reset(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiPath(raw): ApiPath<String>,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// One period of the tenant's spend.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PeriodUsage {
+pub(crate) struct PeriodUsage {
     /// `2026-12-04` (a UTC day) or `2026-12` (a UTC month).
     pub period: String,
     /// USD spent, open reservations of calls in flight included.
@@ -39,7 +39,7 @@ const MAX_DAYS: i64 = 92;
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
-pub struct UsageQuery {
+pub(crate) struct UsageQuery {
     /// Rows per day (`day`), or per day and agent, model or session.
     pub group_by: Option<UsageGroup>,
     /// First day (`YYYY-MM-DD`, UTC; default: the first of this month).
@@ -53,7 +53,7 @@ pub struct UsageQuery {
 /// One row of `rows`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct UsageRowView {
+pub(crate) struct UsageRowView {
     /// `YYYY-MM-DD`.
     pub day: String,
     /// The agent, model or session (absent by day).
@@ -67,7 +67,7 @@ pub struct UsageRowView {
 /// The answer of `GET /v1/usage`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct UsageView {
+pub(crate) struct UsageView {
     /// Whether the tenant has a budget: spend is counted per period only then (a run's own
     /// `costUsd` is always recorded).
     pub counted: bool,
@@ -114,7 +114,7 @@ fn day_range(query: &UsageQuery, now: u64) -> Result<(String, String), ApiError>
 #[utoipa::path(get, path = "/v1/usage", operation_id = "getUsage", tag = "runs",
     params(UsageQuery),
     responses((status = 200, description = "Spend today and this month (and with `groupBy` per day of a range)", body = UsageView)))]
-pub async fn get_usage(
+pub(crate) async fn get_usage(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     ApiQuery(query): ApiQuery<UsageQuery>,

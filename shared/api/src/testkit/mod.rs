@@ -15,12 +15,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+// Shared with the integration suite (`#[path]`), where its items are the suite's own API.
+#[allow(unreachable_pub)]
 mod runner;
 
-pub use runner::{ACME_KEY, BETA_KEY, acme};
+pub(crate) use runner::{ACME_KEY, BETA_KEY, acme};
 
 /// A server on a loopback port. Dropping it stops it without grace.
-pub struct LiveServer {
+pub(crate) struct LiveServer {
     pub addr: SocketAddr,
     /// The store as the runner sees it (signals the server's notifier).
     pub store: Arc<dyn Store>,
@@ -33,12 +35,12 @@ pub struct LiveServer {
 
 impl LiveServer {
     /// Starts the API with `config` and serves it with `config.limits`.
-    pub async fn start(config: ApiConfig) -> Self {
+    pub(crate) async fn start(config: ApiConfig) -> Self {
         Self::start_over(config, |store| store).await
     }
 
     /// Like [`LiveServer::start`], with the store the API sees wrapped by `wrap`.
-    pub async fn start_over(
+    pub(crate) async fn start_over(
         config: ApiConfig,
         wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
     ) -> Self {
@@ -49,7 +51,7 @@ impl LiveServer {
 
     /// Two servers over one store, each with its own in-process admission and the stream and
     /// wait caps kept in the store: two ingress instances of one deployment.
-    pub async fn start_two_instances(config: ApiConfig) -> (Self, Self) {
+    pub(crate) async fn start_two_instances(config: ApiConfig) -> (Self, Self) {
         let dir = tempfile::tempdir().unwrap();
         let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
         let second = Self::start_on(config.clone(), backend.clone(), |s| s, true, None).await;
@@ -109,30 +111,36 @@ impl LiveServer {
     }
 
     /// Asks the server to shut down gracefully; await [`LiveServer::task`] to see it end.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
     }
 
     /// One request on a fresh connection (`Connection: close`).
-    pub async fn request(&self, method: &str, path: &str, key: Option<&str>, body: &str) -> Reply {
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: &str,
+    ) -> Reply {
         let mut stream = TcpStream::connect(self.addr).await.unwrap();
         send_request(&mut stream, method, path, key, body).await;
         read_reply(&mut stream).await
     }
 
-    pub async fn get(&self, path: &str, key: &str) -> Reply {
+    pub(crate) async fn get(&self, path: &str, key: &str) -> Reply {
         self.request("GET", path, Some(key), "").await
     }
 
-    pub async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
+    pub(crate) async fn post(&self, path: &str, key: &str, body: Value) -> Reply {
         self.request("POST", path, Some(key), &body.to_string())
             .await
     }
 
     /// `POST /v1/agent` that must answer 202; the run id.
-    pub async fn submit(&self, key: &str, session: &str, message: &str) -> String {
+    pub(crate) async fn submit(&self, key: &str, session: &str, message: &str) -> String {
         let reply = self
             .post(
                 "/v1/agent",
@@ -144,24 +152,29 @@ impl LiveServer {
         reply.json()["runId"].as_str().unwrap().to_owned()
     }
 
-    pub async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
+    pub(crate) async fn run(&self, tenant: &TenantId, run_id: &str) -> Run {
         runner::read_run(self.store.as_ref(), tenant, run_id).await
     }
 
     /// Takes the run's session lock and commits it with `status`, as the runner would.
-    pub async fn commit_status(&self, tenant: &TenantId, run_id: &str, status: RunStatus) -> Fence {
+    pub(crate) async fn commit_status(
+        &self,
+        tenant: &TenantId,
+        run_id: &str,
+        status: RunStatus,
+    ) -> Fence {
         let run = self.run(tenant, run_id).await;
         let fence = self.lock(tenant, run.session_key.as_str()).await;
         self.commit_run(&fence, run, status).await;
         fence
     }
 
-    pub async fn lock(&self, tenant: &TenantId, key: &str) -> Fence {
+    pub(crate) async fn lock(&self, tenant: &TenantId, key: &str) -> Fence {
         let now = agentlane_core::Clock::now_ms(&SystemClock);
         runner::take_lock(self.store.as_ref(), tenant, key, now).await
     }
 
-    pub async fn commit_run(&self, fence: &Fence, mut run: Run, status: RunStatus) {
+    pub(crate) async fn commit_run(&self, fence: &Fence, mut run: Run, status: RunStatus) {
         let now = agentlane_core::Clock::now_ms(&SystemClock);
         let terminal = status.is_terminal();
         run.status = status;
@@ -194,7 +207,7 @@ impl Drop for LiveServer {
 }
 
 /// Writes one HTTP/1.1 request with `Connection: close`.
-pub async fn send_request(
+pub(crate) async fn send_request(
     stream: &mut TcpStream,
     method: &str,
     path: &str,
@@ -215,19 +228,19 @@ pub async fn send_request(
 
 /// A parsed answer.
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub head: String,
     pub body: String,
 }
 
 impl Reply {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or(Value::Null)
     }
 
     /// A header's value (names compared case-insensitively).
-    pub fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|line| {
             let (n, v) = line.split_once(':')?;
             n.trim()
@@ -237,7 +250,7 @@ impl Reply {
     }
 
     /// Asserts the JSON error shape with this status and code.
-    pub fn assert_error(&self, status: u16, code: &str) {
+    pub(crate) fn assert_error(&self, status: u16, code: &str) {
         assert_eq!(self.status, status, "{self:?}");
         assert_eq!(self.json()["error"]["code"], code, "{self:?}");
         assert!(
@@ -250,14 +263,14 @@ impl Reply {
 }
 
 /// Reads a whole `Connection: close` answer (chunked bodies are de-chunked).
-pub async fn read_reply(stream: &mut TcpStream) -> Reply {
+pub(crate) async fn read_reply(stream: &mut TcpStream) -> Reply {
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await.unwrap();
     parse_reply(&raw)
 }
 
 /// Parses status line, head and body of a raw answer.
-pub fn parse_reply(raw: &[u8]) -> Reply {
+pub(crate) fn parse_reply(raw: &[u8]) -> Reply {
     let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -297,7 +310,7 @@ fn dechunk(mut body: &str) -> String {
 
 /// Whether the server closed `stream` within `within` (EOF or reset), reading and discarding
 /// whatever it sent first.
-pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+pub(crate) async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
     let mut buf = [0u8; 1024];
     let deadline = tokio::time::Instant::now() + within;
     loop {

@@ -192,7 +192,7 @@ pub(crate) mod fixtures {
     use agentlane_providers::{AssistantTurn, FinishReason};
     use std::collections::BTreeSet;
 
-    pub fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+    pub(crate) fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
         ToolCall {
             id: id.to_owned(),
             name: name.to_owned(),
@@ -200,13 +200,13 @@ pub(crate) mod fixtures {
         }
     }
 
-    pub fn offered() -> BTreeSet<String> {
+    pub(crate) fn offered() -> BTreeSet<String> {
         ["current_time", "web_search", "Lookup", "lookup"]
             .map(str::to_owned)
             .into()
     }
 
-    pub fn turn(text: &str, calls: Vec<ToolCall>, finish: FinishReason) -> AssistantTurn {
+    pub(crate) fn turn(text: &str, calls: Vec<ToolCall>, finish: FinishReason) -> AssistantTurn {
         AssistantTurn {
             text: text.to_owned(),
             tool_calls: calls,

@@ -13,9 +13,9 @@ use serde_json::Value;
 /// Declares a job body: its own fields, then the settings both bodies take, each optional (in
 /// a `PATCH`, absent = unchanged). `deny_unknown_fields` rules out `#[serde(flatten)]`.
 macro_rules! job_body {
-    ($(#[$attr:meta])* pub struct $name:ident { $($own:tt)* }) => {
+    ($(#[$attr:meta])* $vis:vis struct $name:ident { $($own:tt)* }) => {
         $(#[$attr])*
-        pub struct $name {
+        $vis struct $name {
             $($own)*
             #[serde(default)]
             pub model: Option<String>,
@@ -71,7 +71,7 @@ job_body! {
     /// The body of `POST /v1/cron/jobs`.
     #[derive(Debug, Deserialize, utoipa::ToSchema)]
     #[serde(rename_all = "camelCase", deny_unknown_fields)]
-    pub struct NewJobBody {
+    pub(super) struct NewJobBody {
         #[schema(min_length = 1, max_length = 200)]
         pub name: String,
         #[schema(value_type = ScheduleInput)]
@@ -85,7 +85,7 @@ job_body! {
     /// The body of `PATCH /v1/cron/jobs/{jobId}`: any field of a job.
     #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
     #[serde(rename_all = "camelCase", deny_unknown_fields)]
-    pub struct JobPatchBody {
+    pub(super) struct JobPatchBody {
         #[serde(default)]
         #[schema(min_length = 1, max_length = 200)]
         pub name: Option<String>,
@@ -102,7 +102,7 @@ job_body! {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum ScheduleInput {
+pub(super) enum ScheduleInput {
     Cron(CronScheduleInput),
     Every(EveryScheduleInput),
     At(AtScheduleInput),
@@ -113,7 +113,7 @@ pub enum ScheduleInput {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct CronScheduleInput {
+pub(super) struct CronScheduleInput {
     #[schema(min_length = 1)]
     cron: String,
     #[serde(default)]
@@ -124,7 +124,7 @@ pub struct CronScheduleInput {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[allow(dead_code)]
-pub struct EveryScheduleInput {
+pub(super) struct EveryScheduleInput {
     #[schema(minimum = 1)]
     every_seconds: u64,
 }
@@ -133,7 +133,7 @@ pub struct EveryScheduleInput {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
-pub struct AtScheduleInput {
+pub(super) struct AtScheduleInput {
     #[schema(format = DateTime)]
     at: String,
 }

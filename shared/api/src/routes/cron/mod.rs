@@ -43,7 +43,7 @@ const PATCH_RETRIES: u32 = 4;
             )),
         (status = 409, description = "`conflict`: the tenant has as many jobs as allowed", body = ErrorBody),
     ))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     headers: HeaderMap,
@@ -99,7 +99,7 @@ pub async fn create(
 /// `GET /v1/cron/jobs`.
 #[utoipa::path(get, path = "/v1/cron/jobs", operation_id = "listCronJobs", tag = "cron",
     responses((status = 200, description = "The tenant's jobs", body = JobList)))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<JobList>, ApiError> {
@@ -113,7 +113,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/v1/cron/jobs/{jobId}", operation_id = "getCronJob", tag = "cron",
     params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 200, description = "The job", body = JobView)))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
@@ -131,7 +131,7 @@ pub async fn get(
 #[utoipa::path(delete, path = "/v1/cron/jobs/{jobId}", operation_id = "deleteCronJob", tag = "cron",
     params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 204, description = "Deleted")))]
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
@@ -151,7 +151,7 @@ pub async fn delete(
     params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     request_body = JobPatchBody,
     responses((status = 200, description = "The job", body = JobView)))]
-pub async fn patch(
+pub(crate) async fn patch(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,
@@ -275,7 +275,7 @@ fn apply_patch(
 #[utoipa::path(post, path = "/v1/cron/jobs/{jobId}/run", operation_id = "runCronJob", tag = "cron",
     params(("jobId" = String, Path, description = "A cron job id", min_length = 1, max_length = 128, pattern = r"^[A-Za-z0-9_-]+$")),
     responses((status = 202, description = "Fired now", body = FiredView)))]
-pub async fn run_now(
+pub(crate) async fn run_now(
     State(state): State<Arc<Shared>>,
     Tenant(tenant): Tenant,
     Path(raw): Path<String>,

@@ -8,7 +8,7 @@ use serde_json::Value;
 /// A job as the API shows it (the webhook token is never shown).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct JobView {
+pub(crate) struct JobView {
     pub job_id: JobId,
     pub name: String,
     pub schedule: Schedule,
@@ -40,7 +40,7 @@ pub struct JobView {
 /// One entry of `lastRuns`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct JobRunView {
+pub(crate) struct JobRunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,28 +111,28 @@ impl From<&CronJob> for JobView {
 
 /// How a job's delivery is shown (documentation of [`JobView::delivery`]).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DeliveryView {
+pub(super) struct DeliveryView {
     pub webhook: WebhookView,
 }
 
 /// A webhook target as shown: whether it has a token, never the token.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct WebhookView {
+pub(super) struct WebhookView {
     pub url: String,
     pub has_token: bool,
 }
 
 /// `GET /v1/cron/jobs`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct JobList {
+pub(crate) struct JobList {
     pub jobs: Vec<JobView>,
 }
 
 /// The answer of `POST /v1/cron/jobs/{jobId}/run`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct FiredView {
+pub(crate) struct FiredView {
     pub job_id: JobId,
     pub run_id: Option<RunId>,
     pub session_key: Option<SessionKey>,

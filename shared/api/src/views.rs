@@ -278,6 +278,7 @@ impl SessionView {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsView {
+    /// The sessions, newest activity (`updatedAt`) first.
     pub sessions: Vec<SessionView>,
     /// Pass it back as `cursor` for the next page; `null` when the list is done.
     pub next: Option<String>,

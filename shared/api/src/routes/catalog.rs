@@ -93,10 +93,11 @@ pub(crate) async fn list_sessions(
         .map(|s| SessionView::of(s, now))
         .collect();
     let kept = page::fit(views, state.config.limits.max_page_bytes);
+    // A page the answer's own byte rule cut goes on after the last session it kept.
     let next = if kept.len() < found.sessions.len() {
-        found
-            .sessions
-            .get(kept.len().wrapping_sub(1))
+        kept.len()
+            .checked_sub(1)
+            .and_then(|last| found.sessions.get(last))
             .map(SessionCursor::after)
     } else {
         found.next
@@ -165,9 +166,9 @@ pub(crate) async fn list_runs(
     }
     let kept = page::fit(views, state.config.limits.max_page_bytes);
     let next = if kept.len() < found.runs.len() {
-        found
-            .runs
-            .get(kept.len().wrapping_sub(1))
+        kept.len()
+            .checked_sub(1)
+            .and_then(|last| found.runs.get(last))
             .map(|r| r.session_seq)
     } else {
         found.next

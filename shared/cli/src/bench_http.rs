@@ -122,12 +122,22 @@ async fn start_server(
     Ok((child, url))
 }
 
-/// `VmHWM` of a process, in KiB.
+/// `VmHWM` (peak resident set) of a process, in KiB.
 fn peak_rss_of(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// `VmRSS` (resident set now) of a process, in KiB.
+fn rss_of(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `kB` field of `/proc/<pid>/status`.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
 }
@@ -502,6 +512,18 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
     }
     if let Some(kib) = peak {
         println!("server peak RSS (VmHWM): {:.1} MiB", kib as f64 / 1024.0);
+    }
+    if let Some(pid) = pid {
+        // Every session idle now: what the server keeps for them (caches, the database's
+        // pages) once the turns' own buffers are gone.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if let Some(kib) = rss_of(pid) {
+            println!(
+                "server RSS with the {} sessions idle (VmRSS, 2 s after the last turn): {:.1} MiB",
+                bench.sessions,
+                kib as f64 / 1024.0
+            );
+        }
     }
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         println!(

@@ -50,6 +50,7 @@ pub const INTERRUPTED_RESULT: &str =
 pub struct ClientTool {
     /// `[a-zA-Z0-9_-]{1,64}`.
     pub name: String,
+    /// What the tool does, as the model is told (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// JSON Schema of the arguments (an object schema; `{"type":"object"}` when absent).
@@ -173,10 +174,12 @@ pub fn pending_kind(
 pub struct PendingCall {
     /// The tool call id (answer with it).
     pub id: String,
+    /// The tool the model called.
     pub name: String,
     /// The call's arguments (the JSON the model sent; a string when it was not JSON).
     #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
     pub arguments: Value,
+    /// Whether the caller runs it (`client`) or approves it to run here (`approval`).
     pub kind: PendingKind,
 }
 
@@ -187,7 +190,9 @@ pub struct PendingCall {
 pub struct RequiredAction {
     /// 1 for the run's first pause, one more for each later one: an answer is for one pause.
     pub id: u32,
+    /// The calls to answer, in the order the model made them.
     pub tool_calls: Vec<PendingCall>,
+    /// When the run paused (ms since the epoch).
     pub paused_at: u64,
     /// When the pause ends without an answer (ms since epoch): every pending call is then
     /// answered [`EXPIRED_RESULT`] and the run goes on.
@@ -207,8 +212,11 @@ pub struct RequiredAction {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ToolOutputAnswer {
+    /// The [`PendingCall::id`] of the client tool call this answers.
     pub tool_call_id: String,
+    /// The tool's output, passed to the model as the call's result.
     pub output: String,
+    /// The call failed: the model is told its output is an error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
 }
@@ -218,8 +226,11 @@ pub struct ToolOutputAnswer {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ApprovalAnswer {
+    /// The [`PendingCall::id`] of the gated call this answers.
     pub tool_call_id: String,
+    /// `true` runs the call; `false` denies it (the model gets `Denied: <reason>`).
     pub approve: bool,
+    /// Why it was denied, passed to the model; ignored on an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -229,8 +240,10 @@ pub struct ApprovalAnswer {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ActionAnswer {
+    /// Outputs of the pause's client tool calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_outputs: Vec<ToolOutputAnswer>,
+    /// Decisions on the pause's gated calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<ApprovalAnswer>,
 }
@@ -243,7 +256,9 @@ pub struct ActionAnswer {
 pub struct RecordedAnswer {
     /// The [`RequiredAction::id`] it answers.
     pub action_id: u32,
+    /// What was posted (empty when the pause expired).
     pub answer: ActionAnswer,
+    /// When it was recorded (ms since the epoch).
     pub answered_at: u64,
     /// The pause expired: every call is answered [`EXPIRED_RESULT`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -359,7 +374,12 @@ pub fn check_answers(action: &RequiredAction, answer: &ActionAnswer) -> Result<(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Its result is known: a client's output, a denial, an expiry, an abort.
-    Result { content: String, is_error: bool },
+    Result {
+        /// The text the model gets as the call's result.
+        content: String,
+        /// The model is told the call failed (a denial, an expiry, an abort, a client error).
+        is_error: bool,
+    },
     /// Approved: run it now.
     Run,
 }

@@ -64,14 +64,19 @@ pub struct McpServerDef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct HttpToolDef {
+    /// The name the model calls it by: 1–64 chars of `[A-Za-z0-9_-]`.
     pub name: String,
+    /// What the tool does, as the model is told.
     pub description: String,
     /// JSON Schema of the arguments (checked at create; each call is validated against it).
     #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
     pub parameters: serde_json::Value,
+    /// Where the arguments are POSTed (`http(s)://…`).
     pub url: String,
+    /// Request headers, each a secret reference.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, SecretRef>,
+    /// Per-attempt timeout (ms; default 30000, at most 300000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Signs each request (`X-Agentlane-Signature`).
@@ -90,8 +95,10 @@ pub struct AgentTools {
     /// Built-in tools by name; all of the deployment's when absent, none when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<Vec<String>>,
+    /// MCP servers whose tools the runs may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<McpServerDef>,
+    /// Tools called by POSTing their arguments to a URL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpToolDef>,
     /// Tools the caller's application runs: a call pauses the run until its output is posted.
@@ -104,6 +111,7 @@ pub struct AgentTools {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct AgentSpec {
+    /// A display name (1–256 characters); not used by the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The system prompt's base (the deployment's bootstrap files and a turn's
@@ -113,15 +121,21 @@ pub struct AgentSpec {
     /// Default model (`provider/model`, within the deployment's allow-list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Models tried in order when the default fails (`provider/model` each); `None`: the
+    /// deployment's (`AGENTLANE_FALLBACK_MODELS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_models: Option<Vec<String>>,
+    /// Default `thinking` level (`off`, `minimal`, `low`, `medium`, `high`) of its turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// The tools its runs may call; `None`: the deployment's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<AgentTools>,
     /// Default queue mode of the agent's sessions (a session's or a turn's own mode wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_mode: Option<QueueMode>,
+    /// Only the last N user turns of history are sent to the model (older ones stay in the
+    /// transcript); `None`: the deployment's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_max_turns: Option<u32>,
     /// Calls that need a person's yes before they run (any kind of tool).
@@ -135,6 +149,7 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub prices: Option<std::collections::BTreeMap<String, crate::spend::Price>>,
+    /// Free-form JSON the tenant keeps with the agent (at most 16 KiB); never read by the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
@@ -182,14 +197,18 @@ impl AgentSpec {
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Agent {
+    /// The tenant that owns the agent; never shown by the API.
     #[serde(skip)]
     pub tenant: TenantId,
+    /// The agent's id: `[a-z0-9][a-z0-9-]{0,63}`, unique within its tenant.
     pub agent_id: String,
     /// 1 at create, one more at each change.
     pub version: u64,
+    /// When version 1 was created (ms since the epoch).
     pub created_at: u64,
     /// When this version was made.
     pub updated_at: u64,
+    /// What the tenant set (flattened into the agent's JSON).
     #[serde(flatten)]
     pub spec: AgentSpec,
 }

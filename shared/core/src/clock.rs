@@ -4,6 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
+    /// The current time in milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
 }
 

@@ -63,18 +63,24 @@ pub enum Schedule {
     /// A cron expression: 5 fields (minute precision) or 6 (with seconds first), in `tz` (an
     /// IANA zone, UTC when absent).
     Cron {
+        /// The expression, e.g. `0 9 * * 1-5`.
         cron: String,
+        /// The IANA time zone it is read in (`Europe/Paris`); `None`: UTC.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tz: Option<String>,
     },
     /// Every `everySeconds`, counted from the job's anchor (its creation or last schedule
     /// change).
     Every {
+        /// The interval in seconds (at least 1).
         #[serde(rename = "everySeconds")]
         every_seconds: u64,
     },
     /// Once, at an RFC 3339 time.
-    At { at: String },
+    At {
+        /// The time to fire, RFC 3339 (`2026-12-24T18:00:00Z`).
+        at: String,
+    },
 }
 
 impl Schedule {
@@ -89,6 +95,7 @@ impl Schedule {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct JobDelivery {
+    /// The webhook each run's final payloads are POSTed to.
     pub webhook: WebhookTarget,
 }
 
@@ -103,6 +110,7 @@ pub struct WebhookTarget {
         schema(max_length = 2048, pattern = r"^https?://\S+$")
     )]
     pub url: String,
+    /// Sent as `Authorization: Bearer <token>` when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
 }
@@ -114,11 +122,15 @@ pub struct WebhookTarget {
 pub enum JobRunStatus {
     /// Claimed and accepted; not picked up yet.
     Queued,
+    /// Its run was picked up and is running.
     Running,
     /// The fired run waits for a client tool's output or an approval.
     RequiresAction,
+    /// Its run ended `ok`.
     Ok,
+    /// Its run ended `error`.
     Error,
+    /// Its run ended `aborted`.
     Aborted,
     /// The job's timeout passed (counted from the fire).
     Timeout,
@@ -164,15 +176,19 @@ pub struct JobRun {
     /// The fresh session of the fire, `cron:<jobId>:<runId>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<SessionKey>,
+    /// Where the fire stands; mirrors its run's status.
     pub status: JobRunStatus,
     /// When the fire was claimed (ms since epoch).
     pub fired_at: u64,
     /// The slot the fire was for (ms since epoch); the fire time for a manual run.
     pub due_at: u64,
+    /// When its run started (ms since the epoch); `None` until picked up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
+    /// When its run ended (ms since the epoch); `None` until it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<u64>,
+    /// Why the run did not end `ok` (`<code>: <message>`); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Fired by `POST /v1/cron/jobs/{id}/run` rather than by the schedule.
@@ -187,9 +203,13 @@ pub struct JobRun {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CronJob {
+    /// The tenant that owns the job; another tenant never sees it.
     pub tenant: TenantId,
+    /// The job's id (`job_…`).
     pub job_id: JobId,
+    /// A label for people (not unique); not used by the scheduler.
     pub name: String,
+    /// When the job fires.
     pub schedule: Schedule,
     /// The message each fire sends.
     pub message: String,
@@ -205,10 +225,12 @@ pub struct CronJob {
     /// Each fire's spend limits (its agent's fill what is unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::spend::RunBudget>,
+    /// Whether the job fires; disabled jobs keep their history but never replay missed fires.
     pub enabled: bool,
     /// A one-shot job is deleted after its run succeeds (else disabled).
     #[serde(default)]
     pub delete_after_run: bool,
+    /// Where each run's final payloads are POSTed; `None`: nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<JobDelivery>,
     /// The next slot (ms since epoch); `None` while disabled or when nothing is left to fire.
@@ -217,11 +239,16 @@ pub struct CronJob {
     /// Newest first, at most [`MAX_LAST_RUNS`] (fires still in flight are never dropped).
     #[serde(default)]
     pub last_runs: Vec<JobRun>,
+    /// Failed runs in a row (`error`, `timeout`); reset by an `ok`. At 10 the job is disabled.
     #[serde(default)]
     pub consecutive_errors: u32,
+    /// Why the job was disabled by the scheduler (failures in a row, a failed one-shot, a schedule
+    /// error); `None` when enabled or disabled by the tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// When the job was created (ms since the epoch).
     pub created_at: u64,
+    /// When the job last changed (ms since the epoch).
     pub updated_at: u64,
     /// Where `everySeconds` counts from (creation, or the last schedule change).
     pub anchor_at: u64,

@@ -13,9 +13,11 @@ macro_rules! string_id {
         pub struct $name(String);
 
         impl $name {
+            /// Wraps `value` as is; nothing is checked (the API validates what clients send).
             pub fn new(value: impl Into<String>) -> Self {
                 Self(value.into())
             }
+            /// The id's text, as sent and stored.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -79,9 +81,11 @@ impl Lane {
     pub fn for_session(tenant: &TenantId, key: &SessionKey) -> Self {
         Self(format!("{}/{}", tenant.as_str(), key.as_str()))
     }
+    /// Wraps `value` (a `{tenant}/{sessionKey}` name) as is; nothing is checked.
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
+    /// The lane's name, `{tenant}/{sessionKey}`.
     pub fn as_str(&self) -> &str {
         &self.0
     }

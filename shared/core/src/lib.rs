@@ -5,6 +5,7 @@
 //! This crate does no I/O. The embedded (SQLite) and AWS (DynamoDB + SQS FIFO) adapters live in
 //! their own crates and pass the same conformance suite (`agentlane-conformance`).
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod action;
 pub mod agent;

@@ -19,7 +19,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnMessage {
+    /// The tenant the run belongs to.
     pub tenant: TenantId,
+    /// The run to execute.
     pub run_id: RunId,
     /// The run's session key, so a runner can take the session lock before reading the run
     /// (one read fewer per turn). Optional: older messages lack it.
@@ -27,10 +29,15 @@ pub struct TurnMessage {
     pub session_key: Option<SessionKey>,
 }
 
+/// A message on one lane's FIFO: it names the run a runner should execute next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneMessage {
+    /// The lane (`{tenant}/{sessionKey}`) the message is ordered within.
     pub lane: Lane,
+    /// Deduplication id: enqueueing twice with one id stores one message (the run id for an
+    /// accept, `<runId>:resume:<n>` for a resume).
     pub dedup_id: String,
+    /// Which run to execute.
     pub body: TurnMessage,
 }
 
@@ -53,31 +60,42 @@ impl LaneMessage {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Receipt(pub String);
 
+/// One receipt of a message by a consumer: ack it when done, or change its visibility.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
+    /// The message delivered.
     pub message: LaneMessage,
+    /// The handle to ack or hand back this delivery with.
     pub receipt: Receipt,
     /// 1 on the first delivery.
     pub receive_count: u32,
 }
 
+/// Why a queue operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueError {
     /// The receipt no longer names an in-flight delivery (acked, or redelivered since).
     #[error("stale receipt")]
     StaleReceipt,
+    /// The queue refused the call for now (rate limit); retry after a pause.
     #[error("throttled: {0}")]
     Throttled(String),
+    /// The queue could not be reached or answered with an error; retry later.
     #[error("queue unavailable: {0}")]
     Unavailable(String),
+    /// A received message could not be read as a lane message (its text says why).
     #[error("malformed message: {0}")]
     Malformed(String),
 }
 
+/// What a queue operation returns.
 pub type QueueResult<T> = Result<T, QueueError>;
 
+/// A per-lane FIFO, at-least-once queue with a visibility timeout (the semantics above); SQS
+/// FIFO and the embedded queue implement it.
 #[async_trait]
 pub trait LaneQueue: Send + Sync + 'static {
+    /// Adds `message` at the tail of its lane (a duplicate `dedup_id` is stored once).
     async fn enqueue(&self, message: &LaneMessage) -> QueueResult<()>;
 
     /// Up to `max` deliveries, each now invisible for `visibility`. Waits up to `wait` for a

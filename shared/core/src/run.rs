@@ -9,17 +9,24 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum RunStatus {
+    /// Accepted and waiting in its lane for a runner to pick it up.
     Queued,
+    /// A runner holds it and is calling the model or its tools.
     Running,
     /// Paused until its pending tool calls are answered (`POST /v1/runs/{id}/actions`).
     RequiresAction,
+    /// Ended with a reply (`payloads`).
     Ok,
+    /// Ended with an error (`error` says why), e.g. every model and fallback failed.
     Error,
+    /// Ended by an abort request, the supervisor or an `interrupt` message (`error.code` says which).
     Aborted,
+    /// Ended at its deadline (`timeoutSeconds`, a cron job's timeout) before it finished.
     Timeout,
 }
 
 impl RunStatus {
+    /// Whether the run has ended (`ok`, `error`, `aborted`, `timeout`) and will never change status again.
     pub fn is_terminal(self) -> bool {
         match self {
             RunStatus::Queued | RunStatus::Running | RunStatus::RequiresAction => false,
@@ -27,6 +34,7 @@ impl RunStatus {
         }
     }
 
+    /// The wire name (`queued`, `running`, `requires_action`, `ok`, …), as in the API.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Queued => "queued",
@@ -39,6 +47,7 @@ impl RunStatus {
         }
     }
 
+    /// A status by its wire name; `None` for anything else.
     pub fn parse(value: &str) -> Option<Self> {
         Some(match value {
             "queued" => RunStatus::Queued,
@@ -58,11 +67,14 @@ impl RunStatus {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum LivenessState {
+    /// Making progress (the default), and every run that ended normally.
     #[default]
     Working,
+    /// Handed back unfinished (a checkpoint, a lease running out) or waiting on `requires_action`.
     Paused,
     /// Every retry and fallback is exhausted; the run ended with a clear error.
     Blocked,
+    /// Given up: aborted, stuck, or ended without a complete turn.
     Abandoned,
 }
 
@@ -71,10 +83,15 @@ pub enum LivenessState {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum QueueMode {
+    /// Runs after the current turn, as its own turn (the default).
     #[default]
     Followup,
+    /// Folded with the other messages that arrive while busy into one follow-up turn (~500 ms
+    /// debounce, cap 20).
     Collect,
+    /// Injected into the running turn at its next model boundary; a followup when nothing runs.
     Steer,
+    /// Aborts the running turn (it ends `aborted`, `interrupted`), then runs.
     Interrupt,
 }
 
@@ -113,10 +130,15 @@ impl QueueMode {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum QueueOutcome {
+    /// Ran as its own turn (the default).
     #[default]
     Ran,
+    /// Injected into the session's running turn (`intoRunId`): it has no reply of its own.
     Steered,
+    /// Folded into a `collect` follow-up turn (`intoRunId`) with other messages.
     Collected,
+    /// Was running when an `interrupt` message arrived: it ended `aborted` (`intoRunId` is the
+    /// interrupting run).
     Interrupted,
 }
 
@@ -125,18 +147,24 @@ pub enum QueueOutcome {
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct TurnRequest {
+    /// The user's message: 1 byte to 256 KiB (configurable).
     pub message: String,
     /// The mode the client asked for; `None`: the session's default mode (else `followup`).
     /// A run's stored request names the mode it was accepted with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_mode: Option<QueueMode>,
+    /// The model to use (`provider/model`); `None`: the agent's, else the deployment default
+    /// (`AGENTLANE_MODEL`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The reasoning effort asked for (`off`, `minimal`, `low`, `medium`, `high`); `None`: the
+    /// agent's, else none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
     /// 0 = unlimited; `None` = the deployment default (48 h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
+    /// Text appended to the system prompt for this turn only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_system_prompt: Option<String>,
     /// The conversation before `message`, written ahead of it in the transcript when the
@@ -209,6 +237,7 @@ impl TurnRequest {
 pub struct Usage {
     /// Every prompt token, cached ones included.
     pub input_tokens: u64,
+    /// Tokens the model generated, reasoning included.
     pub output_tokens: u64,
     /// Of `input_tokens`, those read from the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero_ms")]
@@ -219,6 +248,7 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds `other`'s counts to these (a run's usage is the sum of its attempts').
     pub fn add(&mut self, other: Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
@@ -232,21 +262,28 @@ impl Usage {
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct AttemptRecord {
+    /// The attempt's place in the run's ledger, from 0.
     pub index: u32,
     /// `provider/model`.
     pub model: String,
+    /// The auth profile (API key name) the call used; `None` when no call was made (a poisoned
+    /// run's record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     /// `ok`, `tool_calls`, `missing_assistant` (the response had no assistant message), or a
     /// failure class such as `rate_limit`, `timeout`, `aborted`.
     pub outcome: String,
+    /// Tokens this call reported.
     pub usage: Usage,
     /// What the call cost (USD), from the deployment's price of its model; `None` when the
     /// model has no price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// When the call started (ms since the epoch).
     pub started_at: u64,
+    /// How long the call took (ms).
     pub duration_ms: u64,
+    /// The failure's message (never a secret or raw provider body); `None` when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -256,7 +293,10 @@ pub struct AttemptRecord {
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Payload {
+    /// The reply text, the silent token `NO_REPLY` removed.
     pub text: String,
+    /// A fallback reply standing in for a failure (a failed tool, an incomplete turn), not the
+    /// model's answer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
 }
@@ -266,11 +306,15 @@ pub struct Payload {
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RunError {
+    /// A stable machine-readable code (`aborted`, `stuck`, `interrupted`, `session_reset`,
+    /// `poisoned`, `run_timeout`, a failover class such as `rate_limit`, …).
     pub code: String,
+    /// A human-readable explanation.
     pub message: String,
 }
 
 impl RunError {
+    /// An error with `code` and `message`.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
@@ -310,35 +354,49 @@ impl AbortReason {
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Run {
+    /// The run's id (`run_…`), unique across tenants.
     pub run_id: RunId,
     /// Never shown by the API (`GET /v1/runs/{id}` drops it).
     #[cfg_attr(feature = "utoipa", schema(ignore))]
     pub tenant: TenantId,
+    /// The session key the message was sent to.
     pub session_key: SessionKey,
+    /// The session the run belongs to: the key's current session id at accept.
     pub session_id: SessionId,
+    /// Where the run is in its lifecycle (SPEC §3).
     pub status: RunStatus,
+    /// Whether the run can still make progress (SPEC §5).
     pub liveness_state: LivenessState,
+    /// What the client (or the cron job that fired it) asked for.
     pub request: TurnRequest,
+    /// The client's idempotency key: the same key within 24 h answers with this run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// When the run was accepted (ms since the epoch).
     pub accepted_at: u64,
+    /// When a runner first picked it up (ms since the epoch); `None` while queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
+    /// When it ended (ms since the epoch); `None` until terminal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<u64>,
     /// The model that answered (`provider/model`); `demo/...` for the offline demo model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Every model call made for the run, in order.
     #[serde(default)]
     pub attempts: Vec<AttemptRecord>,
+    /// Tokens over all the run's attempts.
     #[serde(default)]
     pub usage: Usage,
     /// What the run's model calls cost (USD, the sum of its attempts' `costUsd`); `None` while
     /// none was priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// The replies shown to the user; empty until the run ends.
     #[serde(default)]
     pub payloads: Vec<Payload>,
+    /// Why the run did not end `ok`; `None` while it runs and when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
     /// Set by `POST /runs/{id}/abort`; the runner stops at its next check. Runner writes never
@@ -443,13 +501,18 @@ impl Run {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum EventStream {
+    /// The run's start, end and errors (`phase: start|end|error`, with the terminal status).
     Lifecycle,
+    /// Assistant text deltas, coalesced into a few events per reply.
     Assistant,
+    /// Tool calls (`phase: start|update|end`, name, call id, isError); never raw secrets.
     Tool,
+    /// Transcript compaction (start/end, tokens before and after).
     Compaction,
 }
 
 impl EventStream {
+    /// The wire name (`lifecycle`, `assistant`, `tool`, `compaction`).
     pub fn as_str(self) -> &'static str {
         match self {
             EventStream::Lifecycle => "lifecycle",
@@ -459,6 +522,7 @@ impl EventStream {
         }
     }
 
+    /// A stream by its wire name; `None` for anything else.
     pub fn parse(value: &str) -> Option<Self> {
         Some(match value {
             "lifecycle" => EventStream::Lifecycle,
@@ -474,9 +538,13 @@ impl EventStream {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Event {
+    /// The event's place in its run, from 0, dense and increasing.
     pub seq: u64,
+    /// Which stream the event belongs to.
     pub stream: EventStream,
+    /// When it happened (ms since the epoch).
     pub ts: u64,
+    /// The stream's payload (`phase`, text deltas, tool name and call id, …).
     pub data: serde_json::Value,
 }
 

@@ -5,12 +5,15 @@ use crate::run::{QueueMode, Run, RunStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Whether a session is running a turn (`GET /v1/sessions/{key}` shows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum SessionStatus {
+    /// No turn is running (the default).
     #[default]
     Idle,
+    /// A runner holds the session and is running a turn (`activeRunId`).
     Processing,
 }
 
@@ -38,13 +41,20 @@ impl SessionStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
+    /// The tenant that owns the session; another tenant never sees it.
     pub tenant: TenantId,
+    /// The client's name for the conversation (1–256 chars of `[A-Za-z0-9:._@-]`).
     pub session_key: SessionKey,
+    /// The key's current session id; a reset replaces it, and transcripts belong to it.
     pub session_id: SessionId,
+    /// Whether a turn is running now.
     pub status: SessionStatus,
+    /// The run being processed; `None` while idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_run_id: Option<RunId>,
+    /// When the key's first turn created the session (ms since the epoch).
     pub created_at: u64,
+    /// When the record last changed (ms since the epoch).
     pub updated_at: u64,
     /// Last time a run of this session made progress (a reply, a tool, a status change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,18 +276,28 @@ pub enum PendingSettle {
     /// Every accepted run finished: the session leaves the index.
     Clear,
     /// Busy or recently accepted: look again one threshold after `since`; no redrive counted.
-    Defer { since: u64 },
+    Defer {
+        /// The session's new `pendingAt` (ms since the epoch).
+        since: u64,
+    },
     /// The oldest unfinished run's lane message was re-enqueued: look again one threshold after
     /// `since`, counting one redrive.
-    Redrive { since: u64 },
+    Redrive {
+        /// The session's new `pendingAt` (ms since the epoch).
+        since: u64,
+    },
 }
 
 /// Proof of holding a session's write lock. Pass it to every fenced write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
+    /// The tenant whose session is locked.
     pub tenant: TenantId,
+    /// The locked session's key.
     pub session_key: SessionKey,
+    /// Who holds the lock (`<instance>:<uuid>`, unique per acquire).
     pub owner: String,
+    /// The token the acquire handed out; a write carrying an older one is refused.
     pub token: FencingToken,
 }
 
@@ -288,14 +308,22 @@ pub enum LockAttempt {
     /// order check, ...), read in the same write.
     Acquired(Fence, Box<Session>),
     /// Someone else holds an unexpired lease.
-    Held { owner: String, until: u64 },
+    Held {
+        /// The holder's owner id.
+        owner: String,
+        /// When its lease ends (ms since the epoch).
+        until: u64,
+    },
 }
 
 /// Activity fields a runner sets on its session while it holds the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionUpdate {
+    /// The status to set (`processing` while a run is active, `idle` when it ends).
     pub status: SessionStatus,
+    /// The run being processed; `None` when the session goes idle.
     pub active_run_id: Option<RunId>,
+    /// When the run last made progress (ms since the epoch): the supervisor's stuck check reads it.
     pub last_progress_at: u64,
     /// Add this to `runs_finished`.
     pub finished_delta: u64,

@@ -18,10 +18,14 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Price {
+    /// USD per million prompt tokens not read from or written to the cache.
     pub input: f64,
+    /// USD per million output tokens.
     pub output: f64,
+    /// USD per million prompt tokens read from the cache (default 0).
     #[serde(default, alias = "cache_read")]
     pub cache_read: f64,
+    /// USD per million prompt tokens written to the cache (default 0).
     #[serde(default, alias = "cache_write")]
     pub cache_write: f64,
 }
@@ -190,7 +194,9 @@ impl RunBudget {
 /// What a run has spent so far: tokens, and micro-dollars where every call was priced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Spent {
+    /// Tokens over the run's model calls so far (prompt and output).
     pub tokens: u64,
+    /// Micro-dollars (USD × 10⁶) over its priced calls.
     pub micros: u64,
 }
 
@@ -199,7 +205,9 @@ pub struct Spent {
 pub struct CallAsk {
     /// `provider/model`.
     pub model: String,
+    /// The estimated prompt (system prompt, history and tools).
     pub prompt_tokens: u64,
+    /// The most the call may write (the request's output cap).
     pub max_output_tokens: u64,
     /// The model's price (`None`: unpriced).
     pub price: Option<Price>,
@@ -228,16 +236,25 @@ impl CallAsk {
 pub enum OverBudget {
     /// The budget is in USD and the model has no price.
     Unpriced {
+        /// The model asked for (`provider/model`).
         model: String,
     },
+    /// The call's worst-case tokens would pass the run's `maxTokens`.
     Tokens {
+        /// Tokens the run has used so far.
         spent: u64,
+        /// The call's worst-case tokens.
         ask: u64,
+        /// The run's `maxTokens`.
         max: u64,
     },
+    /// The call's worst-case cost would pass the run's `maxCostUsd`.
     Cost {
+        /// Micro-dollars the run has spent so far.
         spent: u64,
+        /// The call's worst-case cost (micro-dollars).
         ask: u64,
+        /// The run's `maxCostUsd` in micro-dollars.
         max: u64,
     },
 }
@@ -302,9 +319,13 @@ pub fn check_call(budget: &RunBudget, spent: Spent, ask: &CallAsk) -> Result<(),
 /// (`[limits.tenant]` `daily_usd`, `monthly_usd`, `daily_tokens`, `monthly_tokens`).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct TenantBudget {
+    /// USD per UTC day; `None`: no daily USD limit.
     pub daily_usd: Option<f64>,
+    /// USD per calendar month (UTC); `None`: no monthly USD limit.
     pub monthly_usd: Option<f64>,
+    /// Tokens per UTC day; `None`: no daily token limit.
     pub daily_tokens: Option<u64>,
+    /// Tokens per calendar month (UTC); `None`: no monthly token limit.
     pub monthly_tokens: Option<u64>,
 }
 
@@ -420,7 +441,9 @@ pub struct PeriodCap {
     pub period: String,
     /// When the period ends (ms): a refused turn may retry then.
     pub ends_at: u64,
+    /// The period's cap in micro-dollars; `None`: not limited in USD.
     pub max_micros: Option<u64>,
+    /// The period's cap in tokens; `None`: not limited in tokens.
     pub max_tokens: Option<u64>,
 }
 
@@ -429,7 +452,9 @@ pub struct PeriodCap {
 pub struct Hold {
     /// `<runId>.<attempt index>`: unique, and names the attempt whose ledger entry settles it.
     pub id: String,
+    /// The call's worst-case cost (micro-dollars; 0 when unpriced).
     pub micros: u64,
+    /// The call's worst-case tokens.
     pub tokens: u64,
     /// When it was taken (ms): a hold older than the lock lease is a crashed call's.
     pub at: u64,
@@ -448,10 +473,13 @@ impl Hold {
 pub struct SpendTags {
     /// The day (`D2026-12-04`) it is counted in, and when that day ends (ms).
     pub day: String,
+    /// When that day ends (ms since the epoch).
     pub day_ends_at: u64,
+    /// The agent the run ran (`main` by default).
     pub agent: String,
     /// `provider/model`.
     pub model: String,
+    /// The run's session key.
     pub session: String,
 }
 
@@ -471,9 +499,13 @@ impl SpendTags {
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum UsageGroup {
+    /// By UTC day only.
     Day,
+    /// By day and agent.
     Agent,
+    /// By day and model (`provider/model`).
     Model,
+    /// By day and session key.
     Session,
 }
 
@@ -496,17 +528,22 @@ pub struct UsageRow {
     pub day: String,
     /// The agent, model or session (empty by day).
     pub key: String,
+    /// Micro-dollars counted (USD × 10⁶).
     pub micros: u64,
+    /// Tokens counted.
     pub tokens: u64,
 }
 
 /// What a reservation got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reserved {
+    /// The hold was added to every period.
     Granted,
     /// `period` would pass its cap; it ends at `ends_at`.
     Refused {
+        /// The period key (`D2026-12-04`, `M2026-12`).
         period: String,
+        /// When the period ends (ms since the epoch): a refused turn may retry then.
         ends_at: u64,
     },
 }
@@ -514,8 +551,11 @@ pub enum Reserved {
 /// What a tenant's period holds: settled spend plus open holds, and the holds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PeriodSpend {
+    /// Micro-dollars counted: settled spend plus open holds.
     pub micros: u64,
+    /// Tokens counted: settled spend plus open holds.
     pub tokens: u64,
+    /// The open holds (calls not yet settled).
     pub holds: Vec<Hold>,
 }
 
@@ -576,7 +616,9 @@ pub trait SpendLedger: Send + Sync + 'static {
 /// over it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TenantBudgets {
+    /// The budget of a tenant without its own (`[limits.tenant]`).
     pub default: TenantBudget,
+    /// Each named tenant's budget, by tenant id (`[limits.tenants.<name>]` over the default).
     pub tenants: BTreeMap<String, TenantBudget>,
 }
 

@@ -12,9 +12,13 @@ use serde::{Deserialize, Serialize};
 pub enum ThinkingLevel {
     /// No reasoning: nothing is sent to the provider (accepted for every model).
     Off,
+    /// The least reasoning: OpenAI `reasoning_effort: minimal`, Anthropic 1024 thinking tokens.
     Minimal,
+    /// OpenAI `low`, Anthropic 4096 thinking tokens.
     Low,
+    /// OpenAI `medium`, Anthropic 10 000 thinking tokens.
     Medium,
+    /// The most reasoning: OpenAI `high`, Anthropic 32 000 thinking tokens.
     High,
 }
 

@@ -22,14 +22,20 @@ pub const MAX_FAILED_DELIVERIES: u32 = 6;
 pub struct DeadLetter {
     /// The dead-letter row id (to forget it once reconciled).
     pub id: i64,
+    /// The lane (`{tenant}/{sessionKey}`) it was queued on.
     pub lane: Lane,
+    /// Its deduplication id (the run id for an accept).
     pub dedup_id: String,
     /// The turn it carried; `None` for a body that could not be decoded.
     pub body: Option<TurnMessage>,
+    /// How many times it was delivered.
     pub receive_count: u32,
+    /// Deliveries that failed (visibility ran out, neither acked nor handed back); dead-lettered
+    /// at [`MAX_FAILED_DELIVERIES`].
     pub failures: u32,
     /// `failed_deliveries` or `malformed`.
     pub reason: String,
+    /// When it was moved to the dead-letter table (ms since the epoch).
     pub dead_at: u64,
 }
 

@@ -22,6 +22,7 @@
 //! DynamoDB, transcript entries go to the session's current id (the one the fence guards), and
 //! events to [`Commit::events_run_id`](agentlane_core::Commit::events_run_id).
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 mod agents;
 mod api_keys;

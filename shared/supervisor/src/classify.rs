@@ -74,7 +74,9 @@ impl DiagnosticClass {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnostic {
+    /// Which SPEC §10 class holds.
     pub class: DiagnosticClass,
+    /// What was seen, for people (`the active run made no progress for 130000 ms`).
     pub reason: String,
     /// How long the condition has held: since the last progress (stalled, stuck) or since the
     /// run started (long running).

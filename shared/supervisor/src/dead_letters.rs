@@ -11,7 +11,9 @@ use async_trait::async_trait;
 /// One dead letter: an id to forget it by, and the turn it carried (`None`: unreadable body).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadTurn {
+    /// The source's handle to forget it by (the `lane_dead` row id, or the SQS receipt handle).
     pub id: String,
+    /// The turn the message carried; `None` when its body could not be read.
     pub turn: Option<TurnMessage>,
 }
 

@@ -9,6 +9,7 @@
 //! - [`run_every`]: the sweep on a timer (`serve`, every `AGENTLANE_SWEEP_INTERVAL_MS`); the
 //!   cron Lambda calls [`Supervisor::sweep`] once per invocation.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod classify;
 pub mod dead_letters;

@@ -33,8 +33,11 @@ pub const SWEEP_LIMIT: usize = 1000;
 pub struct SweepReport {
     /// Processing sessions looked at.
     pub swept: u32,
+    /// Sessions classified `session.long_running` (progressing, running past the warn threshold).
     pub long_running: u32,
+    /// Sessions classified `session.stalled` (a live owner, no progress past the warn threshold).
     pub stalled: u32,
+    /// Sessions classified `session.stuck` (no live owner: stale bookkeeping).
     pub stuck: u32,
     /// Stalled runs asked to abort (their runner stops them).
     pub aborted: u32,

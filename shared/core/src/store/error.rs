@@ -35,11 +35,21 @@ pub enum StoreError {
     /// The session already has `cap` runs queued or running (accepted, not finished): the turn
     /// was not accepted (see [`NewTurn::max_open_runs`](crate::NewTurn::max_open_runs)).
     #[error("session full: {open} runs queued or running (at most {cap})")]
-    SessionFull { open: u64, cap: u64 },
+    SessionFull {
+        /// Runs of the session queued or running now.
+        open: u64,
+        /// The most the session may have.
+        cap: u64,
+    },
     /// The tenant's budget for `period` is spent: the turn was not accepted (see
     /// [`NewTurn::spend_caps`](crate::NewTurn::spend_caps)); the period ends at `ends_at` (ms).
     #[error("budget spent for {period}")]
-    BudgetSpent { period: String, ends_at: u64 },
+    BudgetSpent {
+        /// The period key (`D2026-12-04` for a UTC day, `M2026-12` for a month).
+        period: String,
+        /// When the period ends (ms since the epoch): a turn may be accepted again then.
+        ends_at: u64,
+    },
 }
 
 impl StoreError {

@@ -14,21 +14,37 @@ use async_trait::async_trait;
 /// One call of the [`Store`] roles, as [`StoreLayer::before`] sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreCall {
+    /// [`TurnIntake::accept_turn`].
     AcceptTurn,
+    /// [`TurnIntake::request_abort`] and [`TurnIntake::request_abort_for`].
     RequestAbort,
+    /// [`TurnIntake::reset_session`].
     ResetSession,
+    /// [`HistoryReader::get_run`].
     GetRun,
+    /// [`HistoryReader::get_session`].
     GetSession,
+    /// [`HistoryReader::read_transcript_page`] (each page of a full read too).
     ReadTranscript,
+    /// [`HistoryReader::read_events_page`] (each page of a full read too).
     ReadEvents,
+    /// [`HistoryReader::abort_requested`].
     AbortRequested,
+    /// [`HistoryReader::next_event_seq`].
     NextEventSeq,
+    /// [`SessionLock::acquire_lock`].
     AcquireLock,
+    /// [`SessionLock::renew_lock`].
     RenewLock,
+    /// [`SessionLock::release_lock`].
     ReleaseLock,
+    /// [`FencedWriter::commit`].
     Commit,
+    /// [`FencedWriter::take_steers`] and [`FencedWriter::steers_waiting`].
     TakeSteers,
+    /// [`TurnIntake::set_queue_mode`].
     SetQueueMode,
+    /// [`TurnIntake::answer_action`].
     AnswerAction,
 }
 

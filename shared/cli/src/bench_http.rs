@@ -518,10 +518,14 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
         // pages) once the turns' own buffers are gone.
         tokio::time::sleep(Duration::from_secs(2)).await;
         if let Some(kib) = rss_of(pid) {
+            let mib = |kib: Option<u64>| kib.map_or(0.0, |k| k as f64 / 1024.0);
             println!(
-                "server RSS with the {} sessions idle (VmRSS, 2 s after the last turn): {:.1} MiB",
+                "server RSS with the {} sessions idle (VmRSS, 2 s after the last turn): {:.1} MiB \
+                 ({:.1} MiB anonymous, {:.1} MiB file pages: the database mapped in)",
                 bench.sessions,
-                kib as f64 / 1024.0
+                kib as f64 / 1024.0,
+                mib(status_kib(pid, "RssAnon:")),
+                mib(status_kib(pid, "RssFile:")),
             );
         }
     }

@@ -444,7 +444,7 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     /// The pause the run waits on (status `requires_action`), or its last one once resumed
-    /// (then [`RequiredAction::resumed`]). Written by the runner.
+    /// (then [`RequiredAction::resumed`](crate::action::RequiredAction::resumed)). Written by the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_action: Option<crate::action::RequiredAction>,
     /// How long the run waited paused, over all its pauses (ms): its own timeout counts the

@@ -41,7 +41,7 @@ pub enum ScheduleError {
 pub enum CompiledSchedule {
     /// One or two `cron` schedules (two for day-of-month OR day-of-week); the earliest wins.
     Cron {
-        /// The compiled expressions.
+        /// The parsed expressions, in seconds-first form; the earliest next fire of them wins.
         schedules: Vec<cron::Schedule>,
         /// The zone the expression is read in (UTC when the job names none).
         tz: Tz,

@@ -15,6 +15,7 @@
 //! A missing aimock install is an error (the test fails, never skips): run `scripts/test`, or
 //! `npm ci --prefix tools/aimock`.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod aimock;
 pub mod client;

@@ -12,6 +12,7 @@
 //! one of them fire a slot. The function's timeout (`CronTimeout`, default 120 s) leaves room for
 //! the minute plus the last deliveries.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 use agentlane_core::Clock;
 use agentlane_host::metrics::EmfWriter;
@@ -74,8 +75,10 @@ impl InvocationReport {
 /// Why an invocation refused its input.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TickError {
+    /// The event's `detail-type` is not `Scheduled Event`; holds the one received.
     #[error("not a scheduled event (detail-type {0:?})")]
     NotScheduled(String),
+    /// The scheduled event carries no `time`.
     #[error("the scheduled event has no time")]
     MissingTime,
 }

@@ -1,5 +1,6 @@
 //! The cron Lambda: wiring only.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 use agentlane_cron::CronFunction;
 use agentlane_host::{self as host, cron::CronSettings};

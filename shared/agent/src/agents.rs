@@ -28,6 +28,7 @@ const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 /// What one pickup of a run runs with.
 #[derive(Clone)]
 pub struct AgentProfile {
+    /// The agent's id; `main` (agentlane_core::MAIN_AGENT) for the deployment's own agent.
     pub agent_id: String,
     /// 0: the deployment's own `main`.
     pub version: u64,

@@ -37,6 +37,7 @@ pub struct RunnerConfig {
     pub history_max_turns: Option<u32>,
     /// Assistant deltas are coalesced into one event until this many bytes or `delta_flush`.
     pub delta_flush_bytes: usize,
+    /// The longest time deltas are coalesced before an event is written (150 ms by default).
     pub delta_flush: Duration,
     /// How long the message of a run that found an earlier run of its session unfinished stays
     /// invisible before it comes back (so a misbehaving queue neither spins on it nor keeps a

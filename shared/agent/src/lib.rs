@@ -17,6 +17,7 @@
 //!
 //! Nothing here knows AWS or SQLite: the runner works on `agentlane_core::{Store, LaneQueue}`.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod agents;
 pub mod answer;

@@ -15,7 +15,13 @@ use tokio_util::sync::CancellationToken;
 pub enum AcquireError {
     /// Someone else held it for the whole acquire timeout.
     #[error("session busy: lock held by {owner} until {until}")]
-    Busy { owner: String, until: u64 },
+    Busy {
+        /// The current holder's id.
+        owner: String,
+        /// When the holder's lease ends, ms since the epoch.
+        until: u64,
+    },
+    /// The store failed while taking the lock.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

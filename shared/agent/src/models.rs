@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 /// One credential of a provider: a client configured with that credential.
 #[derive(Clone)]
 pub struct Profile {
+    /// The profile's name from the configuration; names it in logs and cooldowns.
     pub name: String,
+    /// The provider client that carries this profile's credential.
     pub provider: Arc<dyn ModelProvider>,
 }
 
@@ -50,7 +52,9 @@ pub struct ResolvedModel {
     pub model: String,
     /// `provider/model`, as recorded on runs.
     pub full_name: String,
+    /// The provider's name (before the `/`), e.g. `openai`.
     pub provider_name: String,
+    /// The model's context window in tokens ([`DEFAULT_CONTEXT_WINDOW`] when not configured).
     pub context_window: u64,
 }
 
@@ -98,10 +102,12 @@ impl ModelRouter {
         self
     }
 
+    /// The model (`provider/model`) used when a run names none.
     pub fn default_model(&self) -> &str {
         &self.default_model
     }
 
+    /// The names of the configured providers, sorted.
     pub fn provider_names(&self) -> Vec<String> {
         self.providers.keys().cloned().collect()
     }

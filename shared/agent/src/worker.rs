@@ -65,6 +65,7 @@ pub struct LaneWorker {
 }
 
 impl LaneWorker {
+    /// A worker that pulls from `queue` and runs each turn with `runner`.
     pub fn new(queue: Arc<dyn LaneQueue>, runner: Runner) -> Self {
         Self { queue, runner }
     }

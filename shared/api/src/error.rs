@@ -41,14 +41,18 @@ pub enum ApiError {
     /// reached; `Retry-After` says when to try again.
     #[error("{message}")]
     LimitReached {
+        /// Says which limit was reached.
         message: String,
+        /// When to try again; sent as the `Retry-After` header.
         retry_after: std::time::Duration,
     },
     /// 429: the tenant's spend budget for the current period is spent; `Retry-After` is the
     /// period's end.
     #[error("{message}")]
     BudgetExceeded {
+        /// Says which budget is spent.
         message: String,
+        /// Time left until the budget period ends; sent as the `Retry-After` header.
         retry_after: std::time::Duration,
     },
     /// 408: the request (or its body) did not complete in time.
@@ -149,6 +153,7 @@ impl ApiError {
 /// Every error answer: `{"error": {"code", "message"}}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// The error's code and message.
     pub error: ErrorDetail,
 }
 
@@ -160,6 +165,7 @@ pub struct ErrorDetail {
     /// `uri_too_long`, `internal` or `unavailable`.
     #[schema(example = "invalid_request")]
     pub code: String,
+    /// What went wrong and what to fix; never internals or secrets.
     pub message: String,
 }
 

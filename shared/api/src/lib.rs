@@ -19,6 +19,7 @@
 //! agentlane_api::serve(listener, app, &limits, shutdown.cancelled()).await?;
 //! ```
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod admission;
 pub mod auth;
@@ -81,6 +82,7 @@ pub struct ApiState {
     pub agents: Arc<dyn agentlane_core::AgentStore>,
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
+    /// Limits and defaults of the HTTP edge (body size, timeouts, per-tenant caps).
     pub config: ApiConfig,
     /// Where the per-tenant stream and wait caps are kept when many processes serve the API
     /// (the ingress Lambda: one request per instance); `None`: in this process only (`serve`).

@@ -79,8 +79,11 @@ pub struct AgentBody {
 /// A body that passed every rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidTurn {
+    /// The session the turn goes to (validated key).
     pub session_key: SessionKey,
+    /// The turn as the run will record it.
     pub request: TurnRequest,
+    /// The client's idempotency key, validated; `None` when the request sent none.
     pub idempotency_key: Option<String>,
 }
 

@@ -10,11 +10,15 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AcceptedView {
+    /// The new run's id (`run_…`); or the existing run's when deduplicated.
     pub run_id: RunId,
+    /// The session id the run belongs to (`ses_…`).
     pub session_id: SessionId,
+    /// The session key the turn was sent to.
     pub session_key: SessionKey,
     /// ms since the epoch.
     pub accepted_at: u64,
+    /// The run's status: `queued`, or the existing run's status when deduplicated.
     pub status: RunStatus,
     /// Present (and true) when an idempotency key named an existing run.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -25,7 +29,9 @@ pub struct AcceptedView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitStatus {
+    /// The run ended `ok`.
     Ok,
+    /// The run ended in error, or was aborted.
     Error,
     /// The run timed out, or only the wait ended while it ran (`runStatus: running`).
     Timeout,
@@ -51,17 +57,23 @@ pub enum TimeoutPhase {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
+    /// The run waited on.
     pub run_id: RunId,
+    /// How the wait ended.
     pub status: WaitStatus,
+    /// The run's own status when the wait ended.
     pub run_status: RunStatus,
     /// Whether the run, or its session after it, can still make progress (SPEC §5; OpenClaw's
     /// `agent.wait` answers it too): `working`, `paused` (waiting for a client or a person),
     /// `blocked` (every retry and fallback spent), `abandoned` (declared stuck).
     pub liveness_state: agentlane_core::LivenessState,
+    /// When a runner started the run, ms since the epoch; absent while queued.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<u64>,
+    /// When the run reached a terminal status, ms since the epoch; absent until then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<u64>,
+    /// Why the run failed; absent unless it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
     /// The replies shown to the user (terminal runs only).
@@ -88,6 +100,7 @@ pub struct WaitView {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequiredActionView {
+    /// The calls to answer, each with its id, tool name and arguments.
     pub tool_calls: Vec<agentlane_core::PendingCall>,
     /// When the pause ends unanswered (ms since epoch): the calls are then answered
     /// `Expired` and the run goes on.
@@ -192,14 +205,18 @@ pub fn run_view(run: &Run) -> Result<serde_json::Value, serde_json::Error> {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortView {
+    /// The run asked to stop.
     pub run_id: RunId,
+    /// The run's status when the abort was recorded (a terminal run stays as it is).
     pub status: RunStatus,
+    /// `true` once the abort is recorded; the runner stops at its next check.
     pub abort_requested: bool,
 }
 
 /// `GET /v1/runs/{id}/events` (JSON form).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct EventsView {
+    /// The run's events after `after`, in `seq` order.
     pub events: Vec<Event>,
     /// The last `seq` returned, else the `after` given, else null: pass it back as `after`.
     pub next: Option<u64>,
@@ -209,19 +226,30 @@ pub struct EventsView {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
+    /// The session's caller-chosen key.
     pub session_key: SessionKey,
+    /// The session's current id (`ses_…`); changes on every reset.
     pub session_id: SessionId,
+    /// Whether the session is idle or has a run in progress.
     pub status: SessionStatus,
     /// The agent the session belongs to (that of its first turn).
     pub agent_id: String,
+    /// The FIFO lane the session's turns are queued on (one per tenant and session key).
     pub lane: Lane,
+    /// The run in progress, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_run_id: Option<RunId>,
+    /// Turns accepted for this key over all its session ids.
     pub runs_accepted: u64,
+    /// Turns that reached a terminal status.
     pub runs_finished: u64,
+    /// Resets so far; bumped by every reset.
     pub generation: u64,
+    /// When the session was created, ms since the epoch.
     pub created_at: u64,
+    /// When the session last changed, ms since the epoch.
     pub updated_at: u64,
+    /// The last time a run made progress (a reply, a tool, a status change), ms since the epoch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_progress_at: Option<u64>,
     /// A writer holds a lease on the session's lock that has not ended (`lockUntil >= now`).
@@ -243,6 +271,7 @@ pub struct SessionView {
 pub struct DiagnosticSchema {
     /// `session.long_running`, `session.stalled` or `session.stuck`.
     pub class: String,
+    /// What the supervisor observed, for people (e.g. no progress for how long).
     pub reason: String,
     /// How long the condition has held, in ms.
     pub age_ms: u64,
@@ -300,8 +329,11 @@ pub struct RunsView {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptView {
+    /// The session's caller-chosen key.
     pub session_key: SessionKey,
+    /// The session id the entries belong to (`ses_…`).
     pub session_id: SessionId,
+    /// The transcript entries after `after`, in `seq` order.
     pub entries: Vec<TranscriptEntry>,
     /// The last `seq` returned, else the `after` given, else null: pass it back as `after`.
     pub next: Option<u64>,

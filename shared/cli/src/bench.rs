@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+/// Options of `agentlane bench` (turns, sessions, concurrency, where the database goes).
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Turns to run.

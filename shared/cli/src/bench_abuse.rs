@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 const ABUSER: (&str, &str) = ("abuser", "bench-abuser-key-0123456789");
 const BYSTANDER: (&str, &str) = ("bystander", "bench-bystander-key-0123456789");
 
+/// Options of `agentlane bench-abuse` (how many streams and slow-loris sockets tenant A opens).
 #[derive(Args, Debug)]
 pub struct AbuseArgs {
     /// SSE event streams tenant A holds open in phase 2.
@@ -312,6 +313,8 @@ async fn slow_loris(addr: String, stop: CancellationToken, connects: Arc<AtomicU
     }
 }
 
+/// Runs the three phases against an in-process server and prints tenant B's latency ratios as
+/// JSON; fails when the server cannot be started.
 pub async fn run(args: AbuseArgs) -> anyhow::Result<()> {
     let model_url = model_server().await?;
     let serve = start_serve(&model_url, &args)?;

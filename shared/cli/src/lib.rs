@@ -2,6 +2,7 @@
 //! store; the other commands are clients of the HTTP API through [`api_client::ApiClient`]
 //! (also the end-to-end harness's client).
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 mod agents_cmd;
 pub mod api_client;

@@ -59,6 +59,9 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 /// unless `AGENTLANE_RECEIVE_WAIT_MS` says otherwise.
 const SQS_LONG_POLL: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// Runs `agentlane serve` until Ctrl-C or SIGTERM: the API and the lane workers (and the cron
+/// ticker) in one process, on the embedded store or, with `AGENTLANE_BACKEND=aws`, on SQS and
+/// DynamoDB; fails when the configuration or the backend cannot be set up.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
     let kind = BackendKind::from_env()?;

@@ -63,6 +63,9 @@ fn next(agent: &Agent, instructions: &str) -> Agent {
     }
 }
 
+/// A new agent is version 1; it reads back whole, lists in id order with a cursor, and is
+/// invisible to other tenants. A second create of the id conflicts; an update makes the current
+/// version while older ones stay readable; a delete hides the agent but keeps its versions.
 pub async fn case_agents_are_created_read_listed_changed_and_deleted_per_tenant(
     store: Arc<dyn AgentBackend>,
 ) {
@@ -137,6 +140,8 @@ pub async fn case_agents_are_created_read_listed_changed_and_deleted_per_tenant(
     );
 }
 
+/// A tenant at its agent cap (2 here) is refused with a `Conflict` naming the cap; another
+/// tenant counts apart, and a delete frees a place.
 pub async fn case_the_per_tenant_agent_cap_holds(store: Arc<dyn AgentBackend>) {
     let acme = tenant();
     for id in ["a1", "a2"] {
@@ -159,6 +164,8 @@ pub async fn case_the_per_tenant_agent_cap_holds(store: Arc<dyn AgentBackend>) {
         .unwrap();
 }
 
+/// An update from a stale read (version 1 after version 2 was written) is a `Conflict` and
+/// writes nothing; updating a deleted agent is `NotFound`.
 pub async fn case_an_update_is_conditional_on_the_version(store: Arc<dyn AgentBackend>) {
     let acme = tenant();
     let a = store
@@ -184,6 +191,8 @@ pub async fn case_an_update_is_conditional_on_the_version(store: Arc<dyn AgentBa
     ));
 }
 
+/// An agent re-created after a delete numbers on from its last version (3, not 1), so
+/// (tenant, agent id, version) always names one definition, and every old version stays readable.
 pub async fn case_a_recreated_agent_numbers_on_and_old_versions_stay_readable(
     store: Arc<dyn AgentBackend>,
 ) {
@@ -218,6 +227,10 @@ pub async fn case_a_recreated_agent_numbers_on_and_old_versions_stay_readable(
     assert_eq!(instructions(3).await.as_deref(), Some("v3"));
 }
 
+/// Accepting a turn: `main` without a tenant definition records version 0; an unknown agent is
+/// `NotFound` and creates nothing; a defined agent's current version (and queue mode) is recorded;
+/// a session keeps the agent of its first turn (another agent conflicts); a tenant's own `main`
+/// replaces the deployment's; a deleted agent takes no more turns.
 pub async fn case_a_turn_records_its_agents_version_and_a_session_keeps_its_agent(
     store: Arc<dyn AgentBackend>,
 ) {

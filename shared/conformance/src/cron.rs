@@ -59,6 +59,8 @@ pub fn job(tenant: &TenantId, name: &str, next: Option<u64>) -> CronJob {
 /// A cap no case reaches unless it means to.
 const NO_CAP: u32 = 1_000;
 
+/// Jobs read back whole and list by id per tenant; another tenant can neither read nor delete
+/// them; a second create of an id conflicts; a delete answers whether the job existed.
 pub async fn case_jobs_are_created_read_listed_and_deleted_per_tenant(store: Arc<dyn CronStore>) {
     // GIVEN two jobs of tenant A and one of tenant B
     let (a, b) = (tenant(), tenant());
@@ -98,6 +100,8 @@ pub async fn case_jobs_are_created_read_listed_and_deleted_per_tenant(store: Arc
     assert_eq!(store.list_jobs(&b).await.unwrap(), vec![b1]);
 }
 
+/// A tenant at its job cap (2 here) is refused with a `Conflict` naming the cap; another tenant
+/// is unaffected, and a delete makes room again.
 pub async fn case_the_per_tenant_job_cap_holds(store: Arc<dyn CronStore>) {
     // GIVEN a tenant at its cap of 2
     let (t, other) = (tenant(), tenant());
@@ -119,6 +123,8 @@ pub async fn case_the_per_tenant_job_cap_holds(store: Arc<dyn CronStore>) {
     assert_eq!(store.list_jobs(&t).await.unwrap().len(), 2);
 }
 
+/// A replace from version 1 stores version 2; a second writer from version 1 gets a `Conflict`
+/// and writes nothing; replacing an unknown job is `NotFound`.
 pub async fn case_replace_is_conditional_on_the_version(store: Arc<dyn CronStore>) {
     let t = tenant();
     let original = job(&t, "j", Some(wall_ms()));
@@ -152,6 +158,8 @@ pub async fn case_replace_is_conditional_on_the_version(store: Arc<dyn CronStore
     ));
 }
 
+/// Eight tickers claim the same due slot at once: exactly one claim is written (version 2, one
+/// run listed); the others get `Conflict`.
 pub async fn case_one_of_many_concurrent_claims_wins(store: Arc<dyn CronStore>) {
     // GIVEN a due job read by 8 tickers at once
     let t = tenant();
@@ -201,6 +209,8 @@ fn running(run: &str) -> JobRun {
     }
 }
 
+/// `due_jobs` lists past-due jobs and jobs with a fire in flight, earliest first; a look-ahead
+/// adds the soon-due; a disabled job only while a fire is in flight; a claimed slot, an ended fire and a delete drop out.
 pub async fn case_due_jobs_follow_the_due_time(store: Arc<dyn CronStore>) {
     // GIVEN jobs due a minute ago, in a minute, never (disabled), and a disabled one with a fire
     // in flight (watched until its end is recorded)

@@ -60,6 +60,9 @@ async fn populated(
     (vec![first, second], key.record.key_id.clone())
 }
 
+/// Erasing one of two populated tenants reports what it removed (sessions, runs, events,
+/// entries, keys, cron jobs), leaves nothing of it readable or listed, leaves the other tenant
+/// whole, and a second erase removes nothing.
 pub async fn case_erasing_a_tenant_leaves_nothing_of_it_and_no_one_else_loses_anything(
     backend: Arc<dyn EraseBackend>,
 ) {

@@ -31,6 +31,8 @@ fn mint(tenant: &TenantId, label: Option<&str>) -> NewApiKey {
     NewApiKey::generate(tenant.clone(), label.map(str::to_owned), wall_ms())
 }
 
+/// A created key is found by its id and verifies; the store keeps a digest, never the key
+/// itself; an id never stored is not found.
 pub async fn case_a_created_key_is_found_by_its_id_and_verifies(store: Arc<dyn KeyStore>) {
     let acme = tenant();
     let new = mint(&acme, Some("ci runner"));
@@ -55,6 +57,8 @@ pub async fn case_a_created_key_is_found_by_its_id_and_verifies(store: Arc<dyn K
     );
 }
 
+/// `list_keys` shows a tenant's keys in creation order with their labels, and only that
+/// tenant's.
 pub async fn case_keys_are_listed_per_tenant_in_creation_order(store: Arc<dyn KeyStore>) {
     let (acme, beta) = (tenant(), tenant());
     let first = mint(&acme, Some("one"));
@@ -73,6 +77,8 @@ pub async fn case_keys_are_listed_per_tenant_in_creation_order(store: Arc<dyn Ke
     assert!(store.list_keys(&tenant()).await.unwrap().is_empty());
 }
 
+/// Only the owning tenant revokes a key; a revoked key verifies nothing yet is still listed, and
+/// a second revocation keeps the first revocation time.
 pub async fn case_revocation_is_per_tenant_and_keeps_its_first_time(store: Arc<dyn KeyStore>) {
     let (acme, beta) = (tenant(), tenant());
     let new = mint(&acme, None);
@@ -108,6 +114,7 @@ pub async fn case_revocation_is_per_tenant_and_keeps_its_first_time(store: Arc<d
     );
 }
 
+/// Creating a key whose id is taken is a `Conflict` and leaves the first key untouched.
 pub async fn case_a_taken_key_id_conflicts(store: Arc<dyn KeyStore>) {
     let acme = tenant();
     let new = mint(&acme, None);

@@ -27,6 +27,7 @@
 //! This crate is a test suite: a failed call is a failed case, so it unwraps freely.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod agents;
 pub mod alloc;

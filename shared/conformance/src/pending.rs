@@ -64,6 +64,9 @@ async fn indexed(
         .any(|s| &s.tenant == t && &s.session_key == k)
 }
 
+/// Accepting turns marks the session's pending work: the first accept's time is kept, each run
+/// is listed by its seq, redrives start at 0, and the pending index finds the session from that
+/// time on (not before); another tenant's session of the same key is counted apart.
 pub async fn case_an_accept_marks_pending_work_the_index_finds(backend: Arc<dyn PendingBackend>) {
     let (t, k, at) = (tenant(), session_key(), past());
     let first = backend.accept_turn(turn(&t, &k, at)).await.unwrap().run;
@@ -110,6 +113,9 @@ pub async fn case_an_accept_marks_pending_work_the_index_finds(backend: Arc<dyn 
     assert_eq!(session_of(&backend, &t, &k).await.pending_at, Some(at));
 }
 
+/// Settling pending work is conditional on the read it came from: a stale read changes nothing;
+/// a redrive moves the pending time forward and counts, a defer resets the redrives, and a clear
+/// empties it and leaves the index until the next accept marks it again.
 pub async fn case_settling_is_conditional_and_clearing_leaves_the_index(
     backend: Arc<dyn PendingBackend>,
 ) {

@@ -92,6 +92,8 @@ async fn sessions(
     keys
 }
 
+/// `list_sessions` pages through a tenant's sessions newest activity first, each once, no page
+/// over its limit; another tenant's sessions never show, and a tenant without any lists none.
 pub async fn case_sessions_list_newest_activity_first_in_pages(backend: Arc<dyn CatalogBackend>) {
     // GIVEN five sessions of a tenant, and a session of another tenant
     let store = store_of(&backend);
@@ -136,6 +138,7 @@ pub async fn case_sessions_list_newest_activity_first_in_pages(backend: Arc<dyn 
     assert_eq!(empty, SessionPage::default());
 }
 
+/// `list_sessions` filters by agent and by status (idle, processing), alone or together.
 pub async fn case_sessions_list_filters_by_agent_and_status(backend: Arc<dyn CatalogBackend>) {
     // GIVEN three sessions of the main agent, one of them processing
     let store = store_of(&backend);
@@ -182,6 +185,8 @@ pub async fn case_sessions_list_filters_by_agent_and_status(backend: Arc<dyn Cat
     assert_eq!(list(Some("main"), Some(SessionStatus::Idle)).await, idle);
 }
 
+/// A page stops at its byte budget even under its count limit, always holding at least one
+/// session, and the pages together list all of them in order.
 pub async fn case_a_sessions_page_stops_at_its_byte_budget(backend: Arc<dyn CatalogBackend>) {
     // GIVEN three sessions
     let store = store_of(&backend);
@@ -222,6 +227,8 @@ fn finish(run: &Run, now: u64) -> Commit {
     }
 }
 
+/// `list_session_runs` lists a session's runs newest first, filters by status, pages below the
+/// last seq listed, and lists nothing for another tenant or an unknown key.
 pub async fn case_session_runs_list_newest_first_by_status(backend: Arc<dyn CatalogBackend>) {
     // GIVEN three runs of a session, the first finished
     let store = store_of(&backend);
@@ -288,6 +295,9 @@ pub async fn case_session_runs_list_newest_first_by_status(backend: Arc<dyn Cata
     assert!(unknown.runs.is_empty());
 }
 
+/// Deleting a session removes everything of it (every session id's runs, events, transcript
+/// entries and its idempotency records), reports what it removed, frees the idempotency key,
+/// leaves the neighbour untouched, and answers `None` for an unknown session.
 pub async fn case_deleting_a_session_leaves_nothing_of_it(backend: Arc<dyn CatalogBackend>) {
     // GIVEN a session with a finished run (transcript, events, an idempotency key), reset to
     // a new id with a run and an entry there, and a queued run; and a neighbour session
@@ -370,6 +380,8 @@ pub async fn case_deleting_a_session_leaves_nothing_of_it(backend: Arc<dyn Catal
     assert_eq!(unknown, Ok(None));
 }
 
+/// Deleting a session whose lock a runner holds is `Busy` and removes nothing; once the lock is
+/// released the delete goes through.
 pub async fn case_deleting_a_locked_session_is_refused(backend: Arc<dyn CatalogBackend>) {
     // GIVEN a session whose lock a runner holds
     let store = store_of(&backend);

@@ -35,6 +35,8 @@ fn minute(now: u64) -> u64 {
     now + 60_000
 }
 
+/// A tenant holds at most its cap of slots of a kind (2 streams here); re-taking a held slot is
+/// not a second one; other kinds and tenants count apart; a release frees one place.
 pub async fn case_a_tenant_holds_at_most_its_cap_and_others_are_counted_apart(
     store: Arc<dyn SlotStore>,
 ) {
@@ -70,6 +72,8 @@ pub async fn case_a_tenant_holds_at_most_its_cap_and_others_are_counted_apart(
     assert!(!take(acme.clone(), SlotKind::Stream, "h5").await);
 }
 
+/// Twelve takes at once over a cap of 3 grant exactly 3, each answering granted or refused
+/// (never busy); after releases (some twice) exactly three fit again.
 pub async fn case_a_burst_of_takes_grants_exactly_the_cap(store: Arc<dyn SlotStore>) {
     // A burst: twelve takes at once over a cap of 3 (a client opening many waits together).
     let acme = tenant();
@@ -124,6 +128,8 @@ pub async fn case_a_burst_of_takes_grants_exactly_the_cap(store: Arc<dyn SlotSto
     );
 }
 
+/// A slot whose lease ended stops counting at its end (not before), and its dropped holder
+/// cannot renew its way back over the cap.
 pub async fn case_an_ended_lease_stops_counting_and_cannot_be_renewed_once_dropped(
     store: Arc<dyn SlotStore>,
 ) {
@@ -163,6 +169,8 @@ pub async fn case_an_ended_lease_stops_counting_and_cannot_be_renewed_once_dropp
     );
 }
 
+/// A renewal moves the holder's lease end; nobody renews or releases a slot it does not hold,
+/// in its tenant or another; a release frees it and releasing twice is harmless.
 pub async fn case_renew_and_release_act_on_the_holders_own_slot(store: Arc<dyn SlotStore>) {
     let (acme, beta) = (tenant(), tenant());
     let now = wall_ms();
@@ -236,6 +244,8 @@ pub async fn case_renew_and_release_act_on_the_holders_own_slot(store: Arc<dyn S
     );
 }
 
+/// A rate window reads 0 untouched and each add answers the running count; windows, tenants and
+/// source addresses count apart.
 pub async fn case_a_rate_window_counts_per_scope_and_window(store: Arc<dyn SlotStore>) {
     let (acme, beta) = (tenant(), tenant());
     let window = wall_ms() / 1_000 * 1_000;
@@ -259,6 +269,8 @@ pub async fn case_a_rate_window_counts_per_scope_and_window(store: Arc<dyn SlotS
     assert_eq!(store.add_to_window(&mine, window, 1).await.unwrap(), 6);
 }
 
+/// Twenty racing adds of 2 against a limit of 25 a window are all counted (none lost), and
+/// the requests granted add up to exactly the limit.
 pub async fn case_racing_adds_are_all_counted_and_grant_exactly_the_limit(
     store: Arc<dyn SlotStore>,
 ) {

@@ -57,6 +57,8 @@ fn hold(id: &str, micros: u64, tokens: u64) -> Hold {
     }
 }
 
+/// Twenty concurrent reservations against room for five grant exactly five, and every period
+/// counts each granted hold and only those.
 pub async fn case_twenty_concurrent_reservations_against_room_for_five_grant_exactly_five(
     store: Arc<dyn SpendLedger>,
 ) {
@@ -94,6 +96,8 @@ pub async fn case_twenty_concurrent_reservations_against_room_for_five_grant_exa
     );
 }
 
+/// Settling a hold replaces it by what was spent, once (settling again changes nothing); the room
+/// given back is usable, and settling a hold never taken changes nothing.
 pub async fn case_a_settlement_replaces_its_hold_by_what_was_spent_once(
     store: Arc<dyn SpendLedger>,
 ) {
@@ -155,6 +159,7 @@ pub async fn case_a_settlement_replaces_its_hold_by_what_was_spent_once(
     );
 }
 
+/// A reservation retried with the same hold id is granted each time but counted once.
 pub async fn case_a_retried_reservation_counts_once(store: Arc<dyn SpendLedger>) {
     let acme = tenant();
     let caps = vec![cap("D2026-12-04", Some(1_000), None)];
@@ -170,6 +175,8 @@ pub async fn case_a_retried_reservation_counts_once(store: Arc<dyn SpendLedger>)
     assert_eq!(day.holds, vec![held]);
 }
 
+/// Tenants and periods count apart; a token cap refuses on tokens alone; a refusal names the
+/// period and when it ends, and writes nothing in any period.
 pub async fn case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period(
     store: Arc<dyn SpendLedger>,
 ) {
@@ -230,6 +237,8 @@ pub async fn case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_
     );
 }
 
+/// Settled spend reads back summed by day and by agent, model or session, for the days in the
+/// range asked (the month period left out), and only for its tenant.
 pub async fn case_settled_spend_is_read_by_day_agent_model_and_session(
     store: Arc<dyn SpendLedger>,
 ) {

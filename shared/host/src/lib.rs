@@ -6,6 +6,7 @@
 //! a data directory) and `aws` (DynamoDB + SQS FIFO). The Lambda functions enable only `aws`;
 //! `agentlane serve` enables both and picks one with `AGENTLANE_BACKEND`.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod agent_secrets;
 mod backends;

@@ -18,9 +18,13 @@ pub const DEMO_MODEL: &str = "demo/agentlane-demo";
 pub struct Settings {
     /// The file `AGENTLANE_CONFIG` named, if any.
     pub config_path: Option<PathBuf>,
+    /// Providers, the default model, fallbacks and context windows.
     pub models: ModelSettings,
+    /// Runner knobs (timeouts, retries, prompts, prices).
     pub runner: RunnerSettings,
+    /// HTTP edge knobs (message size, waits, limits).
     pub api: ApiSettings,
+    /// Built-in and configured tools.
     pub tools: ToolSettings,
     /// Webhook hooks from the config file.
     pub hooks: Vec<agentlane_agent::hooks::WebhookConfig>,
@@ -58,9 +62,11 @@ pub enum ProviderKind {
 /// One provider: where it is and its credentials.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderSettings {
+    /// The wire protocol the provider speaks.
     pub kind: ProviderKind,
     /// The name before `/` in `provider/model`.
     pub name: String,
+    /// The provider's API base URL (file `base_url`, or `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`); `None`: the public endpoint.
     pub base_url: Option<String>,
     /// Auth profiles, tried in order; empty for a server that needs no key.
     pub profiles: Vec<AuthProfile>,
@@ -73,24 +79,34 @@ pub struct ProviderSettings {
 /// One credential of a provider; its name is recorded on every attempt that used it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthProfile {
+    /// The profile's name, recorded on every attempt that used it.
     pub name: String,
+    /// The API key (redacted in `Debug`).
     pub api_key: Secret,
 }
 
 /// Runner knobs; `None` keeps [`RunnerConfig`]'s default (SPEC §12).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunnerSettings {
+    /// Session lock lease (`AGENTLANE_LOCK_LEASE_MS`); default 30 s.
     pub lock_lease: Option<Duration>,
+    /// How long a turn waits for a busy session's lock (`AGENTLANE_LOCK_ACQUIRE_TIMEOUT_MS`); default 60 s.
     pub lock_acquire_timeout: Option<Duration>,
+    /// Queue visibility of a delivery being worked on (`AGENTLANE_VISIBILITY_TIMEOUT_MS`); default 30 s.
     pub visibility_timeout: Option<Duration>,
+    /// How long one queue receive waits (`AGENTLANE_RECEIVE_WAIT_MS`); default 1 s.
     pub receive_wait: Option<Duration>,
     /// Applies to cloud and self-hosted providers alike when set.
     pub model_idle_timeout: Option<Duration>,
+    /// Multiplies every model-retry backoff (`AGENTLANE_RETRY_DELAY_SCALE`); default 1.0.
     pub retry_delay_scale: Option<f64>,
+    /// Tool rounds one turn may run before it fails (`AGENTLANE_MAX_TOOL_ROUNDS`, at least 1); default 64.
     pub max_tool_rounds: Option<u32>,
+    /// Base system prompt (`AGENTLANE_SYSTEM_PROMPT`); `None` keeps the built-in one.
     pub system_prompt: Option<String>,
     /// Bootstrap context files: `(path as configured, text)`.
     pub bootstrap_context: Vec<(String, String)>,
+    /// Only the last N user turns are sent to the model (`AGENTLANE_HISTORY_MAX_TURNS`); `None`: all.
     pub history_max_turns: Option<u32>,
     /// `AGENTLANE_MAX_FAILED_PICKUPS`.
     pub max_failed_pickups: Option<u32>,
@@ -107,6 +123,7 @@ pub struct RunnerSettings {
 /// HTTP edge knobs; `None` keeps the host's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApiSettings {
+    /// Largest `message`, in bytes (`AGENTLANE_MAX_MESSAGE_BYTES`); default 256 KiB.
     pub max_message_bytes: Option<usize>,
     /// Cap on `agent.wait`.
     pub max_wait: Option<Duration>,

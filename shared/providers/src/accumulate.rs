@@ -6,9 +6,13 @@ use agentlane_core::{ToolCall, Usage};
 /// The assistant message a complete (or cut-off) stream produced.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AssistantTurn {
+    /// The visible answer text, every delta concatenated.
     pub text: String,
+    /// The model's reasoning text, every delta concatenated.
     pub reasoning: String,
+    /// The tool calls, in the order of their `index`.
     pub tool_calls: Vec<ToolCall>,
+    /// Token usage as the stream last reported it.
     pub usage: Usage,
     /// `None` while the stream has not finished.
     pub finish: Option<FinishReason>,
@@ -36,10 +40,12 @@ pub struct StreamAccumulator {
 }
 
 impl StreamAccumulator {
+    /// An empty accumulator.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Folds one event into the turn.
     pub fn push(&mut self, event: &StreamEvent) {
         match event {
             StreamEvent::TextDelta(t) => self.turn.text.push_str(t),
@@ -85,6 +91,7 @@ impl StreamAccumulator {
             .map(|(_, c)| c)
     }
 
+    /// The visible text received so far.
     pub fn text(&self) -> &str {
         &self.turn.text
     }

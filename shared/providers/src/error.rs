@@ -30,6 +30,7 @@ pub enum FailoverReason {
 }
 
 impl FailoverReason {
+    /// The reason's stable snake_case name, as recorded on attempts and events (e.g. `rate_limit`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailoverReason::RateLimit => "rate_limit",
@@ -51,14 +52,18 @@ impl FailoverReason {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason:?}: {message}")]
 pub struct ProviderError {
+    /// How the retry loop classifies the failure.
     pub reason: FailoverReason,
+    /// The HTTP status the provider answered, if the failure came from one.
     pub status: Option<u16>,
+    /// What went wrong, safe to show and log (no keys, at most a short excerpt of a body).
     pub message: String,
     /// The server's suggested delay (`Retry-After`).
     pub retry_after: Option<Duration>,
 }
 
 impl ProviderError {
+    /// An error of `reason` with no HTTP status and no `Retry-After`.
     pub fn new(reason: FailoverReason, message: impl Into<String>) -> Self {
         Self {
             reason,

@@ -6,6 +6,7 @@
 //! Errors are classified into [`FailoverReason`]s so the runner's loop decides retry vs stop in
 //! one place.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod accumulate;
 pub mod anthropic;
@@ -30,8 +31,11 @@ use tokio_util::sync::CancellationToken;
 /// A tool the model may call: name, description and JSON-schema parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The name the model calls the tool by; unique among the request's tools.
     pub name: String,
+    /// What the tool does, as the model reads it.
     pub description: String,
+    /// The JSON schema of the tool's arguments (an `object` schema).
     pub parameters: serde_json::Value,
 }
 
@@ -40,9 +44,13 @@ pub struct ToolSpec {
 pub struct ModelRequest {
     /// The model name as the provider knows it (without the `provider/` prefix).
     pub model: String,
+    /// The system prompt; empty for none.
     pub system: String,
+    /// The conversation sent, oldest first (user, assistant and tool-result messages).
     pub messages: Vec<Message>,
+    /// The tools the model may call; empty offers none.
     pub tools: Vec<ToolSpec>,
+    /// Cap on the answer's output tokens; `None` leaves the provider's default.
     pub max_output_tokens: Option<u32>,
     /// How hard a reasoning model should think (`None` or `off`: nothing is asked). OpenAI
     /// sends it as `reasoning_effort`, Anthropic as an extended-thinking `budget_tokens`
@@ -54,10 +62,15 @@ pub struct ModelRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
+    /// The model finished its answer.
     Stop,
+    /// The model stopped to have its tool calls run.
     ToolCalls,
+    /// The output hit the token cap (`max_output_tokens` or the model's own).
     Length,
+    /// The provider's content filter cut the answer.
     ContentFilter,
+    /// Any other reason, as the provider named it.
     Other(String),
 }
 
@@ -65,17 +78,27 @@ pub enum FinishReason {
 /// in the assistant message); their arguments arrive as JSON text fragments.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
+    /// A fragment of the visible answer text.
     TextDelta(String),
+    /// A fragment of the model's reasoning (not shown as the answer).
     ReasoningDelta(String),
+    /// A tool call begins (a later start with the same `index` continues its id and name).
     ToolCallStart {
+        /// The call's position in the assistant message.
         index: usize,
+        /// The provider's id for the call (may be empty; normalisation assigns one).
         id: String,
+        /// The tool's name (or a fragment of it).
         name: String,
     },
+    /// A fragment of a tool call's arguments (JSON text).
     ToolCallArgumentsDelta {
+        /// The call's position in the assistant message.
         index: usize,
+        /// The next piece of the arguments' JSON text.
         delta: String,
     },
+    /// Token usage of the response so far (the latest report replaces earlier ones).
     Usage(Usage),
     /// The last event of a complete response.
     Finished(FinishReason),
@@ -90,6 +113,7 @@ pub enum StreamEvent {
     EmptyText,
 }
 
+/// The events of one model response, or the error that ended it.
 pub type ModelStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;
 
 /// A model provider. `stream` returns once the response has started (HTTP status known); the
@@ -105,6 +129,9 @@ pub trait ModelProvider: Send + Sync + 'static {
         false
     }
 
+    /// Starts a model call; returns once the response has started (HTTP status known).
+    /// A refusal before any output (an HTTP error status) is an `Err` here; a failure later
+    /// is an `Err` item of the stream.
     async fn stream(
         &self,
         request: ModelRequest,

@@ -16,10 +16,13 @@ const FIRE_IDEMPOTENCY_TTL_MS: u64 = 24 * 3600 * 1000;
 /// Why a fire could not be submitted (it stays listed `queued`; the ticker tries again).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
+    /// The job's fire entry carries no run id to submit.
     #[error("the fire has no run id")]
     NoRun,
+    /// The store failed while accepting the fire's turn.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The queue refused the fire's lane message.
     #[error(transparent)]
     Queue(#[from] QueueError),
 }

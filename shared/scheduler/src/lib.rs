@@ -12,6 +12,7 @@
 //! - [`delivery`]: webhook delivery of a finished fire's payloads.
 //! - [`budget`]: the per-tenant fire budget (fires per minute), a token bucket. Pure.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod budget;
 pub mod delivery;

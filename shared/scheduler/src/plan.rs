@@ -157,8 +157,11 @@ fn fire_entry(job: &CronJob, run_id: RunId, now: u64, due: u64, manual: bool) ->
 /// How a fired run ended (or where it is), as the scheduler learned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunProgress {
+    /// Where the fired run is (queued, running, paused) or how it ended.
     pub status: JobRunStatus,
+    /// When a runner started the run, ms since the epoch; `None` while queued.
     pub started_at: Option<u64>,
+    /// When the run reached a terminal status, ms since the epoch; `None` until then.
     pub ended_at: Option<u64>,
     /// `(code, message)` of a failed run.
     pub error: Option<(String, String)>,

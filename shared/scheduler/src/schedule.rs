@@ -14,14 +14,24 @@ use std::str::FromStr;
 /// Why a schedule is refused. The messages name the problem for a 400 answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
+    /// The `cron` expression does not parse.
     #[error("invalid cron expression {expr:?}: {why}")]
-    InvalidCron { expr: String, why: String },
+    InvalidCron {
+        /// The expression as given.
+        expr: String,
+        /// What the cron parser objected to.
+        why: String,
+    },
+    /// The `tz` is not an IANA time zone name.
     #[error("unknown time zone {0:?} (expected an IANA name such as Europe/Paris)")]
     UnknownTimeZone(String),
+    /// The `at` time is not RFC 3339.
     #[error("`at` must be an RFC 3339 time such as 2030-01-01T09:00:00Z, got {0:?}")]
     InvalidAt(String),
+    /// A new job's `at` time is already past.
     #[error("`at` ({0}) is in the past")]
     AtInPast(String),
+    /// `everySeconds` is 0.
     #[error("`everySeconds` must be at least 1")]
     EveryTooSmall,
 }
@@ -31,13 +41,19 @@ pub enum ScheduleError {
 pub enum CompiledSchedule {
     /// One or two `cron` schedules (two for day-of-month OR day-of-week); the earliest wins.
     Cron {
+        /// The parsed expressions, in seconds-first form; the earliest next fire of them wins.
         schedules: Vec<cron::Schedule>,
+        /// The zone the expression is read in (UTC when the job names none).
         tz: Tz,
     },
+    /// Fires every `every_ms` from the job's anchor (`everySeconds`).
     Every {
+        /// The interval in ms (at least 1000).
         every_ms: u64,
     },
+    /// Fires once, at `at_ms`.
     At {
+        /// The fire time, ms since the epoch.
         at_ms: u64,
     },
 }

@@ -57,6 +57,7 @@ impl Default for TickerConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TickReport {
+    /// Ticks run (one pass over the due jobs each).
     pub ticks: u32,
     /// Runs fired, in order.
     pub fired: Vec<RunId>,

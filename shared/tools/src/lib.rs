@@ -4,6 +4,7 @@
 //! [`http_tool::HttpTool`], a POST of the call's arguments to the agent's endpoint, and MCP
 //! servers' tools from [`mcp::McpPool`].
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod current_time;
 pub mod http_fetch;
@@ -51,6 +52,7 @@ impl ToolContext {
 /// A tool's successful answer: the text the model sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {
+    /// The result text sent back to the model.
     pub content: String,
 }
 
@@ -58,20 +60,27 @@ pub struct ToolOutput {
 /// not carry secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
+    /// The arguments are not valid JSON or do not match the tool's schema.
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),
+    /// A policy refused the call (e.g. a blocked address for an HTTP tool).
     #[error("blocked: {0}")]
     Blocked(String),
+    /// The call ran longer than its timeout, in ms.
     #[error("timed out after {0} ms")]
     Timeout(u64),
+    /// The run was stopped while the call ran.
     #[error("cancelled")]
     Cancelled,
+    /// Any other failure, said for the model.
     #[error("{0}")]
     Failed(String),
 }
 
+/// A tool the model may call: its spec is offered, its calls run through `call`.
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
+    /// The name, description and JSON-schema parameters offered to the model.
     fn spec(&self) -> ToolSpec;
 
     /// `arguments` is the raw JSON text from the model.

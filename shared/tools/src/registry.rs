@@ -12,6 +12,7 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -21,11 +22,13 @@ impl ToolRegistry {
         self.tools.insert(tool.spec().name, tool);
     }
 
+    /// [`Self::register`], by value, for building a registry in one expression.
     pub fn with(mut self, tool: Arc<dyn Tool>) -> Self {
         self.register(tool);
         self
     }
 
+    /// The tool named `name`, if registered.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.tools.get(name).cloned()
     }

@@ -17,6 +17,7 @@ pub const MIN_KEPT_CHARS: usize = 2_000;
 /// What to do before submitting, cheapest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
+    /// The prompt fits the context window as it is.
     Fits,
     /// Cutting oversized tool results frees enough.
     TruncateToolResultsOnly,

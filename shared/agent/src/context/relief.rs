@@ -134,12 +134,18 @@ pub enum Relief {
     /// Nothing to do.
     Fits,
     /// Cut the tool results of the run's first `rounds` rounds (never the last one).
-    CutEarlier { rounds: usize },
+    CutEarlier {
+        /// How many of the run's rounds, from the first, get their results cut.
+        rounds: usize,
+    },
     /// Summarise the history before the run; the run's prompt and rounds stay as they are.
     SummariseBeforeRun,
     /// Summarise the history before the run, the run's prompt and its first `rounds` rounds;
     /// the rounds after them stay.
-    SummariseRounds { rounds: usize },
+    SummariseRounds {
+        /// How many of the run's rounds, from the first, go into the summary.
+        rounds: usize,
+    },
     /// Nothing here helps (no earlier round, no summary left): the oversized results are cut
     /// and the provider has the last word.
     Nothing,

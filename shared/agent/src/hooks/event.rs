@@ -14,8 +14,11 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HookContext {
+    /// The tenant that owns the session.
     pub tenant: TenantId,
+    /// The session's caller-chosen key (stable across resets).
     pub session_key: SessionKey,
+    /// The session's current id (`ses_…`); changes on reset.
     pub session_id: SessionId,
     /// `None` for session events raised outside a run.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -38,21 +41,37 @@ impl HookContext {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum HookEvent {
+    /// Raised at `before_model_resolve`.
     BeforeModelResolve(ModelResolveEvent),
+    /// Raised at `before_prompt_build`.
     BeforePromptBuild(PromptBuildEvent),
+    /// Raised at `before_agent_reply`.
     BeforeAgentReply(AgentReplyEvent),
+    /// Raised at `before_agent_run`.
     BeforeAgentRun(AgentRunEvent),
+    /// Raised at `before_agent_finalize`.
     BeforeAgentFinalize(FinalizeEvent),
+    /// Raised at `agent_end`.
     AgentEnd(AgentEndEvent),
+    /// Raised at `before_compaction`.
     BeforeCompaction(CompactionEvent),
+    /// Raised at `after_compaction`.
     AfterCompaction(CompactionResultEvent),
+    /// Raised at `before_tool_call`.
     BeforeToolCall(ToolCallEvent),
+    /// Raised at `after_tool_call`.
     AfterToolCall(ToolResultEvent),
+    /// Raised at `tool_result_persist`.
     ToolResultPersist(PersistEvent),
+    /// Raised at `message_received`.
     MessageReceived(MessageEvent),
+    /// Raised at `message_sending`.
     MessageSending(MessageEvent),
+    /// Raised at `message_sent`.
     MessageSent(MessageEvent),
+    /// Raised at `session_start`.
     SessionStart(SessionStartEvent),
+    /// Raised at `session_end`.
     SessionEnd(SessionEndEvent),
 }
 
@@ -84,6 +103,7 @@ impl HookEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelResolveEvent {
+    /// The user's prompt for the run.
     pub prompt: String,
     /// The model the request named, if any.
     pub requested_model: Option<String>,
@@ -93,7 +113,9 @@ pub struct ModelResolveEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptBuildEvent {
+    /// The user's prompt for the run.
     pub prompt: String,
+    /// The system prompt as configured, before hooks add context.
     pub system_prompt: String,
 }
 
@@ -101,8 +123,11 @@ pub struct PromptBuildEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplyTrigger {
+    /// A user (API) request started the turn.
     User,
+    /// A cron job started the turn.
     Cron,
+    /// A heartbeat started the turn.
     Heartbeat,
 }
 
@@ -110,7 +135,9 @@ pub enum ReplyTrigger {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentReplyEvent {
+    /// What started the turn.
     pub trigger: ReplyTrigger,
+    /// The prompt the turn answers.
     pub prompt: String,
 }
 
@@ -118,7 +145,9 @@ pub struct AgentReplyEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentRunEvent {
+    /// The prompt the run works on.
     pub prompt: String,
+    /// The resolved model (`provider/model`); `None` before one is resolved.
     pub model: Option<String>,
 }
 
@@ -126,6 +155,7 @@ pub struct AgentRunEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FinalizeEvent {
+    /// The final answer text about to be delivered.
     pub text: String,
     /// Revisions already made in this run.
     pub revisions: u32,
@@ -135,10 +165,15 @@ pub struct FinalizeEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentEndEvent {
+    /// The terminal status the run reached.
     pub status: RunStatus,
+    /// The final answer text; `None` when the run produced none.
     pub text: Option<String>,
+    /// Why the run failed; `None` unless it failed.
     pub error: Option<RunError>,
+    /// Tokens the run used, summed over all its model calls.
     pub usage: Usage,
+    /// Wall-clock time from start to the terminal status, in milliseconds.
     pub duration_ms: u64,
 }
 
@@ -146,9 +181,11 @@ pub struct AgentEndEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionEvent {
+    /// What caused the compaction: a context overflow or a model timeout.
     pub trigger: CompactionTrigger,
     /// Messages in the history being compacted.
     pub messages: usize,
+    /// Estimated tokens of the history before compaction.
     pub estimated_tokens: u64,
 }
 
@@ -156,7 +193,9 @@ pub struct CompactionEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionResultEvent {
+    /// What caused the compaction.
     pub trigger: CompactionTrigger,
+    /// Whether the history was actually compacted.
     pub compacted: bool,
     /// Why it did not compact (no secrets, no raw provider bodies).
     pub error: Option<String>,
@@ -166,7 +205,9 @@ pub struct CompactionResultEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallEvent {
+    /// The tool's name as the model called it.
     pub tool_name: String,
+    /// The model's id for this call; the result carries the same id.
     pub tool_call_id: String,
     /// The parsed arguments; a string holding the raw text when the model's JSON is invalid.
     pub arguments: Value,
@@ -192,11 +233,17 @@ pub fn parse_arguments(raw: &str) -> Value {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultEvent {
+    /// The tool's name as the model called it.
     pub tool_name: String,
+    /// The model's id for this call.
     pub tool_call_id: String,
+    /// The call's arguments, parsed as in [`ToolCallEvent::arguments`].
     pub arguments: Value,
+    /// The result text the tool produced (an error message when `is_error`).
     pub result: String,
+    /// Whether the tool failed; the model sees the result as an error.
     pub is_error: bool,
+    /// How long the tool ran, in milliseconds.
     pub duration_ms: u64,
 }
 
@@ -204,10 +251,13 @@ pub struct ToolResultEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PersistEvent {
+    /// The tool's name as the model called it.
     pub tool_name: String,
+    /// The model's id for this call.
     pub tool_call_id: String,
     /// The text to persist (already rewritten by higher-priority hooks).
     pub result: String,
+    /// Whether the result is an error result.
     pub is_error: bool,
 }
 
@@ -231,14 +281,23 @@ pub struct SessionStartEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionEndReason {
+    /// A new session was started in place of this one.
     New,
+    /// The session was reset by the user or the API.
     Reset,
+    /// The session was idle longer than its idle timeout.
     Idle,
+    /// The session hit its daily reset time.
     Daily,
+    /// Compaction started a new session.
     Compaction,
+    /// The session was deleted.
     Deleted,
+    /// The process is shutting down.
     Shutdown,
+    /// The process is restarting.
     Restart,
+    /// Any other reason.
     Unknown,
 }
 
@@ -246,6 +305,7 @@ pub enum SessionEndReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionEndEvent {
+    /// Why the session ended.
     pub reason: SessionEndReason,
 }
 

@@ -94,18 +94,30 @@ pub trait Hook: Send + Sync {
 /// up in block reasons the model and the user see.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HookError {
+    /// The hook did not answer within its timeout (the duration shown).
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// The webhook answered with this non-2xx HTTP status.
     #[error("answered HTTP {0}")]
     Status(u16),
+    /// The HTTP request failed (connect, TLS, read); the reason carries no URL or secret.
     #[error("request failed: {0}")]
     Transport(String),
+    /// The answer body exceeded this many bytes.
     #[error("answer larger than {0} bytes")]
     TooLarge(usize),
+    /// The answer was not valid JSON for the point; says why.
     #[error("unreadable answer: {0}")]
     InvalidResponse(String),
+    /// The answer was of another point's kind.
     #[error("answered {got} to {point}")]
-    WrongOutcome { point: HookPoint, got: &'static str },
+    WrongOutcome {
+        /// The point the hook was called at.
+        point: HookPoint,
+        /// What kind of answer came back (e.g. "a tool call verdict").
+        got: &'static str,
+    },
+    /// The Rust hook panicked; the panic was caught.
     #[error("panicked")]
     Panicked,
     /// A Rust hook's own failure.

@@ -65,6 +65,7 @@ impl HookOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelOverride {
+    /// The model to use (`provider/model`); `None` leaves the choice unchanged.
     #[serde(default)]
     pub model: Option<String>,
 }
@@ -156,13 +157,16 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ReplyClaim {
+    /// `true` claims the turn: no model call is made.
     pub handled: bool,
+    /// The reply to deliver; `None` with `handled` ends the turn silently.
     pub reply: Option<String>,
 }
 
 /// The merged `before_agent_reply` result: the first hook that claimed the turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyClaimed {
+    /// The name of the hook that claimed the turn.
     pub hook: String,
     /// The synthetic reply; `None` = no reply (silence).
     pub reply: Option<String>,
@@ -172,6 +176,7 @@ pub struct ReplyClaimed {
 /// `{"outcome": "block", "reason": "...", "message": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunGate {
+    /// Let the run start.
     Pass,
     /// Terminal: the run is not started and its prompt is not retained.
     Block {
@@ -194,7 +199,10 @@ pub enum FinalizeAction {
     /// Deliver the answer as it is.
     Finalize,
     /// Suppress delivery and run again with this instruction (see [`MAX_FINALIZE_REVISIONS`]).
-    Revise { instruction: String },
+    Revise {
+        /// What the model is asked to change in its answer.
+        instruction: String,
+    },
 }
 
 /// How many hook-requested revisions one run makes at most; then it finalizes.
@@ -207,6 +215,7 @@ pub const MAX_FINALIZE_REVISIONS: u32 = 3;
 pub struct ToolCallVerdict {
     /// `Some(true)` blocks and stops lower-priority hooks; `Some(false)` is a no-op.
     pub block: Option<bool>,
+    /// Why the call was blocked; [`DEFAULT_TOOL_BLOCK_REASON`] when absent.
     pub block_reason: Option<String>,
     /// Replacement arguments (the last hook that sets them wins).
     pub params: Option<Value>,
@@ -216,9 +225,13 @@ pub struct ToolCallVerdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolCallDecision {
     /// Run the call, with `params` replacing its arguments when set.
-    Allow { params: Option<Value> },
+    Allow {
+        /// Replacement arguments; `None` keeps the model's.
+        params: Option<Value>,
+    },
     /// Do not run the call; its result is `reason` as an error result.
     Block {
+        /// The error result the model sees in place of the tool's output.
         reason: String,
         /// The hook that blocked (or failed).
         hook: String,
@@ -229,6 +242,7 @@ pub enum ToolCallDecision {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PersistRewrite {
+    /// Replacement text; `None` keeps the text as it is.
     pub content: Option<String>,
 }
 
@@ -245,8 +259,16 @@ pub struct SendingVerdict {
 /// The merged `message_sending` result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendDecision {
-    Send { content: String },
-    Cancel { hook: String },
+    /// Deliver the message.
+    Send {
+        /// The text to deliver, as rewritten by the hooks.
+        content: String,
+    },
+    /// Do not deliver the message.
+    Cancel {
+        /// The hook that cancelled it.
+        hook: String,
+    },
 }
 
 #[cfg(test)]

@@ -9,21 +9,37 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HookPoint {
+    /// Before the run's model is chosen; a hook may answer with a [`ModelOverride`](super::ModelOverride).
     BeforeModelResolve,
+    /// Before the system and user prompts are assembled; modifying (hooks add context).
     BeforePromptBuild,
+    /// Before the model is called for a turn; claiming (a hook may answer the turn itself).
     BeforeAgentReply,
+    /// Before the run starts; policy (a failing hook blocks the run).
     BeforeAgentRun,
+    /// When the run has a final answer; modifying (a hook may ask for a revision).
     BeforeAgentFinalize,
+    /// After the run reached a terminal status; observer.
     AgentEnd,
+    /// Before the history is compacted; observer.
     BeforeCompaction,
+    /// After a compaction attempt, whether or not it compacted; observer.
     AfterCompaction,
+    /// Before a tool call runs; policy (a failing hook blocks the call).
     BeforeToolCall,
+    /// After a tool call finished; observer.
     AfterToolCall,
+    /// Before a tool result is written to the transcript; modifying (a hook may rewrite it).
     ToolResultPersist,
+    /// When a user message reaches the run; observer.
     MessageReceived,
+    /// Before a reply is delivered; modifying (a hook may rewrite or cancel it).
     MessageSending,
+    /// After a reply was delivered; observer.
     MessageSent,
+    /// When a session starts (new or after a reset); observer.
     SessionStart,
+    /// When a session ends; observer.
     SessionEnd,
 }
 

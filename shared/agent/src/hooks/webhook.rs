@@ -19,9 +19,11 @@ use std::time::Duration;
 #[derive(Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookConfig {
+    /// Names the hook in logs and block reasons; unique per deployment.
     pub name: String,
     /// `http://` or `https://`.
     pub url: String,
+    /// The points the webhook is called at; must not be empty.
     pub points: Vec<HookPoint>,
     /// Higher runs first.
     #[serde(default)]
@@ -64,16 +66,38 @@ impl fmt::Debug for WebhookConfig {
 /// A webhook configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WebhookError {
+    /// The URL is not an `http://` or `https://` URL.
     #[error("webhook {name:?}: the URL is not an http(s) URL")]
-    Url { name: String },
+    Url {
+        /// The webhook's name.
+        name: String,
+    },
+    /// The webhook lists no hook point.
     #[error("webhook {name:?}: listens at no hook point")]
-    NoPoints { name: String },
+    NoPoints {
+        /// The webhook's name.
+        name: String,
+    },
+    /// `timeoutMs` is zero.
     #[error("webhook {name:?}: the timeout must be above zero")]
-    ZeroTimeout { name: String },
+    ZeroTimeout {
+        /// The webhook's name.
+        name: String,
+    },
+    /// The secret header's name or value is not a valid HTTP header.
     #[error("webhook {name:?}: invalid secret header")]
-    Header { name: String },
+    Header {
+        /// The webhook's name.
+        name: String,
+    },
+    /// The HTTP client could not be built.
     #[error("webhook {name:?}: HTTP client: {reason}")]
-    Client { name: String, reason: String },
+    Client {
+        /// The webhook's name.
+        name: String,
+        /// What the client library reported.
+        reason: String,
+    },
 }
 
 /// A hook answered over HTTP.

@@ -12,6 +12,7 @@ pub const MAX_CONSECUTIVE_IDLE_TIMEOUTS: u32 = 5;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct IdleTimeoutBreaker {
+    /// Idle timeouts in a row without progress; the breaker trips at [`MAX_CONSECUTIVE_IDLE_TIMEOUTS`].
     pub consecutive: u32,
 }
 

@@ -68,6 +68,7 @@ pub fn network_delay(retry: u32) -> Duration {
 /// A retry's wait as decided: the planned delay, and the least the server asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Backoff {
+    /// The delay the retry policy chose, before jitter.
     pub planned: Duration,
     /// Never wait less than this (the server's `Retry-After`), whatever the jitter.
     pub at_least: Duration,
@@ -111,21 +112,34 @@ impl Backoff {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Budgets {
+    /// Same-model retries after a rate limit (cap [`MAX_SAME_MODEL_RATE_LIMIT_RETRIES`]); reset per model.
     pub same_model_rate_limit_retries: u32,
+    /// Profile rotations after a rate limit (cap [`MAX_RATE_LIMIT_PROFILE_ROTATIONS`]); reset per model.
     pub rate_limit_rotations: u32,
+    /// Profile rotations after an overload (cap [`MAX_OVERLOAD_PROFILE_ROTATIONS`]); reset per model.
     pub overload_rotations: u32,
+    /// Retries after an error with no message (cap [`MAX_EMPTY_ERROR_RETRIES`]); reset per model.
     pub empty_error_retries: u32,
+    /// Same-model retries after a transport failure (cap [`MAX_SAME_MODEL_NETWORK_RETRIES`]); reset per model.
     pub same_model_network_retries: u32,
+    /// Same-model retries after an idle timeout (cap [`MAX_SAME_MODEL_IDLE_TIMEOUT_RETRIES`]); reset per model.
     pub same_model_idle_retries: u32,
+    /// Directed retries after a reasoning-only answer (cap [`MAX_REASONING_ONLY_RETRIES`]); per run.
     pub reasoning_only_retries: u32,
+    /// Resends after a response with no assistant message (cap [`MAX_MISSING_ASSISTANT_RETRIES`]); per run.
     pub missing_assistant_retries: u32,
+    /// Directed retries after an empty answer (cap [`MAX_EMPTY_RESPONSE_RETRIES`]); per run.
     pub empty_response_retries: u32,
+    /// Directed continuations after a compaction (cap [`MAX_COMPACTION_CONTINUATIONS`]); per run.
     pub compaction_continuations: u32,
+    /// Compactions after a context overflow (cap [`MAX_OVERFLOW_COMPACTIONS`]); per run.
     pub overflow_compactions: u32,
+    /// Compactions after a model timeout (cap [`MAX_TIMEOUT_COMPACTIONS`]); per run.
     pub timeout_compactions: u32,
     /// Cuts of the results of the run's earlier tool rounds (free; no budget, counted for the
     /// overflow error's account of what was tried).
     pub earlier_round_cuts: u32,
+    /// Revisions requested by `before_agent_finalize` hooks (cap [`MAX_FINALIZE_REVISIONS`]); per run.
     pub finalize_revisions: u32,
 }
 

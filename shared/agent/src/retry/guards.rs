@@ -13,7 +13,9 @@ pub const POST_COMPACTION_GUARD_WINDOW: u32 = 3;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PostCompactionGuard {
+    /// Observations left in the watch window; 0 when the guard is not armed.
     pub remaining: u32,
+    /// Hashes of the (tool, arguments, result) outcomes seen since it was armed.
     pub seen: Vec<u64>,
 }
 

@@ -32,8 +32,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Continuation {
+    /// The model gave reasoning but no visible answer.
     ReasoningOnly,
+    /// The model gave an empty answer.
     EmptyResponse,
+    /// The history was just compacted; continue from the summary.
     AfterCompaction,
 }
 
@@ -71,7 +74,9 @@ impl Continuation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CompactionTrigger {
+    /// The prompt overflowed the model's context window.
     Overflow,
+    /// The model timed out on a long history.
     Timeout,
 }
 
@@ -104,18 +109,31 @@ pub struct Situation {
 pub enum Action {
     /// Call the same model and profile again after `delay`, with an optional instruction.
     Retry {
+        /// How long to wait before the call.
         delay: Backoff,
+        /// An instruction appended to the retried request; `None` sends it unchanged.
         continuation: Option<Continuation>,
     },
     /// Use the next auth profile of the same provider; `cooldown` marks the failed one.
-    RotateProfile { cooldown: bool },
+    RotateProfile {
+        /// Whether the failed profile is put on cooldown (auth, billing, rate limit, overload).
+        cooldown: bool,
+    },
     /// Move to the next model of the chain.
-    Fallback { reason: FailoverReason },
+    Fallback {
+        /// Why the current model is given up (recorded on the attempt).
+        reason: FailoverReason,
+    },
     /// Compact the history, then retry with the after-compaction instruction.
-    Compact { trigger: CompactionTrigger },
+    Compact {
+        /// What caused the compaction.
+        trigger: CompactionTrigger,
+    },
     /// End the run.
     Fail {
+        /// The error the run ends with.
         error: RunError,
+        /// The liveness recorded on the run.
         liveness: LivenessState,
     },
 }
@@ -124,7 +142,10 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelExhausted {
     /// Move to the next model of the chain.
-    Fallback { reason: FailoverReason },
+    Fallback {
+        /// Why the current model is given up.
+        reason: FailoverReason,
+    },
     /// End the run.
     Fail(RunError),
 }
@@ -161,7 +182,9 @@ impl Answered {
 /// The outcome of [`RetryState::on_completion`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
+    /// The answer is good: the run may finish.
     Accept,
+    /// Retry the same model with this directed instruction.
     Retry(Continuation),
     /// Send the same request again, with no instruction (the model gave no message to be
     /// directed about).

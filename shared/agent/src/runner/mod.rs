@@ -91,6 +91,7 @@ pub enum TurnExit {
 /// Failures of a pickup that are not the run's own fault (store unavailable, ...).
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
+    /// The store was unavailable or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -10,12 +10,16 @@ use tokio_util::sync::CancellationToken;
 /// Why a run was stopped from outside its loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
+    /// An abort request (API or CLI) stopped the run.
     Abort,
     /// The session was reset after the run was accepted: it ends `aborted` (`session_reset`)
     /// without reading or writing the new session.
     SessionReset,
+    /// The run exceeded its run timeout (48 h by default, SPEC §12).
     Timeout,
+    /// The session lock's lease was lost to another worker; the run is abandoned without writing.
     LockLost,
+    /// The process is shutting down; the run is handed back for another worker.
     Shutdown,
 }
 

@@ -10,9 +10,13 @@ use tokio_util::sync::CancellationToken;
 /// The outcome of one call.
 #[derive(Debug, Clone)]
 pub struct ToolRun {
+    /// The call as the model made it (after normalisation).
     pub call: ToolCall,
+    /// The result text sent back to the model (an error message when `is_error`).
     pub content: String,
+    /// Whether the call failed (timeout, blocked, unknown tool, tool error).
     pub is_error: bool,
+    /// How long the call ran, in milliseconds.
     pub duration_ms: u64,
 }
 

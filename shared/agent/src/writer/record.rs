@@ -9,9 +9,13 @@ use serde_json::json;
 /// How a run ends, as recorded on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ending {
+    /// The terminal status recorded on the run.
     pub status: RunStatus,
+    /// The liveness recorded on the run.
     pub liveness: LivenessState,
+    /// Why the run failed; `None` unless it failed.
     pub error: Option<RunError>,
+    /// The reply payloads recorded on the run (texts; error texts flagged).
     pub payloads: Vec<Payload>,
 }
 

@@ -40,7 +40,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// runner records it as an error result carrying that text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sanitized {
+    /// The call as it will be recorded (name trimmed, id assigned, arguments repaired if possible).
     pub call: ToolCall,
+    /// Why the call must not run; `None` when it may run.
     pub problem: Option<String>,
 }
 
@@ -63,32 +65,56 @@ impl Sanitized {
 )]
 pub enum Change {
     /// A call with an empty or whitespace-only name was dropped.
-    DroppedNameless { id: String },
+    DroppedNameless {
+        /// The dropped call's id.
+        id: String,
+    },
     /// A call without an id, or with an id already used in the turn, got a new one.
     AssignedId {
+        /// The call's tool name.
         name: String,
+        /// The id the model gave (empty when it gave none).
         previous: String,
+        /// The id assigned in its place.
         id: String,
     },
     /// Arguments that were not valid JSON were repaired.
-    RepairedArguments { id: String, name: String },
+    RepairedArguments {
+        /// The call's id.
+        id: String,
+        /// The call's tool name.
+        name: String,
+    },
     /// Arguments stayed invalid; the call gets an error result instead of running.
     InvalidArguments {
+        /// The call's id.
         id: String,
+        /// The call's tool name.
         name: String,
+        /// Why the arguments are invalid; the text of the call's error result.
         problem: String,
     },
     /// A tool call written as text became a structured call.
-    PromotedTextCall { id: String, name: String },
+    PromotedTextCall {
+        /// The id given to the new call.
+        id: String,
+        /// The call's tool name.
+        name: String,
+    },
     /// Text shaped like a tool call was left as text.
     NotPromoted {
+        /// The tool name the text named, if one could be read.
         name: Option<String>,
+        /// Why the text was not promoted.
         reason: String,
     },
     /// A tool name was resolved to the offered tool.
     TrimmedName {
+        /// The call's id.
         id: String,
+        /// The name as the model wrote it.
         from: String,
+        /// The offered tool's name it resolved to.
         to: String,
     },
 }

@@ -14,6 +14,7 @@
 //!   list); the rest answers `404 not_found` pointing at the HTTP API, so its role writes
 //!   turns and nothing else.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 use agentlane_api::{ApiState, ClientAddr, ResponseDeadline};
 use agentlane_host as host;

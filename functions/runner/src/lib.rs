@@ -5,6 +5,7 @@
 //! - [`RunnerFunction`]: one invocation — the batch through the lane worker, with every turn
 //!   still running shortly before the invocation's deadline cancelled and handed back.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 mod batch;
 mod invocation;

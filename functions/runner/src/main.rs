@@ -1,6 +1,7 @@
 //! The runner Lambda: wiring only. Each invocation goes through
 //! [`agentlane_runner::RunnerFunction`] with the shared lane worker.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 use agentlane_agent::LaneWorker;
 use agentlane_host as host;

@@ -18,6 +18,7 @@
 //! Against an emulator, run `localstack/start-emulator.sh` and set
 //! `AWS_ENDPOINT_URL=http://127.0.0.1:4566`; credentials and region then default to test values.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 mod hash;
 pub mod queue;

@@ -580,17 +580,8 @@ STREAM_ROLE_READS = {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetIte
 # statements confined by dynamodb:LeadingKeys to tenant items (`T#{tenant}#...`), so that no
 # function can write a `KEY#` lookup item (mint a key for any tenant): only the operator's
 # `agentlane keys` does.
-TABLE_WRITES = {
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:DeleteItem",
-    "dynamodb:ConditionCheckItem",
-    "dynamodb:BatchWriteItem",
-}
-TENANT_ITEMS = ["T#*"]
-# What a function may write besides tenant items: the unknown-key windows per source address
-# (the ingress' probe limit). Never a `KEY#` item.
-WRITABLE_ITEMS = {"T#*", "RATE#PROBES#*"}
+# The lists live in iam_inventory.py, which checks the same rule from the code's side.
+from iam_inventory import TABLE_WRITES, TENANT_ITEMS, WRITABLE_ITEMS  # noqa: E402
 
 
 def check_tenant_writes(c: Checker, role_name: str, role: dict[str, Any]) -> None:

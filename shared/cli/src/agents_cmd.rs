@@ -703,43 +703,30 @@ fn list_view(page: &Value) -> String {
     if agents.is_empty() {
         out.push_str("no agents\n");
     } else {
-        let mut rows = vec![["ID", "VERSION", "NAME", "MODEL", "UPDATED"].map(str::to_owned)];
-        for agent in agents {
-            let cell = |key: &str| {
-                text(agent, key).map_or_else(|| "-".to_owned(), |s| cut(&clean(s, false), 40))
-            };
-            rows.push([
-                cell("agentId"),
-                agent
-                    .get("version")
-                    .map_or_else(|| "-".to_owned(), Value::to_string),
-                cell("name"),
-                cell("model"),
-                agent
-                    .get("updatedAt")
-                    .and_then(Value::as_u64)
-                    .map_or_else(|| "-".to_owned(), utc),
-            ]);
-        }
-        let mut widths = [0usize; 5];
-        for row in &rows {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        for row in &rows {
-            let mut line = String::new();
-            for (cell, width) in row.iter().zip(widths) {
-                let _ = write!(
-                    line,
-                    "{cell}{:pad$}  ",
-                    "",
-                    pad = width - cell.chars().count()
-                );
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
+        let rows: Vec<Vec<String>> = agents
+            .iter()
+            .map(|agent| {
+                let cell = |key: &str| {
+                    text(agent, key).map_or_else(|| "-".to_owned(), |s| cut(&clean(s, false), 40))
+                };
+                vec![
+                    cell("agentId"),
+                    agent
+                        .get("version")
+                        .map_or_else(|| "-".to_owned(), Value::to_string),
+                    cell("name"),
+                    cell("model"),
+                    agent
+                        .get("updatedAt")
+                        .and_then(Value::as_u64)
+                        .map_or_else(|| "-".to_owned(), utc),
+                ]
+            })
+            .collect();
+        out.push_str(&crate::human::table(
+            &["ID", "VERSION", "NAME", "MODEL", "UPDATED"],
+            &rows,
+        ));
     }
     if let Some(cursor) = text(page, "nextCursor") {
         let _ = writeln!(

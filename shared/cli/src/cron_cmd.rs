@@ -285,45 +285,47 @@ pub(crate) async fn run(args: CronArgs) -> anyhow::Result<ExitCode> {
 
 /// One line per job: id, name, schedule, enabled, next fire (local time), last outcome.
 fn jobs_table(jobs: &[Value]) -> String {
-    let mut out = format!(
-        "{:<38} {:<20} {:<24} {:<8} {:<26} {}\n",
-        "ID", "NAME", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST"
-    );
-    for job in jobs {
-        let schedule = &job["schedule"];
-        let when = match (
-            schedule["cron"].as_str(),
-            schedule["everySeconds"].as_u64(),
-            schedule["at"].as_str(),
-        ) {
-            (Some(cron), _, _) => match schedule["tz"].as_str() {
-                Some(tz) => format!("{cron} ({tz})"),
-                None => cron.to_owned(),
-            },
-            (_, Some(every), _) => format!("every {every}s"),
-            (_, _, Some(at)) => format!("at {at}"),
-            _ => schedule.to_string(),
-        };
-        let last = job["lastRuns"]
-            .as_array()
-            .and_then(|runs| runs.first())
-            .and_then(|run| run["status"].as_str())
-            .unwrap_or("-");
-        out.push_str(&format!(
-            "{:<38} {:<20} {:<24} {:<8} {:<26} {}\n",
-            job["jobId"].as_str().unwrap_or("?"),
-            job["name"].as_str().unwrap_or(""),
-            when,
-            if job["enabled"] == Value::Bool(true) {
-                "yes"
-            } else {
-                "no"
-            },
-            crate::human::time(job["nextRunAt"].as_u64()),
-            last,
-        ));
-    }
-    out
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|job| {
+            let schedule = &job["schedule"];
+            let when = match (
+                schedule["cron"].as_str(),
+                schedule["everySeconds"].as_u64(),
+                schedule["at"].as_str(),
+            ) {
+                (Some(cron), _, _) => match schedule["tz"].as_str() {
+                    Some(tz) => format!("{cron} ({tz})"),
+                    None => cron.to_owned(),
+                },
+                (_, Some(every), _) => format!("every {every}s"),
+                (_, _, Some(at)) => format!("at {at}"),
+                _ => schedule.to_string(),
+            };
+            let last = job["lastRuns"]
+                .as_array()
+                .and_then(|runs| runs.first())
+                .and_then(|run| run["status"].as_str())
+                .unwrap_or("-");
+            vec![
+                job["jobId"].as_str().unwrap_or("?").to_owned(),
+                job["name"].as_str().unwrap_or("").to_owned(),
+                when,
+                if job["enabled"] == Value::Bool(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_owned(),
+                crate::human::time(job["nextRunAt"].as_u64()),
+                last.to_owned(),
+            ]
+        })
+        .collect();
+    crate::human::table(
+        &["ID", "NAME", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST"],
+        &rows,
+    )
 }
 
 #[cfg(test)]

@@ -243,6 +243,30 @@ pub(crate) fn run(run: &Value) -> String {
     out
 }
 
+/// Rows as aligned columns under `header` (two spaces apart, each as wide as its widest cell),
+/// one line each: the tables of `sessions list`, `runs list`, `agents list` and `cron list`.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut text = line(header.iter().map(|h| (*h).to_owned()).collect());
+    for row in rows {
+        text.push_str(&line(row.clone()));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

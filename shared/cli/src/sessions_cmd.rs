@@ -208,29 +208,6 @@ fn more(page: &Value, flag: &str) {
     }
 }
 
-/// Rows as aligned columns under `header`.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
-    let mut text = line(header.iter().map(|h| (*h).to_owned()).collect());
-    for row in rows {
-        text.push_str(&line(row.clone()));
-    }
-    text
-}
-
 fn text(value: &Value) -> String {
     match value {
         Value::String(s) => s.clone(),
@@ -257,7 +234,7 @@ fn sessions_table(page: &Value) -> String {
             ]
         })
         .collect();
-    table(
+    human::table(
         &["SESSION", "STATUS", "AGENT", "RUNS DONE", "LAST ACTIVITY"],
         &rows,
     )
@@ -281,7 +258,7 @@ fn runs_table(page: &Value) -> String {
             ]
         })
         .collect();
-    table(&["SEQ", "RUN", "STATUS", "ACCEPTED", "MODEL"], &rows)
+    human::table(&["SEQ", "RUN", "STATUS", "ACCEPTED", "MODEL"], &rows)
 }
 
 /// `GET /v1/sessions/{key}` as `name: value` lines.

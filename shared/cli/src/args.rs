@@ -102,6 +102,20 @@ pub(crate) struct ClientArgs {
     pub json: bool,
 }
 
+/// Where the operator commands (`keys`, `tenants`), which go to the backend directly, find the
+/// embedded database.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StoreArgs {
+    /// Where the embedded database lives (the embedded backend only).
+    #[arg(
+        long,
+        default_value = ".agentlane",
+        env = "AGENTLANE_DATA_DIR",
+        global = true
+    )]
+    pub(crate) data_dir: PathBuf,
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct AgentArgs {
     #[command(flatten)]

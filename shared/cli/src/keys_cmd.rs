@@ -11,7 +11,6 @@ use agentlane_host::{self as host, BackendKind};
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -21,14 +20,8 @@ pub(crate) struct KeysArgs {
     /// The tenant whose keys to manage.
     #[arg(long, global = true)]
     pub tenant: Option<String>,
-    /// Where the embedded database lives (the embedded backend only).
-    #[arg(
-        long,
-        default_value = ".agentlane",
-        env = "AGENTLANE_DATA_DIR",
-        global = true
-    )]
-    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub store: crate::args::StoreArgs,
     #[command(subcommand)]
     pub command: KeysCommand,
 }
@@ -53,7 +46,7 @@ pub(crate) enum KeysCommand {
 
 async fn key_store(args: &KeysArgs) -> anyhow::Result<Arc<dyn KeyStore>> {
     Ok(match BackendKind::from_env()? {
-        BackendKind::Embedded => host::open_embedded(&args.data_dir)?.keys,
+        BackendKind::Embedded => host::open_embedded(&args.store.data_dir)?.keys,
         BackendKind::Aws => host::open_aws_keys().await?,
     })
 }

@@ -9,21 +9,14 @@ use agentlane_host::{self as host, BackendKind};
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 /// `agentlane tenants …`.
 #[derive(Args, Debug)]
 pub(crate) struct TenantsArgs {
-    /// Where the embedded database lives (the embedded backend only).
-    #[arg(
-        long,
-        default_value = ".agentlane",
-        env = "AGENTLANE_DATA_DIR",
-        global = true
-    )]
-    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub store: crate::args::StoreArgs,
     #[command(subcommand)]
     pub command: TenantsCommand,
 }
@@ -47,7 +40,7 @@ pub(crate) enum TenantsCommand {
 
 async fn eraser(args: &TenantsArgs) -> anyhow::Result<Arc<dyn TenantEraser>> {
     Ok(match BackendKind::from_env()? {
-        BackendKind::Embedded => Arc::new(host::open_embedded_backend(&args.data_dir)?.1),
+        BackendKind::Embedded => Arc::new(host::open_embedded_backend(&args.store.data_dir)?.1),
         BackendKind::Aws => host::open_aws_eraser().await?,
     })
 }

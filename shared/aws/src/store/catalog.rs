@@ -17,6 +17,7 @@ use super::item::{
     SESSION_SEQ, STATUS, UPDATED_AT, n, run_from_item, s, session_from_item, tenant_partition,
 };
 use super::keys::{self, EVENT_PREFIX, IDEM_SK, PK, SESSION_SK, SK};
+use super::read::call_limit;
 use super::{DynamoStore, SESSION_RUNS_INDEX, SESSIONS_INDEX};
 use agentlane_core::{
     MAIN_AGENT, PageBudget, Run, RunId, RunPage, RunStatus, SessionCatalog, SessionCursor,
@@ -61,7 +62,7 @@ impl SessionCatalog for DynamoStore {
                 .key_condition_expression(format!("{SESS_TENANT} = :t"))
                 .expression_attribute_values(":t", s(tenant_partition(tenant)))
                 .scan_index_forward(false)
-                .limit(query_limit(tally.remaining_count()))
+                .limit(call_limit(&tally))
                 .set_exclusive_start_key(start.take());
             let mut conditions = Vec::new();
             if let Some(agent) = &filter.agent_id {
@@ -122,7 +123,7 @@ impl SessionCatalog for DynamoStore {
                 .index_name(SESSION_RUNS_INDEX)
                 .expression_attribute_values(":rs", s(keys::session_pk(tenant, key)))
                 .scan_index_forward(false)
-                .limit(query_limit(tally.remaining_count()))
+                .limit(call_limit(&tally))
                 .set_exclusive_start_key(start.take());
             query = match before {
                 Some(seq) => query
@@ -393,10 +394,6 @@ impl DynamoStore {
 
 /// A query's `Limit` for `remaining` more records (at least 1; DynamoDB applies it before the
 /// filter, so a filtered page may take several requests).
-fn query_limit(remaining: usize) -> i32 {
-    i32::try_from(remaining.clamp(1, 1000)).unwrap_or(1000)
-}
-
 fn sort_key(item: &Item) -> &str {
     item.get(SK)
         .and_then(|v| v.as_s().ok())

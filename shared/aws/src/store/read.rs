@@ -378,7 +378,7 @@ const FIRST_CALL_RECORDS: usize = 16;
 /// The `Limit` of the next query call: the count still allowed, and for a byte-bounded page no
 /// more records than the bytes left would hold at the average size seen so far (plus one, to
 /// find where the page ends).
-fn call_limit(tally: &PageTally) -> i32 {
+pub(super) fn call_limit(tally: &PageTally) -> i32 {
     let count = tally.remaining_count();
     let wanted = if tally.budget().bytes == usize::MAX {
         count

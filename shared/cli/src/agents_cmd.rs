@@ -565,28 +565,6 @@ fn joined(value: Option<&Value>) -> Option<String> {
     Some(items.join(", "))
 }
 
-/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
-fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
-    let z = i64::try_from(days).unwrap_or(i64::MAX / 2) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// The width of the labels of [`agent_view`] (the longest, `fallback models`).
 const LABEL_WIDTH: usize = 15;
 
@@ -666,7 +644,7 @@ fn agent_view(agent: &Value) -> String {
     }
     for (label, key) in [("created", "createdAt"), ("updated", "updatedAt")] {
         if let Some(ms) = agent.get(key).and_then(Value::as_u64) {
-            rows.push((label, utc(ms)));
+            rows.push((label, crate::human::time(Some(ms))));
         }
     }
     for (label, value) in rows {
@@ -719,7 +697,7 @@ fn list_view(page: &Value) -> String {
                     agent
                         .get("updatedAt")
                         .and_then(Value::as_u64)
-                        .map_or_else(|| "-".to_owned(), utc),
+                        .map_or_else(|| "-".to_owned(), |ms| crate::human::time(Some(ms))),
                 ]
             })
             .collect();
@@ -1203,13 +1181,17 @@ team = "cx"
             view.starts_with("agent support-bot (version 3)\n"),
             "{view}"
         );
+        let updated = format!(
+            "  updated          {}\n",
+            crate::human::time(Some(1_764_480_000_000))
+        );
         for line in [
             "  name             Support [31m bot\n",
             "  built-in tools   current_time\n",
             "  MCP server       everything  http://127.0.0.1:3917/mcp  (tools: echo, get-sum)\n",
             "  HTTP tool        lookup_order  https://orders.example/lookup\n",
             "  metadata         team=cx\n",
-            "  updated          2025-11-30 05:20:00 UTC\n",
+            updated.as_str(),
             "  instructions:\n    You are the support bot.\n",
         ] {
             assert!(view.contains(line), "{line:?} not in\n{view}");
@@ -1228,21 +1210,17 @@ team = "cx"
         });
         assert_eq!(
             list_view(&page),
-            "ID           VERSION  NAME         MODEL               UPDATED\n\
-             support-bot  3        Support bot  openai/gpt-4o-mini  2025-11-30 05:20:00 UTC\n\
-             b            1        -            -                   -\n\
-             (more: agentlane agents list --cursor c2)\n"
+            format!(
+                "ID           VERSION  NAME         MODEL               UPDATED\n\
+                 support-bot  3        Support bot  openai/gpt-4o-mini  {}\n\
+                 b            1        -            -                   -\n\
+                 (more: agentlane agents list --cursor c2)\n",
+                crate::human::time(Some(1_764_480_000_000))
+            )
         );
         assert_eq!(
             list_view(&json!({"agents": [], "nextCursor": null})),
             "no agents\n"
         );
-    }
-
-    #[test]
-    fn epoch_milliseconds_are_shown_in_utc() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(1_767_225_599_999), "2025-12-31 23:59:59 UTC");
     }
 }

@@ -164,7 +164,9 @@ async fn agentlane_in(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
         .env_remove("AGENTLANE_URL")
         .env_remove("AGENTLANE_API_KEY")
         .env_remove("AGENTLANE_DATA_DIR")
-        .env("NO_PROXY", "127.0.0.1");
+        .env("NO_PROXY", "127.0.0.1")
+        // Times are shown in local time: fix the zone so the expected text holds anywhere.
+        .env("TZ", "UTC");
     for (name, value) in env {
         command.env(name, value);
     }
@@ -262,7 +264,7 @@ headers = { Authorization = { env = "MCP_TOKEN" } }
         run.stdout
     );
     assert!(run.stdout.contains(
-        "support-bot  3        Support bot  openai/gpt-4o-mini  2025-11-30 05:20:00 UTC\n"
+        "support-bot  3        Support bot  openai/gpt-4o-mini  2025-11-30T05:20:00+00:00\n"
     ));
     assert!(
         run.stdout

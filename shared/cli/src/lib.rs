@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 mod agents_cmd;
+mod agents_view;
 pub mod api_client;
 mod args;
 pub mod bench;

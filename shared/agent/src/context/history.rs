@@ -31,29 +31,34 @@ pub fn assemble(entries: &[TranscriptEntry]) -> Vec<&TranscriptEntry> {
 
 /// The history sent to the model when only the last `max_turns` user turns are kept: a leading
 /// compaction summary stays; everything before the `max_turns`-th last user message goes.
-/// Cutting at a user message never separates a tool call from its result.
-pub fn limit_turns(history: &[Message], max_turns: Option<u32>) -> Vec<Message> {
+/// Cutting at a user message never separates a tool call from its result. A borrowed view:
+/// nothing is copied.
+pub fn limit_turns(history: &[Message], max_turns: Option<u32>) -> Vec<&Message> {
     let Some(max) = max_turns.filter(|m| *m > 0) else {
-        return history.to_vec();
+        return history.iter().collect();
     };
-    let users: Vec<usize> = history
+    // The `max`-th last user message, found from the end (a session's older turns are not
+    // visited).
+    let cut = history
         .iter()
         .enumerate()
+        .rev()
         .filter(|(_, m)| matches!(m, Message::User { .. }))
-        .map(|(i, _)| i)
-        .collect();
-    if users.len() <= max as usize {
-        return history.to_vec();
-    }
-    let cut = users[users.len() - max as usize];
-    let mut out: Vec<Message> = history
+        .nth(max as usize - 1)
+        .map(|(i, _)| i);
+    let Some(cut) = cut.filter(|&c| {
+        history[..c]
+            .iter()
+            .any(|m| matches!(m, Message::User { .. }))
+    }) else {
+        return history.iter().collect();
+    };
+    history
         .first()
         .filter(|m| matches!(m, Message::Compaction { .. }))
-        .cloned()
         .into_iter()
-        .collect();
-    out.extend_from_slice(&history[cut..]);
-    out
+        .chain(&history[cut..])
+        .collect()
 }
 
 #[cfg(test)]
@@ -90,12 +95,18 @@ mod tests {
             Message::user("2"),
             Message::user("3"),
         ];
+        let owned = |v: Vec<&Message>| v.into_iter().cloned().collect::<Vec<_>>();
         assert_eq!(
-            limit_turns(&h, Some(2)),
+            owned(limit_turns(&h, Some(2))),
             vec![c, Message::user("2"), Message::user("3")]
         );
-        assert_eq!(limit_turns(&h, None), h);
-        assert_eq!(limit_turns(&h[1..], Some(5)), h[1..].to_vec());
+        assert_eq!(owned(limit_turns(&h, None)), h);
+        assert_eq!(owned(limit_turns(&h[1..], Some(5))), h[1..].to_vec());
+        assert_eq!(owned(limit_turns(&h[1..], Some(3))), h[1..].to_vec());
+        assert_eq!(
+            owned(limit_turns(&h[1..], Some(1))),
+            vec![Message::user("3")]
+        );
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! assistant message, by exactly one tool result with its id; no tool result lacks its call.
 
 use agentlane_core::Message;
-use std::collections::HashSet;
 
 /// The text of a synthetic result for a call whose result was never recorded.
 pub const ABORTED_RESULT: &str =
@@ -12,23 +11,23 @@ pub const ABORTED_RESULT: &str =
 
 /// Returns `history` with orphan tool results dropped, duplicate results dropped, and missing
 /// results filled with an "aborted" error result right after their assistant message's results.
-pub fn repair_pairing(history: &[Message]) -> Vec<Message> {
-    let mut out = Vec::with_capacity(history.len());
+/// Takes the messages borrowed (a slice, or a view such as [`super::history::limit_turns`]'s)
+/// so the one copy made is the repaired history itself.
+pub fn repair_pairing<'a>(history: impl IntoIterator<Item = &'a Message>) -> Vec<Message> {
+    let history = history.into_iter();
+    let mut out = Vec::with_capacity(history.size_hint().0);
     let mut pending: Vec<(String, String)> = Vec::new(); // (call id, tool name) awaiting a result
-    let mut answered: HashSet<String> = HashSet::new();
     for message in history {
         match message {
             Message::Tool { tool_call_id, .. } => {
                 if let Some(pos) = pending.iter().position(|(id, _)| id == tool_call_id) {
                     pending.remove(pos);
-                    answered.insert(tool_call_id.clone());
                     out.push(message.clone());
                 }
                 // else: orphan or duplicate — dropped
             }
             Message::User { .. } | Message::Assistant { .. } | Message::Compaction { .. } => {
                 fill_missing(&mut out, &mut pending);
-                answered.clear();
                 if let Message::Assistant { tool_calls, .. } = message {
                     pending = tool_calls
                         .iter()

@@ -19,17 +19,18 @@ impl Turn<'_> {
             .agent
             .history_max_turns
             .or(self.runner.config.history_max_turns);
-        let mut sent = limit_turns(&self.history, limit);
+        // One copy of the history: the repaired one, from a borrowed view of the kept turns.
+        let mut messages = repair_pairing(limit_turns(&self.history, limit));
         if !self.additions.prepend_context.is_empty() {
             // The run's own prompt gets the hooks' context; the transcript keeps the original.
-            let run_prompt = sent.iter_mut().rev().find(
+            // (The repair leaves user messages as they are, so it is found after it too.)
+            let run_prompt = messages.iter_mut().rev().find(
                 |m| matches!(m, Message::User { content } if *content == run.request.message),
             );
             if let Some(Message::User { content }) = run_prompt {
                 *content = self.additions.prompt(content);
             }
         }
-        let mut messages = repair_pairing(&sent);
         if let Some(c) = self.retry.take_continuation() {
             messages.push(Message::user(c.instruction()));
         }

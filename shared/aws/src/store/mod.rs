@@ -72,6 +72,7 @@ mod keys;
 mod lock;
 mod processing;
 mod read;
+mod retention;
 mod slots;
 mod spend;
 mod steer;
@@ -119,6 +120,8 @@ pub struct DynamoStore {
     /// changes through a reset, which needs a free lock and clears the owner, so it is fixed for
     /// as long as a fence is current; commits then need no extra read to find the transcript.
     fence_sessions: Arc<Mutex<HashMap<(String, u64), SessionId>>>,
+    /// Tenant → when this process last put its tenant-registry item (ms; see `retention`).
+    registered: Arc<Mutex<HashMap<TenantId, u64>>>,
 }
 
 impl DynamoStore {
@@ -129,6 +132,7 @@ impl DynamoStore {
             table: table.into(),
             clock: Arc::new(SystemClock),
             fence_sessions: Arc::new(Mutex::new(HashMap::new())),
+            registered: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 

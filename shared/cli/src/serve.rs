@@ -155,7 +155,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             thresholds,
         )
         // Lost lane messages of idle sessions' queued runs are re-enqueued (issue 11).
-        .with_queue(backends.queue.clone());
+        .with_queue(backends.queue.clone())
+        // Sessions past their tenant's retention are deleted (issue 24).
+        .with_retention(agentlane_supervisor::RetentionSweep::new(
+            backends.retention.clone(),
+            host::retention_policy(&settings)?,
+        ));
         if let Some(sqlite) = embedded {
             // The embedded queue's dead letters (its `lane_dead` table), on the same backend.
             supervisor = supervisor.with_dead_letters(std::sync::Arc::new(sqlite));

@@ -26,6 +26,9 @@ pub struct Backends {
     /// A tenant's sessions and a session's runs as lists; a session's deletion (the same
     /// database or table).
     pub catalog: Arc<dyn agentlane_core::SessionCatalog>,
+    /// The tenants with sessions and their stale sessions, for the retention sweep (the same
+    /// database or table).
+    pub retention: Arc<dyn agentlane_core::SessionRetention>,
     /// Store-backed API keys (`agentlane keys`; the same database or table).
     pub keys: Arc<dyn agentlane_core::KeyStore>,
     /// Per-tenant stream and wait slots shared by every process (the same database or table).
@@ -85,6 +88,7 @@ pub fn open_embedded_backend(
         agents: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
         catalog: Arc::new(backend.clone()),
+        retention: Arc::new(backend.clone()),
         keys: Arc::new(backend.clone()),
         slots: Arc::new(backend.clone()),
         spend: Arc::new(backend.clone()),
@@ -111,6 +115,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         store: Arc::new(store.clone()),
         processing: Arc::new(store.clone()),
         catalog: Arc::new(store.clone()),
+        retention: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
         slots: Arc::new(store.clone()),
         spend: Arc::new(store.clone()),

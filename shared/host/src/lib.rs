@@ -32,7 +32,7 @@ pub use resolve::CONFIG_ENV;
 pub use secret::Secret;
 pub use settings::{
     ApiSettings, AuthProfile, DEMO_MODEL, ModelSettings, ProviderKind, ProviderSettings,
-    RunnerSettings, Settings, ToolSettings, env, env_ms,
+    RETENTION_DAY_ENV, RunnerSettings, Settings, ToolSettings, env, env_ms, retention_policy,
 };
 
 use agentlane_agent::hooks::{HookRegistry, WebhookHook};

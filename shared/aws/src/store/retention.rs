@@ -16,8 +16,8 @@
 
 use super::error::{build_error, classify};
 use super::item::{
-    ACTIVE_RUN_ID, Item, LOCK_OWNER, LOCK_UNTIL, RUNS_ACCEPTED, SESS_TENANT, SESSION_ID, STATUS,
-    TENANT, UPDATED_AT, n, s, session_from_item, status_str, tenant_partition,
+    ACTIVE_RUN_ID, Item, LOCK_OWNER, LOCK_UNTIL, RUNS_ACCEPTED, RUNS_FINISHED, SESS_TENANT,
+    SESSION_ID, STATUS, TENANT, UPDATED_AT, n, s, session_from_item, status_str, tenant_partition,
 };
 use super::keys::{self, PK, SESSION_SK, SK};
 use super::{DynamoStore, SESSIONS_INDEX};
@@ -226,8 +226,9 @@ impl SessionRetention for DynamoStore {
 
 impl DynamoStore {
     /// Deletes the session item only if the retention rule still holds for it: its
-    /// `updatedAt` before `cutoff`, idle without an active run, no turn accepted since
-    /// `session` was read (same id, same count), no live lock at `now`. Whether it did.
+    /// `updatedAt` before `cutoff`, idle without an active run, every turn finished and none
+    /// accepted since `session` was read (same id, same count), no live lock at `now`.
+    /// Whether it did.
     async fn delete_if_expired(
         &self,
         session: &Session,
@@ -245,7 +246,7 @@ impl DynamoStore {
             .key(SK, s(SESSION_SK))
             .condition_expression(format!(
                 "{UPDATED_AT} < :cut AND #st = :idle AND attribute_not_exists({ACTIVE_RUN_ID}) \
-                 AND {SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :acc \
+                 AND {SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :acc AND {RUNS_FINISHED} >= :acc \
                  AND (attribute_not_exists({LOCK_OWNER}) OR {LOCK_UNTIL} < :now)"
             ))
             .expression_attribute_names("#st", STATUS)

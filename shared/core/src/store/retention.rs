@@ -43,8 +43,8 @@ pub fn cutoff(retention: Duration, now: u64) -> u64 {
 }
 
 /// Whether `session` is expired under `retention` (`None`: kept forever) at `now`: its
-/// `updatedAt` is before [`cutoff`], no turn of it is queued or running, and no writer holds
-/// its lock. Every adapter applies this rule inside its own condition.
+/// `updatedAt` is before [`cutoff`], every turn accepted on it finished (none queued or
+/// running), and no writer holds its lock. Every adapter applies this rule inside its own condition.
 pub fn verdict(session: &Session, retention: Option<Duration>, now: u64) -> Verdict {
     let Some(retention) = retention else {
         return Verdict::Kept;
@@ -54,7 +54,7 @@ pub fn verdict(session: &Session, retention: Option<Duration>, now: u64) -> Verd
     }
     let busy = session.status == SessionStatus::Processing
         || session.active_run_id.is_some()
-        || !session.open_runs.is_empty()
+        || session.runs_finished < session.runs_accepted
         || session.lock_is_live(now);
     if busy {
         Verdict::Busy
@@ -169,8 +169,16 @@ mod tests {
             active_run_id: Some(RunId::new("r")),
             ..session(stale)
         };
-        let mut queued = session(stale);
-        queued.open_runs.insert(3, RunId::new("r"));
+        let queued = Session {
+            runs_accepted: 4,
+            runs_finished: 3,
+            ..session(stale)
+        };
+        let all_done = Session {
+            runs_accepted: 4,
+            runs_finished: 4,
+            ..session(stale)
+        };
         let locked = Session {
             lock_owner: Some("runner".into()),
             lock_until: NOW + 1,
@@ -193,6 +201,7 @@ mod tests {
             ("no retention", session(0), None, Verdict::Kept),
             ("a running turn", processing, day, Verdict::Busy),
             ("a queued turn", queued, day, Verdict::Busy),
+            ("every turn finished", all_done, day, Verdict::Expired),
             ("a live lock", locked, day, Verdict::Busy),
             ("a lapsed lock", lapsed_lock, day, Verdict::Expired),
             (

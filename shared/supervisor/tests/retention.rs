@@ -102,7 +102,7 @@ async fn a_bounded_pass_deletes_the_oldest_and_the_next_sweep_resumes() {
         [
             pass(1, 2, 2, true),
             pass(2, 2, 2, true),
-            pass(2, 0, 0, false)
+            pass(1, 0, 0, false)
         ]
     );
     // AND what is left is the fresh session and c's

@@ -195,3 +195,17 @@ pub async fn setup_aws() -> anyhow::Result<agentlane_aws::Resources> {
     let config = agentlane_aws::AwsConfig::from_env()?;
     Ok(agentlane_aws::ensure_resources(&sdk, &config).await?)
 }
+
+/// Adds the index attributes (`sessTenant`, `runSession`) and tenant-registry items that items
+/// written before them lack, on the table named by the environment (scans it: an operator's
+/// one-off, `agentlane setup-aws --backfill-indexes`).
+#[cfg(feature = "aws")]
+pub async fn backfill_aws_indexes() -> anyhow::Result<agentlane_aws::IndexBackfill> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    let store = agentlane_aws::DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    );
+    Ok(store.backfill_indexes().await?)
+}

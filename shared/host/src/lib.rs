@@ -21,7 +21,9 @@ pub mod settings;
 
 pub use backends::{BackendKind, Backends};
 #[cfg(feature = "aws")]
-pub use backends::{aws_dead_letters, open_aws, open_aws_eraser, open_aws_keys, setup_aws};
+pub use backends::{
+    aws_dead_letters, backfill_aws_indexes, open_aws, open_aws_eraser, open_aws_keys, setup_aws,
+};
 #[cfg(feature = "embedded")]
 pub use backends::{open_embedded, open_embedded_backend};
 pub use error::ConfigError;

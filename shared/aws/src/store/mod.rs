@@ -62,6 +62,7 @@
 mod accept;
 mod agents;
 mod api_keys;
+mod backfill;
 mod catalog;
 mod commit;
 mod cron;
@@ -85,6 +86,7 @@ use agentlane_core::{
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+pub use backfill::IndexBackfill;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

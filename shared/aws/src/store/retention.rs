@@ -125,7 +125,7 @@ impl SessionRetention for DynamoStore {
                 .table_name(&self.table)
                 .key_condition_expression(format!("{PK} = :pk"))
                 .expression_attribute_values(":pk", s(TENANTS_PK))
-                .projection_expression(format!("{SK}"))
+                .projection_expression(SK)
                 .limit(want)
                 .set_exclusive_start_key(start.take())
                 .send()

@@ -6,7 +6,8 @@
 //! - its tenant-registry item (`TENANTS`, `{t}`: see the retention sweep).
 //!
 //! Sessions written before the `sessions` GSI existed (no `sessTenant`) are not in it, and so
-//! not erased by this; an operator backfills `sessTenant` first on such a table.
+//! not erased by this; on such a table an operator runs `agentlane setup-aws
+//! --backfill-indexes` first.
 
 use super::DynamoStore;
 use super::api_keys::{LIST_PREFIX, LOOKUP_SK, list_pk, lookup_pk};

@@ -2,8 +2,9 @@
 //! activity is older than it, oldest first, with everything of them — never one with a queued
 //! or running turn (the store re-checks the rule under its own condition).
 //!
-//! One pass is bounded ([`RetentionBudget`]): at most so many tenants and so many sessions
-//! looked at; the next pass resumes where this one stopped (the tenant it was on, if it still
+//! A pass runs at most every [`RetentionPolicy::pass_interval`] (a minute with real
+//! retentions), however often the supervisor sweeps. It is bounded ([`RetentionBudget`]): at
+//! most so many tenants and so many sessions looked at; the next pass resumes where this one stopped (the tenant it was on, if it still
 //! deleted something there, else the next one), and after the last tenant starts over.
 //! The tenants come from the store's registry ([`SessionRetention::list_tenants`]) when every
 //! tenant has a retention, or only from the policy's named tenants when only they have one.
@@ -57,6 +58,9 @@ pub struct RetentionSweep {
     budget: RetentionBudget,
     /// The tenant the next pass starts after (`None`: from the first).
     resume_after: Mutex<Option<TenantId>>,
+    /// When the last pass ran (ms): a pass runs at most every
+    /// [`RetentionPolicy::pass_interval`], however often the supervisor sweeps.
+    last_pass_at: Mutex<Option<u64>>,
 }
 
 /// Where a tenant's look ended.
@@ -75,6 +79,7 @@ impl RetentionSweep {
             policy,
             budget: RetentionBudget::default(),
             resume_after: Mutex::new(None),
+            last_pass_at: Mutex::new(None),
         }
     }
 
@@ -89,11 +94,23 @@ impl RetentionSweep {
         &self.policy
     }
 
-    /// One pass at `now` (ms since the epoch).
+    /// One pass at `now` (ms since the epoch), unless the last one ran less than the policy's
+    /// [pass interval](RetentionPolicy::pass_interval) ago (then nothing, an empty report).
     pub async fn sweep(&self, now: u64) -> StoreResult<RetentionReport> {
         let mut report = RetentionReport::default();
-        if self.policy.is_empty() {
+        let Some(interval) = self.policy.pass_interval() else {
             return Ok(report);
+        };
+        {
+            let mut last = self
+                .last_pass_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+            if last.is_some_and(|at| now < at.saturating_add(interval_ms)) {
+                return Ok(report);
+            }
+            *last = Some(now);
         }
         let start = self
             .resume_after

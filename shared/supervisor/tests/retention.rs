@@ -74,22 +74,17 @@ async fn a_bounded_pass_deletes_the_oldest_and_the_next_sweep_resumes() {
             tenants: 10,
             sessions: 2,
         });
-    let supervisor = Supervisor::new(
-        store.clone(),
-        Arc::new(backend.clone()),
-        Arc::new(SystemClock),
-        Thresholds::new(Duration::from_secs(120), None),
-    )
-    .with_retention(sweep);
 
-    // WHEN the supervisor sweeps three times
+    // WHEN a pass runs, another a second later, and two more a minute apart
     let mut passes = Vec::new();
-    for _ in 0..3 {
-        passes.push(supervisor.sweep().await.unwrap().retention);
+    for at in [now, now + 1000, now + 61_000, now + 122_000] {
+        passes.push(sweep.sweep(at).await.unwrap());
     }
 
-    // THEN the first pass deletes a's two oldest and stops, the second the rest (resuming at
-    // b, where its budget ended), the third finds nothing (only c has sessions after a)
+    // THEN the first pass deletes a's two oldest and stops; the one a second later does
+    // nothing (a pass runs at most every minute with day-long retentions); the next deletes
+    // the rest (resuming at b, where its budget ended); the last finds nothing (only c has
+    // sessions after a)
     let pass = |tenants, expired, records, resumes| RetentionReport {
         tenants,
         expired,
@@ -101,6 +96,7 @@ async fn a_bounded_pass_deletes_the_oldest_and_the_next_sweep_resumes() {
         passes,
         [
             pass(1, 2, 2, true),
+            RetentionReport::default(),
             pass(2, 2, 2, true),
             pass(1, 0, 0, false)
         ]
@@ -140,4 +136,30 @@ async fn a_policy_naming_only_some_tenants_touches_no_other() {
     assert_eq!((report.tenants, report.expired), (1, 1));
     assert!(exists(&store, "a", "a1").await);
     assert!(!exists(&store, "b", "b1").await);
+}
+
+#[tokio::test]
+async fn the_supervisors_sweep_runs_the_retention_pass_and_reports_it() {
+    // GIVEN a session idle for two days, kept one day
+    let backend = SqliteBackend::open_temporary().unwrap();
+    let store: Arc<dyn Store> = Arc::new(backend.clone());
+    answered(&store, "a", "a1", SystemClock.now_ms() - 2 * DAY_MS).await;
+    let policy = RetentionPolicy {
+        default: Some(DAY),
+        tenants: BTreeMap::new(),
+    };
+    let supervisor = Supervisor::new(
+        store.clone(),
+        Arc::new(backend.clone()),
+        Arc::new(SystemClock),
+        Thresholds::new(Duration::from_secs(120), None),
+    )
+    .with_retention(RetentionSweep::new(Arc::new(backend.clone()), policy));
+
+    // WHEN the supervisor sweeps
+    let report = supervisor.sweep().await.unwrap();
+
+    // THEN its report carries the retention pass, and the session is gone
+    assert_eq!((report.retention.tenants, report.retention.expired), (1, 1));
+    assert!(!exists(&store, "a", "a1").await);
 }

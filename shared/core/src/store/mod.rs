@@ -51,7 +51,8 @@ pub use page::{PageBudget, PageTally};
 pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;
 pub use retention::{
-    DAY, Expiry, RetentionPolicy, SessionRetention, TenantPage, Verdict, cutoff, verdict,
+    DAY, Expiry, MAX_PASS_INTERVAL, RetentionPolicy, SessionRetention, TenantPage, Verdict, cutoff,
+    verdict,
 };
 pub use steer::{MAX_STEERS_PER_TAKE, SteerTake};
 pub use writer::{CheckedCommit, Commit, FencedWriter};

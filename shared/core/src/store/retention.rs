@@ -88,7 +88,21 @@ impl RetentionPolicy {
     pub fn only_named(&self) -> bool {
         self.default.is_none()
     }
+
+    /// How often a retention pass is worth running: a 24th of the shortest retention, at most
+    /// [`MAX_PASS_INTERVAL`] (a session then outlives its retention by at most that, plus the
+    /// passes a backlog takes). `None` without any retention.
+    pub fn pass_interval(&self) -> Option<Duration> {
+        self.default
+            .iter()
+            .chain(self.tenants.values())
+            .min()
+            .map(|shortest| (*shortest / 24).min(MAX_PASS_INTERVAL))
+    }
 }
+
+/// The longest pause between two retention passes.
+pub const MAX_PASS_INTERVAL: Duration = Duration::from_secs(60);
 
 /// One page of the tenants that have sessions, in name order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -243,6 +257,28 @@ mod tests {
             assert_eq!(policy.for_tenant(&TenantId::new(tenant)), want, "{tenant}");
         }
         assert!(RetentionPolicy::default().is_empty());
+        let interval = |default: Option<Duration>, named: &[Duration]| {
+            RetentionPolicy {
+                default,
+                tenants: named
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (format!("t{i}"), *d))
+                    .collect(),
+            }
+            .pass_interval()
+        };
+        let secs = Duration::from_secs;
+        let cases = [
+            (None, vec![], None),
+            (Some(DAY), vec![], Some(MAX_PASS_INTERVAL)),
+            (Some(DAY * 30), vec![DAY], Some(MAX_PASS_INTERVAL)),
+            (Some(secs(48)), vec![], Some(secs(2))),
+            (None, vec![secs(240), secs(24)], Some(secs(1))),
+        ];
+        for (default, named, want) in cases {
+            assert_eq!(interval(default, &named), want, "{default:?} {named:?}");
+        }
         assert!(only.only_named() && !policy.only_named());
     }
 }

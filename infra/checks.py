@@ -568,10 +568,10 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
 # `agentlane_api::streaming_app`'s routes, so its role is checked here): each write action in a
 # statement of its own, confined by dynamodb:LeadingKeys to exactly these item kinds — the
 # tenants' slot items and an accepted turn's session (UpdateItem); a turn's new session, its
-# idempotency record and its run (PutItem). Nothing is deleted.
+# idempotency record, its run and its tenant's registry item (PutItem). Nothing is deleted.
 STREAM_ROLE_WRITES = {
     "dynamodb:UpdateItem": ["T#*#SLOTS", "T#*#RATE", "RATE#PROBES#*", "T#*#S#*"],
-    "dynamodb:PutItem": ["T#*#S#*", "T#*#K#*", "T#*#R#*"],
+    "dynamodb:PutItem": ["T#*#S#*", "T#*#K#*", "T#*#R#*", "TENANTS"],
 }
 STREAM_ROLE_READS = {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"}
 
@@ -939,7 +939,7 @@ MUTATIONS = {
         "                Resource: !GetAtt Table.Arn\n              # The per-tenant stream/wait caps",
     ),
     "streaming ingress puts any item": (
-        'dynamodb:LeadingKeys: ["T#*#S#*", "T#*#K#*", "T#*#R#*"]',
+        'dynamodb:LeadingKeys: ["T#*#S#*", "T#*#K#*", "T#*#R#*", "TENANTS"]',
         'dynamodb:LeadingKeys: ["T#*"]',
     ),
     "plain-text key": (
@@ -979,20 +979,18 @@ MUTATIONS = {
         "                Resource: !GetAtt Table.Arn\n",
     ),
     "cron writes key items": (
-        "                  # a finished one-shot job with deleteAfterRun\n"
-        "                  - dynamodb:DeleteItem\n"
-        "                  - dynamodb:ConditionCheckItem\n"
+        "                  # the retention sweep: an expired session's runs, events and transcript\n"
+        "                  - dynamodb:BatchWriteItem\n"
         "                Resource: !GetAtt Table.Arn\n"
         "                Condition:\n"
         "                  ForAllValues:StringLike:\n"
-        '                    dynamodb:LeadingKeys: ["T#*"]\n',
-        "                  # a finished one-shot job with deleteAfterRun\n"
-        "                  - dynamodb:DeleteItem\n"
-        "                  - dynamodb:ConditionCheckItem\n"
+        '                    dynamodb:LeadingKeys: ["T#*", "TENANTS"]\n',
+        "                  # the retention sweep: an expired session's runs, events and transcript\n"
+        "                  - dynamodb:BatchWriteItem\n"
         "                Resource: !GetAtt Table.Arn\n"
         "                Condition:\n"
         "                  ForAllValues:StringLike:\n"
-        '                    dynamodb:LeadingKeys: ["T#*", "KEY#*"]\n',
+        '                    dynamodb:LeadingKeys: ["T#*", "TENANTS", "KEY#*"]\n',
     ),
     "ingress writes in the read statement": (
         "                  # accept_turn reads the session and the idempotency record in one call\n"

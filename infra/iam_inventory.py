@@ -590,8 +590,9 @@ TABLE_WRITES = {
 }
 TENANT_ITEMS = ["T#*"]
 # Besides tenant items a function may write the unknown-key windows per source address (the
-# ingress' probe limit); never a `KEY#` item.
-WRITABLE_ITEMS = {"T#*", "RATE#PROBES#*"}
+# ingress' probe limit) and the tenant registry (`TENANTS`, put with a tenant's new session for
+# the retention sweep); never a `KEY#` item.
+WRITABLE_ITEMS = {"T#*", "RATE#PROBES#*", "TENANTS"}
 
 
 # ----------------------------------------------------------------------------- template

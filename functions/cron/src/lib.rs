@@ -171,6 +171,7 @@ impl CronFunction {
             swept = report.sweep.swept,
             recovered = report.sweep.recovered,
             aborted = report.sweep.aborted,
+            sessions_expired = report.sweep.retention.expired,
             "cron invocation done"
         );
         // Cron fires, stuck sessions, and the turns' metrics, as EMF log lines.

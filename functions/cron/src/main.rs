@@ -22,7 +22,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         thresholds,
     )
     // Lost lane messages of idle sessions' queued runs are re-enqueued (issue 11).
-    .with_queue(backends.queue.clone());
+    .with_queue(backends.queue.clone())
+    // Sessions past their tenant's retention are deleted (issue 24).
+    .with_retention(agentlane_supervisor::RetentionSweep::new(
+        backends.retention.clone(),
+        host::retention_policy(&settings).map_err(lambda_runtime::Error::from)?,
+    ));
     // Turns that reached the SQS dead-letter queue (AGENTLANE_DLQ_URL) end `dead_lettered`.
     if let Some(dead_letters) = host::aws_dead_letters().await? {
         supervisor = supervisor.with_dead_letters(std::sync::Arc::new(dead_letters));

@@ -10,6 +10,7 @@
 //! [limits.tenant]            # every tenant
 //! requests_per_second = 50
 //! max_event_streams = 64
+//! retention_days = 90        # sessions idle longer are deleted by the sweep
 //!
 //! [limits.tenants.acme]      # one tenant: only the keys given replace `[limits.tenant]`
 //! requests_per_second = 500
@@ -132,6 +133,10 @@ pub struct TenantLimits {
     /// refilled evenly); a slot that comes due beyond it is recorded `skipped`. Counted by
     /// each ticker (one per `serve`, the cron Lambda). Default 60.
     pub cron_fires_per_minute: u32,
+    /// Days a session is kept after its last activity; then the sweep deletes it with its
+    /// transcript, runs and events (never while a turn is queued or running). At least 1.
+    /// Unset: kept forever.
+    pub retention_days: Option<u32>,
 }
 
 // The USD limits are checked finite at start-up: equality is total here.
@@ -162,6 +167,7 @@ impl Default for TenantLimits {
             daily_tokens: None,
             monthly_tokens: None,
             cron_fires_per_minute: agentlane_scheduler::budget::DEFAULT_FIRES_PER_MINUTE,
+            retention_days: None,
         }
     }
 }
@@ -192,6 +198,8 @@ pub struct TenantOverride {
     pub monthly_tokens: Option<u64>,
     /// Replaces [`TenantLimits::cron_fires_per_minute`].
     pub cron_fires_per_minute: Option<u32>,
+    /// Replaces [`TenantLimits::retention_days`].
+    pub retention_days: Option<u32>,
 }
 
 // The USD limits are checked finite at start-up: equality is total here.
@@ -219,7 +227,40 @@ impl Limits {
             cron_fires_per_minute: o
                 .cron_fires_per_minute
                 .unwrap_or(base.cron_fires_per_minute),
+            retention_days: o.retention_days.or(base.retention_days),
         }
+    }
+
+    /// Every tenant's session retention, a configured day lasting `day` (a real day but in
+    /// tests): `[limits.tenant]` and the per-tenant overrides.
+    pub fn retention(&self, day: Duration) -> agentlane_core::RetentionPolicy {
+        let days = |n: u32| day.saturating_mul(n);
+        agentlane_core::RetentionPolicy {
+            default: self.tenant.retention_days.map(days),
+            tenants: self
+                .tenants
+                .iter()
+                .filter_map(|(name, o)| o.retention_days.map(|n| (name.clone(), days(n))))
+                .collect(),
+        }
+    }
+
+    /// The problem with the retentions, if any (`retention_days = 0`).
+    pub fn retention_problem(&self) -> Option<String> {
+        let zero = |days: Option<u32>| days == Some(0);
+        if zero(self.tenant.retention_days) {
+            return Some(
+                "[limits.tenant] retention_days must be at least 1 (unset: keep forever)".into(),
+            );
+        }
+        self.tenants
+            .iter()
+            .find(|(_, o)| zero(o.retention_days))
+            .map(|(name, _)| {
+                format!(
+                    "[limits.tenants.{name}] retention_days must be at least 1 (unset: the default)"
+                )
+            })
     }
 
     /// Every tenant's cron fire budget: `[limits.tenant]` and the per-tenant overrides.
@@ -374,6 +415,64 @@ mod tests {
         );
         let plain = Limits::default();
         assert_eq!(plain.models_for(&beta, &configured), ["openai/default"]);
+    }
+
+    #[test]
+    fn a_retention_is_the_tenants_own_else_the_default_and_never_zero() {
+        let day = agentlane_core::store::DAY;
+        let limits = |text: &str| toml::from_str::<File>(text).unwrap().limits;
+        let cases = [
+            ("[limits]\n", None, None, None),
+            (
+                "[limits.tenant]\nretention_days = 30\n[limits.tenants.acme]\nretention_days = 7\n",
+                Some(day * 30),
+                Some(day * 7),
+                None,
+            ),
+            (
+                "[limits.tenants.acme]\nretention_days = 1\n",
+                None,
+                Some(day),
+                None,
+            ),
+            (
+                "[limits.tenant]\nretention_days = 0\n",
+                None,
+                None,
+                Some("[limits.tenant] retention_days must be at least 1"),
+            ),
+            (
+                "[limits.tenants.acme]\nretention_days = 0\n",
+                None,
+                None,
+                Some("[limits.tenants.acme] retention_days must be at least 1"),
+            ),
+        ];
+        for (text, beta, acme, problem) in cases {
+            let limits = limits(text);
+            let got = limits.retention_problem();
+            assert_eq!(
+                got.as_deref()
+                    .map(|p| p.split(" (").next().unwrap_or_default()),
+                problem,
+                "{text}"
+            );
+            if problem.is_some() {
+                continue;
+            }
+            let policy = limits.retention(day);
+            assert_eq!(policy.for_tenant(&TenantId::new("beta")), beta, "{text}");
+            assert_eq!(policy.for_tenant(&TenantId::new("acme")), acme, "{text}");
+            assert_eq!(
+                limits.for_tenant(&TenantId::new("acme")).retention_days,
+                acme.map(|d| (d.as_secs() / day.as_secs()) as u32),
+                "{text}"
+            );
+        }
+        // A test's day of two seconds
+        let short =
+            limits("[limits.tenant]\nretention_days = 1\n").retention(Duration::from_secs(2));
+        assert_eq!(short.default, Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use queue::{SqsDeadLetters, SqsLaneQueue, delivery_from_parts};
 pub use setup::{
     AwsConfig, Resources, SetupError, ensure_resources, ensure_table, resolve_queue_url, sdk_config,
 };
-pub use store::DynamoStore;
+pub use store::{DynamoStore, IndexBackfill};
 
 /// The SDK crates, so users need no direct dependency of their own.
 pub use aws_config;

@@ -38,7 +38,7 @@ pub(crate) enum Command {
     /// holds 1,000 slow-loris sockets (issue 12 §4); prints the ratios as JSON.
     BenchAbuse(bench_abuse::AbuseArgs),
     /// Create the DynamoDB table and the SQS FIFO queues when absent (idempotent).
-    SetupAws,
+    SetupAws(crate::serve::SetupAwsArgs),
     /// Manage cron jobs: add, list, show, rm, run, enable, disable.
     Cron(cron_cmd::CronArgs),
     /// Print the OpenAPI 3.1 document of the HTTP API (`agentlane openapi > docs/openapi.json`).
@@ -192,7 +192,7 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Transcript(a) => client::transcript(a).await,
         Command::Bench(a) => bench::run(a).await.map(|()| ExitCode::SUCCESS),
         Command::BenchAbuse(a) => bench_abuse::run(a).await.map(|()| ExitCode::SUCCESS),
-        Command::SetupAws => serve::setup_aws().await.map(|()| ExitCode::SUCCESS),
+        Command::SetupAws(a) => serve::setup_aws(a).await.map(|()| ExitCode::SUCCESS),
         Command::Cron(a) => cron_cmd::run(a).await,
         Command::Openapi => {
             print!("{}", agentlane_api::openapi_json());

@@ -155,7 +155,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             thresholds,
         )
         // Lost lane messages of idle sessions' queued runs are re-enqueued (issue 11).
-        .with_queue(backends.queue.clone());
+        .with_queue(backends.queue.clone())
+        // Sessions past their tenant's retention are deleted (issue 24).
+        .with_retention(agentlane_supervisor::RetentionSweep::new(
+            backends.retention.clone(),
+            host::retention_policy(&settings)?,
+        ));
         if let Some(sqlite) = embedded {
             // The embedded queue's dead letters (its `lane_dead` table), on the same backend.
             supervisor = supervisor.with_dead_letters(std::sync::Arc::new(sqlite));
@@ -203,8 +208,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `agentlane setup-aws`: creates the table and queues when absent.
-pub async fn setup_aws() -> anyhow::Result<()> {
+/// `agentlane setup-aws` arguments.
+#[derive(Debug, clap::Args)]
+pub struct SetupAwsArgs {
+    /// Also add the index attributes (`sessTenant`, `runSession`) and tenant-registry items
+    /// that items written before them lack, so session lists, tenant erasure and retention see
+    /// them. Scans the table once (an operator's one-off); safe to run again.
+    #[arg(long)]
+    pub backfill_indexes: bool,
+}
+
+/// `agentlane setup-aws`: creates the table and queues when absent; with `--backfill-indexes`
+/// also backfills the index attributes of older items.
+pub async fn setup_aws(args: SetupAwsArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
     let spinner = crate::progress::spinner(true, "creating the table and queues when absent");
     let resources = host::setup_aws().await;
@@ -214,6 +230,16 @@ pub async fn setup_aws() -> anyhow::Result<()> {
     println!("queue:     {}", resources.queue_url);
     if let Some(dlq) = resources.dlq_url {
         println!("dlq:       {dlq}");
+    }
+    if args.backfill_indexes {
+        let spinner = crate::progress::spinner(true, "backfilling index attributes (a scan)");
+        let done = host::backfill_aws_indexes().await;
+        spinner.finish_and_clear();
+        let done = done?;
+        println!(
+            "backfill:  {} sessions, {} runs indexed; {} tenants registered",
+            done.sessions, done.runs, done.tenants
+        );
     }
     Ok(())
 }

@@ -37,6 +37,7 @@ pub mod fixtures;
 pub mod keys;
 pub mod pending;
 pub mod queue;
+pub mod retention;
 pub mod sessions;
 pub mod slots;
 pub mod spend;

@@ -56,11 +56,11 @@ pub use session::{
 pub use slots::{RateScope, SlotKind, SlotStore, granted_of};
 pub use spend::SpendLedger;
 pub use store::{
-    AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, FencedWriter,
+    AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, Expiry, FencedWriter,
     HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, PageBudget, PageTally, ProcessingIndex,
-    RunPage, SessionCatalog, SessionCursor, SessionFilter, SessionLock, SessionPage,
-    SessionRemoval, SteerTake, Store, StoreCall, StoreError, StoreLayer, StoreResult, TenantEraser,
-    TenantErasure, TurnIntake,
+    RetentionPolicy, RunPage, SessionCatalog, SessionCursor, SessionFilter, SessionLock,
+    SessionPage, SessionRemoval, SessionRetention, SteerTake, Store, StoreCall, StoreError,
+    StoreLayer, StoreResult, TenantEraser, TenantErasure, TenantPage, TurnIntake,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -26,6 +26,9 @@ pub struct Backends {
     /// A tenant's sessions and a session's runs as lists; a session's deletion (the same
     /// database or table).
     pub catalog: Arc<dyn agentlane_core::SessionCatalog>,
+    /// The tenants with sessions and their stale sessions, for the retention sweep (the same
+    /// database or table).
+    pub retention: Arc<dyn agentlane_core::SessionRetention>,
     /// Store-backed API keys (`agentlane keys`; the same database or table).
     pub keys: Arc<dyn agentlane_core::KeyStore>,
     /// Per-tenant stream and wait slots shared by every process (the same database or table).
@@ -85,6 +88,7 @@ pub fn open_embedded_backend(
         agents: Arc::new(backend.clone()),
         processing: Arc::new(backend.clone()),
         catalog: Arc::new(backend.clone()),
+        retention: Arc::new(backend.clone()),
         keys: Arc::new(backend.clone()),
         slots: Arc::new(backend.clone()),
         spend: Arc::new(backend.clone()),
@@ -111,6 +115,7 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         store: Arc::new(store.clone()),
         processing: Arc::new(store.clone()),
         catalog: Arc::new(store.clone()),
+        retention: Arc::new(store.clone()),
         keys: Arc::new(store.clone()),
         slots: Arc::new(store.clone()),
         spend: Arc::new(store.clone()),
@@ -189,4 +194,18 @@ pub async fn setup_aws() -> anyhow::Result<agentlane_aws::Resources> {
     let sdk = agentlane_aws::sdk_config().await;
     let config = agentlane_aws::AwsConfig::from_env()?;
     Ok(agentlane_aws::ensure_resources(&sdk, &config).await?)
+}
+
+/// Adds the index attributes (`sessTenant`, `runSession`) and tenant-registry items that items
+/// written before them lack, on the table named by the environment (scans it: an operator's
+/// one-off, `agentlane setup-aws --backfill-indexes`).
+#[cfg(feature = "aws")]
+pub async fn backfill_aws_indexes() -> anyhow::Result<agentlane_aws::IndexBackfill> {
+    let sdk = agentlane_aws::sdk_config().await;
+    let config = agentlane_aws::AwsConfig::from_env()?;
+    let store = agentlane_aws::DynamoStore::new(
+        agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
+        config.table,
+    );
+    Ok(store.backfill_indexes().await?)
 }

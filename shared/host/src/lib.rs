@@ -21,7 +21,9 @@ pub mod settings;
 
 pub use backends::{BackendKind, Backends};
 #[cfg(feature = "aws")]
-pub use backends::{aws_dead_letters, open_aws, open_aws_eraser, open_aws_keys, setup_aws};
+pub use backends::{
+    aws_dead_letters, backfill_aws_indexes, open_aws, open_aws_eraser, open_aws_keys, setup_aws,
+};
 #[cfg(feature = "embedded")]
 pub use backends::{open_embedded, open_embedded_backend};
 pub use error::ConfigError;
@@ -32,7 +34,7 @@ pub use resolve::CONFIG_ENV;
 pub use secret::Secret;
 pub use settings::{
     ApiSettings, AuthProfile, DEMO_MODEL, ModelSettings, ProviderKind, ProviderSettings,
-    RunnerSettings, Settings, ToolSettings, env, env_ms,
+    RETENTION_DAY_ENV, RunnerSettings, Settings, ToolSettings, env, env_ms, retention_policy,
 };
 
 use agentlane_agent::hooks::{HookRegistry, WebhookHook};

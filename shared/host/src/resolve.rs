@@ -378,6 +378,13 @@ impl Ctx<'_> {
                 message,
             });
         }
+        if let Some(message) = limits.retention_problem() {
+            return Err(ConfigError::Invalid {
+                file: self.file.to_owned(),
+                key: "limits.retention_days".to_owned(),
+                message,
+            });
+        }
         if let Some(models) = self.env.list("AGENTLANE_ALLOWED_MODELS") {
             limits.allowed_models = models
                 .iter()

@@ -253,6 +253,19 @@ pub fn env_ms(name: &str, default: Duration) -> anyhow::Result<Duration> {
     }
 }
 
+/// The length of a `retention_days` day: a real day, unless the test-only
+/// `AGENTLANE_RETENTION_DAY_MS` shortens it (end-to-end tests watch sessions expire in seconds).
+pub const RETENTION_DAY_ENV: &str = "AGENTLANE_RETENTION_DAY_MS";
+
+/// Every tenant's session retention from `[limits]`, a day lasting [`RETENTION_DAY_ENV`].
+pub fn retention_policy(settings: &Settings) -> anyhow::Result<agentlane_core::RetentionPolicy> {
+    let day = env_ms(RETENTION_DAY_ENV, agentlane_core::store::DAY)?;
+    if day.is_zero() {
+        anyhow::bail!("{RETENTION_DAY_ENV} must be at least 1");
+    }
+    Ok(settings.api.limits.retention(day))
+}
+
 /// Loopback or private base URLs are self-hosted servers (vLLM, Ollama, llama.cpp).
 pub(crate) fn is_self_hosted(base_url: &str) -> bool {
     let host = base_url

@@ -6,8 +6,8 @@ use crate::backend::SqliteBackend;
 use crate::error::{Result, int};
 use crate::records::{decode_run, load_session};
 use agentlane_core::{
-    Lane, PageBudget, Run, RunPage, RunStatus, SessionCatalog, SessionCursor, SessionFilter,
-    SessionKey, SessionPage, SessionRemoval, StoreError, StoreResult, TenantId,
+    Lane, PageBudget, Run, RunPage, RunStatus, Session, SessionCatalog, SessionCursor,
+    SessionFilter, SessionKey, SessionPage, SessionRemoval, StoreError, StoreResult, TenantId,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
@@ -188,7 +188,17 @@ fn delete_session(
     if session.lock_is_live(now) {
         return Err(StoreError::Busy.into());
     }
-    let runs = runs_of(&tx, tenant, key)?;
+    let removed = remove_session(&tx, &session)?;
+    tx.commit()?;
+    Ok(Some(removed))
+}
+
+/// Deletes `session` and everything of it inside the caller's transaction: its runs and their
+/// events, acked lane messages and idempotency records, the transcript of every session id,
+/// pending steers, queued and dead lane messages, and the session row.
+pub(crate) fn remove_session(tx: &Connection, session: &Session) -> Result<SessionRemoval> {
+    let (tenant, key) = (&session.tenant, &session.session_key);
+    let runs = runs_of(tx, tenant, key)?;
     let mut removed = SessionRemoval::default();
     let mut session_ids = vec![session.session_id.clone()];
     for run in &runs {
@@ -204,7 +214,7 @@ fn delete_session(
             "DELETE FROM runs WHERE tenant = ?1 AND run_id = ?2",
             params![t, run.run_id.as_str()],
         )?);
-        removed.other += forget_lane_messages(&tx, run.run_id.as_str())?;
+        removed.other += forget_lane_messages(tx, run.run_id.as_str())?;
         if let Some(idem) = &run.idempotency_key {
             removed.other += count(tx.execute(
                 "DELETE FROM idempotency WHERE tenant = ?1 AND idem_key = ?2 AND run_id = ?3",
@@ -233,8 +243,7 @@ fn delete_session(
         "DELETE FROM sessions WHERE tenant = ?1 AND session_key = ?2",
         params![tenant.as_str(), key.as_str()],
     )?);
-    tx.commit()?;
-    Ok(Some(removed))
+    Ok(removed)
 }
 
 /// Forgets the acked lane messages of the run: their dedup ids are the run id, or start with

@@ -38,6 +38,7 @@ mod lock;
 mod processing;
 mod queue;
 mod records;
+mod retention;
 mod schema;
 mod slots;
 mod spend;

@@ -6,6 +6,8 @@
 //! - [`Supervisor::sweep`]: one sweep over the processing sessions (an index query, never a
 //!   scan): diagnostics logged with back-off, stalled runs aborted, stuck sessions recovered
 //!   under the session lock; [`Supervisor::reconcile_dead_letter`] for a dead-lettered turn.
+//! - [`RetentionSweep`]: sessions past their tenant's retention deleted (issue 24), a bounded
+//!   pass at the end of every sweep.
 //! - [`run_every`]: the sweep on a timer (`serve`, every `AGENTLANE_SWEEP_INTERVAL_MS`); the
 //!   cron Lambda calls [`Supervisor::sweep`] once per invocation.
 #![warn(unreachable_pub)]
@@ -13,12 +15,14 @@
 
 pub mod classify;
 pub mod dead_letters;
+pub mod retention;
 pub mod sweep;
 
 pub use classify::{
     Diagnostic, DiagnosticClass, QUEUED_WITHOUT_RUN, Thresholds, classify, classify_pending,
 };
 pub use dead_letters::{DeadLetterSource, DeadTurn};
+pub use retention::{RetentionBudget, RetentionReport, RetentionSweep};
 pub use sweep::{MAX_REDRIVES, SWEEP_LIMIT, Supervisor, SweepReport};
 
 use std::sync::Arc;
@@ -40,7 +44,9 @@ pub async fn run_every(
             _ = tokio::time::sleep(interval) => {}
         }
         match supervisor.sweep().await {
-            Ok(report) if report.swept > 0 => tracing::info!(?report, "sweep"),
+            Ok(report) if report.swept > 0 || report.retention.expired > 0 => {
+                tracing::info!(?report, "sweep")
+            }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "sweep failed; the next one retries"),
         }

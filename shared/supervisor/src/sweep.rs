@@ -10,6 +10,7 @@ use crate::classify::{
     Diagnostic, DiagnosticClass, QUEUED_WITHOUT_RUN, Thresholds, classify, classify_pending,
 };
 use crate::dead_letters::DeadLetterSource;
+use crate::retention::{RetentionReport, RetentionSweep};
 use agentlane_agent::recovery::end_abandoned;
 use agentlane_core::{
     AbortReason, Clock, Lane, LaneMessage, LaneQueue, LockAttempt, PendingSettle, ProcessingIndex,
@@ -53,6 +54,9 @@ pub struct SweepReport {
     pub lost: u32,
     /// Paused runs whose pause expired: answered `Expired` and resumed.
     pub expired: u32,
+    /// The retention pass (issue 24): sessions past their tenant's retention deleted, stale
+    /// ones kept busy, and whether the pass resumes next sweep. Zero without a retention.
+    pub retention: RetentionReport,
 }
 
 /// Re-enqueues of an idle session's oldest unfinished run without progress before the sweep
@@ -91,6 +95,8 @@ pub struct Supervisor {
     /// The lane queue lost messages are re-enqueued on (none: nothing is re-enqueued, but the
     /// redrives are counted, so the run still ends `lost_message` after as many thresholds).
     queue: Option<Arc<dyn LaneQueue>>,
+    /// Deletes sessions past their tenant's retention at the end of every sweep.
+    retention: Option<RetentionSweep>,
 }
 
 impl Supervisor {
@@ -110,7 +116,14 @@ impl Supervisor {
             logged: Mutex::new(HashMap::new()),
             dead_letters: None,
             queue: None,
+            retention: None,
         }
+    }
+
+    /// Also deletes the sessions past their tenant's retention on every sweep (issue 24).
+    pub fn with_retention(mut self, retention: RetentionSweep) -> Self {
+        self.retention = Some(retention);
+        self
     }
 
     /// Re-enqueues the lane message of an idle session's oldest unfinished run on `queue` when
@@ -220,6 +233,15 @@ impl Supervisor {
             }
         }
         self.sweep_pending(now, &mut report).await?;
+        if let Some(retention) = &self.retention {
+            // Last, and on its own: a failed retention pass leaves the report of the rest.
+            match retention.sweep(now).await {
+                Ok(done) => report.retention = done,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention pass failed; the next sweep retries")
+                }
+            }
+        }
         agentlane_core::metrics::gauge(
             agentlane_core::metrics::STUCK_SESSIONS,
             &[],

@@ -6,7 +6,7 @@
 
 use crate::support::{GREETING, LONG, SERVER_BIN};
 use agentlane_core::RunStatus;
-use agentlane_tests::{Aimock, Client, Fixtures, Server, ServerOptions, TENANT_A};
+use agentlane_tests::{Aimock, Client, Fixtures, Server, ServerOptions, TENANT_A, TENANT_B};
 use reqwest::Method;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -204,5 +204,64 @@ async fn erasing_a_tenant_leaves_no_stored_item_of_it_and_its_keys_stop_working(
     let again = cli(&server, &["tenants", "erase", tenant, "--yes"])?;
     let text = String::from_utf8_lossy(&again.stdout);
     assert!(text.contains("nothing stored"), "{text}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_idle_past_its_tenants_retention_is_swept_with_everything_of_it()
+-> anyhow::Result<()> {
+    // GIVEN sessions kept one day, a day lasting five seconds (the test-only
+    // AGENTLANE_RETENTION_DAY_MS), tenant b kept a thousand days, and a sweep every 200 ms
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentlane.toml");
+    std::fs::write(
+        &config,
+        "[limits.tenant]\nretention_days = 1\n\n[limits.tenants.tenant-b]\nretention_days = 1000\n",
+    )?;
+    let mock = Aimock::start(Fixtures::scenarios())?;
+    let server = Server::start(
+        ServerOptions::new(SERVER_BIN)
+            .model_server(&mock)
+            .env("AGENTLANE_CONFIG", config.display().to_string())
+            .env("AGENTLANE_RETENTION_DAY_MS", "5000")
+            .env("AGENTLANE_SWEEP_INTERVAL_MS", "200"),
+    )?;
+    let (a, b) = (server.client(TENANT_A), server.client(TENANT_B));
+    let started = std::time::Instant::now();
+    let (old_run, old_id) = turn(&a, "retention-old", "hello").await?;
+    let (kept_run, _) = turn(&b, "retention-other-tenant", "hello").await?;
+    // AND a session of tenant a active a few seconds later
+    tokio::time::sleep(std::time::Duration::from_millis(3500).saturating_sub(started.elapsed()))
+        .await;
+    let (fresh_run, _) = turn(&a, "retention-fresh", "hello").await?;
+    let old = ["retention-old", old_run.as_str(), old_id.as_str()];
+    assert!(!records_with(&server, &old).await?.is_empty());
+
+    // WHEN the old session has been idle for longer than a "day"
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !records_with(&server, &old).await?.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the expired session is still stored:\n{}",
+            records_with(&server, &old).await?.join("\n")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    // THEN no stored item of it is left, and the API no longer knows it
+    let (status, body) = a
+        .json(Method::GET, "/v1/sessions/retention-old", None)
+        .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // AND the session active since and the other tenant's are whole
+    assert_eq!(a.run(&fresh_run).await?.status, RunStatus::Ok);
+    assert_eq!(b.run(&kept_run).await?.status, RunStatus::Ok);
+    let (status, listed) = a.json(Method::GET, "/v1/sessions", None).await?;
+    assert_eq!(status, StatusCode::OK);
+    let keys: Vec<&str> = listed["sessions"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|s| s["sessionKey"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["retention-fresh"]);
     Ok(())
 }

@@ -55,6 +55,7 @@ impl Emulator {
             store: Arc::new(store.clone()),
             processing: Arc::new(store.clone()),
             catalog: Arc::new(store.clone()),
+            retention: Arc::new(store.clone()),
             keys: Arc::new(store.clone()),
             slots: Arc::new(store.clone()),
             spend: Arc::new(store.clone()),

@@ -123,8 +123,21 @@ impl DynamoStore {
             ) {
                 writes.push(self.pending_steer_put(&run)?);
             }
+            // A new session registers its tenant for the retention sweep (unconditional, last:
+            // it never fails the transaction's conditions).
+            let registers = match &existing {
+                None => self.registry_put(&turn.tenant, turn.now)?,
+                Some(_) => None,
+            };
+            let registered = registers.is_some();
+            writes.extend(registers);
             let failed = match self.transact_once(writes, "accept_turn").await? {
-                Transact::Done => return Ok(AcceptOutcome { run, created: true }),
+                Transact::Done => {
+                    if registered {
+                        self.note_registered(&turn.tenant, turn.now);
+                    }
+                    return Ok(AcceptOutcome { run, created: true });
+                }
                 Transact::Conflict => {
                     conflict_backoff(attempt).await;
                     continue;

@@ -20,7 +20,7 @@ use super::keys::{self, EVENT_PREFIX, IDEM_SK, PK, SESSION_SK, SK};
 use super::read::call_limit;
 use super::{DynamoStore, SESSION_RUNS_INDEX, SESSIONS_INDEX};
 use agentlane_core::{
-    MAIN_AGENT, PageBudget, Run, RunId, RunPage, RunStatus, SessionCatalog, SessionCursor,
+    MAIN_AGENT, PageBudget, Run, RunId, RunPage, RunStatus, Session, SessionCatalog, SessionCursor,
     SessionFilter, SessionId, SessionKey, SessionPage, SessionRemoval, StoreError, StoreResult,
     TenantId, backoff,
 };
@@ -190,50 +190,9 @@ impl DynamoStore {
             return Err(StoreError::Busy);
         }
         let session_pk = keys::session_pk(tenant, key);
-        let mut runs = self.all_session_runs(&session_pk).await?;
-        for run_id in session.open_runs.values() {
-            if !runs.iter().any(|r| &r.run_id == run_id)
-                && let Some(run) = self.load_run(tenant, run_id).await?
-            {
-                runs.push(run);
-            }
-        }
-        let mut removed = SessionRemoval::default();
-        let mut session_ids: Vec<SessionId> = vec![session.session_id.clone()];
-        for run in &runs {
-            if !session_ids.contains(&run.session_id) {
-                session_ids.push(run.session_id.clone());
-            }
-            let items = self
-                .partition_keys(&keys::run_pk(tenant, &run.run_id))
-                .await?;
-            let events = items
-                .iter()
-                .filter(|i| sort_key(i).starts_with(EVENT_PREFIX))
-                .count();
-            removed.events += count(events);
-            removed.runs += count(items.len() - events);
-            self.batch_delete(items).await?;
-            if let Some(idem) = &run.idempotency_key {
-                let pk = keys::idempotency_pk(tenant, idem);
-                if self.delete_if_names(&pk, &run.run_id).await? {
-                    removed.other += 1;
-                }
-            }
-        }
-        for session_id in &session_ids {
-            let items = self
-                .partition_keys(&keys::transcript_pk(tenant, session_id))
-                .await?;
-            removed.transcript_entries += count(items.len());
-            self.batch_delete(items).await?;
-        }
-        let others: Vec<Item> = self
-            .partition_keys(&session_pk)
-            .await?
-            .into_iter()
-            .filter(|i| sort_key(i) != SESSION_SK)
-            .collect();
+        let runs = self.runs_of_session(&session).await?;
+        let mut removed = self.remove_runs_and_transcripts(&session, &runs).await?;
+        let others = self.session_partition_others(&session_pk).await?;
         removed.other += count(others.len());
         self.batch_delete(others).await?;
         let mut delete = self
@@ -269,6 +228,77 @@ impl DynamoStore {
             }
             Err(err) => Err(classify(err)),
         }
+    }
+
+    /// Every run of `session`'s key: those in the `sessionRuns` index, and its open runs,
+    /// which the index may not show yet.
+    pub(super) async fn runs_of_session(&self, session: &Session) -> StoreResult<Vec<Run>> {
+        let session_pk = keys::session_pk(&session.tenant, &session.session_key);
+        let mut runs = self.all_session_runs(&session_pk).await?;
+        for run_id in session.open_runs.values() {
+            if !runs.iter().any(|r| &r.run_id == run_id)
+                && let Some(run) = self.load_run(&session.tenant, run_id).await?
+            {
+                runs.push(run);
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The keys of the items of the session partition `session_pk` besides the session item
+    /// (pending steers).
+    pub(super) async fn session_partition_others(
+        &self,
+        session_pk: &str,
+    ) -> StoreResult<Vec<Item>> {
+        Ok(self
+            .partition_keys(session_pk)
+            .await?
+            .into_iter()
+            .filter(|i| sort_key(i) != SESSION_SK)
+            .collect())
+    }
+
+    /// Deletes `runs` (each run's partition: the run and its events), their idempotency
+    /// records (each only if it still names its run) and the transcript partition of
+    /// `session`'s id and of every session id the runs name.
+    pub(super) async fn remove_runs_and_transcripts(
+        &self,
+        session: &Session,
+        runs: &[Run],
+    ) -> StoreResult<SessionRemoval> {
+        let tenant = &session.tenant;
+        let mut removed = SessionRemoval::default();
+        let mut session_ids: Vec<SessionId> = vec![session.session_id.clone()];
+        for run in runs {
+            if !session_ids.contains(&run.session_id) {
+                session_ids.push(run.session_id.clone());
+            }
+            let items = self
+                .partition_keys(&keys::run_pk(tenant, &run.run_id))
+                .await?;
+            let events = items
+                .iter()
+                .filter(|i| sort_key(i).starts_with(EVENT_PREFIX))
+                .count();
+            removed.events += count(events);
+            removed.runs += count(items.len() - events);
+            self.batch_delete(items).await?;
+            if let Some(idem) = &run.idempotency_key {
+                let pk = keys::idempotency_pk(tenant, idem);
+                if self.delete_if_names(&pk, &run.run_id).await? {
+                    removed.other += 1;
+                }
+            }
+        }
+        for session_id in &session_ids {
+            let items = self
+                .partition_keys(&keys::transcript_pk(tenant, session_id))
+                .await?;
+            removed.transcript_entries += count(items.len());
+            self.batch_delete(items).await?;
+        }
+        Ok(removed)
     }
 
     /// Every run of the session item `session_pk` in the `sessionRuns` index.

@@ -2,10 +2,12 @@
 //! - every session of the `sessions` GSI, with everything of it (runs and events, transcripts,
 //!   idempotency records, pending steers: see [`DynamoStore::remove_session`]);
 //! - the tenant's own partitions: cron jobs, agents, spend, slots, its rate windows;
-//! - its API keys: the listing partition `T#{t}#KEYS` and each key's lookup item `KEY#{id}`.
+//! - its API keys: the listing partition `T#{t}#KEYS` and each key's lookup item `KEY#{id}`;
+//! - its tenant-registry item (`TENANTS`, `{t}`: see the retention sweep).
 //!
 //! Sessions written before the `sessions` GSI existed (no `sessTenant`) are not in it, and so
-//! not erased by this; an operator backfills `sessTenant` first on such a table.
+//! not erased by this; on such a table an operator runs `agentlane setup-aws
+//! --backfill-indexes` first.
 
 use super::DynamoStore;
 use super::api_keys::{LIST_PREFIX, LOOKUP_SK, list_pk, lookup_pk};
@@ -42,6 +44,10 @@ impl TenantEraser for DynamoStore {
             self.batch_delete(items).await?;
         }
         self.erase_api_keys(tenant, &mut erasure).await?;
+        // Last: a failed erasure run again still finds the tenant for the retention sweep.
+        if self.forget_tenant(tenant).await? {
+            erasure.add("tenantRegistry", 1);
+        }
         Ok(erasure)
     }
 }

@@ -62,6 +62,7 @@
 mod accept;
 mod agents;
 mod api_keys;
+mod backfill;
 mod catalog;
 mod commit;
 mod cron;
@@ -72,6 +73,7 @@ mod keys;
 mod lock;
 mod processing;
 mod read;
+mod retention;
 mod slots;
 mod spend;
 mod steer;
@@ -84,6 +86,7 @@ use agentlane_core::{
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+pub use backfill::IndexBackfill;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,6 +122,8 @@ pub struct DynamoStore {
     /// changes through a reset, which needs a free lock and clears the owner, so it is fixed for
     /// as long as a fence is current; commits then need no extra read to find the transcript.
     fence_sessions: Arc<Mutex<HashMap<(String, u64), SessionId>>>,
+    /// Tenant → when this process last put its tenant-registry item (ms; see `retention`).
+    registered: Arc<Mutex<HashMap<TenantId, u64>>>,
 }
 
 impl DynamoStore {
@@ -129,6 +134,7 @@ impl DynamoStore {
             table: table.into(),
             clock: Arc::new(SystemClock),
             fence_sessions: Arc::new(Mutex::new(HashMap::new())),
+            registered: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 

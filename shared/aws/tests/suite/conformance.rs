@@ -45,3 +45,8 @@ agentlane_conformance::catalog_conformance!(async {
 agentlane_conformance::erase_conformance!(async {
     Arc::new(crate::common::store().await) as Arc<dyn agentlane_conformance::erase::EraseBackend>
 });
+
+agentlane_conformance::retention_conformance!(async {
+    Arc::new(crate::common::store().await)
+        as Arc<dyn agentlane_conformance::retention::RetentionBackend>
+});

@@ -8,6 +8,7 @@
 static ALLOC: agentlane_conformance::alloc::CountingAlloc =
     agentlane_conformance::alloc::CountingAlloc;
 
+mod backfill;
 mod common;
 mod conformance;
 mod cron_retention;

@@ -19,8 +19,8 @@
 //! [size rule](crate::record_size) (see [`FencedWriter::commit`]).
 //!
 //! Beside them, [`SessionCatalog`] (the operator's lists and a session's deletion) and
-//! [`ProcessingIndex`] (the supervisor's index) and [`TenantEraser`] (an operator's erasure) are
-//! roles of their own.
+//! [`ProcessingIndex`] (the supervisor's index), [`TenantEraser`] (an operator's erasure) and
+//! [`SessionRetention`] (the retention sweep) are roles of their own.
 //!
 //! Every adapter implements the four traits; anything that implements all four is a [`Store`].
 //! Code that needs one role takes that trait (`&dyn HistoryReader`), and an `Arc<dyn Store>`
@@ -35,6 +35,7 @@ mod lock;
 mod page;
 mod processing;
 mod reader;
+mod retention;
 mod steer;
 mod writer;
 
@@ -49,6 +50,10 @@ pub use lock::SessionLock;
 pub use page::{PageBudget, PageTally};
 pub use processing::ProcessingIndex;
 pub use reader::HistoryReader;
+pub use retention::{
+    DAY, Expiry, MAX_PASS_INTERVAL, RetentionPolicy, SessionRetention, TenantPage, Verdict, cutoff,
+    verdict,
+};
 pub use steer::{MAX_STEERS_PER_TAKE, SteerTake};
 pub use writer::{CheckedCommit, Commit, FencedWriter};
 

@@ -49,3 +49,7 @@ agentlane_conformance::catalog_conformance!(async {
 agentlane_conformance::erase_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_conformance::erase::EraseBackend>
 });
+
+agentlane_conformance::retention_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_conformance::retention::RetentionBackend>
+});

@@ -59,6 +59,17 @@ const EXAMPLE_ENV: &[(&str, &str)] = &[
 fn the_shipped_example_parses_into_every_setting() {
     let s = settings(EXAMPLE, EXAMPLE_ENV);
 
+    // the example's retentions: 90 days, 7 for acme
+    let day = agentlane_core::store::DAY;
+    let retention = s.api.limits.retention(day);
+    assert_eq!(
+        (
+            retention.for_tenant(&agentlane_core::TenantId::new("beta")),
+            retention.for_tenant(&agentlane_core::TenantId::new("acme"))
+        ),
+        (Some(day * 90), Some(day * 7))
+    );
+
     // the example's webhook hook, with every key it shows
     assert_eq!(s.hooks.len(), 1, "{:?}", s.hooks);
     let hook = &s.hooks[0];
@@ -153,7 +164,21 @@ fn the_shipped_example_parses_into_every_setting() {
         ApiSettings {
             max_message_bytes: Some(262_144),
             max_wait: Some(Duration::from_millis(900_000)),
-            limits: agentlane_api::Limits::default(),
+            limits: agentlane_api::Limits {
+                tenant: agentlane_api::limits::TenantLimits {
+                    retention_days: Some(90),
+                    ..Default::default()
+                },
+                tenants: [(
+                    "acme".to_owned(),
+                    agentlane_api::limits::TenantOverride {
+                        retention_days: Some(7),
+                        ..Default::default()
+                    }
+                )]
+                .into(),
+                ..agentlane_api::Limits::default()
+            },
             default_queue_mode: Some(agentlane_core::QueueMode::Followup),
             metrics_key: None,
         }

@@ -8,7 +8,7 @@ use crate::extract::{EmptyBody, read_json};
 use crate::request_context::fingerprint;
 use crate::validate::{AgentBody, validate_agent_body};
 use crate::views::{AcceptedView, WaitView};
-use crate::wait::wait_for_run;
+use crate::wait::{WaitFor, wait_for_run};
 use agentlane_core::{
     Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError, TurnMessage,
 };
@@ -188,7 +188,7 @@ pub(crate) async fn wait(
     )
     .await?;
     let run_id = super::run_id(body.run_id)?;
-    let _slot = state.admission.wait_slot(&tenant).await?;
+    let mut slot = state.admission.wait_slot(&tenant)?;
     let timeout_ms = body
         .timeout_ms
         .unwrap_or(state.config.default_wait_ms)
@@ -198,7 +198,12 @@ pub(crate) async fn wait(
         Some(Extension(deadline)) => Duration::from_millis(timeout_ms).min(deadline.remaining()),
         None => Duration::from_millis(timeout_ms),
     };
-    let run = wait_for_run(state.history(), &state.notifier, &tenant, &run_id, timeout).await?;
+    let wait = WaitFor {
+        tenant: &tenant,
+        run_id: &run_id,
+        timeout,
+    };
+    let run = wait_for_run(state.history(), &state.notifier, wait, &mut slot).await?;
     Ok(Json(WaitView::of(&run)))
 }
 

@@ -120,6 +120,7 @@ fn message_of(run: &Run) -> TurnMessage {
         tenant: run.tenant.clone(),
         run_id: run.run_id.clone(),
         session_key: Some(run.session_key.clone()),
+        accepted: None,
     }
 }
 
@@ -176,6 +177,7 @@ pub(super) fn admit(found: &Found) -> Result<Admission, ReadFirst> {
                     tenant: run.tenant.clone(),
                     run_id: next.clone(),
                     session_key: Some(run.session_key.clone()),
+                    accepted: None,
                 })
         });
         How::Turn { then }
@@ -186,6 +188,34 @@ pub(super) fn admit(found: &Found) -> Result<Admission, ReadFirst> {
         in_place_of,
         out_of_turn: !session.is_turn_of(run.session_seq),
     }))
+}
+
+/// Whether `run`, decoded from the accepted record `message` carries, may stand for the run
+/// without a read: the run the message names, fresh (queued, never picked up, not aborted,
+/// not steered). The store still checks the record at the run's first commit.
+pub(super) fn is_fresh_for(run: &Run, message: &TurnMessage) -> bool {
+    run.run_id == message.run_id
+        && run.tenant == message.tenant
+        && message.session_key.as_ref() == Some(&run.session_key)
+        && run.status == RunStatus::Queued
+        && run.pickups == 0
+        && !run.abort_requested
+        && run.into_run_id.is_none()
+        && run.required_action.is_none()
+}
+
+/// Whether `admission` is the plain start of `delivered`: its own turn, in order, with nothing
+/// to send after it. Only then may a run taken from its accepted record go without a read.
+pub(super) fn goes_as_accepted(admission: &Admission, delivered: &RunId) -> bool {
+    matches!(
+        admission,
+        Admission::Go(Go {
+            run,
+            how: How::Turn { then: None },
+            in_place_of: None,
+            out_of_turn: false,
+        }) if run == delivered
+    )
 }
 
 /// The interrupt that goes ahead of `delivered`, in this delivery: one accepted behind it,
@@ -343,6 +373,7 @@ mod tests {
             tenant: TenantId::new("acme"),
             run_id: RunId::new(id),
             session_key: Some(SessionKey::new("s1")),
+            accepted: None,
         }
     }
 

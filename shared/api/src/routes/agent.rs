@@ -10,7 +10,8 @@ use crate::validate::{AgentBody, validate_agent_body};
 use crate::views::{AcceptedView, WaitView};
 use crate::wait::{WaitFor, wait_for_run};
 use agentlane_core::{
-    Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError, TurnMessage,
+    AcceptedRecord, Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError,
+    TurnMessage,
 };
 use axum::body::Body;
 use axum::extract::State;
@@ -135,6 +136,10 @@ pub(crate) async fn accept(
                 session_key: Some(run.session_key.clone()),
                 tenant: tenant.clone(),
                 run_id: run.run_id.clone(),
+                // The runner starts a fresh run from its record, checked by the store.
+                accepted: (outcome.created && state.store.checks_accepted_records())
+                    .then(|| AcceptedRecord::of(&run))
+                    .flatten(),
             },
         };
         enqueue_with_retry(state.queue.as_ref(), &message).await?;
@@ -306,6 +311,7 @@ mod tests {
                 session_key: Some(key),
                 tenant,
                 run_id: RunId::new("r"),
+                accepted: None,
             },
         }
     }

@@ -77,10 +77,10 @@ mod spend;
 mod steer;
 
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader,
-    LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey,
-    SessionLock, SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry, TurnIntake,
-    backoff,
+    AbortReason, AcceptOutcome, AcceptedRecord, Clock, Commit, Event, Fence, FencedWriter,
+    HistoryReader, LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId,
+    SessionKey, SessionLock, SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry,
+    TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -108,6 +108,9 @@ const CONFLICT_RETRIES: u32 = 5;
 /// Session ids remembered per held fence; beyond this the memo is cleared (reads refill it).
 const MAX_REMEMBERED_FENCES: usize = 10_000;
 
+/// A held fence, as the memos key it: `(session PK, fencing token)`.
+type FenceKey = (String, u64);
+
 /// The DynamoDB `Store`. Cheap to clone; clones share the client.
 #[derive(Clone)]
 pub struct DynamoStore {
@@ -119,6 +122,10 @@ pub struct DynamoStore {
     /// changes through a reset, which needs a free lock and clears the owner, so it is fixed for
     /// as long as a fence is current; commits then need no extra read to find the transcript.
     fence_sessions: Arc<Mutex<HashMap<(String, u64), SessionId>>>,
+    /// `(session PK, fencing token)` → a run its holder took from its accepted record without
+    /// reading it, and that record: the run's next commit under the fence checks it
+    /// ([`FencedWriter::expect_accepted`]).
+    fence_accepted: Arc<Mutex<HashMap<FenceKey, (RunId, AcceptedRecord)>>>,
 }
 
 impl DynamoStore {
@@ -129,6 +136,7 @@ impl DynamoStore {
             table: table.into(),
             clock: Arc::new(SystemClock),
             fence_sessions: Arc::new(Mutex::new(HashMap::new())),
+            fence_accepted: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -174,6 +182,23 @@ impl DynamoStore {
         );
         if let Ok(mut map) = self.fence_sessions.lock() {
             map.remove(&key);
+        }
+        if let Ok(mut map) = self.fence_accepted.lock() {
+            map.remove(&key);
+        }
+    }
+
+    /// The accepted record the next commit of `run_id` under `fence` must still find, taken
+    /// (a commit checks it once).
+    fn take_accepted(&self, fence: &Fence, run_id: &RunId) -> Option<AcceptedRecord> {
+        let key = (
+            keys::session_pk(&fence.tenant, &fence.session_key),
+            fence.token.0,
+        );
+        let mut map = self.fence_accepted.lock().ok()?;
+        match map.get(&key) {
+            Some((expected, _)) if expected == run_id => map.remove(&key).map(|(_, r)| r),
+            _ => None,
         }
     }
 }
@@ -389,6 +414,25 @@ impl FencedWriter for DynamoStore {
 
     async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool> {
         self.steers_waiting_for(fence, take).await
+    }
+
+    fn checks_accepted_records(&self) -> bool {
+        true
+    }
+
+    fn expect_accepted(&self, fence: &Fence, run_id: &RunId, record: &AcceptedRecord) -> bool {
+        let key = (
+            keys::session_pk(&fence.tenant, &fence.session_key),
+            fence.token.0,
+        );
+        let Ok(mut map) = self.fence_accepted.lock() else {
+            return false;
+        };
+        if map.len() >= MAX_REMEMBERED_FENCES {
+            map.clear();
+        }
+        map.insert(key, (run_id.clone(), record.clone()));
+        true
     }
 }
 

@@ -28,9 +28,10 @@ pub(crate) const LIVE_RECHECK: Duration = Duration::from_secs(5);
 /// pickup here is signalled, so polls only catch runners of other processes.
 pub(crate) const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// First poll pause when this process's runner commits through the notifier: a run it picks
-/// up is signalled at once, so the first read need not come within milliseconds (each read is
-/// a request on DynamoDB).
-pub(crate) const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// up is signalled at once (and then not polled), so the first read need not come within
+/// milliseconds; it only catches a runner of another process (each read is a request on
+/// DynamoDB, and a pickup there takes a few of them).
+pub(crate) const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Why [`RunWatch::next_end`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

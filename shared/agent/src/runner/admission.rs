@@ -403,6 +403,76 @@ mod tests {
     }
 
     #[test]
+    fn only_a_fresh_run_in_its_turn_goes_from_its_accepted_record() {
+        use RunStatus as S;
+        let fresh = run("a", 0, S::Queued);
+        let freshness: Vec<(&str, Run, TurnMessage, bool)> = vec![
+            ("queued, never picked up", fresh.clone(), msg("a"), true),
+            ("another run's record", fresh.clone(), msg("b"), false),
+            (
+                "a message without the session key",
+                fresh.clone(),
+                with(msg("a"), |m| m.session_key = None),
+                false,
+            ),
+            (
+                "picked up before",
+                with(fresh.clone(), |r| r.pickups = 1),
+                msg("a"),
+                false,
+            ),
+            ("running", run("a", 0, S::Running), msg("a"), false),
+            ("ended", run("a", 0, S::Ok), msg("a"), false),
+            ("paused", paused("a", 0, true), msg("a"), false),
+            (
+                "abort requested",
+                with(fresh.clone(), |r| r.abort_requested = true),
+                msg("a"),
+                false,
+            ),
+            (
+                "steered into another run",
+                with(fresh.clone(), |r| r.into_run_id = Some(RunId::new("x"))),
+                msg("a"),
+                false,
+            ),
+        ];
+        for (name, run, message, want) in freshness {
+            assert_eq!(is_fresh_for(&run, &message), want, "{name}");
+        }
+        let next = msg("b");
+        let plain: Vec<(&str, Admission, bool)> = vec![
+            ("its own turn, in order", go("a", turn(), None, false), true),
+            ("another run goes", go("b", turn(), None, false), false),
+            (
+                "an interrupt in its place",
+                go("i", turn(), Some("a"), true),
+                false,
+            ),
+            ("out of turn", go("a", turn(), None, true), false),
+            (
+                "a parked run is sent after it",
+                go("a", How::Turn { then: Some(next) }, None, false),
+                false,
+            ),
+            (
+                "it ends as reset",
+                go("a", How::EndReset, None, false),
+                false,
+            ),
+            ("not its turn", Admission::BehindEarlier, false),
+            ("already done", Admission::AlreadyDone, false),
+        ];
+        for (name, admission, want) in plain {
+            assert_eq!(
+                goes_as_accepted(&admission, &RunId::new("a")),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn a_run_in_its_turn_goes_and_a_finished_one_never_runs_twice() {
         use RunStatus as S;
         check(vec![

@@ -58,7 +58,10 @@ impl Runner {
     /// Brings the run named by `message` as far as it can go. `shutdown` asks the run to hand
     /// back (its state is kept; a later pickup resumes it).
     ///
-    /// Acquire the session's lock, read the run under it, [`admit`] it (the lane-order rule),
+    /// Acquire the session's lock, read the run under it (or take a fresh run from the
+    /// accepted record its message carries, which the store checks at the run's first commit:
+    /// a `Conflict` there means the run changed, and it is read and admitted again, once),
+    /// [`admit`] it (the lane-order rule),
     /// carry the admission out; the lock is released here whatever the outcome, unless the
     /// pickup's last commit did. A pickup that fails releases it too: its message comes back
     /// after [`RunnerConfig::failed_pickup_pause`](crate::RunnerConfig::failed_pickup_pause)

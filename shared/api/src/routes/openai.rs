@@ -137,6 +137,7 @@ pub(crate) async fn chat_completions(
                 ));
             }
             let mut slot = state.admission.wait_slot(&tenant)?;
+            slot.hold_shared().await?;
             settle(
                 &state,
                 &tenant,
@@ -295,6 +296,8 @@ async fn complete_turn(
     client_tools: bool,
 ) -> Result<Run, OpenAiError> {
     let mut slot = state.admission.wait_slot(tenant)?;
+    // Counted across instances before the accept: a completion over the cap is not accepted.
+    slot.hold_shared().await?;
     let accepted = accept_as(state, tenant, turn, model).await?;
     settle(
         state,

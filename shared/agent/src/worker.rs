@@ -252,6 +252,7 @@ mod tests {
             tenant: TenantId::new("acme"),
             run_id: RunId::new("run_2"),
             session_key: None,
+            accepted: None,
         };
         let after = |d| Settlement::VisibleAfter(Duration::from_secs(d));
         let cases = [

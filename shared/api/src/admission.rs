@@ -160,6 +160,46 @@ pub struct Slot {
     _permit: Option<OwnedSemaphorePermit>,
     /// The slot in the store, when the caps are shared.
     _lease: Option<Lease>,
+    /// The slot in the store, not taken yet (a wait's, until it outlives
+    /// [`SHARED_WAIT_GRACE`]): see [`Slot::hold_shared`].
+    deferred: Option<DeferredTake>,
+}
+
+/// A shared slot a wait takes only if it outlives [`SHARED_WAIT_GRACE`]: a wait that ends
+/// within it (a short turn) costs no store write for its slot.
+pub const SHARED_WAIT_GRACE: Duration = Duration::from_secs(1);
+
+/// The store slot a [`Slot`] takes later.
+struct DeferredTake {
+    shared: SharedSlots,
+    tenant: TenantId,
+    kind: SlotKind,
+    cap: u32,
+    what: &'static str,
+}
+
+impl std::fmt::Debug for DeferredTake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeferredTake")
+            .field("kind", &self.kind.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Slot {
+    /// Whether the slot's place in the store is still to be taken.
+    pub fn is_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Takes the slot's place in the store now, if it was deferred: `429` when the tenant has
+    /// its cap there.
+    pub async fn hold_shared(&mut self) -> Result<(), ApiError> {
+        if let Some(d) = self.deferred.take() {
+            self._lease = Some(d.shared.take(&d.tenant, d.kind, d.cap, d.what).await?);
+        }
+        Ok(())
+    }
 }
 
 /// How long a shared slot is leased; its holder renews it every third of that.
@@ -472,12 +512,24 @@ impl Admission {
         .await
     }
 
-    /// A slot for one `agent.wait` of `tenant`, or `429` when it has its cap of waits.
-    pub async fn wait_slot(&self, tenant: &TenantId) -> Result<Slot, ApiError> {
+    /// A slot for one `agent.wait` of `tenant`, or `429` when this process has the tenant's
+    /// cap of waits. When the caps are shared, the store's slot is only taken when the wait
+    /// outlives [`SHARED_WAIT_GRACE`] ([`Slot::hold_shared`]): most short waits never write
+    /// it, and the waits younger than that are bounded by the tenant's request rate.
+    pub fn wait_slot(&self, tenant: &TenantId) -> Result<Slot, ApiError> {
         let gate = self.gate(tenant);
-        let cap = gate.limits.max_waits;
-        self.slot(tenant, &gate.waits, cap, SlotKind::Wait, "concurrent waits")
-            .await
+        let (cap, what) = (gate.limits.max_waits, "concurrent waits");
+        let mut slot = take(&gate.waits, cap, what)?;
+        if let (Some(shared), true) = (&self.shared, cap > 0) {
+            slot.deferred = Some(DeferredTake {
+                shared: shared.clone(),
+                tenant: tenant.clone(),
+                kind: SlotKind::Wait,
+                cap,
+                what,
+            });
+        }
+        Ok(slot)
     }
 
     /// This process's permit, then (when shared) the store's slot.
@@ -507,6 +559,7 @@ fn take(semaphore: &Arc<Semaphore>, cap: u32, what: &str) -> Result<Slot, ApiErr
         return Ok(Slot {
             _permit: None,
             _lease: None,
+            deferred: None,
         });
     }
     semaphore
@@ -515,6 +568,7 @@ fn take(semaphore: &Arc<Semaphore>, cap: u32, what: &str) -> Result<Slot, ApiErr
         .map(|permit| Slot {
             _permit: Some(permit),
             _lease: None,
+            deferred: None,
         })
         .map_err(|_| over_cap(what, cap))
 }
@@ -760,7 +814,7 @@ mod tests {
         // A cap of 0 is off.
         let mut waits = Vec::new();
         for _ in 0..100 {
-            waits.push(admission.wait_slot(&a).await.unwrap());
+            waits.push(admission.wait_slot(&a).unwrap());
         }
         assert_eq!((held.len(), waits.len()), (3, 100));
     }

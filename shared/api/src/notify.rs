@@ -33,6 +33,9 @@ struct Change {
     /// The run's final record, once a commit of this process wrote it (terminal runs do not
     /// change again): a waiter answers with it instead of reading the run once more.
     ended: Option<Arc<Run>>,
+    /// Times the run became, or stopped being, live here: a waiter then chooses its next
+    /// pause again (no poll for a run this process's runner picked up).
+    moves: u64,
 }
 
 /// Whether a change with `status` (the run record's, when the commit carried one; `None` for
@@ -76,6 +79,8 @@ pub struct Subscription {
     changes: Option<watch::Receiver<Change>>,
     /// The `ends` count last seen by [`Subscription::may_have_ended`].
     ends_seen: u64,
+    /// The `moves` count last seen by [`Subscription::may_have_ended`].
+    moves_seen: u64,
 }
 
 impl Notifier {
@@ -100,12 +105,16 @@ impl Notifier {
             })
             .changes
             .subscribe();
-        let ends_seen = changes.borrow().ends;
+        let (ends_seen, moves_seen) = {
+            let seen = changes.borrow();
+            (seen.ends, seen.moves)
+        };
         Subscription {
             notifier: self.clone(),
             key,
             changes: Some(changes),
             ends_seen,
+            moves_seen,
         }
     }
 
@@ -163,15 +172,18 @@ impl Notifier {
         let Some(signal) = runs.get_mut(&key) else {
             return;
         };
+        let was_live = signal.live_here;
         match status {
             Some(RunStatus::Running) => signal.live_here = true,
             Some(s) if s.is_terminal() => signal.live_here = false,
             _ => {}
         }
+        let moved = was_live != signal.live_here;
         let ends = may_end_a_wait(status, from_commit);
         signal.changes.send_modify(|c| {
             c.version += 1;
             c.ends += u64::from(ends);
+            c.moves += u64::from(moved);
             if ended.is_some() {
                 c.ended = ended;
             }
@@ -187,10 +199,12 @@ impl Notifier {
         let key = (tenant.clone(), run_id.clone());
         let mut runs = self.lock();
         if let Some(signal) = runs.get_mut(&key) {
+            let moved = signal.live_here;
             signal.live_here = false;
             signal.changes.send_modify(|c| {
                 c.version += 1;
                 c.ends += 1;
+                c.moves += u64::from(moved);
             });
             if signal.changes.receiver_count() == 0 {
                 runs.remove(&key);
@@ -233,18 +247,26 @@ impl Subscription {
     }
 
     /// Resolves at the run's next change that may end a wait (see `Change::ends`) after the
-    /// last one this method saw (at once if one happened since the subscription): progress
-    /// and event commits of a running run do not wake it.
-    pub async fn may_have_ended(&mut self) {
+    /// last one this method saw (at once if one happened since the subscription): `true`.
+    /// Progress and event commits of a running run do not wake it; the run becoming, or no
+    /// longer being, live here does, with `false` (the waiter's next pause changes).
+    pub async fn may_have_ended(&mut self) -> bool {
         let Some(changes) = self.changes.as_mut() else {
             return std::future::pending().await;
         };
-        let seen = self.ends_seen;
+        let (ends_seen, moves_seen) = (self.ends_seen, self.moves_seen);
         // The borrowed value (not `Send`) is dropped within this statement.
-        let ends = changes.wait_for(|c| c.ends != seen).await.map(|c| c.ends);
-        match ends {
-            Ok(ends) => self.ends_seen = ends,
-            Err(_) => std::future::pending::<()>().await,
+        let seen = changes
+            .wait_for(|c| c.ends != ends_seen || c.moves != moves_seen)
+            .await
+            .map(|c| (c.ends, c.moves));
+        match seen {
+            Ok((ends, moves)) => {
+                self.ends_seen = ends;
+                self.moves_seen = moves;
+                ends != ends_seen
+            }
+            Err(_) => std::future::pending::<bool>().await,
         }
     }
 }
@@ -354,17 +376,20 @@ mod tests {
         let notifier = Notifier::new();
         let (tenant, run) = ids();
         let mut sub = notifier.subscribe(&tenant, &run);
-        let woke = |sub: &mut Subscription| {
-            futures::FutureExt::now_or_never(sub.may_have_ended()).is_some()
-        };
+        let woke = |sub: &mut Subscription| futures::FutureExt::now_or_never(sub.may_have_ended());
         notifier.signal_commit(&tenant, &run, Some(RunStatus::Running));
         notifier.signal_commit(&tenant, &run, None);
         notifier.signal_commit(&tenant, &run, Some(RunStatus::Running));
-        assert!(!woke(&mut sub), "start, events and progress commits do not");
+        assert_eq!(
+            woke(&mut sub),
+            Some(false),
+            "start, events and progress commits do not end it; the run is live here now"
+        );
+        assert_eq!(woke(&mut sub), None, "once");
         assert!(sub.final_run().is_none());
         notifier.signal_commit(&tenant, &run, Some(RunStatus::Ok));
-        assert!(woke(&mut sub), "the end does");
-        assert!(!woke(&mut sub), "once");
+        assert_eq!(woke(&mut sub), Some(true), "the end does");
+        assert_eq!(woke(&mut sub), None, "once");
         // A commit that wrote the final record hands it to the waiters.
         let record: Run = serde_json::from_value(serde_json::json!({
             "runId": "r1", "tenant": "t", "sessionKey": "k", "sessionId": "s",
@@ -373,7 +398,7 @@ mod tests {
         }))
         .unwrap();
         notifier.signal_final_commit(Arc::new(record));
-        assert!(woke(&mut sub), "a final commit wakes too");
+        assert_eq!(woke(&mut sub), Some(true), "a final commit wakes too");
         assert_eq!(sub.final_run().map(|r| r.status), Some(RunStatus::Ok));
         let table = [
             (Some(RunStatus::Running), true, false),

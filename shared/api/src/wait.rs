@@ -5,7 +5,12 @@
 //! polling. Otherwise (queued, or running in another process) it re-reads on a backoff that
 //! starts at [`FIRST_BACKOFF`] and doubles up to a cap, and still wakes early on a signal.
 //! Waiting never changes the run.
+//!
+//! An `agent.wait` takes its place among the tenant's shared wait slots only once it
+//! outlives [`SHARED_WAIT_GRACE`]: a wait answered within it (a short turn, a run already
+//! ended) makes no slot writes in the store.
 
+use crate::admission::{SHARED_WAIT_GRACE, Slot};
 use crate::error::ApiError;
 use crate::notify::{Notifier, Subscription};
 use agentlane_core::{HistoryReader, Run, RunId, StoreError, TenantId};
@@ -23,9 +28,21 @@ pub(crate) const LIVE_RECHECK: Duration = Duration::from_secs(5);
 /// pickup here is signalled, so polls only catch runners of other processes.
 pub(crate) const CONNECTED_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// First poll pause when this process's runner commits through the notifier: a run it picks
-/// up is signalled at once, so the first read need not come within milliseconds (each read is
-/// a request on DynamoDB).
-pub(crate) const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// up is signalled at once (and then not polled), so the first read need not come within
+/// milliseconds; it only catches a runner of another process (each read is a request on
+/// DynamoDB, and a pickup there takes a few of them).
+pub(crate) const CONNECTED_FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Why [`RunWatch::next_end`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// A change that may end the wait was signalled.
+    Signal,
+    /// A poll is due (the run is not live here, or its live recheck came).
+    Tick,
+    /// The time given came first: nothing was signalled and no poll is due.
+    Until,
+}
 
 /// Sleeps until one run may have changed.
 pub(crate) struct RunWatch {
@@ -80,12 +97,23 @@ impl RunWatch {
     /// Returns when a change that may end a wait was signalled (not progress or events of a
     /// running run), at the next poll tick (runs not live here), or at `until`, whichever
     /// comes first: what `agent.wait` sleeps on, so it reads the run once at its end instead
-    /// of after every commit.
-    pub(crate) async fn next_end(&mut self, until: Option<Instant>) {
-        let wake = self.wake(until);
-        tokio::select! {
-            () = self.subscription.may_have_ended() => {}
-            () = tokio::time::sleep_until(wake) => {}
+    /// of after every commit. A run that becomes live here meanwhile (this process's runner
+    /// picked it up) is not polled any more: its end will be signalled.
+    pub(crate) async fn next_end(&mut self, until: Option<Instant>) -> Woke {
+        loop {
+            let wake = self.wake(until);
+            tokio::select! {
+                ended = self.subscription.may_have_ended() => if ended {
+                    return Woke::Signal;
+                },
+                () = tokio::time::sleep_until(wake) => {
+                    return if until.is_some_and(|until| wake >= until) {
+                        Woke::Until
+                    } else {
+                        Woke::Tick
+                    };
+                }
+            }
         }
     }
 
@@ -113,15 +141,25 @@ impl RunWatch {
 }
 
 /// The run once terminal, or as last read when `timeout` ends first. `NotFound` when the tenant
-/// has no such run.
+/// has no such run. `slot` is the wait's: its place in the store is taken only once the wait
+/// outlives [`SHARED_WAIT_GRACE`].
 pub(crate) async fn wait_for_run(
     store: &dyn HistoryReader,
     notifier: &Notifier,
-    tenant: &TenantId,
-    run_id: &RunId,
-    timeout: Duration,
+    wait: WaitFor<'_>,
+    slot: &mut Slot,
 ) -> Result<Run, ApiError> {
-    wait_past_pause(store, notifier, tenant, run_id, timeout, 0).await
+    wait_past_pause(store, notifier, wait, 0, slot).await
+}
+
+/// The run a wait is for, and how long it may last.
+pub(crate) struct WaitFor<'a> {
+    /// The run's tenant.
+    pub(crate) tenant: &'a TenantId,
+    /// The run.
+    pub(crate) run_id: &'a RunId,
+    /// How long the wait may last.
+    pub(crate) timeout: Duration,
 }
 
 /// As [`wait_for_run`], but a pause counts as an end only when its id is above `past`: the
@@ -129,12 +167,18 @@ pub(crate) async fn wait_for_run(
 pub(crate) async fn wait_past_pause(
     store: &dyn HistoryReader,
     notifier: &Notifier,
-    tenant: &TenantId,
-    run_id: &RunId,
-    timeout: Duration,
+    wait: WaitFor<'_>,
     past: u32,
+    slot: &mut Slot,
 ) -> Result<Run, ApiError> {
-    let deadline = Instant::now() + timeout;
+    let WaitFor {
+        tenant,
+        run_id,
+        timeout,
+    } = wait;
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let grace_ends = start + SHARED_WAIT_GRACE;
     let mut watch = RunWatch::new(notifier, tenant, run_id, MAX_BACKOFF);
     let mut run = store
         .get_run(tenant, run_id)
@@ -149,9 +193,22 @@ pub(crate) async fn wait_past_pause(
         if let Some(ended) = carried_end(store, &run).await? {
             return Ok(ended);
         }
-        watch.next_end(Some(deadline)).await;
+        let until = if slot.is_deferred() {
+            deadline.min(grace_ends)
+        } else {
+            deadline
+        };
+        let woke = watch.next_end(Some(until)).await;
         if let Some(ended) = watch.final_run() {
             return Ok(ended);
+        }
+        if slot.is_deferred() && Instant::now() >= grace_ends {
+            // The wait outlived its grace: it counts against the tenant's cap from now on.
+            slot.hold_shared().await?;
+            if woke == Woke::Until && Instant::now() < deadline {
+                // Nothing was signalled and no poll is due: the run as read stands.
+                continue;
+            }
         }
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {

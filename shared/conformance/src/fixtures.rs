@@ -199,6 +199,7 @@ pub fn message(lane: &Lane) -> LaneMessage {
             session_key: None,
             tenant: TenantId::new(lane.as_str().split('/').next().unwrap_or("tenant")),
             run_id,
+            accepted: None,
         },
     }
 }

@@ -41,7 +41,10 @@ pub use commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
 pub use cron::{CronJob, CronStore, JobId, JobRun, JobRunStatus, Schedule};
 pub use fingerprint::fingerprint;
 pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
-pub use queue::{Delivery, LaneMessage, LaneQueue, QueueError, QueueResult, Receipt, TurnMessage};
+pub use queue::{
+    AcceptedRecord, Delivery, LaneMessage, LaneQueue, MAX_ACCEPTED_RECORD_BYTES, QueueError,
+    QueueResult, Receipt, TurnMessage,
+};
 pub use record_size::MAX_RECORD_BYTES;
 pub use run::{
     AbortReason, AttemptRecord, Event, EventStream, LivenessState, Payload, QueueMode,

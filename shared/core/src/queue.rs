@@ -27,6 +27,37 @@ pub struct TurnMessage {
     /// (one read fewer per turn). Optional: older messages lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<SessionKey>,
+    /// The run's record as its accept wrote it, when small (see [`AcceptedRecord`]): a runner
+    /// whose store checks it at the run's first commit
+    /// ([`FencedWriter::expect_accepted`](crate::FencedWriter::expect_accepted)) starts the
+    /// run from it instead of reading the run (one request fewer per turn on DynamoDB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<AcceptedRecord>,
+}
+
+/// A run record's JSON exactly as the accept stored it, carried in the run's first lane
+/// message. Never trusted alone: the store refuses the run's first commit unless the stored
+/// record is still this one, with no abort requested.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AcceptedRecord(pub String);
+
+/// Largest [`AcceptedRecord`] a lane message carries (bytes of JSON); a larger run is read.
+pub const MAX_ACCEPTED_RECORD_BYTES: usize = 16 * 1024;
+
+impl AcceptedRecord {
+    /// The record of `run`, just accepted, when it is within [`MAX_ACCEPTED_RECORD_BYTES`].
+    pub fn of(run: &crate::Run) -> Option<Self> {
+        serde_json::to_string(run)
+            .ok()
+            .filter(|json| json.len() <= MAX_ACCEPTED_RECORD_BYTES)
+            .map(Self)
+    }
+
+    /// The run it records, when it decodes.
+    pub fn run(&self) -> Option<crate::Run> {
+        serde_json::from_str(&self.0).ok()
+    }
 }
 
 /// A message on one lane's FIFO: it names the run a runner should execute next.
@@ -51,6 +82,7 @@ impl LaneMessage {
                 tenant: run.tenant.clone(),
                 run_id: run.run_id.clone(),
                 session_key: Some(run.session_key.clone()),
+                accepted: None,
             },
         }
     }

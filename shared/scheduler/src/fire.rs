@@ -110,6 +110,7 @@ pub async fn send(
             tenant: tenant.clone(),
             run_id,
             session_key: Some(session_key),
+            accepted: None,
         },
     };
     let mut pauses = ENQUEUE_RETRY_PAUSES_MS.into_iter();

@@ -395,6 +395,7 @@ impl Supervisor {
                     tenant: run.tenant.clone(),
                     run_id: run.run_id.clone(),
                     session_key: Some(run.session_key.clone()),
+                    accepted: None,
                 },
             };
             if let Err(e) = queue.enqueue(&message).await {

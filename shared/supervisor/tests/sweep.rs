@@ -233,6 +233,7 @@ async fn the_sweep_reconciles_the_embedded_dead_letters() {
             tenant: w.tenant.clone(),
             run_id: run.run_id.clone(),
             session_key: Some(run.session_key.clone()),
+            accepted: None,
         },
     };
     w.backend.enqueue(&message).await.unwrap();

@@ -135,6 +135,7 @@ impl DeadLetterWorld {
                 tenant: run.tenant.clone(),
                 run_id: run.run_id.clone(),
                 session_key: Some(run.session_key.clone()),
+                accepted: None,
             },
         };
         self.aws

@@ -27,6 +27,7 @@ fn message(lane: &str, run: &str) -> LaneMessage {
             tenant: TenantId::new("acme"),
             run_id: RunId::new(run),
             session_key: None,
+            accepted: None,
         },
     }
 }

@@ -120,6 +120,7 @@ fn message_of(run: &Run) -> TurnMessage {
         tenant: run.tenant.clone(),
         run_id: run.run_id.clone(),
         session_key: Some(run.session_key.clone()),
+        accepted: None,
     }
 }
 
@@ -176,6 +177,7 @@ pub(super) fn admit(found: &Found) -> Result<Admission, ReadFirst> {
                     tenant: run.tenant.clone(),
                     run_id: next.clone(),
                     session_key: Some(run.session_key.clone()),
+                    accepted: None,
                 })
         });
         How::Turn { then }
@@ -186,6 +188,34 @@ pub(super) fn admit(found: &Found) -> Result<Admission, ReadFirst> {
         in_place_of,
         out_of_turn: !session.is_turn_of(run.session_seq),
     }))
+}
+
+/// Whether `run`, decoded from the accepted record `message` carries, may stand for the run
+/// without a read: the run the message names, fresh (queued, never picked up, not aborted,
+/// not steered). The store still checks the record at the run's first commit.
+pub(super) fn is_fresh_for(run: &Run, message: &TurnMessage) -> bool {
+    run.run_id == message.run_id
+        && run.tenant == message.tenant
+        && message.session_key.as_ref() == Some(&run.session_key)
+        && run.status == RunStatus::Queued
+        && run.pickups == 0
+        && !run.abort_requested
+        && run.into_run_id.is_none()
+        && run.required_action.is_none()
+}
+
+/// Whether `admission` is the plain start of `delivered`: its own turn, in order, with nothing
+/// to send after it. Only then may a run taken from its accepted record go without a read.
+pub(super) fn goes_as_accepted(admission: &Admission, delivered: &RunId) -> bool {
+    matches!(
+        admission,
+        Admission::Go(Go {
+            run,
+            how: How::Turn { then: None },
+            in_place_of: None,
+            out_of_turn: false,
+        }) if run == delivered
+    )
 }
 
 /// The interrupt that goes ahead of `delivered`, in this delivery: one accepted behind it,
@@ -343,6 +373,7 @@ mod tests {
             tenant: TenantId::new("acme"),
             run_id: RunId::new(id),
             session_key: Some(SessionKey::new("s1")),
+            accepted: None,
         }
     }
 
@@ -368,6 +399,76 @@ mod tests {
     fn check(cases: Vec<Case>) {
         for (name, found, want) in cases {
             assert_eq!(admit(&found), Ok(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn only_a_fresh_run_in_its_turn_goes_from_its_accepted_record() {
+        use RunStatus as S;
+        let fresh = run("a", 0, S::Queued);
+        let freshness: Vec<(&str, Run, TurnMessage, bool)> = vec![
+            ("queued, never picked up", fresh.clone(), msg("a"), true),
+            ("another run's record", fresh.clone(), msg("b"), false),
+            (
+                "a message without the session key",
+                fresh.clone(),
+                with(msg("a"), |m| m.session_key = None),
+                false,
+            ),
+            (
+                "picked up before",
+                with(fresh.clone(), |r| r.pickups = 1),
+                msg("a"),
+                false,
+            ),
+            ("running", run("a", 0, S::Running), msg("a"), false),
+            ("ended", run("a", 0, S::Ok), msg("a"), false),
+            ("paused", paused("a", 0, true), msg("a"), false),
+            (
+                "abort requested",
+                with(fresh.clone(), |r| r.abort_requested = true),
+                msg("a"),
+                false,
+            ),
+            (
+                "steered into another run",
+                with(fresh.clone(), |r| r.into_run_id = Some(RunId::new("x"))),
+                msg("a"),
+                false,
+            ),
+        ];
+        for (name, run, message, want) in freshness {
+            assert_eq!(is_fresh_for(&run, &message), want, "{name}");
+        }
+        let next = msg("b");
+        let plain: Vec<(&str, Admission, bool)> = vec![
+            ("its own turn, in order", go("a", turn(), None, false), true),
+            ("another run goes", go("b", turn(), None, false), false),
+            (
+                "an interrupt in its place",
+                go("i", turn(), Some("a"), true),
+                false,
+            ),
+            ("out of turn", go("a", turn(), None, true), false),
+            (
+                "a parked run is sent after it",
+                go("a", How::Turn { then: Some(next) }, None, false),
+                false,
+            ),
+            (
+                "it ends as reset",
+                go("a", How::EndReset, None, false),
+                false,
+            ),
+            ("not its turn", Admission::BehindEarlier, false),
+            ("already done", Admission::AlreadyDone, false),
+        ];
+        for (name, admission, want) in plain {
+            assert_eq!(
+                goes_as_accepted(&admission, &RunId::new("a")),
+                want,
+                "{name}"
+            );
         }
     }
 

@@ -3,7 +3,9 @@
 //! the turn before it starts, and the start (or resume) commit. Then the loop, under the run's
 //! deadline, and the finish.
 
-use super::admission::{Admission, Found, Go, How, ReadFirst, admit};
+use super::admission::{
+    Admission, Found, Go, How, ReadFirst, admit, goes_as_accepted, is_fresh_for,
+};
 use super::stop::{self, StopReason, StopSignal, Watch};
 use super::turn_loop::{LoopEnd, RunScope, Turn};
 use super::{Runner, RunnerError, TurnExit};
@@ -20,8 +22,8 @@ use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::backoff::jittered;
 use agentlane_core::metrics;
 use agentlane_core::{
-    EventStream, Fence, Message, Run, RunError, RunStatus, Session, SessionKey, StoreError,
-    TranscriptEntry, TurnMessage,
+    AcceptedRecord, EventStream, Fence, Message, Run, RunError, RunStatus, Session, SessionKey,
+    StoreError, TranscriptEntry, TurnMessage,
 };
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -56,7 +58,10 @@ impl Runner {
     /// Brings the run named by `message` as far as it can go. `shutdown` asks the run to hand
     /// back (its state is kept; a later pickup resumes it).
     ///
-    /// Acquire the session's lock, read the run under it, [`admit`] it (the lane-order rule),
+    /// Acquire the session's lock, read the run under it (or take a fresh run from the
+    /// accepted record its message carries, which the store checks at the run's first commit:
+    /// a `Conflict` there means the run changed, and it is read and admitted again, once),
+    /// [`admit`] it (the lane-order rule),
     /// carry the admission out; the lock is released here whatever the outcome, unless the
     /// pickup's last commit did. A pickup that fails releases it too: its message comes back
     /// after [`RunnerConfig::failed_pickup_pause`](crate::RunnerConfig::failed_pickup_pause)
@@ -71,15 +76,35 @@ impl Runner {
             Err(exit) => return Ok(exit),
         };
         let release = || async { self.store.release_lock(&fence).await.ok() };
-        let (found, admission) = match self.read_and_admit(message, key, session).await {
-            Ok(read) => read,
-            Err(e) => {
-                release().await;
-                return Err(e.into());
+        // A fresh run is taken from its accepted record (no read) when the store checks it at
+        // the run's first commit; if that commit finds it changed, the run is read and the
+        // admission made again, under the same lock.
+        let mut accepted = self.accepted_run(message);
+        let (admission, exit) = loop {
+            let taken = accepted.take();
+            let from_record = taken.is_some();
+            let read = self
+                .read_and_admit(message, key.clone(), session.clone(), &fence, taken)
+                .await;
+            let (found, admission) = match read {
+                Ok(read) => read,
+                Err(e) => {
+                    release().await;
+                    return Err(e.into());
+                }
+            };
+            let carried = self
+                .carry_out(found, admission.clone(), &fence, shutdown)
+                .await;
+            match carried {
+                Err(StoreError::Conflict(why)) if from_record => {
+                    tracing::info!(run = %message.run_id, %why, "the run changed since its accept; reading it");
+                }
+                carried => break (admission, carried),
             }
         };
         let pause_after = admission == Admission::BehindEarlier;
-        let exit = match self.carry_out(found, admission, &fence, shutdown).await {
+        let exit = match exit {
             Ok(Carried::Released(exit)) => exit,
             Ok(Carried::Held(exit)) => {
                 release().await;
@@ -166,26 +191,52 @@ impl Runner {
         }
     }
 
+    /// The run of `message` as its accept wrote it, when the message carries that record and
+    /// the run may be taken from it: a fresh run, on a runner without hooks (which would see
+    /// the run before its first commit checks the record).
+    fn accepted_run(&self, message: &TurnMessage) -> Option<(Run, AcceptedRecord)> {
+        let record = message
+            .accepted
+            .as_ref()
+            .filter(|_| self.hooks.is_empty())?;
+        let run = record.run().filter(|run| is_fresh_for(run, message))?;
+        Some((run, record.clone()))
+    }
+
     /// Reads the run of `message` under the lock (it may have ended while we waited for the
     /// lock), and every other run of the session [`admit`] asks for, then admits it. Each
     /// [`ReadFirst`] names a run not read yet, so this ends (after three reads at most: the
     /// interrupt going ahead, the run whose turn it is, the carrier).
+    ///
+    /// With `accepted` (see [`Runner::accepted_run`]), no read when the run goes as accepted
+    /// (its turn, in order) and the store checks the record at its first commit.
     async fn read_and_admit(
         &self,
         message: &TurnMessage,
         key: SessionKey,
         session: Session,
+        fence: &Fence,
+        accepted: Option<(Run, AcceptedRecord)>,
     ) -> Result<(Found, Admission), StoreError> {
-        let run = self.store.get_run(&message.tenant, &message.run_id).await?;
         let mut found = Found {
             key,
             session,
-            run,
+            run: None,
             others: BTreeMap::new(),
             now: self.clock.now_ms(),
             unsent_after_ms: u64::try_from(self.config.unsent_after.as_millis())
                 .unwrap_or(u64::MAX),
         };
+        if let Some((run, record)) = accepted {
+            found.run = Some(run);
+            if let Ok(admission) = admit(&found)
+                && goes_as_accepted(&admission, &message.run_id)
+                && self.store.expect_accepted(fence, &message.run_id, &record)
+            {
+                return Ok((found, admission));
+            }
+        }
+        found.run = self.store.get_run(&message.tenant, &message.run_id).await?;
         loop {
             match admit(&found) {
                 Ok(admission) => return Ok((found, admission)),

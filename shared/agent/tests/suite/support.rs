@@ -399,6 +399,7 @@ impl Fixture {
             session_key: Some(self.key.clone()),
             tenant: self.tenant.clone(),
             run_id: out.run.run_id,
+            accepted: None,
         }
     }
 

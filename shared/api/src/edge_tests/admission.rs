@@ -2,6 +2,7 @@
 //! and run timeouts; the other tenant is served meanwhile.
 
 use super::*;
+use crate::admission::SHARED_WAIT_GRACE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_over_its_rate_gets_429_with_retry_after_and_the_other_tenant_does_not() {
@@ -279,28 +280,44 @@ async fn the_wait_cap_holds_across_instances_that_share_the_store() {
     .await;
     let a_run = one.submit(ACME_KEY, "a", "hi").await;
 
-    // WHEN acme waits (long) on the first instance and then on the second
+    // WHEN acme waits (long) on the first instance, and past its grace on the second
     let first = {
         let addr = one.addr;
         let run = a_run.clone();
         tokio::spawn(async move {
             let mut stream = TcpStream::connect(addr).await.unwrap();
-            let body = json!({"runId": run, "timeoutMs": 3_000}).to_string();
+            let body = json!({"runId": run, "timeoutMs": 5_000}).to_string();
             send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
             read_reply(&mut stream).await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(SHARED_WAIT_GRACE + Duration::from_millis(300)).await;
+    let started = Instant::now();
     let second = two
+        .post(
+            "/v1/agent.wait",
+            ACME_KEY,
+            json!({"runId": a_run, "timeoutMs": 3_000}),
+        )
+        .await;
+
+    // THEN the second is refused once it outlives its grace, while the first waits
+    second.assert_error(429, "rate_limited");
+    assert!(
+        started.elapsed() >= SHARED_WAIT_GRACE,
+        "{:?}",
+        started.elapsed()
+    );
+    // AND a wait that ends within its grace is answered: it never took a shared slot
+    let short = two
         .post(
             "/v1/agent.wait",
             ACME_KEY,
             json!({"runId": a_run, "timeoutMs": 100}),
         )
         .await;
-
-    // THEN the second is refused while the first waits; beta's wait is not
-    second.assert_error(429, "rate_limited");
+    assert_eq!(short.json()["status"], "pending", "{short:?}");
+    // AND beta's waits are not refused
     let b_run = two.submit(BETA_KEY, "b", "hi").await;
     let beta = two
         .post(

@@ -69,6 +69,63 @@ async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_this_process_picks_up_is_not_polled_once_it_runs() {
+    // GIVEN a queued run, and a client waiting on it
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = LiveServer::start_over(config(Limits::default()), move |inner| {
+        Arc::new(Layered(CountingStore {
+            inner,
+            reads: counter,
+            delay: Duration::ZERO,
+        }))
+    })
+    .await;
+    let run_id = server.submit(ACME_KEY, "picked", "hi").await;
+    let before = reads.load(Ordering::SeqCst);
+    let addr = server.addr;
+    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
+    let wait = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+        read_reply(&mut stream).await
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    // WHEN this process's runner picks it up before the wait's first poll, works for 600 ms
+    // and commits its end
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let mid = reads.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let idle_reads = reads.load(Ordering::SeqCst) - mid;
+    let mut run = server.run(&acme(), &run_id).await;
+    let after = reads.load(Ordering::SeqCst);
+    run.payloads = vec![Payload {
+        text: "Done".into(),
+        is_error: false,
+    }];
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+    let reply = wait.await.unwrap();
+
+    // THEN the wait read the run once, at its start, and was answered by the end's commit
+    assert_eq!(idle_reads, 0, "the wait polled a run its process picked up");
+    assert_eq!(
+        reads.load(Ordering::SeqCst) - after,
+        0,
+        "read again at the end"
+    );
+    assert!(
+        mid - before <= 2,
+        "{} reads before the pickup",
+        mid - before
+    );
+    assert_eq!(reply.json()["status"], "ok", "{reply:?}");
+    assert_eq!(reply.json()["payloads"], json!([{"text": "Done"}]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sse_stream_gets_a_commits_events_at_once() {
     // GIVEN a stream on a run this process holds
     let server = LiveServer::start(config(Limits::default())).await;

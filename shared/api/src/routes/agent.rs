@@ -8,9 +8,10 @@ use crate::extract::{EmptyBody, read_json};
 use crate::request_context::fingerprint;
 use crate::validate::{AgentBody, validate_agent_body};
 use crate::views::{AcceptedView, WaitView};
-use crate::wait::wait_for_run;
+use crate::wait::{WaitFor, wait_for_run};
 use agentlane_core::{
-    Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError, TurnMessage,
+    AcceptedRecord, Lane, LaneMessage, NewTurn, RunId, RunStatus, SessionId, StoreError,
+    TurnMessage,
 };
 use axum::body::Body;
 use axum::extract::State;
@@ -135,6 +136,10 @@ pub(crate) async fn accept(
                 session_key: Some(run.session_key.clone()),
                 tenant: tenant.clone(),
                 run_id: run.run_id.clone(),
+                // The runner starts a fresh run from its record, checked by the store.
+                accepted: (outcome.created && state.store.checks_accepted_records())
+                    .then(|| AcceptedRecord::of(&run))
+                    .flatten(),
             },
         };
         enqueue_with_retry(state.queue.as_ref(), &message).await?;
@@ -188,7 +193,7 @@ pub(crate) async fn wait(
     )
     .await?;
     let run_id = super::run_id(body.run_id)?;
-    let _slot = state.admission.wait_slot(&tenant).await?;
+    let mut slot = state.admission.wait_slot(&tenant)?;
     let timeout_ms = body
         .timeout_ms
         .unwrap_or(state.config.default_wait_ms)
@@ -198,7 +203,12 @@ pub(crate) async fn wait(
         Some(Extension(deadline)) => Duration::from_millis(timeout_ms).min(deadline.remaining()),
         None => Duration::from_millis(timeout_ms),
     };
-    let run = wait_for_run(state.history(), &state.notifier, &tenant, &run_id, timeout).await?;
+    let wait = WaitFor {
+        tenant: &tenant,
+        run_id: &run_id,
+        timeout,
+    };
+    let run = wait_for_run(state.history(), &state.notifier, wait, &mut slot).await?;
     Ok(Json(WaitView::of(&run)))
 }
 
@@ -301,6 +311,7 @@ mod tests {
                 session_key: Some(key),
                 tenant,
                 run_id: RunId::new("r"),
+                accepted: None,
             },
         }
     }

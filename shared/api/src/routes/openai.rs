@@ -20,7 +20,7 @@ use crate::openai::stream::{Frames, frame_stream};
 use crate::openai::turn::{RUN_HEADER, SESSION_HEADER, ToolResults, awaits_approval};
 use crate::openai::{OpenAiError, OpenAiErrorBody, OpenAiTenant};
 use crate::validate::ValidTurn;
-use crate::wait::{RunWatch, wait_past_pause};
+use crate::wait::{RunWatch, WaitFor, wait_past_pause};
 use agentlane_core::{Agent, Run, RunStatus, TenantId};
 use axum::body::Body;
 use axum::extract::State;
@@ -136,7 +136,8 @@ pub(crate) async fn chat_completions(
                     frames,
                 ));
             }
-            let _slot = state.admission.wait_slot(&tenant).await?;
+            let mut slot = state.admission.wait_slot(&tenant)?;
+            slot.hold_shared().await?;
             settle(
                 &state,
                 &tenant,
@@ -144,6 +145,7 @@ pub(crate) async fn chat_completions(
                 &answered.run,
                 answered.action_id,
                 true,
+                &mut slot,
             )
             .await?
         }
@@ -293,15 +295,26 @@ async fn complete_turn(
     model: &str,
     client_tools: bool,
 ) -> Result<Run, OpenAiError> {
-    let _slot = state.admission.wait_slot(tenant).await?;
+    let mut slot = state.admission.wait_slot(tenant)?;
+    // Counted across instances before the accept: a completion over the cap is not accepted.
+    slot.hold_shared().await?;
     let accepted = accept_as(state, tenant, turn, model).await?;
-    settle(state, tenant, deadline, &accepted.run, 0, client_tools).await
+    settle(
+        state,
+        tenant,
+        deadline,
+        &accepted.run,
+        0,
+        client_tools,
+        &mut slot,
+    )
+    .await
 }
 
-/// Waits for `run` to end or pause again after pause `past` (0: any pause): the run when it
-/// ended `ok` or (with `client_tools`, the route answering them) paused for client tools
-/// only, else the error that says how it ended, that it waits on approvals, or that it goes
-/// on.
+/// Waits for `run` to end or pause again after pause `past` (0: any pause), holding `slot`:
+/// the run when it ended `ok` or (with `client_tools`, the route answering them) paused for
+/// client tools only, else the error that says how it ended, that it waits on approvals, or
+/// that it goes on.
 async fn settle(
     state: &Shared,
     tenant: &TenantId,
@@ -309,21 +322,20 @@ async fn settle(
     run: &Run,
     past: u32,
     client_tools: bool,
+    slot: &mut Slot,
 ) -> Result<Run, OpenAiError> {
     let mut waited = Duration::from_millis(state.config.max_wait_ms);
     if let Some(deadline) = deadline {
         waited = waited.min(deadline.remaining());
     }
-    let run = wait_past_pause(
-        state.history(),
-        &state.notifier,
+    let wait = WaitFor {
         tenant,
-        &run.run_id,
-        waited,
-        past,
-    )
-    .await
-    .map_err(|error| OpenAiError::from(error).no_retry())?;
+        run_id: &run.run_id,
+        timeout: waited,
+    };
+    let run = wait_past_pause(state.history(), &state.notifier, wait, past, slot)
+        .await
+        .map_err(|error| OpenAiError::from(error).no_retry())?;
     let paused_past = run.status == RunStatus::RequiresAction
         && run.required_action.as_ref().is_some_and(|a| a.id > past);
     match run.status {

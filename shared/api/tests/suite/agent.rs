@@ -38,6 +38,7 @@ async fn an_accepted_turn_is_queued_once_on_its_lane() {
             session_key: Some(agentlane_core::SessionKey::new("main")),
             tenant: acme(),
             run_id: RunId::new(run_id),
+            accepted: None,
         }
     );
 }

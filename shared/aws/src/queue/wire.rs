@@ -133,6 +133,7 @@ mod tests {
                 session_key: None,
                 tenant: TenantId::new("acme"),
                 run_id: RunId::new("run_1"),
+                accepted: None,
             },
         }
     }

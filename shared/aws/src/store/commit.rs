@@ -13,8 +13,8 @@ use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
 use super::{DynamoStore, EVENT_RETENTION};
 use agentlane_core::{
-    CheckedCommit, Commit, Fence, MAX_COMMIT_WRITES, SessionId, SessionStatus, SessionUpdate,
-    StoreError, StoreResult,
+    AcceptedRecord, CheckedCommit, Commit, Fence, MAX_COMMIT_WRITES, SessionId, SessionStatus,
+    SessionUpdate, StoreError, StoreResult,
 };
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -47,9 +47,23 @@ const WHOLE_RUN_PUT_TRIES: u32 = 3;
 /// `actionAnswer` and `answerFor`.
 type AbortAttributes = [Option<AttributeValue>; 4];
 
+/// What a commit's run write requires of the stored run besides the fence.
+#[derive(Default)]
+pub(super) struct RunChecks<'a> {
+    /// A whole-item write: the API-owned attributes as read just before, carried over.
+    pub(super) abort: Option<AbortAttributes>,
+    /// The run was taken from its accepted record: the stored record is still that one, and
+    /// no abort was requested.
+    pub(super) accepted: Option<&'a AcceptedRecord>,
+}
+
 impl DynamoStore {
     pub(super) async fn apply_commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         let commit = commit.check(fence)?;
+        // A run its holder took from the accepted record: this write checks that record.
+        let accepted = commit
+            .run()
+            .and_then(|run| self.take_accepted(fence, &run.run_id));
         let session_id = if commit.transcript().is_empty() {
             None
         } else {
@@ -60,16 +74,31 @@ impl DynamoStore {
             _ => None,
         };
         let Some(run) = whole_run else {
+            let checks = RunChecks {
+                abort: None,
+                accepted: accepted.as_ref(),
+            };
             return self
-                .apply_checked(fence, &commit, session_id.as_ref(), None)
+                .apply_checked(fence, &commit, session_id.as_ref(), checks)
                 .await;
         };
+        if accepted.is_some() {
+            // Not checked on a whole-item write: the holder reads the run and starts over.
+            return Err(StoreError::Conflict(format!(
+                "{RUN_LABEL}{} was not read before a whole-record write",
+                run.run_id
+            )));
+        }
         let mut tries = 0;
         loop {
             tries += 1;
             let abort = self.load_abort_attributes(&run.tenant, &run.run_id).await?;
+            let checks = RunChecks {
+                abort: Some(abort),
+                accepted: None,
+            };
             match self
-                .apply_checked(fence, &commit, session_id.as_ref(), Some(abort))
+                .apply_checked(fence, &commit, session_id.as_ref(), checks)
                 .await
             {
                 // The run write's condition failed: an abort request came in between.
@@ -85,9 +114,9 @@ impl DynamoStore {
         fence: &Fence,
         commit: &CheckedCommit,
         session_id: Option<&SessionId>,
-        abort: Option<AbortAttributes>,
+        checks: RunChecks<'_>,
     ) -> StoreResult<()> {
-        let writes = self.non_session_writes(fence, commit, session_id, abort)?;
+        let writes = self.non_session_writes(fence, commit, session_id, checks)?;
         let head = if commit.session().is_some() || commit.release_lock() {
             self.session_write(fence, commit.session(), commit.release_lock(), session_id)?
         } else {
@@ -122,7 +151,12 @@ impl DynamoStore {
             .iter()
             .find_map(|&i| i.checked_sub(1).and_then(|i| part.get(i)))
             .map_or("an item", |w| w.label.as_str());
-        Err(StoreError::Conflict(format!("{taken} already exists")))
+        Err(StoreError::Conflict(if taken.starts_with(RUN_LABEL) {
+            // The run's own condition: an abort request, or a change since it was accepted.
+            format!("{taken} changed meanwhile")
+        } else {
+            format!("{taken} already exists")
+        }))
     }
 
     fn fence_values(fence: &Fence, session_id: Option<&SessionId>) -> (String, Item) {
@@ -222,7 +256,7 @@ impl DynamoStore {
         fence: &Fence,
         commit: &CheckedCommit,
         session_id: Option<&SessionId>,
-        abort: Option<AbortAttributes>,
+        checks: RunChecks<'_>,
     ) -> StoreResult<Vec<Write>> {
         let mut writes = Vec::new();
         if let Some(session_id) = session_id {
@@ -258,7 +292,7 @@ impl DynamoStore {
                 });
             }
         }
-        if let (Some(run), Some(kept)) = (commit.run(), abort) {
+        if let (Some(run), Some(kept)) = (commit.run(), checks.abort) {
             // Replaced whole, with the API's attributes as read, and only if they are still so.
             let mut item: Item = HashMap::from([
                 (PK.to_owned(), s(keys::run_pk(&fence.tenant, &run.run_id))),
@@ -294,7 +328,7 @@ impl DynamoStore {
             });
         } else if let Some(run) = commit.run() {
             // Replaces the run but never `abortRequested`: only the API sets that.
-            let update = Update::builder()
+            let mut update = Update::builder()
                 .table_name(&self.table)
                 .key(PK, s(keys::run_pk(&fence.tenant, &run.run_id)))
                 .key(SK, s(RUN_SK))
@@ -304,9 +338,17 @@ impl DynamoStore {
                 .expression_attribute_names("#st", STATUS)
                 .expression_attribute_values(":run", s(run_json(run)?))
                 .expression_attribute_values(":status", s(run.status.as_str()))
-                .expression_attribute_values(":sid", s(run.session_id.as_str()))
-                .build()
-                .map_err(build_error)?;
+                .expression_attribute_values(":sid", s(run.session_id.as_str()));
+            if let Some(accepted) = checks.accepted {
+                // Taken without a read: still as accepted, and not aborted since.
+                update = update
+                    .condition_expression(format!(
+                        "{RUN_JSON} = :accepted AND {ABORT_REQUESTED} = :notAborted"
+                    ))
+                    .expression_attribute_values(":accepted", s(accepted.0.as_str()))
+                    .expression_attribute_values(":notAborted", AttributeValue::Bool(false));
+            }
+            let update = update.build().map_err(build_error)?;
             writes.push(Write {
                 item: TransactWriteItem::builder().update(update).build(),
                 label: format!("{RUN_LABEL}{}", run.run_id),

@@ -79,10 +79,10 @@ mod spend;
 mod steer;
 
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Clock, Commit, Event, Fence, FencedWriter, HistoryReader,
-    LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey,
-    SessionLock, SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry, TurnIntake,
-    backoff,
+    AbortReason, AcceptOutcome, AcceptedRecord, Clock, Commit, Event, Fence, FencedWriter,
+    HistoryReader, LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId,
+    SessionKey, SessionLock, SteerTake, StoreResult, SystemClock, TenantId, TranscriptEntry,
+    TurnIntake, backoff,
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -111,6 +111,9 @@ const CONFLICT_RETRIES: u32 = 5;
 /// Session ids remembered per held fence; beyond this the memo is cleared (reads refill it).
 const MAX_REMEMBERED_FENCES: usize = 10_000;
 
+/// A held fence, as the memos key it: `(session PK, fencing token)`.
+type FenceKey = (String, u64);
+
 /// The DynamoDB `Store`. Cheap to clone; clones share the client.
 #[derive(Clone)]
 pub struct DynamoStore {
@@ -124,6 +127,10 @@ pub struct DynamoStore {
     fence_sessions: Arc<Mutex<HashMap<(String, u64), SessionId>>>,
     /// Tenant → when this process last put its tenant-registry item (ms; see `retention`).
     registered: Arc<Mutex<HashMap<TenantId, u64>>>,
+    /// `(session PK, fencing token)` → a run its holder took from its accepted record without
+    /// reading it, and that record: the run's next commit under the fence checks it
+    /// ([`FencedWriter::expect_accepted`]).
+    fence_accepted: Arc<Mutex<HashMap<FenceKey, (RunId, AcceptedRecord)>>>,
 }
 
 impl DynamoStore {
@@ -135,6 +142,7 @@ impl DynamoStore {
             clock: Arc::new(SystemClock),
             fence_sessions: Arc::new(Mutex::new(HashMap::new())),
             registered: Arc::new(Mutex::new(HashMap::new())),
+            fence_accepted: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -180,6 +188,23 @@ impl DynamoStore {
         );
         if let Ok(mut map) = self.fence_sessions.lock() {
             map.remove(&key);
+        }
+        if let Ok(mut map) = self.fence_accepted.lock() {
+            map.remove(&key);
+        }
+    }
+
+    /// The accepted record the next commit of `run_id` under `fence` must still find, taken
+    /// (a commit checks it once).
+    fn take_accepted(&self, fence: &Fence, run_id: &RunId) -> Option<AcceptedRecord> {
+        let key = (
+            keys::session_pk(&fence.tenant, &fence.session_key),
+            fence.token.0,
+        );
+        let mut map = self.fence_accepted.lock().ok()?;
+        match map.get(&key) {
+            Some((expected, _)) if expected == run_id => map.remove(&key).map(|(_, r)| r),
+            _ => None,
         }
     }
 }
@@ -395,6 +420,25 @@ impl FencedWriter for DynamoStore {
 
     async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool> {
         self.steers_waiting_for(fence, take).await
+    }
+
+    fn checks_accepted_records(&self) -> bool {
+        true
+    }
+
+    fn expect_accepted(&self, fence: &Fence, run_id: &RunId, record: &AcceptedRecord) -> bool {
+        let key = (
+            keys::session_pk(&fence.tenant, &fence.session_key),
+            fence.token.0,
+        );
+        let Ok(mut map) = self.fence_accepted.lock() else {
+            return false;
+        };
+        if map.len() >= MAX_REMEMBERED_FENCES {
+            map.clear();
+        }
+        map.insert(key, (run_id.clone(), record.clone()));
+        true
     }
 }
 

@@ -3,7 +3,7 @@
 //! with one `Query` on that partition and taken in one fenced transaction.
 
 use super::DynamoStore;
-use super::commit::Write;
+use super::commit::{RunChecks, Write};
 use super::error::build_error;
 use super::error::classify;
 use super::item::{Item, RUN_ID, get_str, s};
@@ -112,7 +112,12 @@ impl DynamoStore {
                 ..Commit::default()
             }
             .check(fence)?;
-            writes.extend(self.non_session_writes(fence, &part, Some(&session_id), None)?);
+            writes.extend(self.non_session_writes(
+                fence,
+                &part,
+                Some(&session_id),
+                RunChecks::default(),
+            )?);
         }
         for sk in done {
             let delete = Delete::builder()

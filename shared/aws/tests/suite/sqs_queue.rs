@@ -21,6 +21,7 @@ fn message(lane: &Lane, dedup_id: &str) -> LaneMessage {
             session_key: None,
             tenant: TenantId::new("acme"),
             run_id: RunId::generate(),
+            accepted: None,
         },
     }
 }
@@ -185,6 +186,7 @@ fn tenant_message(tenant: &str, session: &str, n: usize) -> LaneMessage {
             session_key: None,
             tenant: TenantId::new(tenant),
             run_id: RunId::generate(),
+            accepted: None,
         },
     }
 }

@@ -6,6 +6,7 @@ use super::{
     SteerTake, Store, StoreResult, TurnIntake,
 };
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
+use crate::queue::AcceptedRecord;
 use crate::run::{AbortReason, Event, QueueMode, Run};
 use crate::session::{Fence, LockAttempt, Session};
 use crate::transcript::TranscriptEntry;
@@ -261,5 +262,13 @@ impl<L: StoreLayer> FencedWriter for Layered<L> {
     async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool> {
         self.0.before(StoreCall::TakeSteers).await?;
         self.0.inner().steers_waiting(fence, take).await
+    }
+
+    fn checks_accepted_records(&self) -> bool {
+        self.0.inner().checks_accepted_records()
+    }
+
+    fn expect_accepted(&self, fence: &Fence, run_id: &RunId, record: &AcceptedRecord) -> bool {
+        self.0.inner().expect_accepted(fence, run_id, record)
     }
 }

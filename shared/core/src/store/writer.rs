@@ -6,6 +6,7 @@ use super::SteerTake;
 use super::{StoreError, StoreResult};
 use crate::commit_parts::{MAX_COMMIT_BYTES, MAX_COMMIT_WRITES};
 use crate::ids::RunId;
+use crate::queue::AcceptedRecord;
 use crate::record_size;
 use crate::run::{Event, Run};
 use crate::session::{Fence, SessionUpdate};
@@ -209,6 +210,21 @@ pub trait FencedWriter: Send + Sync + 'static {
     /// run one at a time asks before each launch (SPEC §4 `steer`: the calls not started yet
     /// are skipped when a steer waits).
     async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool>;
+
+    /// Whether this store can check an [`AcceptedRecord`] ([`expect_accepted`](Self::expect_accepted)):
+    /// the API then puts one in a run's first lane message. `false` unless an adapter says so.
+    fn checks_accepted_records(&self) -> bool {
+        false
+    }
+
+    /// The holder of `fence` takes run `run_id` as `record` says it was accepted, without
+    /// reading it. When this answers `true`, the next commit under `fence` that writes the
+    /// run's record also requires the stored record to be still exactly `record`, with no
+    /// abort requested; otherwise that commit writes nothing and answers `Conflict` (read the
+    /// run and start over). `false`: not checked here; read the run.
+    fn expect_accepted(&self, _fence: &Fence, _run_id: &RunId, _record: &AcceptedRecord) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

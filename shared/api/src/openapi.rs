@@ -10,7 +10,6 @@ use crate::openai::OpenAiErrorBody;
 use crate::routes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use std::sync::OnceLock;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -264,7 +263,20 @@ fn flatten_agent_schemas(document: &mut Document) {
 
 /// The document as pretty JSON with a trailing newline: what `GET /v1/openapi.json` serves,
 /// `agentlane openapi` prints and `docs/openapi.json` holds.
+///
+/// Without the `openapi` feature (the Lambda functions) it is the committed
+/// `docs/openapi.json`, the same text (a test of this crate, which runs with the feature,
+/// compares the two), and [`document`] is never called: its code stays out of the binary.
+#[cfg(not(feature = "openapi"))]
 pub fn openapi_json() -> &'static str {
+    include_str!("../../../docs/openapi.json")
+}
+
+/// The document as pretty JSON with a trailing newline: what `GET /v1/openapi.json` serves,
+/// `agentlane openapi` prints and `docs/openapi.json` holds.
+#[cfg(feature = "openapi")]
+pub fn openapi_json() -> &'static str {
+    use std::sync::OnceLock;
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
         // A document of plain strings and maps always serialises.

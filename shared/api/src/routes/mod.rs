@@ -18,7 +18,36 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use utoipa_axum::router::OpenApiRouter;
+#[cfg(feature = "openapi")]
 use utoipa_axum::routes;
+
+/// Without the `openapi` feature (the Lambda functions), `routes!` registers each handler under
+/// the method and path of its `#[utoipa::path]` as `utoipa_axum::routes!` does, but builds no
+/// operation: the document's code is never reached, so the linker drops it, and
+/// [`crate::openapi_json`] serves the committed `docs/openapi.json`.
+#[cfg(not(feature = "openapi"))]
+macro_rules! routes {
+    ($($handler:path),+ $(,)?) => {{
+        #[allow(unused_imports)]
+        use utoipa::Path as _;
+        use utoipa_axum::PathItemExt as _;
+        let mut paths = utoipa::openapi::path::Paths::new();
+        let mut router = axum::routing::MethodRouter::new();
+        $(
+            // `paste!` turns the `path` fragment back into tokens, as `utoipa_axum::routes!`
+            // does, so that its `@path` rule finds the handler's `__path_` type.
+            let (path, methods) = utoipa_axum::paste! {(
+                utoipa_axum::routes!(@path [path()] of $handler),
+                utoipa_axum::routes!(@path [methods()] of $handler),
+            )};
+            router = methods.iter().fold(router, |router, method| {
+                router.on(method.to_method_filter(), $handler)
+            });
+            paths.paths.insert(path, utoipa::openapi::path::PathItem::default());
+        )+
+        (Vec::new(), paths, router)
+    }};
+}
 
 /// The routes served but left out of the OpenAPI document, as `(method, path)`: the metrics
 /// scrape (Prometheus text, per process; off in the ingress Lambda).

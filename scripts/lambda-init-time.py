@@ -360,10 +360,22 @@ def child_env(args: argparse.Namespace, function: str, runtime_api: str) -> dict
     }
     if function == "agentlane-ingress":
         env["AGENTLANE_API_KEYS"] = args.api_keys
+    if function == "agentlane-cron":
+        # As infra/template.yaml deploys it: without AGENTLANE_DLQ_URL the cron function looks
+        # the dead-letter queue up by name (a second SDK configuration and a GetQueueUrl call at
+        # init), which no deployment does.
+        env["AGENTLANE_DLQ_URL"] = dlq_url_for(args.queue_url)
     for kv in args.env:
         key, _, value = kv.partition("=")
         env[key] = value
     return env
+
+
+def dlq_url_for(queue_url: str) -> str:
+    """The dead-letter queue `setup-aws` makes beside `queue_url`: `name.fifo` -> `name-dlq.fifo`."""
+    base, _, name = queue_url.rstrip("/").rpartition("/")
+    stem = name[: -len(".fifo")] if name.endswith(".fifo") else name
+    return f"{base}/{stem}-dlq.fifo"
 
 
 @dataclass

@@ -212,7 +212,7 @@ pub fn app(state: ApiState) -> Router {
 /// tracing span around every request. `notifier` must be the one the store given in `state`
 /// signals (see [`NotifyingStore`]).
 pub fn app_with(state: ApiState, notifier: Notifier) -> Router {
-    build(state, notifier, routes::table(), routes::not_found)
+    build(state, notifier, routes::table::<false>(), routes::not_found)
 }
 
 /// The API of the streaming ingress Lambda (a Function URL with response streaming): only the
@@ -224,7 +224,7 @@ pub fn streaming_app(state: ApiState) -> Router {
     build(
         state,
         Notifier::new(),
-        routes::streaming_table(),
+        routes::streaming_table::<false>(),
         routes::not_streamed,
     )
 }

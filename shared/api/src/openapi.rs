@@ -10,7 +10,6 @@ use crate::openai::OpenAiErrorBody;
 use crate::routes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use std::sync::OnceLock;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -220,7 +219,7 @@ fn error_response(
 /// The document: [`ApiDoc`], every route the router registers with its annotation, and the
 /// error answers of [`Conventions`].
 pub fn document() -> Document {
-    let routes::Table { waits, rest } = routes::table();
+    let routes::Table { waits, rest } = routes::table::<true>();
     let mut document = ApiDoc::openapi();
     document.merge(rest.into_openapi());
     document.merge(waits.into_openapi());
@@ -262,9 +261,10 @@ fn flatten_agent_schemas(document: &mut Document) {
     }
 }
 
-/// The document as pretty JSON with a trailing newline: what `GET /v1/openapi.json` serves,
-/// `agentlane openapi` prints and `docs/openapi.json` holds.
+/// The document as pretty JSON with a trailing newline, generated from the code: what
+/// `agentlane openapi` prints and `docs/openapi.json` holds (a test compares them).
 pub fn openapi_json() -> &'static str {
+    use std::sync::OnceLock;
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
         // A document of plain strings and maps always serialises.
@@ -276,10 +276,15 @@ pub fn openapi_json() -> &'static str {
     })
 }
 
+/// The committed `docs/openapi.json`, what `GET /v1/openapi.json` serves: the text
+/// [`openapi_json`] generates (a test fails when they differ), without the code that generates
+/// it in the server, so the Lambda functions link none of it.
+pub const SERVED_DOCUMENT: &str = include_str!("../../../docs/openapi.json");
+
 /// `GET /v1/openapi.json`, no auth: this document.
 #[utoipa::path(get, path = "/v1/openapi.json", operation_id = "openapi", tag = "health",
     security(()),
     responses((status = 200, description = "The OpenAPI 3.1 document of this API", body = Object)))]
 pub async fn serve_document() -> Response {
-    ([(CONTENT_TYPE, "application/json")], openapi_json()).into_response()
+    ([(CONTENT_TYPE, "application/json")], SERVED_DOCUMENT).into_response()
 }

@@ -7,22 +7,26 @@
 //!   retries), deadlines. Pure, table-tested.
 //! - [`fire`]: a claimed fire becomes a run in a fresh session `cron:<jobId>:<runId>`, through
 //!   the normal intake and lane queue.
-//! - [`ticker`]: the loop `serve` and the cron Lambda run — due jobs through the due index, one
+//! - [`ticker`] (feature `ticker`, on by default): the loop `serve` and the cron Lambda run — due jobs through the due index, one
 //!   conditional write per job, then the side effects.
-//! - [`delivery`]: webhook delivery of a finished fire's payloads.
+//! - [`delivery`] (feature `ticker`): webhook delivery of a finished fire's payloads.
 //! - [`budget`]: the per-tenant fire budget (fires per minute), a token bucket. Pure.
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 pub mod budget;
+#[cfg(feature = "ticker")]
 pub mod delivery;
 pub mod fire;
 pub mod plan;
 pub mod schedule;
+#[cfg(feature = "ticker")]
 pub mod ticker;
 
 pub use budget::FireBudget;
+#[cfg(feature = "ticker")]
 pub use delivery::WebhookSender;
 pub use fire::{SubmitError, fire_now, fire_request};
 pub use schedule::{CompiledSchedule, ScheduleError, validate_new};
+#[cfg(feature = "ticker")]
 pub use ticker::{TickReport, Ticker, TickerConfig};

@@ -3,7 +3,7 @@
 //! - [`classify`]: `session.long_running` / `session.stalled` / `session.stuck` for one
 //!   processing session, with the thresholds (`AGENTLANE_STUCK_WARN_MS`,
 //!   `AGENTLANE_STUCK_ABORT_MS`).
-//! - [`Supervisor::sweep`]: one sweep over the processing sessions (an index query, never a
+//! - [`Supervisor::sweep`] (feature `sweep`, on by default): one sweep over the processing sessions (an index query, never a
 //!   scan): diagnostics logged with back-off, stalled runs aborted, stuck sessions recovered
 //!   under the session lock; [`Supervisor::reconcile_dead_letter`] for a dead-lettered turn.
 //! - [`RetentionSweep`]: sessions past their tenant's retention deleted (issue 24), a bounded
@@ -16,6 +16,7 @@
 pub mod classify;
 pub mod dead_letters;
 pub mod retention;
+#[cfg(feature = "sweep")]
 pub mod sweep;
 
 pub use classify::{
@@ -23,16 +24,20 @@ pub use classify::{
 };
 pub use dead_letters::{DeadLetterSource, DeadTurn};
 pub use retention::{RetentionBudget, RetentionReport, RetentionSweep};
+#[cfg(feature = "sweep")]
 pub use sweep::{MAX_REDRIVES, SWEEP_LIMIT, Supervisor, SweepReport};
 
+#[cfg(feature = "sweep")]
 use std::sync::Arc;
 use std::time::Duration;
+#[cfg(feature = "sweep")]
 use tokio_util::sync::CancellationToken;
 
 /// `serve`'s default sweep period (`AGENTLANE_SWEEP_INTERVAL_MS`).
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Sweeps every `interval` until `shutdown`; a failed sweep is logged and the next one runs.
+#[cfg(feature = "sweep")]
 pub async fn run_every(
     supervisor: Arc<Supervisor>,
     interval: Duration,

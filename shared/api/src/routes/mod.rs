@@ -18,7 +18,38 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
+
+/// `routes!(DOC; handler, ...)`: each handler under the method and path of its
+/// `#[utoipa::path]`. With `DOC` (building the OpenAPI document) it is `utoipa_axum::routes!`,
+/// which also builds each operation and its schemas; without (serving), only the router: the
+/// functions never reach the document's code, so fat LTO drops it (~0.8 MiB of the ingress).
+macro_rules! routes {
+    ($doc:expr; $($handler:path),+ $(,)?) => {{
+        if $doc {
+            utoipa_axum::routes!($($handler),+)
+        } else {
+            #[allow(unused_imports)]
+            use utoipa::Path as _;
+            use utoipa_axum::PathItemExt as _;
+            let mut paths = utoipa::openapi::path::Paths::new();
+            let mut router = axum::routing::MethodRouter::new();
+            $(
+                // `paste!` turns the `path` fragment back into tokens, as
+                // `utoipa_axum::routes!` does, so that its `@path` rule finds the handler's
+                // `__path_` type.
+                let (path, methods) = utoipa_axum::paste! {(
+                    utoipa_axum::routes!(@path [path()] of $handler),
+                    utoipa_axum::routes!(@path [methods()] of $handler),
+                )};
+                router = methods.iter().fold(router, |router, method| {
+                    router.on(method.to_method_filter(), $handler)
+                });
+                paths.paths.insert(path, utoipa::openapi::path::PathItem::default());
+            )+
+            (Vec::new(), paths, router)
+        }
+    }};
+}
 
 /// The routes served but left out of the OpenAPI document, as `(method, path)`: the metrics
 /// scrape (Prometheus text, per process; off in the ingress Lambda).
@@ -38,48 +69,48 @@ pub(crate) struct Table {
 }
 
 /// The routes. A documented route is registered with `routes!`, which takes its method and
-/// path from the handler's `#[utoipa::path]` and adds that operation to the router's document:
-/// serving a route and documenting it are one act. [`UNDOCUMENTED`] lists the only others.
-pub(crate) fn table() -> Table {
+/// path from the handler's `#[utoipa::path]` and, with `DOC`, adds that operation to the
+/// router's document: serving a route and documenting it are one list. [`UNDOCUMENTED`] lists
+/// the only others. `DOC` is false when serving (see `routes!`).
+pub(crate) fn table<const DOC: bool>() -> Table {
     let rest = OpenApiRouter::default()
-        .routes(routes!(health))
-        .routes(routes!(ready))
-        .routes(routes!(crate::openapi::serve_document))
+        .routes(routes!(DOC; health))
+        .routes(routes!(DOC; ready))
+        .routes(routes!(DOC; crate::openapi::serve_document))
         .route(METRICS, get(metrics))
-        .routes(routes!(agent::submit))
-        .routes(routes!(runs::get_run))
-        .routes(routes!(runs::events))
-        .routes(routes!(runs::abort))
-        .routes(routes!(actions::answer))
-        .routes(routes!(catalog::list_runs))
-        .routes(routes!(catalog::list_sessions))
-        .routes(routes!(
-            sessions::get_session,
+        .routes(routes!(DOC; agent::submit))
+        .routes(routes!(DOC; runs::get_run))
+        .routes(routes!(DOC; runs::events))
+        .routes(routes!(DOC; runs::abort))
+        .routes(routes!(DOC; actions::answer))
+        .routes(routes!(DOC; catalog::list_runs))
+        .routes(routes!(DOC; catalog::list_sessions))
+        .routes(routes!(DOC; sessions::get_session,
             sessions::patch_session,
             catalog::delete_session
         ))
-        .routes(routes!(sessions::transcript))
-        .routes(routes!(sessions::reset))
-        .routes(routes!(cron::list, cron::create))
-        .routes(routes!(cron::get, cron::patch, cron::delete))
-        .routes(routes!(cron::run_now))
-        .routes(routes!(agents::list, agents::create))
-        .routes(routes!(agents::get, agents::patch, agents::delete))
-        .routes(routes!(usage::get_usage))
-        .routes(routes!(openai::list_models));
+        .routes(routes!(DOC; sessions::transcript))
+        .routes(routes!(DOC; sessions::reset))
+        .routes(routes!(DOC; cron::list, cron::create))
+        .routes(routes!(DOC; cron::get, cron::patch, cron::delete))
+        .routes(routes!(DOC; cron::run_now))
+        .routes(routes!(DOC; agents::list, agents::create))
+        .routes(routes!(DOC; agents::get, agents::patch, agents::delete))
+        .routes(routes!(DOC; usage::get_usage))
+        .routes(routes!(DOC; openai::list_models));
     Table {
-        waits: waiting_routes(),
+        waits: waiting_routes::<DOC>(),
         rest,
     }
 }
 
 /// The routes that wait for a run to end (`agent.wait`, the OpenAI-compatible completions and
 /// responses), in both tables.
-fn waiting_routes() -> OpenApiRouter<Arc<Shared>> {
+fn waiting_routes<const DOC: bool>() -> OpenApiRouter<Arc<Shared>> {
     OpenApiRouter::default()
-        .routes(routes!(agent::wait))
-        .routes(routes!(openai::chat_completions))
-        .routes(routes!(openai::create_response))
+        .routes(routes!(DOC; agent::wait))
+        .routes(routes!(DOC; openai::chat_completions))
+        .routes(routes!(DOC; openai::create_response))
 }
 
 /// The routes of the streaming ingress (a Lambda Function URL with response streaming, see
@@ -87,14 +118,14 @@ fn waiting_routes() -> OpenApiRouter<Arc<Shared>> {
 /// `agent.wait`, the OpenAI-compatible completions and responses, streamed or not), the model
 /// list (so that one OpenAI `base_url` serves a client) and the health check. Everything else
 /// is served by the HTTP API only.
-pub(crate) fn streaming_table() -> Table {
+pub(crate) fn streaming_table<const DOC: bool>() -> Table {
     let rest = OpenApiRouter::default()
-        .routes(routes!(health))
-        .routes(routes!(runs::get_run))
-        .routes(routes!(runs::events))
-        .routes(routes!(openai::list_models));
+        .routes(routes!(DOC; health))
+        .routes(routes!(DOC; runs::get_run))
+        .routes(routes!(DOC; runs::events))
+        .routes(routes!(DOC; openai::list_models));
     Table {
-        waits: waiting_routes(),
+        waits: waiting_routes::<DOC>(),
         rest,
     }
 }

@@ -12,7 +12,7 @@
 //! are skipped.
 
 use super::DynamoStore;
-use super::error::classify;
+use super::error::{applied, classify};
 use super::item::{
     Item, RUN_SESSION, SESS_TENANT, TENANT, n, run_from_item, run_index_attributes, s,
     tenant_partition,
@@ -140,16 +140,6 @@ impl DynamoStore {
             .set_expression_attribute_values(Some(values))
             .send()
             .await;
-        match update {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(classify(err)),
-        }
+        applied(update)
     }
 }

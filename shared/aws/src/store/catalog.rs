@@ -11,7 +11,7 @@
 //!   run), the session's partition (pending steers) by `BatchWriteItem`, and the session item
 //!   last, only if no writer holds its lock.
 
-use super::error::{build_error, classify};
+use super::error::{applied, build_error, classify};
 use super::item::{
     AGENT_ID, Item, LOCK_OWNER, LOCK_UNTIL, RUN_ID, RUN_JSON, RUN_SESSION, SESS_TENANT,
     SESSION_SEQ, STATUS, UPDATED_AT, n, run_from_item, s, session_from_item, tenant_partition,
@@ -408,17 +408,7 @@ impl DynamoStore {
             .expression_attribute_values(":rid", s(run_id.as_str()))
             .send()
             .await;
-        match deleted {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(classify(err)),
-        }
+        applied(deleted)
     }
 }
 

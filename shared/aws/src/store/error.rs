@@ -59,6 +59,28 @@ where
     error_for_code(code.as_deref(), DisplayErrorContext(&err).to_string())
 }
 
+/// Whether a conditional request took effect: `Ok(true)`, `Ok(false)` when its condition did
+/// not hold (`ConditionalCheckFailedException`), any other failure classified.
+pub(crate) fn applied<T, E, R>(result: Result<T, SdkError<E, R>>) -> Result<bool, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(err)
+            if err.as_service_error().and_then(ProvideErrorMetadata::code)
+                == Some(CONDITION_FAILED) =>
+        {
+            Ok(false)
+        }
+        Err(err) => Err(classify(err)),
+    }
+}
+
+/// Service error code of a failed condition on a single-item request.
+const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
+
 /// The store error for a failure with service error `code` (`None`: no answer from the service,
 /// e.g. a connection failure or timeout).
 pub(crate) fn error_for_code(code: Option<&str>, text: String) -> StoreError {

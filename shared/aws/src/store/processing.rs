@@ -7,7 +7,7 @@
 //! `PENDING`, `pendAt` = since when), and one conditional `UpdateItem` per session the sweep
 //! settles.
 
-use super::error::classify;
+use super::error::{applied, classify};
 use super::item::{
     PEND_AT, PEND_PK, PEND_PK_VALUE, PROC_AT, PROC_PK, PROC_PK_VALUE, REDRIVES, RUNS_ACCEPTED,
     RUNS_FINISHED, SESSION_ID, n, open_run_attr, s, session_from_item,
@@ -92,17 +92,7 @@ impl ProcessingIndex for DynamoStore {
         if !remove.is_empty() {
             expression = format!("{expression} REMOVE {}", remove.join(", "));
         }
-        match update.update_expression(expression.trim()).send().await {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(classify(err)),
-        }
+        applied(update.update_expression(expression.trim()).send().await)
     }
 }
 

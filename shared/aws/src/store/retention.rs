@@ -14,7 +14,7 @@
 //!   keeps the session whole; one accepted after the delete starts a new session (a new session
 //!   id, new runs) that the deletion, working from what it read before, never touches.
 
-use super::error::{build_error, classify};
+use super::error::{applied, build_error, classify};
 use super::item::{
     ACTIVE_RUN_ID, Item, LOCK_OWNER, LOCK_UNTIL, RUNS_ACCEPTED, RUNS_FINISHED, SESS_TENANT,
     SESSION_ID, STATUS, TENANT, UPDATED_AT, n, s, session_from_item, status_str, tenant_partition,
@@ -257,16 +257,6 @@ impl DynamoStore {
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
-        match deleted {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(classify(err)),
-        }
+        applied(deleted)
     }
 }

@@ -82,7 +82,9 @@ async fn answer(store: &Arc<dyn Store>, run: &Run, now: u64) {
 }
 
 /// A session of `tenant` with one answered turn at `at`; its run.
-async fn answered(store: &Arc<dyn Store>, tenant: &TenantId, at: u64) -> Run {
+/// A new session of `tenant` with one turn accepted at `at` and answered `ok` (two transcript
+/// entries, two events), its lock released.
+pub async fn answered(store: &Arc<dyn Store>, tenant: &TenantId, at: u64) -> Run {
     let run = fixtures::accept(store, tenant, &session_key(), at).await;
     answer(store, &run, at + 1).await;
     run

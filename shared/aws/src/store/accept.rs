@@ -3,9 +3,10 @@
 use super::error::build_error;
 use super::error::classify;
 use super::item::{
-    ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, INTERRUPT_AFTER, INTERRUPT_RUN, INTERRUPT_SEQ,
-    Item, PEND_AT, PEND_PK, PEND_PK_VALUE, RUN_ID, RUN_JSON, RUNS_ACCEPTED, SESSION_ID, STATUS,
-    UPDATED_AT, get_str, n, open_run_attr, opt_u64, run_json, s, session_from_item, session_item,
+    ABORT_REQUESTED, EXPIRES_AT, EXPIRES_AT_MS, EXPIRING, INTERRUPT_AFTER, INTERRUPT_RUN,
+    INTERRUPT_SEQ, Item, PEND_AT, PEND_PK, PEND_PK_VALUE, RUN_ID, RUN_JSON, RUNS_ACCEPTED,
+    SESSION_ID, STATUS, UPDATED_AT, get_str, n, open_run_attr, opt_u64, run_json, s,
+    session_from_item, session_item,
 };
 use super::keys::{self, IDEM_SK, PK, RUN_SK, SESSION_SK, SK};
 use super::{CONFLICT_RETRIES, DynamoStore, Transact, agents, conflict_backoff};
@@ -76,6 +77,13 @@ impl DynamoStore {
                     0,
                     None,
                 ),
+                Some(item) if item.contains_key(EXPIRING) => {
+                    // The retention sweep is deleting it: the turn waits for the new session.
+                    return Err(StoreError::Unavailable(format!(
+                        "session {} is being deleted by its retention; retry shortly",
+                        turn.session_key
+                    )));
+                }
                 Some(item) => {
                     let session = session_from_item(item)?;
                     turn.check_agent(&session)?;
@@ -305,7 +313,10 @@ impl DynamoStore {
                 "SET {RUNS_ACCEPTED} = {RUNS_ACCEPTED} + :one, {UPDATED_AT} = :now, \
                  {PEND_PK} = :pend, {PEND_AT} = if_not_exists({PEND_AT}, :now), #open = :rid{mark}"
             ))
-            .condition_expression(format!("{SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :seen"))
+            .condition_expression(format!(
+                "{SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :seen \
+                 AND attribute_not_exists({EXPIRING})"
+            ))
             .expression_attribute_names("#open", open_run_attr(session.runs_accepted))
             .expression_attribute_values(":pend", s(PEND_PK_VALUE))
             .expression_attribute_values(":rid", s(turn.run_id.as_str()))

@@ -18,6 +18,8 @@ pub(crate) const STATUS: &str = "status";
 pub(crate) const ACTIVE_RUN_ID: &str = "activeRunId";
 pub(crate) const CREATED_AT: &str = "createdAt";
 pub(crate) const UPDATED_AT: &str = "updatedAt";
+/// On a session item: when the retention sweep began to expire it (ms); no turn is accepted.
+pub(crate) const EXPIRING: &str = "expiringSince";
 pub(crate) const LAST_PROGRESS_AT: &str = "lastProgressAt";
 pub(crate) const RUNS_ACCEPTED: &str = "runsAccepted";
 /// The agent a session belongs to (absent: `main`).

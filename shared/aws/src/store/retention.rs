@@ -7,17 +7,21 @@
 //!   sessions; `tenants erase` deletes it. The sweep pages it in tenant order.
 //! - A tenant's stale sessions: a query of the GSI `sessions` (`sessTenant` = `T#{tenant}`,
 //!   `updatedAt < cutoff`), oldest first.
-//! - Expiring a session: its runs and pending-steer keys are read, then the session item is
-//!   deleted on the rule itself as the condition (`updatedAt` before the cutoff, idle, no
-//!   active run, no turn accepted since it was read, no live lock); only then its runs, events,
-//!   transcripts and idempotency records go. A turn accepted meanwhile fails the condition and
-//!   keeps the session whole; one accepted after the delete starts a new session (a new session
-//!   id, new runs) that the deletion, working from what it read before, never touches.
+//! - Expiring a session: the session item is first marked (`expiringSince`) on the rule itself
+//!   as the condition (`updatedAt` before the cutoff, idle, no active run, no turn accepted
+//!   since it was read, no live lock). A marked session accepts no turn (the accept answers
+//!   `unavailable`, retry later), so what it holds no longer changes: its runs, events,
+//!   transcripts, idempotency records and pending-steer items are read and deleted, and the
+//!   session item last. A turn accepted before the mark fails its condition and keeps the
+//!   session whole. A pass cut off after the mark (a crash, a timeout) leaves the marked
+//!   session in the `sessions` index with its old `updatedAt`: the next pass finds it and
+//!   finishes, whatever the retention says by then, since part of it may be gone.
 
 use super::error::{applied, build_error, classify};
 use super::item::{
-    ACTIVE_RUN_ID, Item, LOCK_OWNER, LOCK_UNTIL, RUNS_ACCEPTED, RUNS_FINISHED, SESS_TENANT,
-    SESSION_ID, STATUS, TENANT, UPDATED_AT, n, s, session_from_item, status_str, tenant_partition,
+    ACTIVE_RUN_ID, EXPIRING, Item, LOCK_OWNER, LOCK_UNTIL, RUNS_ACCEPTED, RUNS_FINISHED,
+    SESS_TENANT, SESSION_ID, STATUS, TENANT, UPDATED_AT, n, s, session_from_item, status_str,
+    tenant_partition,
 };
 use super::keys::{self, PK, SESSION_SK, SK};
 use super::{DynamoStore, SESSIONS_INDEX};
@@ -192,58 +196,59 @@ impl SessionRetention for DynamoStore {
         retention: Duration,
         now: u64,
     ) -> StoreResult<Expiry> {
-        let Some(session) = self.load_session(tenant, key).await? else {
+        let session_pk = keys::session_pk(tenant, key);
+        let Some(item) = self.get_item(session_pk.clone(), SESSION_SK).await? else {
             return Ok(Expiry::Gone);
         };
-        match verdict(&session, Some(retention), now) {
-            Verdict::Expired => {}
-            kept => return Ok(Expiry::Kept(kept)),
+        let session = session_from_item(&item)?;
+        // A marked session is finished whatever the rule says now: part of it may be gone.
+        if !item.contains_key(EXPIRING) {
+            match verdict(&session, Some(retention), now) {
+                Verdict::Expired => {}
+                kept => return Ok(Expiry::Kept(kept)),
+            }
+            if !self
+                .mark_expiring(&session, cutoff_of(retention, now), now)
+                .await?
+            {
+                return Ok(match self.load_session(tenant, key).await? {
+                    None => Expiry::Gone,
+                    Some(now_stored) => {
+                        Expiry::Kept(match verdict(&now_stored, Some(retention), now) {
+                            Verdict::Expired => Verdict::Busy,
+                            other => other,
+                        })
+                    }
+                });
+            }
         }
-        // What to delete, read while the session still holds its key.
-        let session_pk = keys::session_pk(tenant, key);
+        // Marked: no turn is accepted any more, so what is read here is all there is.
         let runs = self.runs_of_session(&session).await?;
         let others = self.session_partition_others(&session_pk).await?;
-        if !self
-            .delete_if_expired(&session, cutoff_of(retention, now), now)
-            .await?
-        {
-            return Ok(match self.load_session(tenant, key).await? {
-                None => Expiry::Gone,
-                Some(now_stored) => {
-                    Expiry::Kept(match verdict(&now_stored, Some(retention), now) {
-                        Verdict::Expired => Verdict::Busy,
-                        other => other,
-                    })
-                }
-            });
-        }
         let mut removed = self.remove_runs_and_transcripts(&session, &runs).await?;
         removed.other += u64::try_from(others.len()).unwrap_or(u64::MAX) + 1;
         self.batch_delete(others).await?;
+        self.delete_marked(&session).await?;
         Ok(Expiry::Removed(removed))
     }
 }
 
 impl DynamoStore {
-    /// Deletes the session item only if the retention rule still holds for it: its
+    /// Marks the session item as expiring only if the retention rule still holds for it: its
     /// `updatedAt` before `cutoff`, idle without an active run, every turn finished and none
     /// accepted since `session` was read (same id, same count), no live lock at `now`.
     /// Whether it did.
-    async fn delete_if_expired(
-        &self,
-        session: &Session,
-        cutoff: u64,
-        now: u64,
-    ) -> StoreResult<bool> {
-        let deleted = self
+    async fn mark_expiring(&self, session: &Session, cutoff: u64, now: u64) -> StoreResult<bool> {
+        let marked = self
             .client
-            .delete_item()
+            .update_item()
             .table_name(&self.table)
             .key(
                 PK,
                 s(keys::session_pk(&session.tenant, &session.session_key)),
             )
             .key(SK, s(SESSION_SK))
+            .update_expression(format!("SET {EXPIRING} = :now"))
             .condition_expression(format!(
                 "{UPDATED_AT} < :cut AND #st = :idle AND attribute_not_exists({ACTIVE_RUN_ID}) \
                  AND {SESSION_ID} = :sid AND {RUNS_ACCEPTED} = :acc AND {RUNS_FINISHED} >= :acc \
@@ -257,6 +262,27 @@ impl DynamoStore {
             .expression_attribute_values(":now", n(now))
             .send()
             .await;
-        applied(deleted)
+        applied(marked)
+    }
+
+    /// Deletes the marked session item, the last of its items (still marked, same session
+    /// id: nothing could replace it while marked, checked all the same).
+    async fn delete_marked(&self, session: &Session) -> StoreResult<()> {
+        let deleted = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(
+                PK,
+                s(keys::session_pk(&session.tenant, &session.session_key)),
+            )
+            .key(SK, s(SESSION_SK))
+            .condition_expression(format!(
+                "attribute_exists({EXPIRING}) AND {SESSION_ID} = :sid"
+            ))
+            .expression_attribute_values(":sid", s(session.session_id.as_str()))
+            .send()
+            .await;
+        applied(deleted).map(|_| ())
     }
 }

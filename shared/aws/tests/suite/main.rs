@@ -15,6 +15,7 @@ mod cron_retention;
 mod dynamo_store;
 mod pages;
 mod processing_index;
+mod retention_resume;
 mod secrets;
 mod setup;
 mod sqs_queue;

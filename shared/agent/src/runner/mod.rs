@@ -40,6 +40,7 @@ mod stream;
 pub mod tool_exec;
 mod tool_round;
 mod turn_loop;
+mod turn_open;
 
 pub use stop::{StopReason, StopSignal};
 pub use tool_round::SKIPPED_FOR_STEER;

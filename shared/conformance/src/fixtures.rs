@@ -4,9 +4,9 @@
 //! one DynamoDB table) without seeing each other's records.
 
 use agentlane_core::{
-    Clock, Event, EventStream, Fence, Lane, LaneMessage, LockAttempt, Message, NewTurn, QueueMode,
-    Run, RunId, RunStatus, Session, SessionId, SessionKey, Store, SystemClock, TenantId, ToolCall,
-    TranscriptEntry, TurnMessage, TurnRequest,
+    Clock, Commit, Event, EventStream, Fence, Lane, LaneMessage, LockAttempt, Message, NewTurn,
+    QueueMode, Run, RunId, RunStatus, Session, SessionId, SessionKey, SessionStatus, SessionUpdate,
+    Store, SystemClock, TenantId, ToolCall, TranscriptEntry, TurnMessage, TurnRequest,
 };
 use std::sync::Arc;
 
@@ -186,6 +186,25 @@ pub fn running(run: &Run, now: u64) -> Run {
         pickups: run.pickups + 1,
         model: Some("demo/echo".into()),
         ..run.clone()
+    }
+}
+
+/// The commit that ends `run` `ok` at `now`: the session idle again, the lock released.
+pub fn finished(run: &Run, now: u64) -> Commit {
+    Commit {
+        run: Some(Run {
+            status: RunStatus::Ok,
+            ended_at: Some(now),
+            ..running(run, now)
+        }),
+        session: Some(SessionUpdate {
+            status: SessionStatus::Idle,
+            active_run_id: None,
+            last_progress_at: now,
+            finished_delta: 1,
+        }),
+        release_lock: true,
+        ..Commit::default()
     }
 }
 

@@ -13,8 +13,7 @@
 use crate::fixtures::{self, session_key, tenant, wall_ms};
 use agentlane_core::store::{DAY, Verdict};
 use agentlane_core::{
-    Commit, Expiry, Run, RunStatus, SessionKey, SessionRetention, SessionStatus, SessionUpdate,
-    Store, TenantEraser, TenantId,
+    Commit, Expiry, Run, RunStatus, SessionKey, SessionRetention, Store, TenantEraser, TenantId,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,29 +58,16 @@ async fn answer(store: &Arc<dyn Store>, run: &Run, now: u64) {
     )
     .await;
     let commit = Commit {
-        run: Some(Run {
-            status: RunStatus::Ok,
-            ended_at: Some(now),
-            ..fixtures::running(run, now)
-        }),
-        session: Some(SessionUpdate {
-            status: SessionStatus::Idle,
-            active_run_id: None,
-            last_progress_at: now,
-            finished_delta: 1,
-        }),
         transcript: vec![
             fixtures::entry(1, &run.run_id, now),
             fixtures::entry(2, &run.run_id, now),
         ],
         events: vec![fixtures::event(0, now), fixtures::event(1, now)],
-        release_lock: true,
-        ..Commit::default()
+        ..fixtures::finished(run, now)
     };
     store.commit(&fence, commit).await.expect("commit");
 }
 
-/// A session of `tenant` with one answered turn at `at`; its run.
 /// A new session of `tenant` with one turn accepted at `at` and answered `ok` (two transcript
 /// entries, two events), its lock released.
 pub async fn answered(store: &Arc<dyn Store>, tenant: &TenantId, at: u64) -> Run {

@@ -208,25 +208,6 @@ pub async fn case_a_sessions_page_stops_at_its_byte_budget(backend: Arc<dyn Cata
     assert_eq!(keys_of(&pages), keys);
 }
 
-/// `run` finished `ok` in a commit that releases the lock.
-fn finish(run: &Run, now: u64) -> Commit {
-    Commit {
-        run: Some(Run {
-            status: RunStatus::Ok,
-            ended_at: Some(now),
-            ..fixtures::running(run, now)
-        }),
-        session: Some(SessionUpdate {
-            status: SessionStatus::Idle,
-            active_run_id: None,
-            last_progress_at: now,
-            finished_delta: 1,
-        }),
-        release_lock: true,
-        ..Commit::default()
-    }
-}
-
 /// `list_session_runs` lists a session's runs newest first, filters by status, pages below the
 /// last seq listed, and lists nothing for another tenant or an unknown key.
 pub async fn case_session_runs_list_newest_first_by_status(backend: Arc<dyn CatalogBackend>) {
@@ -239,7 +220,7 @@ pub async fn case_session_runs_list_newest_first_by_status(backend: Arc<dyn Cata
     }
     let fence = fixtures::lock(&store, &t, &k, "runner-a", LEASE_MS, now + 5).await;
     store
-        .commit(&fence, finish(&runs[0], now + 6))
+        .commit(&fence, fixtures::finished(&runs[0], now + 6))
         .await
         .expect("commit");
     let ids = |page: &[Run]| page.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>();
@@ -307,7 +288,7 @@ pub async fn case_deleting_a_session_leaves_nothing_of_it(backend: Arc<dyn Catal
     keyed.idempotency_key = Some(fixtures::unique("idem"));
     let first = store.accept_turn(keyed.clone()).await.expect("accept").run;
     let fence = fixtures::lock(&store, &t, &k, "runner-a", LEASE_MS, now + 1).await;
-    let mut done = finish(&first, now + 2);
+    let mut done = fixtures::finished(&first, now + 2);
     done.transcript = vec![
         fixtures::entry(1, &first.run_id, now + 2),
         fixtures::entry(2, &first.run_id, now + 2),
@@ -321,7 +302,7 @@ pub async fn case_deleting_a_session_leaves_nothing_of_it(backend: Arc<dyn Catal
         .expect("reset");
     let second = fixtures::accept(&store, &t, &k, now + 4).await;
     let fence = fixtures::lock(&store, &t, &k, "runner-a", LEASE_MS, now + 5).await;
-    let mut done = finish(&second, now + 6);
+    let mut done = fixtures::finished(&second, now + 6);
     done.transcript = vec![fixtures::entry(1, &second.run_id, now + 6)];
     done.events = vec![fixtures::event(0, now + 6)];
     store.commit(&fence, done).await.expect("commit");

@@ -13,7 +13,8 @@
 //! gets a request limit that does not cap the run.
 //!
 //! It prints what it measured first: turns/s, turn latency percentiles, the server's CPU time
-//! and peak RSS (`VmHWM`). Then (untimed, waiting out `429`s so the tenant's request limit
+//! and peak RSS (`VmHWM`), and the same server's `GET /healthz` rate with as many clients (2 s,
+//! right after the turns), with turns/s as a share of it. Then (untimed, waiting out `429`s so the tenant's request limit
 //! paces them) it reads every run and every session's transcript: it reports the overhead
 //! (latency minus the model time the run recorded) and fails when a run did not end `ok` or a
 //! session's transcript is not in the order its turns were sent.
@@ -529,6 +530,14 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
             );
         }
     }
+    // The same server's `/healthz` rate right after, with as many clients: the HTTP ceiling a
+    // turn (two requests and the whole pipeline) is measured against.
+    let healthz = healthz_rate(client, bench.concurrency, HEALTHZ_FOR).await?;
+    println!(
+        "healthz: {healthz:.0} req/s with {} clients; turns/s are {:.3} of it",
+        bench.concurrency,
+        rate / healthz.max(f64::EPSILON)
+    );
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         println!(
             "load average: {}",
@@ -581,6 +590,39 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
         bail!("{out_of_order} sessions have their turns out of order");
     }
     Ok(())
+}
+
+/// How long the `/healthz` rate is measured for.
+const HEALTHZ_FOR: Duration = Duration::from_secs(2);
+
+/// `GET /healthz` requests per second that `concurrency` clients get answered in `span`.
+async fn healthz_rate(
+    client: &ApiClient,
+    concurrency: usize,
+    span: Duration,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut clients = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let client = client.clone();
+        clients.push(tokio::spawn(async move {
+            let mut answered = 0u64;
+            while started.elapsed() < span {
+                let response = client.request(Method::GET, "/healthz").send().await?;
+                if !response.status().is_success() {
+                    bail!("/healthz answered {}", response.status());
+                }
+                response.bytes().await?;
+                answered += 1;
+            }
+            Ok::<_, anyhow::Error>(answered)
+        }));
+    }
+    let mut answered = 0;
+    for c in clients {
+        answered += c.await.context("a client panicked")??;
+    }
+    Ok(answered as f64 / started.elapsed().as_secs_f64())
 }
 
 /// Sessions whose transcript does not hold their runs in the order the client sent them (each

@@ -82,6 +82,8 @@ pub fn open_embedded_backend(
     if let Some(cap) = cap.and_then(|v| v.trim().parse::<u32>().ok()) {
         backend.set_max_failed_deliveries(cap.saturating_add(1));
     }
+    // The backend is also the lane queue below: an accept queues its run in its own commit.
+    backend.queue_accepted_turns();
     let backends = Backends {
         store: Arc::new(backend.clone()),
         cron: Arc::new(backend.clone()),

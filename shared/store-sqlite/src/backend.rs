@@ -16,7 +16,7 @@ use agentlane_core::{Clock, StoreError, SystemClock};
 use rusqlite::Connection;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     /// Failed deliveries after which a message is dead-lettered (see
     /// [`SqliteBackend::set_max_failed_deliveries`]).
     pub(crate) max_failed_deliveries: AtomicU32,
+    /// Whether an accept also queues its run's lane message, in its own transaction (see
+    /// [`SqliteBackend::queue_accepted_turns`]).
+    pub(crate) queue_on_accept: AtomicBool,
     /// The queue's fair dispatch across tenants (taken inside the receive's write).
     pub(crate) fair: Arc<Mutex<crate::fair::FairState>>,
     path: PathBuf,
@@ -117,11 +120,22 @@ impl SqliteBackend {
                 wakeup: Notify::new(),
                 acks: AtomicU64::new(0),
                 max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
+                queue_on_accept: AtomicBool::new(false),
                 fair: Arc::new(Mutex::new(crate::fair::FairState::default())),
                 path,
                 _temp: temp,
             }),
         })
+    }
+
+    /// Makes this backend the lane queue of the turns it accepts: `accept_turn` then writes a
+    /// created run's lane message in the accept's own transaction (one commit instead of two,
+    /// and no accepted run without its message even across a crash), and the API no longer
+    /// enqueues it ([`TurnIntake::queues_accepted_turns`](agentlane_core::TurnIntake::queues_accepted_turns)).
+    /// Only for a deployment whose lane queue is this same backend (or a clone of it); off by
+    /// default.
+    pub fn queue_accepted_turns(&self) {
+        self.inner.queue_on_accept.store(true, Ordering::Relaxed);
     }
 
     /// The database file.

@@ -4,12 +4,20 @@
 use crate::error::{Result, int, uint};
 use crate::records::{self, insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Event, NewTurn, PageBudget, QueueMode, Run, RunId, Session,
-    SessionId, SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry, record_size,
+    AbortReason, AcceptOutcome, Event, Lane, LaneMessage, NewTurn, PageBudget, QueueMode, Run,
+    RunId, Session, SessionId, SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry,
+    TurnMessage, record_size,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<AcceptOutcome> {
+/// Accepts `turn` (see [`TurnIntake::accept_turn`](agentlane_core::TurnIntake::accept_turn));
+/// with `queue_at` (the queue's clock), a created run's lane message is stored in the same
+/// transaction, as [`crate::lane_table::enqueue`] would store it then.
+pub(crate) fn accept_turn(
+    conn: &mut Connection,
+    turn: NewTurn,
+    queue_at: Option<u64>,
+) -> Result<AcceptOutcome> {
     let tx = conn.savepoint()?;
     if let Some(key) = &turn.idempotency_key
         && let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)?
@@ -71,8 +79,26 @@ pub(crate) fn accept_turn(conn: &mut Connection, turn: NewTurn) -> Result<Accept
             int(turn.now.saturating_add(turn.idempotency_ttl_ms))
         ])?;
     }
+    if let Some(now) = queue_at {
+        crate::lane_table::enqueue(&tx, &lane_message(&run), now)?;
+    }
     tx.commit()?;
     Ok(AcceptOutcome { run, created: true })
+}
+
+/// The lane message of a run just accepted: the one the API sends for it on a store that does
+/// not check accepted records.
+fn lane_message(run: &Run) -> LaneMessage {
+    LaneMessage {
+        lane: Lane::for_session(&run.tenant, &run.session_key),
+        dedup_id: run.run_id.to_string(),
+        body: TurnMessage {
+            tenant: run.tenant.clone(),
+            run_id: run.run_id.clone(),
+            session_key: Some(run.session_key.clone()),
+            accepted: None,
+        },
+    }
 }
 
 /// The run a still-live idempotency record names.

@@ -10,11 +10,28 @@ use agentlane_core::{
     SteerTake, StoreResult, TenantId, TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
+use std::sync::atomic::Ordering;
 
 #[async_trait]
 impl TurnIntake for SqliteBackend {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
-        self.with_conn(move |c| ingress::accept_turn(c, turn)).await
+        let queue_at = self
+            .queues_accepted_turns()
+            .then(|| self.inner.clock.now_ms());
+        let outcome = self
+            .with_conn::<_, agentlane_core::StoreError>(move |c| {
+                ingress::accept_turn(c, turn, queue_at)
+            })
+            .await?;
+        if queue_at.is_some() && outcome.created {
+            // The message is durable now: one receiver may take it.
+            self.inner.wakeup.notify_one();
+        }
+        Ok(outcome)
+    }
+
+    fn queues_accepted_turns(&self) -> bool {
+        self.inner.queue_on_accept.load(Ordering::Relaxed)
     }
 
     async fn request_abort_for(

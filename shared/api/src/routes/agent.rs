@@ -128,7 +128,9 @@ pub(crate) async fn accept(
     let run = outcome.run;
     // A replay that finds the run still queued enqueues again: the dedup id makes that a no-op
     // when the first enqueue happened, and heals a crash between accept and enqueue otherwise.
-    if outcome.created || run.status == RunStatus::Queued {
+    // A store that queued the created run in the accept's own write needs no second enqueue.
+    let queued_by_store = outcome.created && state.store.queues_accepted_turns();
+    if !queued_by_store && (outcome.created || run.status == RunStatus::Queued) {
         let message = LaneMessage {
             lane: Lane::for_session(tenant, &run.session_key),
             dedup_id: run.run_id.to_string(),

@@ -260,6 +260,17 @@ pub trait TurnIntake: Send + Sync + 'static {
     /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) is refused (`TooLarge`).
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome>;
 
+    /// Whether [`accept_turn`](Self::accept_turn) also queues the lane message of a run it
+    /// creates, in the same atomic write: a store that is its own lane queue (one database).
+    /// Then an accepted turn never lacks its message, nor a message its run, and the API does
+    /// not enqueue a created run again. The message is the one the API would send
+    /// (`Lane::for_session`, the run id as dedup id, no accepted record), and waiting
+    /// receivers are woken only once the accept has committed. `false` unless an adapter says
+    /// so.
+    fn queues_accepted_turns(&self) -> bool {
+        false
+    }
+
     /// Sets `abort_requested` on a run. Returns the run after the change, `None` if unknown.
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.request_abort_for(tenant, run_id, AbortReason::Requested)

@@ -114,6 +114,10 @@ impl<L: StoreLayer> TurnIntake for Layered<L> {
         self.0.inner().accept_turn(turn).await
     }
 
+    fn queues_accepted_turns(&self) -> bool {
+        self.0.inner().queues_accepted_turns()
+    }
+
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
         self.0.before(StoreCall::RequestAbort).await?;
         StoreLayer::request_abort(&self.0, tenant, run_id).await

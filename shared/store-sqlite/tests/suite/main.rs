@@ -13,4 +13,5 @@ mod cron_retention;
 mod fairness;
 mod pages;
 mod queue_details;
+mod queued_accept;
 mod restart;

@@ -1,0 +1,166 @@
+//! A backend that is its own lane queue (`queue_accepted_turns`, as `serve` opens it): an accept
+//! and its run's lane message are one transaction, so neither is ever stored without the other.
+
+use agentlane_conformance::fixtures;
+use agentlane_core::{
+    HistoryReader, Lane, LaneMessage, LaneQueue, NewTurn, TurnIntake, TurnMessage,
+};
+use agentlane_store_sqlite::{DB_FILE_NAME, SqliteBackend};
+use std::time::{Duration, Instant};
+
+fn queueing(dir: &std::path::Path) -> SqliteBackend {
+    let backend = SqliteBackend::open(dir).unwrap();
+    backend.queue_accepted_turns();
+    backend
+}
+
+/// Everything the queue would deliver now.
+async fn queued(backend: &SqliteBackend) -> Vec<LaneMessage> {
+    backend
+        .receive(100, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.message)
+        .collect()
+}
+
+fn message_of(turn: &NewTurn) -> LaneMessage {
+    LaneMessage {
+        lane: Lane::for_session(&turn.tenant, &turn.session_key),
+        dedup_id: turn.run_id.to_string(),
+        body: TurnMessage {
+            tenant: turn.tenant.clone(),
+            run_id: turn.run_id.clone(),
+            session_key: Some(turn.session_key.clone()),
+            accepted: None,
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_turn_is_queued_in_its_own_commit_and_wakes_a_waiting_receiver() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = queueing(dir.path());
+    assert!(backend.queues_accepted_turns());
+    let turn = fixtures::turn(
+        &fixtures::tenant(),
+        &fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+
+    // GIVEN a lane worker waiting on an empty queue
+    let receiver = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let got = backend
+                .receive(1, Duration::from_secs(30), Duration::from_secs(5))
+                .await
+                .unwrap();
+            (got, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // WHEN a turn is accepted (and nobody enqueues it)
+    let outcome = backend.accept_turn(turn.clone()).await.unwrap();
+    assert!(outcome.created);
+
+    // THEN the worker gets its message at once, the one the API would have sent
+    let (got, waited) = receiver.await.unwrap();
+    assert_eq!(
+        got.into_iter().map(|d| d.message).collect::<Vec<_>>(),
+        vec![message_of(&turn)]
+    );
+    assert!(
+        waited < Duration::from_secs(1),
+        "woken, not polled: {waited:?}"
+    );
+
+    // AND a retry with the same idempotency key queues nothing more
+    let keyed = NewTurn {
+        idempotency_key: Some("once".into()),
+        ..fixtures::turn(&turn.tenant, &turn.session_key, turn.now)
+    };
+    assert!(backend.accept_turn(keyed.clone()).await.unwrap().created);
+    let retry = NewTurn {
+        run_id: agentlane_core::RunId::generate(),
+        ..keyed.clone()
+    };
+    let replayed = backend.accept_turn(retry).await.unwrap();
+    assert!(!replayed.created);
+    assert_eq!(replayed.run.run_id, keyed.run_id);
+    let lane_head = queued(&backend).await;
+    assert!(
+        lane_head.is_empty(),
+        "the lane's head is still in flight: {lane_head:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_and_its_message_survive_a_restart_together_or_neither_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tenant, now) = (fixtures::tenant(), fixtures::wall_ms());
+    let ok = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    let lost_message = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    let lost_run = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    {
+        let backend = queueing(dir.path());
+        backend.accept_turn(ok.clone()).await.unwrap();
+        // GIVEN the message's write fails inside the accept (a trigger stands in for a disk
+        // error or a crash between the two writes) ...
+        let raw = rusqlite::Connection::open(dir.path().join(DB_FILE_NAME)).unwrap();
+        raw.execute_batch(&format!(
+            "CREATE TRIGGER fail_message BEFORE INSERT ON lane_pending
+               WHEN NEW.dedup_id = '{}' BEGIN SELECT RAISE(ABORT, 'queue write failed'); END;
+             CREATE TRIGGER fail_run BEFORE INSERT ON runs
+               WHEN NEW.run_id = '{}' BEGIN SELECT RAISE(ABORT, 'run write failed'); END;",
+            lost_message.run_id, lost_run.run_id
+        ))
+        .unwrap();
+        // ... or the run's write does
+        for turn in [&lost_message, &lost_run] {
+            let refused = backend.accept_turn(turn.clone()).await;
+            assert!(refused.is_err(), "{refused:?}");
+        }
+    }
+
+    // WHEN the process starts again
+    let backend = SqliteBackend::open(dir.path()).unwrap();
+
+    // THEN the accepted turn has its run and its message; each refused one has neither
+    let messages = queued(&backend).await;
+    assert_eq!(messages, vec![message_of(&ok)]);
+    assert!(
+        backend
+            .get_run(&tenant, &ok.run_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    for turn in [&lost_message, &lost_run] {
+        assert_eq!(backend.get_run(&tenant, &turn.run_id).await.unwrap(), None);
+        assert_eq!(
+            backend
+                .get_session(&tenant, &turn.session_key)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_not_told_it_is_the_queue_leaves_enqueueing_to_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = SqliteBackend::open(dir.path()).unwrap();
+    assert!(!backend.queues_accepted_turns());
+    let turn = fixtures::turn(
+        &fixtures::tenant(),
+        &fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+    assert!(backend.accept_turn(turn).await.unwrap().created);
+    assert_eq!(queued(&backend).await, Vec::new());
+}

@@ -260,6 +260,10 @@ mod tests {
         };
         assert_eq!(mmap(&reader), READER_MMAP_BYTES);
         assert_eq!(mmap(&writer), 0);
+        let temp_store: i64 = writer
+            .pragma_query_value(None, "temp_store", |row| row.get(0))
+            .unwrap();
+        assert_eq!(temp_store, 2, "the writer's sub-journal stays in memory");
         writer
             .execute(
                 "INSERT INTO sessions (tenant, session_key, body) VALUES ('t', 'k', '{}')",

@@ -23,6 +23,7 @@
 //! (one turn at a time) and server CPU per turn.
 
 use crate::api_client::{ApiClient, ApiError, Auth};
+use crate::proc_mem;
 use anyhow::{Context, bail};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -72,6 +73,9 @@ struct Turn {
 struct Child {
     child: tokio::process::Child,
     pid: u32,
+    /// The child's binary and data directory, to tell its memory's file pages apart.
+    exe: String,
+    data_dir: String,
 }
 
 impl Drop for Child {
@@ -86,7 +90,7 @@ async fn start_server(
     config: Option<&std::path::Path>,
 ) -> anyhow::Result<(Child, String)> {
     let exe = std::env::current_exe().context("cannot find the agentlane binary")?;
-    let mut command = tokio::process::Command::new(exe);
+    let mut command = tokio::process::Command::new(&exe);
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
@@ -107,7 +111,12 @@ async fn start_server(
     let mut child = command.spawn().context("cannot start agentlane serve")?;
     let pid = child.id().context("serve exited at once")?;
     let stdout = child.stdout.take().context("no stdout from serve")?;
-    let child = Child { child, pid };
+    let child = Child {
+        child,
+        pid,
+        exe: exe.display().to_string(),
+        data_dir: format!("{}/", dir.display()),
+    };
     let mut lines = BufReader::new(stdout).lines();
     let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
         .await
@@ -126,11 +135,6 @@ async fn start_server(
 /// `VmHWM` (peak resident set) of a process, in KiB.
 fn peak_rss_of(pid: u32) -> Option<u64> {
     status_kib(pid, "VmHWM:")
-}
-
-/// `VmRSS` (resident set now) of a process, in KiB.
-fn rss_of(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmRSS:")
 }
 
 /// A `kB` field of `/proc/<pid>/status`.
@@ -514,19 +518,22 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
     if let Some(kib) = peak {
         println!("server peak RSS (VmHWM): {:.1} MiB", kib as f64 / 1024.0);
     }
-    if let Some(pid) = pid {
+    if let Some(child) = &target.child {
         // Every session idle now: what the server keeps for them (caches, the database's
         // pages) once the turns' own buffers are gone.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        if let Some(kib) = rss_of(pid) {
-            let mib = |kib: Option<u64>| kib.map_or(0.0, |k| k as f64 / 1024.0);
+        if let Some(r) = proc_mem::resident_of(child.pid, &child.exe, &child.data_dir) {
+            let mib = |kib: u64| kib as f64 / 1024.0;
             println!(
-                "server RSS with the {} sessions idle (VmRSS, 2 s after the last turn): {:.1} MiB \
-                 ({:.1} MiB anonymous, {:.1} MiB file pages: the database mapped in)",
+                "server RSS with the {} sessions idle (smaps, 2 s after the last turn): {:.1} MiB \
+                 = {:.1} MiB anonymous + file pages: {:.1} MiB of the binary, {:.1} MiB of the \
+                 database mapped in, {:.1} MiB other",
                 bench.sessions,
-                kib as f64 / 1024.0,
-                mib(status_kib(pid, "RssAnon:")),
-                mib(status_kib(pid, "RssFile:")),
+                mib(r.total()),
+                mib(r.anonymous),
+                mib(r.binary),
+                mib(r.database),
+                mib(r.other),
             );
         }
     }

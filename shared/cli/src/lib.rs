@@ -15,6 +15,7 @@ mod client;
 mod cron_cmd;
 mod human;
 mod keys_cmd;
+pub mod proc_mem;
 pub mod progress;
 mod runs_cmd;
 pub mod serve;

@@ -14,10 +14,37 @@
 //! A turn whose commits did not all succeed (or that took steer messages the store wrote, or
 //! wrote a compaction summary) puts nothing back: the next pickup reloads. The cache is bounded
 //! by an estimate of the entries' bytes and evicts the least recently used session.
+//!
+//! Each entry's message is a [`SharedMessage`]: the turn's history and its model requests share
+//! it by `Arc`, and it keeps its provider encodings, so a turn on a cached transcript copies no
+//! message and encodes only the entries it has not sent before (issue 26.1). The encodings go
+//! with their entry: a stale transcript is dropped whole, fragments and all.
 
-use agentlane_core::{Message, SessionId, SessionKey, TenantId, TranscriptEntry};
+use agentlane_core::{Message, RunId, SessionId, SessionKey, TenantId, TranscriptEntry};
+use agentlane_providers::SharedMessage;
 use hashlink::LruCache;
 use std::sync::{Arc, Mutex, PoisonError};
+
+/// A transcript entry as the runner keeps it: its message shared (with its encodings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedEntry {
+    /// The entry's position in the transcript.
+    pub seq: u64,
+    /// The run that wrote it.
+    pub run_id: RunId,
+    /// What it says.
+    pub message: SharedMessage,
+}
+
+impl From<TranscriptEntry> for SharedEntry {
+    fn from(entry: TranscriptEntry) -> Self {
+        Self {
+            seq: entry.seq,
+            run_id: entry.run_id,
+            message: SharedMessage::new(entry.message),
+        }
+    }
+}
 
 /// The session a transcript belongs to, as the lock found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +68,7 @@ pub fn is_current(cached: &SessionMark, now: &SessionMark) -> bool {
 /// One cached transcript.
 struct Cached {
     mark: SessionMark,
-    entries: Vec<TranscriptEntry>,
+    entries: Vec<SharedEntry>,
     bytes: usize,
 }
 
@@ -64,10 +91,11 @@ impl std::fmt::Debug for TranscriptCache {
     }
 }
 
-/// An estimate of the memory one entry holds (its texts and a fixed overhead).
-pub fn entry_bytes(entry: &TranscriptEntry) -> usize {
-    const OVERHEAD: usize = 160;
-    OVERHEAD + entry.run_id.as_str().len() + super::tokens::message_chars(&entry.message)
+/// An estimate of the memory one entry holds (its texts, counted twice for its encodings, and
+/// a fixed overhead).
+pub fn entry_bytes(entry: &SharedEntry) -> usize {
+    const OVERHEAD: usize = 256;
+    OVERHEAD + entry.run_id.as_str().len() + 2 * super::tokens::message_chars(&entry.message)
 }
 
 impl TranscriptCache {
@@ -103,7 +131,7 @@ impl TranscriptCache {
         tenant: &TenantId,
         key: &SessionKey,
         now: &SessionMark,
-    ) -> Option<Vec<TranscriptEntry>> {
+    ) -> Option<Vec<SharedEntry>> {
         if !self.enabled() {
             return None;
         }
@@ -120,7 +148,7 @@ impl TranscriptCache {
         tenant: &TenantId,
         key: &SessionKey,
         mark: SessionMark,
-        entries: Vec<TranscriptEntry>,
+        entries: Vec<SharedEntry>,
     ) {
         let bytes: usize = entries.iter().map(entry_bytes).sum();
         if bytes > self.capacity {
@@ -150,7 +178,7 @@ impl TranscriptCache {
 /// collect messages), or a compaction summary was written.
 #[derive(Debug, Clone, Default)]
 pub struct TranscriptLog {
-    inner: Arc<Mutex<Option<Vec<TranscriptEntry>>>>,
+    inner: Arc<Mutex<Option<Vec<SharedEntry>>>>,
 }
 
 impl TranscriptLog {
@@ -162,7 +190,7 @@ impl TranscriptLog {
     }
 
     /// Entries that landed.
-    pub fn landed(&self, entries: &[TranscriptEntry]) {
+    pub fn landed(&self, entries: Vec<TranscriptEntry>) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if entries
             .iter()
@@ -170,7 +198,7 @@ impl TranscriptLog {
         {
             *inner = None;
         } else if let Some(log) = inner.as_mut() {
-            log.extend_from_slice(entries);
+            log.extend(entries.into_iter().map(SharedEntry::from));
         }
     }
 
@@ -180,7 +208,7 @@ impl TranscriptLog {
     }
 
     /// What landed, unless spoiled.
-    pub fn take(&self) -> Option<Vec<TranscriptEntry>> {
+    pub fn take(&self) -> Option<Vec<SharedEntry>> {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -201,13 +229,17 @@ mod tests {
         }
     }
 
-    fn entry(seq: u64, text: &str) -> TranscriptEntry {
+    fn raw(seq: u64, text: &str) -> TranscriptEntry {
         TranscriptEntry {
             seq,
             run_id: RunId::new("run-1"),
             ts: 0,
             message: Message::user(text.to_owned()),
         }
+    }
+
+    fn entry(seq: u64, text: &str) -> SharedEntry {
+        raw(seq, text).into()
     }
 
     #[test]
@@ -298,25 +330,25 @@ mod tests {
     #[test]
     fn a_log_with_a_compaction_or_a_failure_has_nothing_to_put_back() {
         let log = TranscriptLog::new();
-        log.landed(&[entry(0, "a")]);
-        log.landed(&[entry(1, "b")]);
+        log.landed(vec![raw(0, "a")]);
+        log.landed(vec![raw(1, "b")]);
         assert_eq!(log.clone().take(), Some(vec![entry(0, "a"), entry(1, "b")]));
 
         let log = TranscriptLog::new();
-        log.landed(&[entry(0, "a")]);
+        log.landed(vec![raw(0, "a")]);
         log.spoil();
-        log.landed(&[entry(1, "b")]);
+        log.landed(vec![raw(1, "b")]);
         assert_eq!(log.take(), None);
 
         let log = TranscriptLog::new();
-        let mut summary = entry(0, "a");
+        let mut summary = raw(0, "a");
         summary.message = Message::Compaction {
             summary: "s".into(),
             through_seq: 0,
             tokens_before: 0,
             tokens_after: 0,
         };
-        log.landed(&[summary]);
+        log.landed(vec![summary]);
         assert_eq!(log.take(), None);
     }
 }

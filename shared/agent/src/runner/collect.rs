@@ -7,6 +7,7 @@
 //!
 //! [`RunnerConfig::collect_window`]: crate::RunnerConfig::collect_window
 
+use agentlane_providers::SharedMessage;
 use super::turn_loop::Turn;
 use agentlane_core::{EventStream, Message, QueueMode, Run, StoreError};
 use serde_json::json;
@@ -55,12 +56,13 @@ impl Turn<'_> {
         );
         // The carrier's own message is the history's last entry after a fresh start.
         let mut texts = Vec::with_capacity(collected.len() + 1);
-        if !resumed && matches!(self.history.last(), Some(Message::User { .. })) {
+        if !resumed && matches!(self.history.last().map(|m| m.message()), Some(Message::User { .. })) {
             self.history.pop();
             texts.push(self.writer.run().request.message.clone());
         }
         texts.extend(collected.iter().map(|r| r.request.message.clone()));
-        self.history.extend(prompt(&texts));
+        self.history
+            .extend(prompt(&texts).into_iter().map(SharedMessage::from));
         Ok(())
     }
 

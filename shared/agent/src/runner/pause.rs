@@ -6,6 +6,7 @@
 //! commit that precedes them marks the pause resumed, and a later pickup that finds the mark
 //! answers any of them still without a result "interrupted" instead of running it again.
 
+use agentlane_providers::SharedMessage;
 use super::TurnExit;
 use super::stop::StopReason;
 use super::tool_exec::ToolRun;
@@ -196,7 +197,8 @@ impl Turn<'_> {
             for r in runs {
                 messages.push(self.record_result(r, cap).await);
             }
-            self.history.extend(messages.iter().cloned());
+            self.history
+                .extend(messages.iter().cloned().map(SharedMessage::from));
             self.writer.checkpoint(&self.retry);
             self.writer.commit(CommitKind::Progress(messages)).await?;
         }

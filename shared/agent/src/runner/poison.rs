@@ -4,6 +4,7 @@
 //! times, the next pickup ends it `error` with code `poisoned` (without calling the model), so
 //! its message is deleted, the lane released and the session's next turn runs.
 
+use agentlane_providers::SharedMessage;
 use super::turn_loop::{LoopEnd, Turn};
 use crate::context::repair::missing_results;
 use crate::writer::CommitKind;
@@ -48,7 +49,8 @@ impl Turn<'_> {
         agentlane_core::metrics::incr(agentlane_core::metrics::POISONED_RUNS, &[]);
         let dangling = missing_results(&self.history);
         if !dangling.is_empty() {
-            self.history.extend(dangling.iter().cloned());
+            self.history
+                .extend(dangling.iter().cloned().map(SharedMessage::from));
             self.writer.commit(CommitKind::Entries(dangling)).await?;
         }
         Ok(Some(LoopEnd::Failed(error)))

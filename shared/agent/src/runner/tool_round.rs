@@ -5,6 +5,7 @@
 //! persist hooks — committed in one logical commit, and the retry state asked whether the run
 //! loops.
 
+use agentlane_providers::SharedMessage;
 use super::tool_exec::{ToolRun, run_batch};
 use super::turn_loop::{LoopEnd, Selected, Step, Turn};
 use crate::audit;
@@ -71,7 +72,8 @@ impl Turn<'_> {
         for r in results {
             messages.push(self.record_result(r, cap).await);
         }
-        self.history.extend(messages.iter().cloned());
+        self.history
+            .extend(messages.iter().cloned().map(SharedMessage::from));
         self.writer.checkpoint(&self.retry);
         if !messages.is_empty() {
             self.writer.commit(CommitKind::Progress(messages)).await?;
@@ -102,7 +104,7 @@ impl Turn<'_> {
         self.history.extend(
             steered
                 .iter()
-                .map(|run| Message::user(run.request.message.clone())),
+                .map(|run| Message::user(run.request.message.clone()).into()),
         );
         Ok(())
     }

@@ -66,7 +66,7 @@ fn last_request(f: &Fixture) -> Vec<String> {
     request
         .messages
         .iter()
-        .map(|m| match m {
+        .map(|m| match m.message() {
             Message::User { content } => format!("user: {content}"),
             Message::Assistant { content, .. } => format!("assistant: {content}"),
             Message::Tool { content, .. } => format!("tool: {content}"),

@@ -5,7 +5,7 @@ mod decode;
 mod wire;
 
 pub use wire::thinking_budget;
-pub(crate) use wire::fragment as wire_fragment;
+pub(crate) use wire::{fragment as wire_fragment, request_body as request_value, request_bytes};
 
 use crate::config::{self, ConfigError};
 use crate::endpoint::{Endpoint, Settings};

@@ -145,6 +145,41 @@ impl std::fmt::Debug for SharedMessage {
     }
 }
 
+/// A provider wire format whose message encodings a [`SharedMessage`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireFormat {
+    /// OpenAI Chat Completions (and compatible servers).
+    OpenAiChat,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
+/// The body a provider of `format` sends for `request` (a compatible server's `max_tokens`;
+/// Anthropic's default output cap), assembled from the messages' kept encodings.
+pub fn request_body(format: WireFormat, request: &crate::ModelRequest) -> String {
+    match format {
+        WireFormat::OpenAiChat => {
+            crate::openai::request_bytes(request, crate::openai::MaxTokensField::MaxTokens)
+        }
+        WireFormat::Anthropic => {
+            crate::anthropic::request_bytes(request, crate::anthropic::DEFAULT_MAX_TOKENS)
+        }
+    }
+}
+
+/// The same body encoded whole, nothing kept or reused: what [`request_body`] must equal.
+pub fn request_body_whole(format: WireFormat, request: &crate::ModelRequest) -> String {
+    let body = match format {
+        WireFormat::OpenAiChat => {
+            crate::openai::request_value(request, crate::openai::MaxTokensField::MaxTokens)
+        }
+        WireFormat::Anthropic => {
+            crate::anthropic::request_value(request, crate::anthropic::DEFAULT_MAX_TOKENS)
+        }
+    };
+    body.to_string()
+}
+
 /// Shares each message of `messages`.
 pub fn shared(messages: impl IntoIterator<Item = Message>) -> Vec<SharedMessage> {
     messages.into_iter().map(SharedMessage::new).collect()

@@ -13,8 +13,8 @@ use decode::{ChunkDecoder, Step};
 use reqwest::header;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use wire::MaxTokensField;
-pub(crate) use wire::message as wire_message;
+pub(crate) use wire::MaxTokensField;
+pub(crate) use wire::{message as wire_message, request_body as request_value, request_bytes};
 
 /// Re-exported from [`crate::config`], where every HTTP provider shares it.
 pub use crate::config::ConfigError;

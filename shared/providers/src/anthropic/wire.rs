@@ -24,7 +24,6 @@ pub(crate) fn request_bytes(request: &ModelRequest, default_max_tokens: u32) -> 
 /// is required by the API: the request's own cap, else `default_max_tokens`. With a thinking
 /// level, extended thinking is enabled with that level's budget, and `max_tokens` grows by the
 /// budget (the API wants it above `budget_tokens`, and the answer keeps its own cap).
-#[cfg(test)]
 pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
     let messages = Value::Array(messages(&request.messages));
     skeleton(request, default_max_tokens, messages)
@@ -163,7 +162,6 @@ fn turns<'a>(history: impl Iterator<Item = &'a AnthropicFragment>) -> Vec<Cow<'a
 }
 
 /// The history as Messages API turns, encoded whole (see [`turns`]).
-#[cfg(test)]
 fn messages(history: &[SharedMessage]) -> Vec<Value> {
     let mut turns = Vec::with_capacity(history.len());
     let mut results: Vec<Value> = Vec::new();

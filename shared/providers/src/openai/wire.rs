@@ -41,7 +41,6 @@ pub(crate) fn request_bytes(request: &ModelRequest, max_tokens: MaxTokensField) 
 }
 
 /// The streaming request body, encoded whole (what [`request_bytes`] must equal).
-#[cfg(test)]
 pub(crate) fn request_body(request: &ModelRequest, max_tokens: MaxTokensField) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     messages.extend(system_message(request));

@@ -57,14 +57,19 @@ impl SharedMessage {
     /// The characters (not bytes) of the texts the model reads: the content, the tool calls'
     /// names and arguments, a tool result's content, a summary. Counted once.
     pub fn text_chars(&self) -> usize {
-        *self.0.text_chars.get_or_init(|| text_chars(&self.0.message))
+        *self
+            .0
+            .text_chars
+            .get_or_init(|| text_chars(&self.0.message))
     }
 
     /// The message as a Chat Completions `messages` item (JSON text), encoded once.
     pub(crate) fn openai_chat(&self) -> &str {
-        self.0
-            .openai_chat
-            .get_or_init(|| crate::openai::wire_message(&self.0.message).to_string().into())
+        self.0.openai_chat.get_or_init(|| {
+            crate::openai::wire_message(&self.0.message)
+                .to_string()
+                .into()
+        })
     }
 
     /// The message in the Anthropic Messages format, encoded once.
@@ -239,14 +244,13 @@ pub(crate) fn every_kind() -> crate::ModelRequest {
         content: content.into(),
         is_error,
     };
-    let assistant = |content: &str, reasoning: Option<&str>, calls: Vec<ToolCall>| {
-        Message::Assistant {
+    let assistant =
+        |content: &str, reasoning: Option<&str>, calls: Vec<ToolCall>| Message::Assistant {
             content: content.into(),
             reasoning: reasoning.map(Into::into),
             tool_calls: calls,
             model: Some("p/m".into()),
-        }
-    };
+        };
     crate::ModelRequest {
         model: "m-1".into(),
         system: "Be \"terse\".\n\tRules: ✓".into(),
@@ -291,12 +295,20 @@ mod tests {
 
     #[test]
     fn an_assembled_object_is_the_full_encoding() {
-        let items = [json!({"role": "user", "content": "a \"quoted\" é"}), json!(null)];
+        let items = [
+            json!({"role": "user", "content": "a \"quoted\" é"}),
+            json!(null),
+        ];
         let texts: Vec<String> = items.iter().map(Value::to_string).collect();
         let full = json!({"z": 1, "messages": items, "a": {"b": [1, 2]}});
         let skeleton = json!({"z": 1, "messages": null, "a": {"b": [1, 2]}});
         let mut out = String::new();
-        assemble(&skeleton, "messages", texts.iter().map(String::as_str), &mut out);
+        assemble(
+            &skeleton,
+            "messages",
+            texts.iter().map(String::as_str),
+            &mut out,
+        );
         assert_eq!(out.as_bytes(), serde_json::to_vec(&full).unwrap());
     }
 

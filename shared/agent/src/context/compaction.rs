@@ -85,9 +85,7 @@ pub fn summary_request<M: Borrow<Message>>(
     ModelRequest {
         model: model.to_owned(),
         system: COMPACTION_PROMPT.to_owned(),
-        messages: vec![
-            Message::user(render(&history[..run_start.min(history.len())])).into(),
-        ],
+        messages: vec![Message::user(render(&history[..run_start.min(history.len())])).into()],
         tools: Vec::new(),
         max_output_tokens: Some(2048),
         thinking: None,

@@ -2,8 +2,8 @@
 //! against a context window.
 
 use agentlane_core::Message;
-use std::borrow::Borrow;
 use agentlane_providers::{ModelRequest, ToolSpec};
+use std::borrow::Borrow;
 
 /// The characters of a message's texts (its content, reasoning, tool calls).
 pub(crate) fn message_chars(m: &Message) -> usize {
@@ -39,7 +39,10 @@ pub fn estimate_parts<M: Borrow<Message>>(system: &str, messages: &[M], tools: &
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
         .sum();
     let chars = system.len()
-        + messages.iter().map(|m| message_chars(m.borrow())).sum::<usize>()
+        + messages
+            .iter()
+            .map(|m| message_chars(m.borrow()))
+            .sum::<usize>()
         + tools
         + 4 * messages.len();
     (chars as u64).div_ceil(4)

@@ -7,9 +7,9 @@
 //!
 //! [`RunnerConfig::collect_window`]: crate::RunnerConfig::collect_window
 
-use agentlane_providers::SharedMessage;
 use super::turn_loop::Turn;
 use agentlane_core::{EventStream, Message, QueueMode, Run, StoreError};
+use agentlane_providers::SharedMessage;
 use serde_json::json;
 
 /// A collect turn shows at most this many messages in full (the carrier's own included).
@@ -56,7 +56,12 @@ impl Turn<'_> {
         );
         // The carrier's own message is the history's last entry after a fresh start.
         let mut texts = Vec::with_capacity(collected.len() + 1);
-        if !resumed && matches!(self.history.last().map(|m| m.message()), Some(Message::User { .. })) {
+        if !resumed
+            && matches!(
+                self.history.last().map(|m| m.message()),
+                Some(Message::User { .. })
+            )
+        {
             self.history.pop();
             texts.push(self.writer.run().request.message.clone());
         }

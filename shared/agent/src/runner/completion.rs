@@ -3,7 +3,6 @@
 //! without tool calls, the retry state decides between accepting it and a directed retry, and a
 //! `before_agent_finalize` hook may ask for a revision.
 
-use agentlane_providers::SharedMessage;
 use super::turn_loop::{LoopEnd, Selected, Step, Turn};
 use crate::answer::normalize::{Change, normalize};
 use crate::answer::reply::is_silent;
@@ -12,6 +11,7 @@ use crate::retry::{Answered, AttemptOutcome, Completion, Continuation};
 use crate::writer::CommitKind;
 use agentlane_core::{AttemptRecord, Message, StoreError};
 use agentlane_providers::AssistantTurn;
+use agentlane_providers::SharedMessage;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -6,7 +6,6 @@
 //! commit that precedes them marks the pause resumed, and a later pickup that finds the mark
 //! answers any of them still without a result "interrupted" instead of running it again.
 
-use agentlane_providers::SharedMessage;
 use super::TurnExit;
 use super::stop::StopReason;
 use super::tool_exec::ToolRun;
@@ -17,6 +16,7 @@ use agentlane_core::action::{Resolution, pending_kind, resolve};
 use agentlane_core::{
     EventStream, Message, PendingCall, RequiredAction, Run, StoreError, ToolCall,
 };
+use agentlane_providers::SharedMessage;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -4,11 +4,11 @@
 //! times, the next pickup ends it `error` with code `poisoned` (without calling the model), so
 //! its message is deleted, the lane released and the session's next turn runs.
 
-use agentlane_providers::SharedMessage;
 use super::turn_loop::{LoopEnd, Turn};
 use crate::context::repair::missing_results;
 use crate::writer::CommitKind;
 use agentlane_core::{Run, RunError, StoreError};
+use agentlane_providers::SharedMessage;
 
 /// The error code of a run ended because its deliveries kept failing.
 pub const POISONED: &str = "poisoned";

@@ -5,7 +5,6 @@
 //! persist hooks — committed in one logical commit, and the retry state asked whether the run
 //! loops.
 
-use agentlane_providers::SharedMessage;
 use super::tool_exec::{ToolRun, run_batch};
 use super::turn_loop::{LoopEnd, Selected, Step, Turn};
 use crate::audit;
@@ -16,6 +15,7 @@ use crate::hooks::{
 use crate::writer::CommitKind;
 use agentlane_core::{EventStream, Message, StoreError, ToolCall};
 use agentlane_providers::AssistantTurn;
+use agentlane_providers::SharedMessage;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;

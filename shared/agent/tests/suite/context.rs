@@ -341,7 +341,10 @@ async fn a_tool_loop_that_fills_the_window_compacts_its_own_rounds_and_goes_on()
         "{:?}",
         sent[0]
     );
-    assert_eq!(sent.last().map(|m| m.message()), Some(&Message::user("what did page 40 say?")));
+    assert_eq!(
+        sent.last().map(|m| m.message()),
+        Some(&Message::user("what did page 40 say?"))
+    );
 }
 
 #[tokio::test]

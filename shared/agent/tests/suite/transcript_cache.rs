@@ -289,7 +289,10 @@ async fn kept_entries_are_sent_as_the_same_shared_messages_with_their_encodings(
     let (before, after) = (&requests[1].messages, &requests[2].messages);
     assert_eq!(after.len(), 5);
     assert!(
-        before[..2].iter().zip(&after[..2]).all(|(a, b)| a.ptr_eq(b)),
+        before[..2]
+            .iter()
+            .zip(&after[..2])
+            .all(|(a, b)| a.ptr_eq(b)),
         "shared, not copied"
     );
     // AND the body assembled from them is the one encoded whole

@@ -96,7 +96,10 @@ async fn a_seeded_history_goes_before_the_prompt_of_a_new_session_only() {
     let written: Vec<Message> = transcript.iter().map(|e| e.message.clone()).collect();
     let mut with_reply = expected.clone();
     with_reply.push(("assistant", "It is Ada.".to_owned()));
-    assert_eq!(texts(&agentlane_providers::history::shared(written)), with_reply);
+    assert_eq!(
+        texts(&agentlane_providers::history::shared(written)),
+        with_reply
+    );
     assert!(transcript.iter().all(|e| e.run_id == first.run_id));
     assert_eq!(f.run(&first.run_id).await.payloads[0].text, "It is Ada.");
 

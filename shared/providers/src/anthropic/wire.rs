@@ -2,9 +2,9 @@
 
 use crate::history::AnthropicFragment;
 use crate::{ModelRequest, SharedMessage, ToolSpec};
-use std::borrow::Cow;
 use agentlane_core::{Message, ThinkingLevel, ToolCall};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 /// The streaming request body as `serde_json::to_vec` writes it, assembled from the
 /// messages' encodings (each made once per message, see [`crate::history`]).
@@ -94,9 +94,9 @@ fn encode(message: &Message) -> Encoded {
             "is_error": is_error,
         })),
         Message::User { content } => Encoded::Turn(json!({"role": "user", "content": content})),
-        Message::Compaction { summary, .. } => Encoded::Turn(
-            json!({"role": "user", "content": Message::compaction_text(summary)}),
-        ),
+        Message::Compaction { summary, .. } => {
+            Encoded::Turn(json!({"role": "user", "content": Message::compaction_text(summary)}))
+        }
         Message::Assistant {
             content,
             tool_calls,

@@ -234,7 +234,10 @@ mod tests {
             },
         ];
         for request in variants {
-            for field in [MaxTokensField::MaxTokens, MaxTokensField::MaxCompletionTokens] {
+            for field in [
+                MaxTokensField::MaxTokens,
+                MaxTokensField::MaxCompletionTokens,
+            ] {
                 let whole = serde_json::to_vec(&request_body(&request, field)).unwrap();
                 let assembled = request_bytes(&request, field);
                 assert_eq!(

@@ -670,19 +670,25 @@ mod aimock {
         );
 
         // Round 2: the results go back as tool_result blocks, which aimock must recognise.
-        request.messages.push(agentlane_providers::SharedMessage::new(Message::Assistant {
-            content: turn.text.clone(),
-            reasoning: None,
-            tool_calls: turn.tool_calls.clone(),
-            model: None,
-        }));
+        request
+            .messages
+            .push(agentlane_providers::SharedMessage::new(
+                Message::Assistant {
+                    content: turn.text.clone(),
+                    reasoning: None,
+                    tool_calls: turn.tool_calls.clone(),
+                    model: None,
+                },
+            ));
         for (call, result) in turn.tool_calls.iter().zip(["21C, sunny", "14:00"]) {
-            request.messages.push(agentlane_providers::SharedMessage::new(Message::Tool {
-                tool_call_id: call.id.clone(),
-                name: call.name.clone(),
-                content: result.into(),
-                is_error: false,
-            }));
+            request
+                .messages
+                .push(agentlane_providers::SharedMessage::new(Message::Tool {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: result.into(),
+                    is_error: false,
+                }));
         }
         let (events, error) = collect(&provider, request).await;
         assert_eq!(error, None);

@@ -65,11 +65,42 @@ pub fn is_current(cached: &SessionMark, now: &SessionMark) -> bool {
         && cached.fence.checked_add(1) == Some(now.fence)
 }
 
+/// A session's transcript as the runner keeps it, with its size (estimated) kept as a running
+/// sum, so putting it back does not visit every entry again.
+#[derive(Debug, Default, PartialEq)]
+pub struct Kept {
+    entries: Vec<SharedEntry>,
+    bytes: usize,
+}
+
+impl Kept {
+    /// The transcript `entries`, sized once.
+    pub fn new(entries: Vec<SharedEntry>) -> Self {
+        let bytes = entries.iter().map(entry_bytes).sum();
+        Self { entries, bytes }
+    }
+
+    /// The entries, in order.
+    pub fn entries(&self) -> &[SharedEntry] {
+        &self.entries
+    }
+
+    /// Appends what a turn wrote.
+    pub fn extend(&mut self, landed: Vec<SharedEntry>) {
+        self.bytes += landed.iter().map(entry_bytes).sum::<usize>();
+        self.entries.extend(landed);
+    }
+
+    /// The size estimate of the entries ([`entry_bytes`] summed).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// One cached transcript.
 struct Cached {
     mark: SessionMark,
-    entries: Vec<SharedEntry>,
-    bytes: usize,
+    kept: Kept,
 }
 
 struct Inner {
@@ -126,47 +157,32 @@ impl TranscriptCache {
 
     /// Takes the session's entries out of the cache: `Some` when they are still the whole
     /// transcript for a pickup that found `now` (see [`is_current`]). Stale entries are dropped.
-    pub fn take(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        now: &SessionMark,
-    ) -> Option<Vec<SharedEntry>> {
+    pub fn take(&self, tenant: &TenantId, key: &SessionKey, now: &SessionMark) -> Option<Kept> {
         if !self.enabled() {
             return None;
         }
         let mut inner = self.lock();
         let cached = inner.map.remove(&(tenant.clone(), key.clone()))?;
-        inner.bytes -= cached.bytes;
-        is_current(&cached.mark, now).then_some(cached.entries)
+        inner.bytes -= cached.kept.bytes;
+        is_current(&cached.mark, now).then_some(cached.kept)
     }
 
     /// Keeps `entries`, the whole transcript of the session after the pickup `mark` names, for
     /// the next pickup; evicts the least recently used sessions beyond the capacity.
-    pub fn put(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        mark: SessionMark,
-        entries: Vec<SharedEntry>,
-    ) {
-        let bytes: usize = entries.iter().map(entry_bytes).sum();
+    pub fn put(&self, tenant: &TenantId, key: &SessionKey, mark: SessionMark, kept: Kept) {
+        let bytes = kept.bytes;
         if bytes > self.capacity {
             return;
         }
         let mut inner = self.lock();
-        let cached = Cached {
-            mark,
-            entries,
-            bytes,
-        };
+        let cached = Cached { mark, kept };
         if let Some(old) = inner.map.insert((tenant.clone(), key.clone()), cached) {
-            inner.bytes -= old.bytes;
+            inner.bytes -= old.kept.bytes;
         }
         inner.bytes += bytes;
         while inner.bytes > self.capacity {
             match inner.map.remove_lru() {
-                Some((_, evicted)) => inner.bytes -= evicted.bytes,
+                Some((_, evicted)) => inner.bytes -= evicted.kept.bytes,
                 None => break,
             }
         }
@@ -272,16 +288,16 @@ mod tests {
     fn a_take_empties_the_slot_and_a_stale_take_finds_nothing() {
         let cache = TranscriptCache::new(1 << 20);
         let (t, k) = (TenantId::new("t"), SessionKey::new("k"));
-        cache.put(&t, &k, mark("s1", 0, 1), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 1), Kept::new(vec![entry(0, "hi")]));
         assert!(cache.bytes() > 0);
         let taken = cache.take(&t, &k, &mark("s1", 0, 2));
-        assert_eq!(taken, Some(vec![entry(0, "hi")]));
+        assert_eq!(taken, Some(Kept::new(vec![entry(0, "hi")])));
         assert_eq!(cache.take(&t, &k, &mark("s1", 0, 2)), None, "taken once");
-        cache.put(&t, &k, mark("s1", 0, 2), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 2), Kept::new(vec![entry(0, "hi")]));
         assert_eq!(cache.take(&t, &k, &mark("s1", 0, 4)), None, "stale");
         assert_eq!(cache.bytes(), 0, "a stale entry is dropped");
         let other = TenantId::new("u");
-        cache.put(&t, &k, mark("s1", 0, 2), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 2), Kept::new(vec![entry(0, "hi")]));
         assert_eq!(
             cache.take(&other, &k, &mark("s1", 0, 3)),
             None,
@@ -296,7 +312,12 @@ mod tests {
         let t = TenantId::new("t");
         for key in ["a", "b", "c"] {
             let entries = vec![entry(0, &"x".repeat(1000))];
-            cache.put(&t, &SessionKey::new(key), mark(key, 0, 1), entries);
+            cache.put(
+                &t,
+                &SessionKey::new(key),
+                mark(key, 0, 1),
+                Kept::new(entries),
+            );
             assert!(cache.bytes() <= one * 2 + one / 2);
         }
         assert_eq!(
@@ -315,7 +336,12 @@ mod tests {
         );
         // A transcript larger than the whole cache is not kept at all.
         let big = vec![entry(0, &"x".repeat(one * 3))];
-        cache.put(&t, &SessionKey::new("big"), mark("big", 0, 1), big);
+        cache.put(
+            &t,
+            &SessionKey::new("big"),
+            mark("big", 0, 1),
+            Kept::new(big),
+        );
         assert_eq!(cache.bytes(), 0);
     }
 
@@ -323,7 +349,7 @@ mod tests {
     fn an_off_cache_keeps_nothing() {
         let cache = TranscriptCache::new(0);
         let (t, k) = (TenantId::new("t"), SessionKey::new("k"));
-        cache.put(&t, &k, mark("s1", 0, 1), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 1), Kept::new(vec![entry(0, "hi")]));
         assert_eq!(cache.take(&t, &k, &mark("s1", 0, 2)), None);
     }
 
@@ -350,5 +376,14 @@ mod tests {
         };
         log.landed(vec![summary]);
         assert_eq!(log.take(), None);
+    }
+
+    #[test]
+    fn a_kept_transcripts_running_size_is_the_size_of_all_its_entries() {
+        let mut kept = Kept::new(vec![entry(0, "a"), entry(1, &"b".repeat(300))]);
+        kept.extend(vec![entry(2, "c"), entry(3, &"d".repeat(70))]);
+        let all = Kept::new(kept.entries().to_vec());
+        assert_eq!(kept.bytes(), all.bytes());
+        assert_eq!(kept.entries().len(), 4);
     }
 }

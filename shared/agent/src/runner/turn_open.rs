@@ -6,7 +6,7 @@ use super::stop::{self, StopReason, StopSignal};
 use super::turn_loop::{LoopEnd, RunScope, Turn};
 use super::{Runner, TurnExit};
 use crate::agents::AgentProfile;
-use crate::context::cache::{SessionMark, SharedEntry, TranscriptLog};
+use crate::context::cache::{Kept, SessionMark, SharedEntry, TranscriptLog};
 use crate::context::history::assemble;
 use crate::context::repair::missing_results;
 use crate::hooks::{
@@ -52,11 +52,11 @@ impl Runner {
             .then(|| self.transcripts.take(&run.tenant, &run.session_key, &mark))
             .flatten();
         let (tenant, key) = (run.tenant.clone(), run.session_key.clone());
-        let mut entries = match cached {
-            Some(entries) => entries,
+        let mut kept = match cached {
+            Some(kept) => kept,
             None => {
                 let read = self.read_whole_transcript(&run).await?;
-                read.into_iter().map(SharedEntry::from).collect()
+                Kept::new(read.into_iter().map(SharedEntry::from).collect())
             }
         };
         let log = TranscriptLog::new();
@@ -65,14 +65,14 @@ impl Runner {
                 run,
                 fence,
                 stop,
-                &entries,
+                kept.entries(),
                 agent,
                 cacheable.then(|| log.clone()),
             )
             .await?;
         if let Some(landed) = cacheable.then(|| log.take()).flatten() {
-            entries.extend(landed);
-            self.transcripts.put(&tenant, &key, mark, entries);
+            kept.extend(landed);
+            self.transcripts.put(&tenant, &key, mark, kept);
         }
         Ok(exit)
     }

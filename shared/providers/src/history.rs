@@ -7,7 +7,7 @@
 //!
 //! A fragment is the exact text the full encoding gives the message (`Value`'s compact
 //! `Display`, as `serde_json::to_vec` writes it), so an assembled body is byte-identical to
-//! the fully encoded one ([`assemble`]).
+//! the fully encoded one (`assemble`).
 
 use agentlane_core::Message;
 use serde_json::Value;

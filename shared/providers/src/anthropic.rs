@@ -5,6 +5,7 @@ mod decode;
 mod wire;
 
 pub use wire::thinking_budget;
+pub(crate) use wire::{fragment as wire_fragment, request_body as request_value, request_bytes};
 
 use crate::config::{self, ConfigError};
 use crate::endpoint::{Endpoint, Settings};
@@ -152,10 +153,10 @@ impl ModelProvider for AnthropicProvider {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> Result<ModelStream, ProviderError> {
-        let body = wire::request_body(&request, self.config.max_tokens);
+        let body = wire::request_bytes(&request, self.config.max_tokens);
         let decoder = EventDecoder::new();
         self.endpoint
-            .stream(&self.config.name, &request, &body, cancel, decoder)
+            .stream(&self.config.name, &request, body, cancel, decoder)
             .await
     }
 }

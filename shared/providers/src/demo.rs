@@ -64,7 +64,7 @@ pub fn reply(request: &ModelRequest) -> DemoReply {
         .iter()
         .enumerate()
         .rev()
-        .find_map(|(i, m)| match m {
+        .find_map(|(i, m)| match m.message() {
             Message::User { content } => Some((i, content.as_str())),
             _ => None,
         });
@@ -73,7 +73,7 @@ pub fn reply(request: &ModelRequest) -> DemoReply {
         None => ("", &request.messages[..0]),
     };
 
-    let tool_result = after.iter().rev().find_map(|m| match m {
+    let tool_result = after.iter().rev().find_map(|m| match m.message() {
         Message::Tool {
             name,
             content,
@@ -140,26 +140,7 @@ fn estimate_tokens(chars: usize) -> u64 {
 }
 
 fn prompt_chars(request: &ModelRequest) -> usize {
-    let messages: usize = request
-        .messages
-        .iter()
-        .map(|m| match m {
-            Message::User { content } => content.chars().count(),
-            Message::Assistant {
-                content,
-                tool_calls,
-                ..
-            } => {
-                content.chars().count()
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.len())
-                        .sum::<usize>()
-            }
-            Message::Tool { content, .. } => content.chars().count(),
-            Message::Compaction { summary, .. } => summary.chars().count(),
-        })
-        .sum();
+    let messages: usize = request.messages.iter().map(|m| m.text_chars()).sum();
     request.system.chars().count() + messages
 }
 
@@ -260,7 +241,7 @@ mod tests {
         ModelRequest {
             model: "demo".into(),
             system: "be brief".into(),
-            messages,
+            messages: crate::history::shared(messages),
             tools,
             max_output_tokens: None,
             thinking: None,

@@ -68,14 +68,14 @@ impl Endpoint {
         })
     }
 
-    /// Posts `body` (made from `request` for `provider`) and returns the answer's events as
+    /// Posts `body` (JSON text made from `request` for `provider`) and returns the answer's events as
     /// `decoder` decodes them (see [`transport::stream`]). Every error, the refusal and any
     /// inside the stream, is redacted here.
     pub(crate) async fn stream(
         &self,
         provider: &str,
         request: &ModelRequest,
-        body: &serde_json::Value,
+        body: String,
         cancel: CancellationToken,
         decoder: impl SseDecoder,
     ) -> Result<ModelStream, ProviderError> {
@@ -87,7 +87,12 @@ impl Endpoint {
             "{}",
             self.label
         );
-        let builder = self.client.post(&self.url).json(body);
+        // What `RequestBuilder::json` would send: the same bytes and content type.
+        let builder = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         let redactor = self.redactor.clone();
         match transport::stream(builder, self.request_timeout, cancel, decoder).await {
             Ok(events) => Ok(events

@@ -14,6 +14,7 @@ pub mod config;
 pub mod demo;
 mod endpoint;
 pub mod error;
+pub mod history;
 pub mod openai;
 pub mod redact;
 pub mod transport;
@@ -21,8 +22,9 @@ pub mod transport;
 pub use accumulate::{AssistantTurn, StreamAccumulator};
 pub use config::ConfigError;
 pub use error::{FailoverReason, ProviderError, RateLimitWindow};
+pub use history::SharedMessage;
 
-use agentlane_core::{Message, ThinkingLevel, Usage};
+use agentlane_core::{ThinkingLevel, Usage};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -46,8 +48,9 @@ pub struct ModelRequest {
     pub model: String,
     /// The system prompt; empty for none.
     pub system: String,
-    /// The conversation sent, oldest first (user, assistant and tool-result messages).
-    pub messages: Vec<Message>,
+    /// The conversation sent, oldest first (user, assistant and tool-result messages), shared
+    /// with the history it comes from: each message is encoded for a provider once.
+    pub messages: Vec<SharedMessage>,
     /// The tools the model may call; empty offers none.
     pub tools: Vec<ToolSpec>,
     /// Cap on the answer's output tokens; `None` leaves the provider's default.

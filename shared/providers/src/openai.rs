@@ -13,7 +13,8 @@ use decode::{ChunkDecoder, Step};
 use reqwest::header;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use wire::MaxTokensField;
+pub(crate) use wire::MaxTokensField;
+pub(crate) use wire::{message as wire_message, request_body as request_value, request_bytes};
 
 /// Re-exported from [`crate::config`], where every HTTP provider shares it.
 pub use crate::config::ConfigError;
@@ -142,10 +143,10 @@ impl ModelProvider for OpenAiProvider {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> Result<ModelStream, ProviderError> {
-        let body = wire::request_body(&request, self.max_tokens);
+        let body = wire::request_bytes(&request, self.max_tokens);
         let decoder = ChunkDecoder::new();
         self.endpoint
-            .stream(&self.config.name, &request, &body, cancel, decoder)
+            .stream(&self.config.name, &request, body, cancel, decoder)
             .await
     }
 }

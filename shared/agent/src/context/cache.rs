@@ -14,10 +14,37 @@
 //! A turn whose commits did not all succeed (or that took steer messages the store wrote, or
 //! wrote a compaction summary) puts nothing back: the next pickup reloads. The cache is bounded
 //! by an estimate of the entries' bytes and evicts the least recently used session.
+//!
+//! Each entry's message is a [`SharedMessage`]: the turn's history and its model requests share
+//! it by `Arc`, and it keeps its provider encodings, so a turn on a cached transcript copies no
+//! message and encodes only the entries it has not sent before (issue 26.1). The encodings go
+//! with their entry: a stale transcript is dropped whole, fragments and all.
 
-use agentlane_core::{Message, SessionId, SessionKey, TenantId, TranscriptEntry};
+use agentlane_core::{Message, RunId, SessionId, SessionKey, TenantId, TranscriptEntry};
+use agentlane_providers::SharedMessage;
 use hashlink::LruCache;
 use std::sync::{Arc, Mutex, PoisonError};
+
+/// A transcript entry as the runner keeps it: its message shared (with its encodings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedEntry {
+    /// The entry's position in the transcript.
+    pub seq: u64,
+    /// The run that wrote it.
+    pub run_id: RunId,
+    /// What it says.
+    pub message: SharedMessage,
+}
+
+impl From<TranscriptEntry> for SharedEntry {
+    fn from(entry: TranscriptEntry) -> Self {
+        Self {
+            seq: entry.seq,
+            run_id: entry.run_id,
+            message: SharedMessage::new(entry.message),
+        }
+    }
+}
 
 /// The session a transcript belongs to, as the lock found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +65,42 @@ pub fn is_current(cached: &SessionMark, now: &SessionMark) -> bool {
         && cached.fence.checked_add(1) == Some(now.fence)
 }
 
+/// A session's transcript as the runner keeps it, with its size (estimated) kept as a running
+/// sum, so putting it back does not visit every entry again.
+#[derive(Debug, Default, PartialEq)]
+pub struct Kept {
+    entries: Vec<SharedEntry>,
+    bytes: usize,
+}
+
+impl Kept {
+    /// The transcript `entries`, sized once.
+    pub fn new(entries: Vec<SharedEntry>) -> Self {
+        let bytes = entries.iter().map(entry_bytes).sum();
+        Self { entries, bytes }
+    }
+
+    /// The entries, in order.
+    pub fn entries(&self) -> &[SharedEntry] {
+        &self.entries
+    }
+
+    /// Appends what a turn wrote.
+    pub fn extend(&mut self, landed: Vec<SharedEntry>) {
+        self.bytes += landed.iter().map(entry_bytes).sum::<usize>();
+        self.entries.extend(landed);
+    }
+
+    /// The size estimate of the entries ([`entry_bytes`] summed).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// One cached transcript.
 struct Cached {
     mark: SessionMark,
-    entries: Vec<TranscriptEntry>,
-    bytes: usize,
+    kept: Kept,
 }
 
 struct Inner {
@@ -64,10 +122,11 @@ impl std::fmt::Debug for TranscriptCache {
     }
 }
 
-/// An estimate of the memory one entry holds (its texts and a fixed overhead).
-pub fn entry_bytes(entry: &TranscriptEntry) -> usize {
-    const OVERHEAD: usize = 160;
-    OVERHEAD + entry.run_id.as_str().len() + super::tokens::message_chars(&entry.message)
+/// An estimate of the memory one entry holds (its texts, counted twice for its encodings, and
+/// a fixed overhead).
+pub fn entry_bytes(entry: &SharedEntry) -> usize {
+    const OVERHEAD: usize = 256;
+    OVERHEAD + entry.run_id.as_str().len() + 2 * super::tokens::message_chars(&entry.message)
 }
 
 impl TranscriptCache {
@@ -98,47 +157,32 @@ impl TranscriptCache {
 
     /// Takes the session's entries out of the cache: `Some` when they are still the whole
     /// transcript for a pickup that found `now` (see [`is_current`]). Stale entries are dropped.
-    pub fn take(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        now: &SessionMark,
-    ) -> Option<Vec<TranscriptEntry>> {
+    pub fn take(&self, tenant: &TenantId, key: &SessionKey, now: &SessionMark) -> Option<Kept> {
         if !self.enabled() {
             return None;
         }
         let mut inner = self.lock();
         let cached = inner.map.remove(&(tenant.clone(), key.clone()))?;
-        inner.bytes -= cached.bytes;
-        is_current(&cached.mark, now).then_some(cached.entries)
+        inner.bytes -= cached.kept.bytes;
+        is_current(&cached.mark, now).then_some(cached.kept)
     }
 
     /// Keeps `entries`, the whole transcript of the session after the pickup `mark` names, for
     /// the next pickup; evicts the least recently used sessions beyond the capacity.
-    pub fn put(
-        &self,
-        tenant: &TenantId,
-        key: &SessionKey,
-        mark: SessionMark,
-        entries: Vec<TranscriptEntry>,
-    ) {
-        let bytes: usize = entries.iter().map(entry_bytes).sum();
+    pub fn put(&self, tenant: &TenantId, key: &SessionKey, mark: SessionMark, kept: Kept) {
+        let bytes = kept.bytes;
         if bytes > self.capacity {
             return;
         }
         let mut inner = self.lock();
-        let cached = Cached {
-            mark,
-            entries,
-            bytes,
-        };
+        let cached = Cached { mark, kept };
         if let Some(old) = inner.map.insert((tenant.clone(), key.clone()), cached) {
-            inner.bytes -= old.bytes;
+            inner.bytes -= old.kept.bytes;
         }
         inner.bytes += bytes;
         while inner.bytes > self.capacity {
             match inner.map.remove_lru() {
-                Some((_, evicted)) => inner.bytes -= evicted.bytes,
+                Some((_, evicted)) => inner.bytes -= evicted.kept.bytes,
                 None => break,
             }
         }
@@ -150,7 +194,7 @@ impl TranscriptCache {
 /// collect messages), or a compaction summary was written.
 #[derive(Debug, Clone, Default)]
 pub struct TranscriptLog {
-    inner: Arc<Mutex<Option<Vec<TranscriptEntry>>>>,
+    inner: Arc<Mutex<Option<Vec<SharedEntry>>>>,
 }
 
 impl TranscriptLog {
@@ -162,7 +206,7 @@ impl TranscriptLog {
     }
 
     /// Entries that landed.
-    pub fn landed(&self, entries: &[TranscriptEntry]) {
+    pub fn landed(&self, entries: Vec<TranscriptEntry>) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if entries
             .iter()
@@ -170,7 +214,7 @@ impl TranscriptLog {
         {
             *inner = None;
         } else if let Some(log) = inner.as_mut() {
-            log.extend_from_slice(entries);
+            log.extend(entries.into_iter().map(SharedEntry::from));
         }
     }
 
@@ -180,7 +224,7 @@ impl TranscriptLog {
     }
 
     /// What landed, unless spoiled.
-    pub fn take(&self) -> Option<Vec<TranscriptEntry>> {
+    pub fn take(&self) -> Option<Vec<SharedEntry>> {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -201,13 +245,17 @@ mod tests {
         }
     }
 
-    fn entry(seq: u64, text: &str) -> TranscriptEntry {
+    fn raw(seq: u64, text: &str) -> TranscriptEntry {
         TranscriptEntry {
             seq,
             run_id: RunId::new("run-1"),
             ts: 0,
             message: Message::user(text.to_owned()),
         }
+    }
+
+    fn entry(seq: u64, text: &str) -> SharedEntry {
+        raw(seq, text).into()
     }
 
     #[test]
@@ -240,16 +288,16 @@ mod tests {
     fn a_take_empties_the_slot_and_a_stale_take_finds_nothing() {
         let cache = TranscriptCache::new(1 << 20);
         let (t, k) = (TenantId::new("t"), SessionKey::new("k"));
-        cache.put(&t, &k, mark("s1", 0, 1), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 1), Kept::new(vec![entry(0, "hi")]));
         assert!(cache.bytes() > 0);
         let taken = cache.take(&t, &k, &mark("s1", 0, 2));
-        assert_eq!(taken, Some(vec![entry(0, "hi")]));
+        assert_eq!(taken, Some(Kept::new(vec![entry(0, "hi")])));
         assert_eq!(cache.take(&t, &k, &mark("s1", 0, 2)), None, "taken once");
-        cache.put(&t, &k, mark("s1", 0, 2), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 2), Kept::new(vec![entry(0, "hi")]));
         assert_eq!(cache.take(&t, &k, &mark("s1", 0, 4)), None, "stale");
         assert_eq!(cache.bytes(), 0, "a stale entry is dropped");
         let other = TenantId::new("u");
-        cache.put(&t, &k, mark("s1", 0, 2), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 2), Kept::new(vec![entry(0, "hi")]));
         assert_eq!(
             cache.take(&other, &k, &mark("s1", 0, 3)),
             None,
@@ -264,7 +312,12 @@ mod tests {
         let t = TenantId::new("t");
         for key in ["a", "b", "c"] {
             let entries = vec![entry(0, &"x".repeat(1000))];
-            cache.put(&t, &SessionKey::new(key), mark(key, 0, 1), entries);
+            cache.put(
+                &t,
+                &SessionKey::new(key),
+                mark(key, 0, 1),
+                Kept::new(entries),
+            );
             assert!(cache.bytes() <= one * 2 + one / 2);
         }
         assert_eq!(
@@ -283,7 +336,12 @@ mod tests {
         );
         // A transcript larger than the whole cache is not kept at all.
         let big = vec![entry(0, &"x".repeat(one * 3))];
-        cache.put(&t, &SessionKey::new("big"), mark("big", 0, 1), big);
+        cache.put(
+            &t,
+            &SessionKey::new("big"),
+            mark("big", 0, 1),
+            Kept::new(big),
+        );
         assert_eq!(cache.bytes(), 0);
     }
 
@@ -291,32 +349,41 @@ mod tests {
     fn an_off_cache_keeps_nothing() {
         let cache = TranscriptCache::new(0);
         let (t, k) = (TenantId::new("t"), SessionKey::new("k"));
-        cache.put(&t, &k, mark("s1", 0, 1), vec![entry(0, "hi")]);
+        cache.put(&t, &k, mark("s1", 0, 1), Kept::new(vec![entry(0, "hi")]));
         assert_eq!(cache.take(&t, &k, &mark("s1", 0, 2)), None);
     }
 
     #[test]
     fn a_log_with_a_compaction_or_a_failure_has_nothing_to_put_back() {
         let log = TranscriptLog::new();
-        log.landed(&[entry(0, "a")]);
-        log.landed(&[entry(1, "b")]);
+        log.landed(vec![raw(0, "a")]);
+        log.landed(vec![raw(1, "b")]);
         assert_eq!(log.clone().take(), Some(vec![entry(0, "a"), entry(1, "b")]));
 
         let log = TranscriptLog::new();
-        log.landed(&[entry(0, "a")]);
+        log.landed(vec![raw(0, "a")]);
         log.spoil();
-        log.landed(&[entry(1, "b")]);
+        log.landed(vec![raw(1, "b")]);
         assert_eq!(log.take(), None);
 
         let log = TranscriptLog::new();
-        let mut summary = entry(0, "a");
+        let mut summary = raw(0, "a");
         summary.message = Message::Compaction {
             summary: "s".into(),
             through_seq: 0,
             tokens_before: 0,
             tokens_after: 0,
         };
-        log.landed(&[summary]);
+        log.landed(vec![summary]);
         assert_eq!(log.take(), None);
+    }
+
+    #[test]
+    fn a_kept_transcripts_running_size_is_the_size_of_all_its_entries() {
+        let mut kept = Kept::new(vec![entry(0, "a"), entry(1, &"b".repeat(300))]);
+        kept.extend(vec![entry(2, "c"), entry(3, &"d".repeat(70))]);
+        let all = Kept::new(kept.entries().to_vec());
+        assert_eq!(kept.bytes(), all.bytes());
+        assert_eq!(kept.entries().len(), 4);
     }
 }

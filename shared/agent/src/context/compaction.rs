@@ -5,6 +5,7 @@
 use super::tokens::estimate_parts;
 use agentlane_core::Message;
 use agentlane_providers::ModelRequest;
+use std::borrow::Borrow;
 
 /// The instructions of the summarizing call.
 pub const COMPACTION_PROMPT: &str = "You compact conversations. Summarize the conversation you are \
@@ -16,7 +17,7 @@ prose, at most a few paragraphs. Do not address the user.";
 const MAX_CHARS_PER_MESSAGE: usize = 4000;
 
 /// Renders messages as plain text for the summarizer.
-fn render(messages: &[Message]) -> String {
+fn render<M: Borrow<Message>>(messages: &[M]) -> String {
     let cut = |s: &str| -> String {
         if s.chars().count() > MAX_CHARS_PER_MESSAGE {
             let head: String = s.chars().take(MAX_CHARS_PER_MESSAGE).collect();
@@ -27,7 +28,7 @@ fn render(messages: &[Message]) -> String {
     };
     let mut out = String::new();
     for m in messages {
-        let line = match m {
+        let line = match m.borrow() {
             Message::User { content } => format!("User: {}", cut(content)),
             Message::Assistant {
                 content,
@@ -64,22 +65,27 @@ fn render(messages: &[Message]) -> String {
 
 /// Why there is nothing to compact: `history[..run_start]` holds no entry that is not already
 /// a summary.
-pub fn nothing_to_compact(history: &[Message], run_start: usize) -> Option<&'static str> {
+pub fn nothing_to_compact<M: Borrow<Message>>(
+    history: &[M],
+    run_start: usize,
+) -> Option<&'static str> {
     let prefix = &history[..run_start.min(history.len())];
     let has_new_material = prefix
         .iter()
-        .any(|m| !matches!(m, Message::Compaction { .. }));
+        .any(|m| !matches!(m.borrow(), Message::Compaction { .. }));
     (!has_new_material).then_some("nothing before the current run is left to compact")
 }
 
 /// The summarizing call for `history[..run_start]` on `model` (no tools, a short answer).
-pub fn summary_request(model: &str, history: &[Message], run_start: usize) -> ModelRequest {
+pub fn summary_request<M: Borrow<Message>>(
+    model: &str,
+    history: &[M],
+    run_start: usize,
+) -> ModelRequest {
     ModelRequest {
         model: model.to_owned(),
         system: COMPACTION_PROMPT.to_owned(),
-        messages: vec![Message::user(render(
-            &history[..run_start.min(history.len())],
-        ))],
+        messages: vec![Message::user(render(&history[..run_start.min(history.len())])).into()],
         tools: Vec::new(),
         max_output_tokens: Some(2048),
         thinking: None,
@@ -88,28 +94,27 @@ pub fn summary_request(model: &str, history: &[Message], run_start: usize) -> Mo
 
 /// The history after compaction: the summary entry (covering entries up to `through_seq`),
 /// then `history[run_start..]`. The summary records the token estimates before and after.
-pub fn compacted_history(
+pub fn compacted_history<M>(
     summary: &str,
     through_seq: u64,
     tokens_before: u64,
     system: &str,
-    history: &[Message],
+    history: &[M],
     run_start: usize,
-) -> Vec<Message> {
-    let mut compacted = vec![Message::Compaction {
+) -> Vec<M>
+where
+    M: Borrow<Message> + From<Message> + Clone,
+{
+    let summary_entry = |tokens_after| Message::Compaction {
         summary: summary.trim().to_owned(),
         through_seq,
         tokens_before,
-        tokens_after: 0,
-    }];
+        tokens_after,
+    };
+    let mut compacted = vec![M::from(summary_entry(0))];
     compacted.extend(history[run_start.min(history.len())..].iter().cloned());
     let tokens_after = estimate_parts(system, &compacted, &[]);
-    if let Some(Message::Compaction {
-        tokens_after: t, ..
-    }) = compacted.first_mut()
-    {
-        *t = tokens_after;
-    }
+    compacted[0] = M::from(summary_entry(tokens_after));
     compacted
 }
 
@@ -126,7 +131,7 @@ mod tests {
         ];
         assert_eq!(nothing_to_compact(&history, 2), None);
         let request = summary_request("m", &history, 2);
-        let Some(Message::User { content }) = request.messages.first() else {
+        let Some(Message::User { content }) = request.messages.first().map(|m| m.message()) else {
             panic!("one user message: {request:?}")
         };
         assert!(content.starts_with("User: old question"));

@@ -1,20 +1,49 @@
 //! Assembling the model's view of a session from its transcript: the latest compaction
 //! summary replaces every entry it covers.
 
+use super::cache::SharedEntry;
 use agentlane_core::{Message, TranscriptEntry};
+use std::borrow::Borrow;
 
-fn is_compaction(entry: &TranscriptEntry) -> bool {
-    matches!(entry.message, Message::Compaction { .. })
+/// What assembling a history needs of a transcript entry: as read from the store, or as the
+/// runner's transcript cache keeps it.
+pub trait Entry {
+    /// The entry's position in the transcript.
+    fn seq(&self) -> u64;
+    /// The entry's message.
+    fn message(&self) -> &Message;
+}
+
+impl Entry for TranscriptEntry {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+    fn message(&self) -> &Message {
+        &self.message
+    }
+}
+
+impl Entry for SharedEntry {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+    fn message(&self) -> &Message {
+        self.message.message()
+    }
+}
+
+fn is_compaction<E: Entry>(entry: &E) -> bool {
+    matches!(entry.message(), Message::Compaction { .. })
 }
 
 /// The entries a model sees, in order: the latest compaction (if any), then every
 /// non-compaction entry after the seq it covers.
-pub fn assemble(entries: &[TranscriptEntry]) -> Vec<&TranscriptEntry> {
-    let latest = entries.iter().rev().find(|e| is_compaction(e));
+pub fn assemble<E: Entry>(entries: &[E]) -> Vec<&E> {
+    let latest = entries.iter().rev().find(|e| is_compaction(*e));
     match latest {
         None => entries.iter().collect(),
         Some(c) => {
-            let through = match &c.message {
+            let through = match c.message() {
                 Message::Compaction { through_seq, .. } => *through_seq,
                 _ => 0,
             };
@@ -22,7 +51,7 @@ pub fn assemble(entries: &[TranscriptEntry]) -> Vec<&TranscriptEntry> {
                 .chain(
                     entries
                         .iter()
-                        .filter(|e| e.seq > through && !is_compaction(e)),
+                        .filter(|e| e.seq() > through && !is_compaction(*e)),
                 )
                 .collect()
         }
@@ -33,7 +62,7 @@ pub fn assemble(entries: &[TranscriptEntry]) -> Vec<&TranscriptEntry> {
 /// compaction summary stays; everything before the `max_turns`-th last user message goes.
 /// Cutting at a user message never separates a tool call from its result. A borrowed view:
 /// nothing is copied.
-pub fn limit_turns(history: &[Message], max_turns: Option<u32>) -> Vec<&Message> {
+pub fn limit_turns<M: Borrow<Message>>(history: &[M], max_turns: Option<u32>) -> Vec<&M> {
     let Some(max) = max_turns.filter(|m| *m > 0) else {
         return history.iter().collect();
     };
@@ -43,19 +72,19 @@ pub fn limit_turns(history: &[Message], max_turns: Option<u32>) -> Vec<&Message>
         .iter()
         .enumerate()
         .rev()
-        .filter(|(_, m)| matches!(m, Message::User { .. }))
+        .filter(|(_, m)| matches!(Borrow::<Message>::borrow(*m), Message::User { .. }))
         .nth(max as usize - 1)
         .map(|(i, _)| i);
     let Some(cut) = cut.filter(|&c| {
         history[..c]
             .iter()
-            .any(|m| matches!(m, Message::User { .. }))
+            .any(|m| matches!(m.borrow(), Message::User { .. }))
     }) else {
         return history.iter().collect();
     };
     history
         .first()
-        .filter(|m| matches!(m, Message::Compaction { .. }))
+        .filter(|m| matches!((*m).borrow(), Message::Compaction { .. }))
         .into_iter()
         .chain(&history[cut..])
         .collect()

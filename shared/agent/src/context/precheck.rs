@@ -2,6 +2,7 @@
 //! the tool-result size caps that scale with the context window. Pure functions.
 
 use agentlane_core::Message;
+use std::borrow::Borrow;
 
 /// Tokens always left for the model's answer (the compaction reserve floor).
 pub const RESERVE_TOKENS: u64 = 20_000;
@@ -81,10 +82,10 @@ pub fn truncate(content: &str, cap: usize) -> Option<String> {
 }
 
 /// Characters that cutting every tool result down to [`MIN_KEPT_CHARS`] would free.
-pub fn reducible_chars(history: &[Message]) -> u64 {
+pub fn reducible_chars<M: Borrow<Message>>(history: &[M]) -> u64 {
     history
         .iter()
-        .map(|m| match m {
+        .map(|m| match m.borrow() {
             Message::Tool { content, .. } => {
                 content.chars().count().saturating_sub(MIN_KEPT_CHARS + 200) as u64
             }
@@ -95,11 +96,14 @@ pub fn reducible_chars(history: &[Message]) -> u64 {
 
 /// Cuts tool results, largest first, until about `chars_to_free` characters are gone. Returns
 /// how many results were cut.
-pub fn truncate_tool_results(history: &mut [Message], chars_to_free: u64) -> usize {
+pub fn truncate_tool_results<M>(history: &mut [M], chars_to_free: u64) -> usize
+where
+    M: Borrow<Message> + From<Message>,
+{
     let mut order: Vec<(usize, usize)> = history
         .iter()
         .enumerate()
-        .filter_map(|(i, m)| match m {
+        .filter_map(|(i, m)| match m.borrow() {
             Message::Tool { content, .. } => Some((i, content.chars().count())),
             _ => None,
         })
@@ -114,11 +118,11 @@ pub fn truncate_tool_results(history: &mut [Message], chars_to_free: u64) -> usi
         let keep = len
             .saturating_sub((chars_to_free - freed) as usize)
             .max(MIN_KEPT_CHARS);
-        if let Message::Tool { content, .. } = &mut history[i]
+        if let Message::Tool { content, .. } = history[i].borrow()
             && let Some(short) = truncate(content, keep)
         {
             freed += (len - keep) as u64;
-            *content = short;
+            history[i] = M::from(super::relief::with_content(history[i].borrow(), short));
             cut += 1;
         }
     }

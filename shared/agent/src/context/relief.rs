@@ -7,6 +7,7 @@
 
 use super::tokens::message_chars;
 use agentlane_core::Message;
+use std::borrow::Borrow;
 use std::ops::Range;
 
 /// An earlier round's tool result keeps this many characters from its start...
@@ -27,20 +28,20 @@ pub fn message_tokens(m: &Message) -> u64 {
 }
 
 /// Tokens of `messages` (see [`message_tokens`]).
-pub fn tokens_of(messages: &[Message]) -> u64 {
-    messages.iter().map(message_tokens).sum()
+pub fn tokens_of<M: Borrow<Message>>(messages: &[M]) -> u64 {
+    messages.iter().map(|m| message_tokens(m.borrow())).sum()
 }
 
 /// The run's tool rounds in `history[run_start..]`, oldest first: each starts at an assistant
 /// message with tool calls and runs to the next one (its results, and whatever joined the run
 /// after them: steer messages, a revision).
-pub fn rounds(history: &[Message], run_start: usize) -> Vec<Range<usize>> {
+pub fn rounds<M: Borrow<Message>>(history: &[M], run_start: usize) -> Vec<Range<usize>> {
     let starts: Vec<usize> = history
         .iter()
         .enumerate()
         .skip(run_start)
         .filter(
-            |(_, m)| matches!(m, Message::Assistant { tool_calls, .. } if !tool_calls.is_empty()),
+            |(_, m)| matches!(Borrow::<Message>::borrow(*m), Message::Assistant { tool_calls, .. } if !tool_calls.is_empty()),
         )
         .map(|(i, _)| i)
         .collect();
@@ -62,10 +63,10 @@ fn cuttable_chars(content: &str) -> usize {
 }
 
 /// Tokens cutting the tool results of `round` would free.
-pub fn cuttable_tokens(round: &[Message]) -> u64 {
+pub fn cuttable_tokens<M: Borrow<Message>>(round: &[M]) -> u64 {
     let chars: usize = round
         .iter()
-        .map(|m| match m {
+        .map(|m| match m.borrow() {
             Message::Tool { content, .. } => cuttable_chars(content),
             _ => 0,
         })
@@ -89,19 +90,40 @@ pub fn cut_result(content: &str) -> Option<String> {
 }
 
 /// Cuts the tool results in `ranges` of `history`; returns how many were cut.
-pub fn cut_rounds(history: &mut [Message], ranges: &[Range<usize>]) -> usize {
+pub fn cut_rounds<M>(history: &mut [M], ranges: &[Range<usize>]) -> usize
+where
+    M: Borrow<Message> + From<Message>,
+{
     let mut cut = 0;
     for range in ranges {
         for m in &mut history[range.clone()] {
-            if let Message::Tool { content, .. } = m
+            if let Message::Tool { content, .. } = (*m).borrow()
                 && let Some(short) = cut_result(content)
             {
-                *content = short;
+                *m = M::from(with_content((*m).borrow(), short));
                 cut += 1;
             }
         }
     }
     cut
+}
+
+/// A tool result `m` with `content` instead of its own.
+pub(crate) fn with_content(m: &Message, content: String) -> Message {
+    match m {
+        Message::Tool {
+            tool_call_id,
+            name,
+            is_error,
+            ..
+        } => Message::Tool {
+            tool_call_id: tool_call_id.clone(),
+            name: name.clone(),
+            content,
+            is_error: *is_error,
+        },
+        other => other.clone(),
+    }
 }
 
 /// One round's size, in tokens.
@@ -216,10 +238,10 @@ pub fn relief(p: &Pressure) -> Relief {
 
 /// The user's own words in `messages` (the run's prompt, collected and steer messages), for a
 /// summary of the run's start to carry verbatim; at most `max_chars` characters each.
-pub fn user_words(messages: &[Message], max_chars: usize) -> Vec<String> {
+pub fn user_words<M: Borrow<Message>>(messages: &[M], max_chars: usize) -> Vec<String> {
     messages
         .iter()
-        .filter_map(|m| match m {
+        .filter_map(|m| match m.borrow() {
             Message::User { content } if content.chars().count() > max_chars => Some(format!(
                 "{} [...]",
                 content.chars().take(max_chars).collect::<String>()

@@ -4,6 +4,7 @@
 //! assistant message, by exactly one tool result with its id; no tool result lacks its call.
 
 use agentlane_core::Message;
+use std::borrow::Borrow;
 
 /// The text of a synthetic result for a call whose result was never recorded.
 pub const ABORTED_RESULT: &str =
@@ -12,17 +13,23 @@ pub const ABORTED_RESULT: &str =
 /// Returns `history` with orphan tool results dropped, duplicate results dropped, and missing
 /// results filled with an "aborted" error result right after their assistant message's results.
 /// Takes the messages borrowed (a slice, or a view such as [`super::history::limit_turns`]'s)
-/// so the one copy made is the repaired history itself.
-pub fn repair_pairing<'a>(history: impl IntoIterator<Item = &'a Message>) -> Vec<Message> {
+/// so the one copy made is the repaired history itself — of shared messages, no message is
+/// copied at all.
+pub fn repair_pairing<'a, M>(history: impl IntoIterator<Item = &'a M>) -> Vec<M>
+where
+    M: Borrow<Message> + From<Message> + Clone + 'a,
+{
     let history = history.into_iter();
     let mut out = Vec::with_capacity(history.size_hint().0);
-    let mut pending: Vec<(String, String)> = Vec::new(); // (call id, tool name) awaiting a result
-    for message in history {
+    // (call id, tool name) awaiting a result
+    let mut pending: Vec<(&'a str, &'a str)> = Vec::new();
+    for item in history {
+        let message: &'a Message = item.borrow();
         match message {
             Message::Tool { tool_call_id, .. } => {
                 if let Some(pos) = pending.iter().position(|(id, _)| id == tool_call_id) {
                     pending.remove(pos);
-                    out.push(message.clone());
+                    out.push(item.clone());
                 }
                 // else: orphan or duplicate — dropped
             }
@@ -31,10 +38,10 @@ pub fn repair_pairing<'a>(history: impl IntoIterator<Item = &'a Message>) -> Vec
                 if let Message::Assistant { tool_calls, .. } = message {
                     pending = tool_calls
                         .iter()
-                        .map(|c| (c.id.clone(), c.name.clone()))
+                        .map(|c| (c.id.as_str(), c.name.as_str()))
                         .collect();
                 }
-                out.push(message.clone());
+                out.push(item.clone());
             }
         }
     }
@@ -44,31 +51,44 @@ pub fn repair_pairing<'a>(history: impl IntoIterator<Item = &'a Message>) -> Vec
 
 /// The synthetic results `repair_pairing` would add at the end of `history` (the calls of the
 /// last assistant message that have no result yet).
-pub fn missing_results(history: &[Message]) -> Vec<Message> {
-    let repaired = repair_pairing(history);
+pub fn missing_results<M>(history: &[M]) -> Vec<Message>
+where
+    M: Borrow<Message> + From<Message> + Clone,
+{
+    let repaired: Vec<M> = repair_pairing(history);
     let tail_start = history.len().min(repaired.len());
-    if repaired.len() > history.len() && repaired[..tail_start] == history[..tail_start] {
-        repaired[tail_start..].to_vec()
+    if repaired.len() > history.len() && same(&repaired[..tail_start], &history[..tail_start]) {
+        repaired[tail_start..]
+            .iter()
+            .map(|m| m.borrow().clone())
+            .collect()
     } else {
         Vec::new()
     }
 }
 
-fn fill_missing(out: &mut Vec<Message>, pending: &mut Vec<(String, String)>) {
+fn same<M: Borrow<Message>>(a: &[M], b: &[M]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.borrow() == y.borrow())
+}
+
+fn fill_missing<M: From<Message>>(out: &mut Vec<M>, pending: &mut Vec<(&str, &str)>) {
     for (id, name) in pending.drain(..) {
-        out.push(Message::Tool {
-            tool_call_id: id,
-            name,
+        out.push(M::from(Message::Tool {
+            tool_call_id: id.to_owned(),
+            name: name.to_owned(),
             content: ABORTED_RESULT.to_owned(),
             is_error: true,
-        });
+        }));
     }
 }
 
 /// Checks the pairing invariant; `Err` names the first violation.
-pub fn check_pairing(history: &[Message]) -> Result<(), String> {
-    let repaired = repair_pairing(history);
-    if repaired == history {
+pub fn check_pairing<M>(history: &[M]) -> Result<(), String>
+where
+    M: Borrow<Message> + From<Message> + Clone,
+{
+    let repaired: Vec<M> = repair_pairing(history);
+    if same(&repaired, history) {
         Ok(())
     } else {
         Err("tool calls and tool results do not pair up".to_owned())

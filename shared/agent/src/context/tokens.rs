@@ -3,6 +3,7 @@
 
 use agentlane_core::Message;
 use agentlane_providers::{ModelRequest, ToolSpec};
+use std::borrow::Borrow;
 
 /// The characters of a message's texts (its content, reasoning, tool calls).
 pub(crate) fn message_chars(m: &Message) -> usize {
@@ -32,13 +33,16 @@ pub fn estimate_tokens(request: &ModelRequest) -> u64 {
 }
 
 /// The same estimate from borrowed parts (no request needs to be built).
-pub fn estimate_parts(system: &str, messages: &[Message], tools: &[ToolSpec]) -> u64 {
+pub fn estimate_parts<M: Borrow<Message>>(system: &str, messages: &[M], tools: &[ToolSpec]) -> u64 {
     let tools: usize = tools
         .iter()
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
         .sum();
     let chars = system.len()
-        + messages.iter().map(message_chars).sum::<usize>()
+        + messages
+            .iter()
+            .map(|m| message_chars(m.borrow()))
+            .sum::<usize>()
         + tools
         + 4 * messages.len();
     (chars as u64).div_ceil(4)
@@ -53,7 +57,7 @@ mod tests {
         let r = ModelRequest {
             model: "m".into(),
             system: "x".repeat(400),
-            messages: vec![Message::user("y".repeat(396))],
+            messages: agentlane_providers::history::shared([Message::user("y".repeat(396))]),
             tools: vec![],
             max_output_tokens: None,
             thinking: None,

@@ -9,6 +9,7 @@
 
 use super::turn_loop::Turn;
 use agentlane_core::{EventStream, Message, QueueMode, Run, StoreError};
+use agentlane_providers::SharedMessage;
 use serde_json::json;
 
 /// A collect turn shows at most this many messages in full (the carrier's own included).
@@ -55,12 +56,18 @@ impl Turn<'_> {
         );
         // The carrier's own message is the history's last entry after a fresh start.
         let mut texts = Vec::with_capacity(collected.len() + 1);
-        if !resumed && matches!(self.history.last(), Some(Message::User { .. })) {
+        if !resumed
+            && matches!(
+                self.history.last().map(|m| m.message()),
+                Some(Message::User { .. })
+            )
+        {
             self.history.pop();
             texts.push(self.writer.run().request.message.clone());
         }
         texts.extend(collected.iter().map(|r| r.request.message.clone()));
-        self.history.extend(prompt(&texts));
+        self.history
+            .extend(prompt(&texts).into_iter().map(SharedMessage::from));
         Ok(())
     }
 

@@ -95,7 +95,7 @@ impl Turn<'_> {
     }
 
     /// The precheck's estimate of a prompt with `history` (safety margin and framing included).
-    pub(super) fn prompt_estimate(&self, history: &[Message]) -> u64 {
+    pub(super) fn prompt_estimate<M: std::borrow::Borrow<Message>>(&self, history: &[M]) -> u64 {
         let system = self.system_prompt();
         let tools = self.agent.tools.specs();
         (estimate_parts(&system, history, &tools) as f64 * precheck::SAFETY_MARGIN) as u64
@@ -291,7 +291,7 @@ impl Turn<'_> {
                 self.history[run_start..split]
                     .iter()
                     .filter(|m| **m != prompt)
-                    .cloned(),
+                    .map(|m| m.message().clone()),
             );
             let words = relief::user_words(&said, 4_000);
             format!(
@@ -310,7 +310,7 @@ impl Turn<'_> {
             &self.history,
             split,
         );
-        let tokens_after = match compacted.first() {
+        let tokens_after = match compacted.first().map(|m| m.message()) {
             Some(Message::Compaction { tokens_after, .. }) => *tokens_after,
             _ => 0,
         };
@@ -325,7 +325,11 @@ impl Turn<'_> {
                 "tokensAfter": tokens_after,
             }),
         );
-        let entry = compacted.iter().take(1).cloned().collect();
+        let entry = compacted
+            .iter()
+            .take(1)
+            .map(|m| m.message().clone())
+            .collect();
         if span.in_run {
             self.writer.checkpoint(&self.retry);
             self.writer.commit(CommitKind::Progress(entry)).await?;

@@ -11,6 +11,7 @@ use crate::retry::{Answered, AttemptOutcome, Completion, Continuation};
 use crate::writer::CommitKind;
 use agentlane_core::{AttemptRecord, Message, StoreError};
 use agentlane_providers::AssistantTurn;
+use agentlane_providers::SharedMessage;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -76,7 +77,7 @@ impl Turn<'_> {
             tool_calls: turn.tool_calls.clone(),
             model: Some(selected.model.full_name.clone()),
         };
-        self.history.push(assistant.clone());
+        self.history.push(assistant.clone().into());
         if !turn.tool_calls.is_empty() {
             return self.tool_round(selected, assistant, &turn, &invalid).await;
         }
@@ -133,7 +134,8 @@ impl Turn<'_> {
             })
             .into_iter()
             .collect();
-        self.history.extend(keep.iter().cloned());
+        self.history
+            .extend(keep.iter().cloned().map(SharedMessage::from));
         self.retry.continue_with(Some(continuation));
         self.note_retry("directed_retry", continuation.as_str(), Duration::ZERO);
         self.writer.checkpoint(&self.retry);

@@ -16,6 +16,7 @@ use agentlane_core::action::{Resolution, pending_kind, resolve};
 use agentlane_core::{
     EventStream, Message, PendingCall, RequiredAction, Run, StoreError, ToolCall,
 };
+use agentlane_providers::SharedMessage;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -196,7 +197,8 @@ impl Turn<'_> {
             for r in runs {
                 messages.push(self.record_result(r, cap).await);
             }
-            self.history.extend(messages.iter().cloned());
+            self.history
+                .extend(messages.iter().cloned().map(SharedMessage::from));
             self.writer.checkpoint(&self.retry);
             self.writer.commit(CommitKind::Progress(messages)).await?;
         }

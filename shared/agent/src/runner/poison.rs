@@ -8,6 +8,7 @@ use super::turn_loop::{LoopEnd, Turn};
 use crate::context::repair::missing_results;
 use crate::writer::CommitKind;
 use agentlane_core::{Run, RunError, StoreError};
+use agentlane_providers::SharedMessage;
 
 /// The error code of a run ended because its deliveries kept failing.
 pub const POISONED: &str = "poisoned";
@@ -48,7 +49,8 @@ impl Turn<'_> {
         agentlane_core::metrics::incr(agentlane_core::metrics::POISONED_RUNS, &[]);
         let dangling = missing_results(&self.history);
         if !dangling.is_empty() {
-            self.history.extend(dangling.iter().cloned());
+            self.history
+                .extend(dangling.iter().cloned().map(SharedMessage::from));
             self.writer.commit(CommitKind::Entries(dangling)).await?;
         }
         Ok(Some(LoopEnd::Failed(error)))

@@ -25,17 +25,17 @@ impl Turn<'_> {
             // The run's own prompt gets the hooks' context; the transcript keeps the original.
             // (The repair leaves user messages as they are, so it is found after it too.)
             let run_prompt = messages.iter_mut().rev().find(
-                |m| matches!(m, Message::User { content } if *content == run.request.message),
+                |m| matches!(&***m, Message::User { content } if *content == run.request.message),
             );
-            if let Some(Message::User { content }) = run_prompt {
-                *content = self.additions.prompt(content);
+            if let Some(m) = run_prompt {
+                *m = Message::user(self.additions.prompt(&run.request.message)).into();
             }
         }
         if let Some(c) = self.retry.take_continuation() {
-            messages.push(Message::user(c.instruction()));
+            messages.push(Message::user(c.instruction()).into());
         }
         if let Some(instruction) = self.retry.take_revision() {
-            messages.push(Message::user(format!("{REVISION_PREFIX}\n\n{instruction}")));
+            messages.push(Message::user(format!("{REVISION_PREFIX}\n\n{instruction}")).into());
         }
         ModelRequest {
             model: model.model.clone(),

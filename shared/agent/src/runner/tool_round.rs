@@ -15,6 +15,7 @@ use crate::hooks::{
 use crate::writer::CommitKind;
 use agentlane_core::{EventStream, Message, StoreError, ToolCall};
 use agentlane_providers::AssistantTurn;
+use agentlane_providers::SharedMessage;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -71,7 +72,8 @@ impl Turn<'_> {
         for r in results {
             messages.push(self.record_result(r, cap).await);
         }
-        self.history.extend(messages.iter().cloned());
+        self.history
+            .extend(messages.iter().cloned().map(SharedMessage::from));
         self.writer.checkpoint(&self.retry);
         if !messages.is_empty() {
             self.writer.commit(CommitKind::Progress(messages)).await?;
@@ -102,7 +104,7 @@ impl Turn<'_> {
         self.history.extend(
             steered
                 .iter()
-                .map(|run| Message::user(run.request.message.clone())),
+                .map(|run| Message::user(run.request.message.clone()).into()),
         );
         Ok(())
     }

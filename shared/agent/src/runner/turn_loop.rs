@@ -71,7 +71,7 @@ pub(super) struct Turn<'r> {
     pub runner: &'r Runner,
     pub writer: RunWriter,
     /// The model's view of the session (compactions applied), grown as the run goes.
-    pub history: Vec<Message>,
+    pub history: Vec<agentlane_providers::SharedMessage>,
     pub scope: RunScope,
     /// The run's retry state, checkpointed with the run record.
     pub retry: RetryState,
@@ -150,7 +150,7 @@ impl Turn<'_> {
 
     /// A previous pickup may have produced the final answer and died before ending the run.
     fn answered_before(&self) -> Option<LoopEnd> {
-        match self.history.last() {
+        match self.history.last().map(|m| m.message()) {
             Some(Message::Assistant {
                 content,
                 tool_calls,

@@ -6,7 +6,7 @@ use super::stop::{self, StopReason, StopSignal};
 use super::turn_loop::{LoopEnd, RunScope, Turn};
 use super::{Runner, TurnExit};
 use crate::agents::AgentProfile;
-use crate::context::cache::{SessionMark, TranscriptLog};
+use crate::context::cache::{Kept, SessionMark, SharedEntry, TranscriptLog};
 use crate::context::history::assemble;
 use crate::context::repair::missing_results;
 use crate::hooks::{
@@ -17,6 +17,7 @@ use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
 use agentlane_core::{
     EventStream, Fence, Message, Run, RunError, RunStatus, Session, StoreError, TranscriptEntry,
 };
+use agentlane_providers::SharedMessage;
 use serde_json::json;
 use std::time::Duration;
 
@@ -51,9 +52,12 @@ impl Runner {
             .then(|| self.transcripts.take(&run.tenant, &run.session_key, &mark))
             .flatten();
         let (tenant, key) = (run.tenant.clone(), run.session_key.clone());
-        let mut entries = match cached {
-            Some(entries) => entries,
-            None => self.read_whole_transcript(&run).await?,
+        let mut kept = match cached {
+            Some(kept) => kept,
+            None => {
+                let read = self.read_whole_transcript(&run).await?;
+                Kept::new(read.into_iter().map(SharedEntry::from).collect())
+            }
         };
         let log = TranscriptLog::new();
         let exit = self
@@ -61,14 +65,14 @@ impl Runner {
                 run,
                 fence,
                 stop,
-                &entries,
+                kept.entries(),
                 agent,
                 cacheable.then(|| log.clone()),
             )
             .await?;
         if let Some(landed) = cacheable.then(|| log.take()).flatten() {
-            entries.extend(landed);
-            self.transcripts.put(&tenant, &key, mark, entries);
+            kept.extend(landed);
+            self.transcripts.put(&tenant, &key, mark, kept);
         }
         Ok(exit)
     }
@@ -79,7 +83,7 @@ impl Runner {
         run: Run,
         fence: Fence,
         stop: StopSignal,
-        entries: &[TranscriptEntry],
+        entries: &[SharedEntry],
         agent: Result<AgentProfile, RunError>,
         log: Option<TranscriptLog>,
     ) -> Result<TurnExit, StoreError> {
@@ -136,7 +140,7 @@ impl Runner {
         &self,
         run: Run,
         fence: Fence,
-        entries: &[TranscriptEntry],
+        entries: &[SharedEntry],
         stop: StopSignal,
         agent: AgentProfile,
     ) -> Result<Turn<'_>, StoreError> {
@@ -165,9 +169,10 @@ impl Runner {
             flush,
         );
         let assembled = assemble(entries);
-        let history: Vec<Message> = assembled.iter().map(|e| e.message.clone()).collect();
-        let is_ours = |e: &TranscriptEntry| {
-            e.run_id == run_id && !matches!(e.message, Message::Compaction { .. })
+        // The cached messages themselves, shared: nothing is copied.
+        let history: Vec<SharedMessage> = assembled.iter().map(|e| e.message.clone()).collect();
+        let is_ours = |e: &SharedEntry| {
+            e.run_id == run_id && !matches!(*e.message, Message::Compaction { .. })
         };
         let first_ours = assembled.iter().position(|e| is_ours(e));
         let scope = RunScope {
@@ -217,11 +222,11 @@ impl Runner {
 
 impl Turn<'_> {
     /// Whether the run's prompt is already in the transcript (an earlier pickup started it).
-    fn has_user_message(&self, entries: &[TranscriptEntry]) -> bool {
+    fn has_user_message(&self, entries: &[SharedEntry]) -> bool {
         let run_id = &self.writer.run().run_id;
         entries
             .iter()
-            .any(|e| &e.run_id == run_id && matches!(e.message, Message::User { .. }))
+            .any(|e| &e.run_id == run_id && matches!(*e.message, Message::User { .. }))
     }
 
     /// The hooks that run before a new run starts: one may answer instead of the model, one
@@ -282,7 +287,8 @@ impl Turn<'_> {
             start.push(Message::user(request.message.clone()));
             start
         };
-        self.history.extend(start.iter().cloned());
+        self.history
+            .extend(start.iter().cloned().map(SharedMessage::from));
         let run = self.writer.run();
         let event = json!({
             "phase": "start",

@@ -81,7 +81,7 @@ impl RunWriter {
             }
         }
         if let (Some(log), Some(landed)) = (&self.log, landing) {
-            log.landed(&landed);
+            log.landed(landed);
         }
         self.next_seq += added;
         self.events.committed();

@@ -38,11 +38,11 @@ async fn a_context_overflow_compacts_the_earlier_history_and_the_run_continues()
     );
     assert!(summarizing.tools.is_empty());
     assert!(
-        matches!(&summarizing.messages[0], Message::User { content } if content.contains("first question") && content.contains("second answer"))
+        matches!(&*summarizing.messages[0], Message::User { content } if content.contains("first question") && content.contains("second answer"))
     );
     let retried = &requests[4].messages;
     assert!(
-        matches!(&retried[0], Message::Compaction { summary, .. } if summary.starts_with("The user asked"))
+        matches!(&*retried[0], Message::Compaction { summary, .. } if summary.starts_with("The user asked"))
     );
     assert_eq!(retried[1], Message::user("third question"));
     assert_eq!(
@@ -76,7 +76,7 @@ async fn a_context_overflow_compacts_the_earlier_history_and_the_run_continues()
     // The next turn sees the summary instead of the compacted entries.
     turn(&f, "fourth question").await;
     let next = &f.model.requests()[5].messages;
-    assert!(matches!(&next[0], Message::Compaction { .. }));
+    assert!(matches!(&*next[0], Message::Compaction { .. }));
     assert_eq!(
         next.len(),
         4,
@@ -165,7 +165,7 @@ async fn oversized_tool_results_are_capped_and_cut_to_fit_before_the_next_call()
     let sent: usize = second
         .messages
         .iter()
-        .filter_map(|m| match m {
+        .filter_map(|m| match m.message() {
             Message::Tool { content, .. } => Some(content.chars().count()),
             _ => None,
         })
@@ -279,7 +279,7 @@ async fn a_tool_loop_that_fills_the_window_compacts_its_own_rounds_and_goes_on()
             tool_call_id,
             content,
             ..
-        }) = request.messages.last()
+        }) = request.messages.last().map(|m| m.message())
         else {
             panic!("request {k} ends with a tool result")
         };
@@ -288,7 +288,7 @@ async fn a_tool_loop_that_fills_the_window_compacts_its_own_rounds_and_goes_on()
     }
     let last = attempts[40];
     assert!(
-        matches!(&last.messages[0], Message::Compaction { summary, .. }
+        matches!(&*last.messages[0], Message::Compaction { summary, .. }
             if summary.contains(AUTO_SUMMARY) && summary.contains("read the 40 pages")),
         "the summary carries the run's prompt verbatim: {:?}",
         last.messages[0]
@@ -337,11 +337,14 @@ async fn a_tool_loop_that_fills_the_window_compacts_its_own_rounds_and_goes_on()
     let requests = f.model.requests();
     let sent = &requests.last().unwrap().messages;
     assert!(
-        matches!(&sent[0], Message::Compaction { .. }),
+        matches!(&*sent[0], Message::Compaction { .. }),
         "{:?}",
         sent[0]
     );
-    assert_eq!(sent.last(), Some(&Message::user("what did page 40 say?")));
+    assert_eq!(
+        sent.last().map(|m| m.message()),
+        Some(&Message::user("what did page 40 say?"))
+    );
 }
 
 #[tokio::test]
@@ -465,7 +468,7 @@ async fn a_pickup_after_a_crash_resumes_from_the_summary_written_inside_the_run(
     assert_eq!(&sent[1..3], &[call("c3"), result("c3")]);
     assert_eq!(sent[3], call("c4"));
     assert!(
-        matches!(&sent[4], Message::Tool { tool_call_id, is_error: true, .. } if tool_call_id == "c4")
+        matches!(&*sent[4], Message::Tool { tool_call_id, is_error: true, .. } if tool_call_id == "c4")
     );
     let t = f.transcript().await;
     assert!(t.windows(2).all(|w| w[1].seq == w[0].seq + 1));

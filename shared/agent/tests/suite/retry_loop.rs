@@ -255,7 +255,7 @@ async fn an_empty_reply_gets_one_directed_retry_that_is_not_persisted() {
     let requests = f.model.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(
-        requests[1].messages.last(),
+        requests[1].messages.last().map(|m| m.message()),
         Some(&Message::user(
             agentlane_agent::retry::Continuation::EmptyResponse.instruction()
         ))
@@ -278,7 +278,7 @@ async fn reasoning_without_an_answer_is_retried_twice_then_the_run_says_it_could
     let requests = f.model.requests();
     assert_eq!(requests.len(), 3);
     assert_eq!(
-        requests[2].messages.last(),
+        requests[2].messages.last().map(|m| m.message()),
         Some(&Message::user(
             agentlane_agent::retry::Continuation::ReasoningOnly.instruction()
         ))

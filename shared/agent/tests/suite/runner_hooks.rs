@@ -120,7 +120,7 @@ async fn a_finalize_revision_runs_another_attempt_with_the_instruction() {
     let run = turn(&f, "question").await;
     assert_eq!(run.payloads[0].text, "revised answer");
     let second = &f.model.requests()[1];
-    let last = second.messages.last().unwrap();
+    let last = second.messages.last().unwrap().message();
     assert!(
         matches!(last, Message::User { content } if content.ends_with("Cite a source.") && content.starts_with(agentlane_agent::runner::REVISION_PREFIX))
     );
@@ -148,7 +148,7 @@ async fn prompt_build_additions_reach_the_model_but_not_the_transcript() {
         request.system
     );
     assert!(
-        matches!(&request.messages[0], Message::User { content } if content.contains("User tier: gold.") && content.ends_with("hello"))
+        matches!(&*request.messages[0], Message::User { content } if content.contains("User tier: gold.") && content.ends_with("hello"))
     );
     assert!(
         matches!(&f.transcript().await[0].message, Message::User { content } if content == "hello")

@@ -40,7 +40,7 @@ async fn parallel_tool_calls_run_and_results_keep_call_order() {
     );
     let second = &f.model.requests()[1];
     assert!(
-        matches!(&second.messages[2], Message::Tool { content, .. } if content == r#"echo:{"n":1}"#)
+        matches!(&*second.messages[2], Message::Tool { content, .. } if content == r#"echo:{"n":1}"#)
     );
 }
 
@@ -96,5 +96,5 @@ async fn arguments_that_cannot_be_repaired_get_an_error_result_and_do_not_run() 
         .collect();
     assert_eq!(results, [("c1".into(), true), ("c2".into(), false)]);
     let second = &f.model.requests()[1];
-    assert!(second.messages.iter().any(|m| matches!(m, Message::Tool { content, is_error: true, .. } if content.contains("invalid JSON"))));
+    assert!(second.messages.iter().any(|m| matches!(m.message(), Message::Tool { content, is_error: true, .. } if content.contains("invalid JSON"))));
 }

@@ -9,6 +9,8 @@ use agentlane_core::{
     Clock, Commit, Layered, LockAttempt, Message, RunId, RunStatus, SessionId, Store, StoreCall,
     StoreLayer, StoreResult, SystemClock, TranscriptEntry,
 };
+use agentlane_providers::history::{WireFormat, request_body, request_body_whole};
+use agentlane_providers::{ModelRequest, SharedMessage};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,13 +68,46 @@ fn last_request(f: &Fixture) -> Vec<String> {
     request
         .messages
         .iter()
-        .map(|m| match m {
+        .map(|m| match m.message() {
             Message::User { content } => format!("user: {content}"),
             Message::Assistant { content, .. } => format!("assistant: {content}"),
             Message::Tool { content, .. } => format!("tool: {content}"),
             Message::Compaction { summary, .. } => format!("summary: {summary}"),
         })
         .collect()
+}
+
+/// Encodes the last model request in every wire format, as a provider would: the messages
+/// keep their encodings for the turns that send them again.
+fn encode_last_request(f: &Fixture) {
+    let requests = f.model.requests();
+    let request = requests.last().expect("a model request");
+    for format in [WireFormat::OpenAiChat, WireFormat::Anthropic] {
+        request_body(format, request);
+    }
+}
+
+/// The last request's bodies, assembled from the encodings its messages kept (some made in
+/// earlier turns), are byte for byte those of the same messages encoded afresh: no kept
+/// encoding is stale.
+fn assert_encodings_fresh(f: &Fixture) {
+    let requests = f.model.requests();
+    let request = requests.last().expect("a model request");
+    let afresh = ModelRequest {
+        messages: request
+            .messages
+            .iter()
+            .map(|m| SharedMessage::new(m.message().clone()))
+            .collect(),
+        ..request.clone()
+    };
+    for format in [WireFormat::OpenAiChat, WireFormat::Anthropic] {
+        assert_eq!(
+            request_body(format, request),
+            request_body_whole(format, &afresh),
+            "{format:?}"
+        );
+    }
 }
 
 /// Writes `message` to the session's transcript as another process would: under its own lock.
@@ -147,10 +182,12 @@ async fn with_the_cache_off_every_turn_reads_the_transcript() {
 async fn an_entry_appended_by_another_process_is_in_the_next_turn() {
     let (f, reads) = counted(vec![Script::Text("one"), Script::Text("two")], 64);
     turn(&f, "first").await;
+    encode_last_request(&f);
     write_behind_the_runners_back(&f, Message::user("written elsewhere")).await;
     let before = reads.load(Ordering::SeqCst);
     turn(&f, "second").await;
     assert_eq!(reads.load(Ordering::SeqCst) - before, 1, "read again");
+    assert_encodings_fresh(&f);
     assert_eq!(
         last_request(&f),
         [
@@ -166,6 +203,7 @@ async fn an_entry_appended_by_another_process_is_in_the_next_turn() {
 async fn a_compaction_written_elsewhere_replaces_what_it_covers_in_the_next_turn() {
     let (f, _) = counted(vec![Script::Text("one"), Script::Text("two")], 64);
     turn(&f, "first").await;
+    encode_last_request(&f);
     let through = f.transcript().await.last().unwrap().seq;
     let summary = Message::Compaction {
         summary: "they said hello".into(),
@@ -185,12 +223,14 @@ async fn a_compaction_written_elsewhere_replaces_what_it_covers_in_the_next_turn
         "{request:?}"
     );
     assert_eq!(request.last().map(String::as_str), Some("user: second"));
+    assert_encodings_fresh(&f);
 }
 
 #[tokio::test]
 async fn after_a_reset_the_next_turn_starts_a_fresh_history() {
     let (f, _) = counted(vec![Script::Text("one"), Script::Text("two")], 64);
     turn(&f, "first").await;
+    encode_last_request(&f);
     f.store
         .reset_session(
             &f.tenant,
@@ -202,6 +242,7 @@ async fn after_a_reset_the_next_turn_starts_a_fresh_history() {
         .unwrap();
     turn(&f, "second").await;
     assert_eq!(last_request(&f), ["user: second"]);
+    assert_encodings_fresh(&f);
 }
 
 #[tokio::test]
@@ -226,4 +267,34 @@ async fn a_turn_that_only_reads_the_lane_leaves_the_kept_transcript_stale() {
         last_request(&f),
         ["user: first", "assistant: one", "user: second"]
     );
+}
+
+#[tokio::test]
+async fn kept_entries_are_sent_as_the_same_shared_messages_with_their_encodings() {
+    // GIVEN a session whose turns run on the kept transcript
+    let script = vec![
+        Script::Text("one"),
+        Script::Text("two"),
+        Script::Text("three"),
+    ];
+    let (f, _) = counted(script, 64);
+    turn(&f, "first").await;
+    turn(&f, "second").await;
+    encode_last_request(&f);
+    // WHEN the next turn runs
+    turn(&f, "third").await;
+    // THEN the entries of earlier turns are the very messages the previous request sent: not
+    // copied, and not encoded again
+    let requests = f.model.requests();
+    let (before, after) = (&requests[1].messages, &requests[2].messages);
+    assert_eq!(after.len(), 5);
+    assert!(
+        before[..2]
+            .iter()
+            .zip(&after[..2])
+            .all(|(a, b)| a.ptr_eq(b)),
+        "shared, not copied"
+    );
+    // AND the body assembled from them is the one encoded whole
+    assert_encodings_fresh(&f);
 }

@@ -47,10 +47,10 @@ async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
 }
 
 /// The text of every message, with its role, as the transcript or a model request holds it.
-fn texts(messages: &[Message]) -> Vec<(&'static str, String)> {
+fn texts(messages: &[agentlane_providers::SharedMessage]) -> Vec<(&'static str, String)> {
     messages
         .iter()
-        .map(|m| match m {
+        .map(|m| match m.message() {
             Message::User { content } => ("user", content.clone()),
             Message::Assistant { content, .. } => ("assistant", content.clone()),
             Message::Tool { content, .. } => ("tool", content.clone()),
@@ -96,7 +96,10 @@ async fn a_seeded_history_goes_before_the_prompt_of_a_new_session_only() {
     let written: Vec<Message> = transcript.iter().map(|e| e.message.clone()).collect();
     let mut with_reply = expected.clone();
     with_reply.push(("assistant", "It is Ada.".to_owned()));
-    assert_eq!(texts(&written), with_reply);
+    assert_eq!(
+        texts(&agentlane_providers::history::shared(written)),
+        with_reply
+    );
     assert!(transcript.iter().all(|e| e.run_id == first.run_id));
     assert_eq!(f.run(&first.run_id).await.payloads[0].text, "It is Ada.");
 

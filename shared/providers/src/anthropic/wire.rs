@@ -1,25 +1,50 @@
 //! [`ModelRequest`] → the Messages API request body.
 
-use crate::{ModelRequest, ToolSpec};
+use crate::history::AnthropicFragment;
+use crate::{ModelRequest, SharedMessage, ToolSpec};
 use agentlane_core::{Message, ThinkingLevel, ToolCall};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
-/// The streaming request body. `max_tokens` is required by the API: the request's own cap, else
-/// `default_max_tokens`. With a thinking level, extended thinking is enabled with that level's
-/// budget, and `max_tokens` grows by the budget (the API wants it above `budget_tokens`, and
-/// the answer keeps its own cap).
+/// The streaming request body as `serde_json::to_vec` writes it, assembled from the
+/// messages' encodings (each made once per message, see [`crate::history`]).
+pub(crate) fn request_bytes(request: &ModelRequest, default_max_tokens: u32) -> String {
+    let turns = turns(request.messages.iter().map(SharedMessage::anthropic));
+    let mut out = String::with_capacity(1024);
+    crate::history::assemble(
+        &skeleton(request, default_max_tokens, Value::Null),
+        "messages",
+        turns.iter().map(|t| t.as_ref()),
+        &mut out,
+    );
+    out
+}
+
+/// The streaming request body, encoded whole (what [`request_bytes`] must equal). `max_tokens`
+/// is required by the API: the request's own cap, else `default_max_tokens`. With a thinking
+/// level, extended thinking is enabled with that level's budget, and `max_tokens` grows by the
+/// budget (the API wants it above `budget_tokens`, and the answer keeps its own cap).
 pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
+    let messages = Value::Array(messages(&request.messages));
+    skeleton(request, default_max_tokens, messages)
+}
+
+/// The body with `messages` as the `messages` field.
+fn skeleton(request: &ModelRequest, default_max_tokens: u32, messages: Value) -> Value {
     let answer_cap = request.max_output_tokens.unwrap_or(default_max_tokens);
     // A tool round's continuation (the history ends in tool results) must replay the signed
     // thinking block of the assistant turn that called the tools when thinking is on; the
     // transcript keeps no signatures, so such a request runs with thinking off (allowed).
-    let continues_tools = matches!(request.messages.last(), Some(Message::Tool { .. }));
+    let continues_tools = matches!(
+        request.messages.last().map(|m| m.message()),
+        Some(Message::Tool { .. })
+    );
     let budget = thinking_budget(request.thinking).filter(|_| !continues_tools);
     let mut body = json!({
         "model": request.model,
         "max_tokens": answer_cap.saturating_add(budget.unwrap_or(0)),
         "stream": true,
-        "messages": messages(&request.messages),
+        "messages": messages,
     });
     if let Some(budget) = budget {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
@@ -45,59 +70,116 @@ pub fn thinking_budget(level: Option<ThinkingLevel>) -> Option<u32> {
     }
 }
 
-/// The history as Messages API turns. Consecutive tool results become one user message of
-/// `tool_result` blocks (the API wants every result of an assistant turn in the next message).
-/// An assistant message with neither text nor tool calls is left out: the API refuses empty
-/// content.
-fn messages(history: &[Message]) -> Vec<Value> {
-    let mut turns = Vec::with_capacity(history.len());
-    let mut results: Vec<Value> = Vec::new();
-    for message in history {
-        if let Message::Tool {
+/// One history message in the Messages format.
+enum Encoded {
+    /// A whole turn.
+    Turn(Value),
+    /// A `tool_result` block (consecutive ones are sent as one user turn).
+    ToolResult(Value),
+    /// An assistant message with neither text nor tool calls: the API refuses empty content.
+    Skipped,
+}
+
+fn encode(message: &Message) -> Encoded {
+    match message {
+        Message::Tool {
             tool_call_id,
             content,
             is_error,
             name: _,
-        } = message
-        {
-            results.push(json!({
-                "type": "tool_result",
-                "tool_use_id": tool_call_id,
-                "content": content,
-                "is_error": is_error,
-            }));
+        } => Encoded::ToolResult(json!({
+            "type": "tool_result",
+            "tool_use_id": tool_call_id,
+            "content": content,
+            "is_error": is_error,
+        })),
+        Message::User { content } => Encoded::Turn(json!({"role": "user", "content": content})),
+        Message::Compaction { summary, .. } => {
+            Encoded::Turn(json!({"role": "user", "content": Message::compaction_text(summary)}))
+        }
+        Message::Assistant {
+            content,
+            tool_calls,
+            // Reasoning is not replayed: the API accepts thinking blocks back only with the
+            // signature it issued, which the transcript does not keep.
+            reasoning: _,
+            model: _,
+        } => {
+            let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+            if !content.is_empty() {
+                blocks.push(json!({"type": "text", "text": content}));
+            }
+            blocks.extend(tool_calls.iter().map(tool_use));
+            if blocks.is_empty() {
+                Encoded::Skipped
+            } else {
+                Encoded::Turn(json!({"role": "assistant", "content": blocks}))
+            }
+        }
+    }
+}
+
+/// One history message's encoding, kept with the message.
+pub(crate) fn fragment(message: &Message) -> AnthropicFragment {
+    match encode(message) {
+        Encoded::Turn(turn) => AnthropicFragment::Turn(turn.to_string().into()),
+        Encoded::ToolResult(block) => AnthropicFragment::ToolResult(block.to_string().into()),
+        Encoded::Skipped => AnthropicFragment::Skipped,
+    }
+}
+
+/// The user turn of consecutive tool results.
+fn results_turn(results: Value) -> Value {
+    json!({"role": "user", "content": results})
+}
+
+/// The history as Messages API turns, from its messages' fragments. Consecutive tool results
+/// become one user message of `tool_result` blocks (the API wants every result of an assistant
+/// turn in the next message).
+fn turns<'a>(history: impl Iterator<Item = &'a AnthropicFragment>) -> Vec<Cow<'a, str>> {
+    let mut turns = Vec::with_capacity(history.size_hint().0);
+    let mut results: Vec<&str> = Vec::new();
+    let flush = |results: &mut Vec<&str>, turns: &mut Vec<Cow<'a, str>>| {
+        if !results.is_empty() {
+            let mut turn = String::new();
+            let skeleton = results_turn(Value::Null);
+            crate::history::assemble(&skeleton, "content", results.drain(..), &mut turn);
+            turns.push(Cow::Owned(turn));
+        }
+    };
+    for fragment in history {
+        match fragment {
+            AnthropicFragment::ToolResult(block) => results.push(block),
+            AnthropicFragment::Turn(turn) => {
+                flush(&mut results, &mut turns);
+                turns.push(Cow::Borrowed(turn));
+            }
+            AnthropicFragment::Skipped => flush(&mut results, &mut turns),
+        }
+    }
+    flush(&mut results, &mut turns);
+    turns
+}
+
+/// The history as Messages API turns, encoded whole (see [`turns`]).
+fn messages(history: &[SharedMessage]) -> Vec<Value> {
+    let mut turns = Vec::with_capacity(history.len());
+    let mut results: Vec<Value> = Vec::new();
+    for message in history {
+        let encoded = encode(message);
+        if let Encoded::ToolResult(block) = encoded {
+            results.push(block);
             continue;
         }
         if !results.is_empty() {
-            turns.push(json!({"role": "user", "content": std::mem::take(&mut results)}));
+            turns.push(results_turn(Value::Array(std::mem::take(&mut results))));
         }
-        match message {
-            Message::User { content } => turns.push(json!({"role": "user", "content": content})),
-            Message::Compaction { summary, .. } => {
-                turns.push(json!({"role": "user", "content": Message::compaction_text(summary)}))
-            }
-            Message::Assistant {
-                content,
-                tool_calls,
-                // Reasoning is not replayed: the API accepts thinking blocks back only with the
-                // signature it issued, which the transcript does not keep.
-                reasoning: _,
-                model: _,
-            } => {
-                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
-                if !content.is_empty() {
-                    blocks.push(json!({"type": "text", "text": content}));
-                }
-                blocks.extend(tool_calls.iter().map(tool_use));
-                if !blocks.is_empty() {
-                    turns.push(json!({"role": "assistant", "content": blocks}));
-                }
-            }
-            Message::Tool { .. } => {}
+        if let Encoded::Turn(turn) = encoded {
+            turns.push(turn);
         }
     }
     if !results.is_empty() {
-        turns.push(json!({"role": "user", "content": results}));
+        turns.push(results_turn(Value::Array(results)));
     }
     turns
 }
@@ -135,7 +217,7 @@ mod tests {
         ModelRequest {
             model: "claude-sonnet-4-5".into(),
             system: String::new(),
-            messages,
+            messages: crate::history::shared(messages),
             tools: vec![],
             max_output_tokens: None,
             thinking: None,
@@ -283,5 +365,40 @@ mod tests {
                 {"name": "b", "description": "B", "input_schema": {"type": "object", "properties": {}}},
             ])
         );
+    }
+
+    #[test]
+    fn the_assembled_body_is_byte_identical_to_the_full_encoding() {
+        let full = crate::history::every_kind();
+        let ends_in_results = ModelRequest {
+            messages: full.messages[..5].to_vec(),
+            ..full.clone()
+        };
+        let variants = [
+            full.clone(),
+            ModelRequest {
+                system: String::new(),
+                tools: vec![],
+                max_output_tokens: None,
+                thinking: None,
+                ..full.clone()
+            },
+            ends_in_results,
+            ModelRequest {
+                messages: vec![],
+                ..full.clone()
+            },
+        ];
+        for request in variants {
+            let whole = serde_json::to_vec(&request_body(&request, 1000)).unwrap();
+            let assembled = request_bytes(&request, 1000);
+            assert_eq!(
+                assembled.as_bytes(),
+                whole,
+                "{}",
+                String::from_utf8_lossy(&whole)
+            );
+            assert_eq!(request_bytes(&request, 1000).as_bytes(), whole);
+        }
     }
 }

@@ -22,14 +22,38 @@ impl MaxTokensField {
     }
 }
 
-/// The streaming request body.
+/// The streaming request body as `serde_json::to_vec` writes it, assembled from the
+/// messages' encodings (each made once per message, see [`crate::history`]).
+pub(crate) fn request_bytes(request: &ModelRequest, max_tokens: MaxTokensField) -> String {
+    let system = system_message(request).map(|m| m.to_string());
+    let messages = system
+        .as_deref()
+        .into_iter()
+        .chain(request.messages.iter().map(|m| m.openai_chat()));
+    let mut out = String::with_capacity(1024);
+    crate::history::assemble(
+        &skeleton(request, max_tokens, Value::Null),
+        "messages",
+        messages,
+        &mut out,
+    );
+    out
+}
+
+/// The streaming request body, encoded whole (what [`request_bytes`] must equal).
 pub(crate) fn request_body(request: &ModelRequest, max_tokens: MaxTokensField) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
-    }
-    messages.extend(request.messages.iter().map(message));
+    messages.extend(system_message(request));
+    messages.extend(request.messages.iter().map(|m| message(m)));
+    skeleton(request, max_tokens, Value::Array(messages))
+}
 
+fn system_message(request: &ModelRequest) -> Option<Value> {
+    (!request.system.is_empty()).then(|| json!({"role": "system", "content": request.system}))
+}
+
+/// The body with `messages` as the `messages` field.
+fn skeleton(request: &ModelRequest, max_tokens: MaxTokensField, messages: Value) -> Value {
     let mut body = json!({
         "model": request.model,
         "messages": messages,
@@ -73,7 +97,8 @@ pub(crate) fn reasoning_effort(level: Option<ThinkingLevel>) -> Option<&'static 
     }
 }
 
-fn message(message: &Message) -> Value {
+/// One history message as a `messages` item.
+pub(crate) fn message(message: &Message) -> Value {
     match message {
         Message::User { content } => json!({"role": "user", "content": content}),
         Message::Compaction { summary, .. } => {
@@ -132,7 +157,7 @@ mod tests {
         ModelRequest {
             model: "gpt-4o-mini".into(),
             system: String::new(),
-            messages,
+            messages: crate::history::shared(messages),
             tools: vec![],
             max_output_tokens: None,
             thinking: None,
@@ -185,5 +210,45 @@ mod tests {
         );
         assert_eq!(body["max_completion_tokens"], json!(64));
         assert!(body.get("max_tokens").is_none());
+    }
+
+    #[test]
+    fn the_assembled_body_is_byte_identical_to_the_full_encoding() {
+        let full = crate::history::every_kind();
+        let variants = [
+            full.clone(),
+            ModelRequest {
+                system: String::new(),
+                tools: vec![],
+                max_output_tokens: None,
+                thinking: None,
+                ..full.clone()
+            },
+            ModelRequest {
+                messages: full.messages[..4].to_vec(),
+                ..full.clone()
+            },
+            ModelRequest {
+                messages: vec![],
+                ..full.clone()
+            },
+        ];
+        for request in variants {
+            for field in [
+                MaxTokensField::MaxTokens,
+                MaxTokensField::MaxCompletionTokens,
+            ] {
+                let whole = serde_json::to_vec(&request_body(&request, field)).unwrap();
+                let assembled = request_bytes(&request, field);
+                assert_eq!(
+                    assembled.as_bytes(),
+                    whole,
+                    "{}",
+                    String::from_utf8_lossy(&whole)
+                );
+                // The second time, from the kept fragments.
+                assert_eq!(request_bytes(&request, field).as_bytes(), whole);
+            }
+        }
     }
 }

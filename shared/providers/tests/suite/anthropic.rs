@@ -113,7 +113,7 @@ fn weather_request() -> ModelRequest {
     ModelRequest {
         model: "claude-sonnet-4-5".into(),
         system: "You are terse.".into(),
-        messages: vec![
+        messages: agentlane_providers::history::shared([
             Message::user("time and weather?"),
             Message::Assistant {
                 content: "Checking.".into(),
@@ -145,7 +145,7 @@ fn weather_request() -> ModelRequest {
                 is_error: true,
             },
             Message::user("and in Rome?"),
-        ],
+        ]),
         tools: weather_tools(),
         max_output_tokens: Some(256),
         thinking: None,
@@ -536,7 +536,7 @@ async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() 
     let request = ModelRequest {
         model: "m".into(),
         system: String::new(),
-        messages: vec![Message::user("hi")],
+        messages: agentlane_providers::history::shared([Message::user("hi")]),
         tools: vec![],
         max_output_tokens: None,
         thinking: None,
@@ -643,7 +643,7 @@ mod aimock {
         let mut request = ModelRequest {
             model: "claude-sonnet-4-5".into(),
             system: "You are terse.".into(),
-            messages: vec![Message::user("weather in Paris?")],
+            messages: agentlane_providers::history::shared([Message::user("weather in Paris?")]),
             tools: weather_tools(),
             max_output_tokens: None,
             thinking: None,
@@ -670,19 +670,25 @@ mod aimock {
         );
 
         // Round 2: the results go back as tool_result blocks, which aimock must recognise.
-        request.messages.push(Message::Assistant {
-            content: turn.text.clone(),
-            reasoning: None,
-            tool_calls: turn.tool_calls.clone(),
-            model: None,
-        });
+        request
+            .messages
+            .push(agentlane_providers::SharedMessage::new(
+                Message::Assistant {
+                    content: turn.text.clone(),
+                    reasoning: None,
+                    tool_calls: turn.tool_calls.clone(),
+                    model: None,
+                },
+            ));
         for (call, result) in turn.tool_calls.iter().zip(["21C, sunny", "14:00"]) {
-            request.messages.push(Message::Tool {
-                tool_call_id: call.id.clone(),
-                name: call.name.clone(),
-                content: result.into(),
-                is_error: false,
-            });
+            request
+                .messages
+                .push(agentlane_providers::SharedMessage::new(Message::Tool {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: result.into(),
+                    is_error: false,
+                }));
         }
         let (events, error) = collect(&provider, request).await;
         assert_eq!(error, None);

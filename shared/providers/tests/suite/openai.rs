@@ -64,7 +64,7 @@ fn weather_request() -> ModelRequest {
     ModelRequest {
         model: "gpt-4o-mini".into(),
         system: "You are terse.".into(),
-        messages: vec![
+        messages: agentlane_providers::history::shared([
             Message::user("time?"),
             Message::Assistant {
                 content: "Checking.".into(),
@@ -83,7 +83,7 @@ fn weather_request() -> ModelRequest {
                 is_error: false,
             },
             Message::user("weather in Paris?"),
-        ],
+        ]),
         tools: vec![ToolSpec {
             name: "get_weather".into(),
             description: "Weather for a city".into(),

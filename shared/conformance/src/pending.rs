@@ -12,7 +12,7 @@
 //! (random, so no other case's session sorts at the same time) and look only for their own
 //! session in the index's answer.
 
-use crate::fixtures::{session_key, tenant, turn, wall_ms};
+use crate::fixtures::{self, session_key, tenant, turn, wall_ms};
 use agentlane_core::{PendingSettle, ProcessingIndex, Session, SessionKey, Store, TenantId};
 use std::sync::Arc;
 
@@ -30,6 +30,7 @@ macro_rules! pending_conformance {
         $crate::__expand_cases! { tests pending_conformance pending ($make);
             case_an_accept_marks_pending_work_the_index_finds,
             case_settling_is_conditional_and_clearing_leaves_the_index,
+            case_a_finished_run_leaves_the_open_runs_at_its_commit,
         }
     };
 }
@@ -195,4 +196,34 @@ pub async fn case_settling_is_conditional_and_clearing_leaves_the_index(
             .collect::<Vec<_>>(),
         vec![(2, third.run_id)]
     );
+}
+
+/// The commit that finishes a run drops it from the session's open runs (and nothing else):
+/// a busy session's record holds its queue, not one run id for every turn it ever took, while
+/// its pending mark stays for the sweep to settle.
+pub async fn case_a_finished_run_leaves_the_open_runs_at_its_commit(
+    backend: Arc<dyn PendingBackend>,
+) {
+    let store: Arc<dyn Store> = backend.clone();
+    let (t, k, at) = (tenant(), session_key(), past());
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        runs.push(backend.accept_turn(turn(&t, &k, at + i)).await.unwrap().run);
+    }
+    for (i, run) in runs.iter().take(2).enumerate() {
+        let now = at + 10 + 10 * i as u64;
+        let fence = fixtures::lock(&store, &t, &k, "runner-a", 60_000, now).await;
+        store
+            .commit(&fence, fixtures::finished(run, now + 1))
+            .await
+            .unwrap();
+    }
+    let session = session_of(&backend, &t, &k).await;
+    assert_eq!(session.runs_finished, 2);
+    assert_eq!(
+        session.open_runs.into_iter().collect::<Vec<_>>(),
+        vec![(2, runs[2].run_id.clone())],
+        "only the run still queued"
+    );
+    assert_eq!(session.pending_at, Some(at), "the sweep settles the mark");
 }

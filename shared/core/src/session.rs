@@ -178,11 +178,18 @@ impl Session {
             .map(|(seq, id)| (*seq, id))
     }
 
+    /// Drops the open runs numbered below `runs_finished` (finished: runs end in lane order).
+    /// Every commit that finishes a run applies it, so a busy session's record stays the size
+    /// of its queue instead of growing by a run id per turn until a sweep settles it.
+    pub fn drop_finished_runs(&mut self) {
+        let finished = self.runs_finished;
+        self.open_runs.retain(|seq, _| *seq >= finished);
+    }
+
     /// Applies a sweep's [`PendingSettle`] (the adapters' shared rule): the finished open runs
     /// are dropped; `Clear` ends the pending state, `Defer` and `Redrive` move it to `since`.
     pub fn settle_pending(&mut self, settle: PendingSettle) {
-        let finished = self.runs_finished;
-        self.open_runs.retain(|seq, _| *seq >= finished);
+        self.drop_finished_runs();
         match settle {
             PendingSettle::Clear => {
                 self.pending_at = None;

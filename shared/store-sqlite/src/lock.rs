@@ -75,6 +75,7 @@ pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Re
         session.active_run_id = update.active_run_id.clone();
         session.last_progress_at = Some(update.last_progress_at);
         session.runs_finished += update.finished_delta;
+        session.drop_finished_runs();
         session.updated_at = session.updated_at.max(update.last_progress_at);
     }
     if commit.release_lock() {

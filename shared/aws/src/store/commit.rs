@@ -7,7 +7,7 @@ use super::item::{
     ABORT_REASON, ABORT_REQUESTED, ACTION_ANSWER, ACTIVE_RUN_ID, ANSWER_FOR, ENTRY_JSON,
     EVENT_JSON, EXPIRES_AT, Item, LAST_PROGRESS_AT, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK,
     PROC_PK_VALUE, RUN_ID, RUN_JSON, RUNS_FINISHED, SEQ, SESSION_ID, STATUS, UPDATED_AT,
-    entry_json, event_json, n, run_json, s, status_str,
+    entry_json, event_json, n, open_run_attr, run_json, s, status_str,
 };
 use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
@@ -118,7 +118,18 @@ impl DynamoStore {
     ) -> StoreResult<()> {
         let writes = self.non_session_writes(fence, commit, session_id, checks)?;
         let head = if commit.session().is_some() || commit.release_lock() {
-            self.session_write(fence, commit.session(), commit.release_lock(), session_id)?
+            let finished_seq = commit
+                .session()
+                .filter(|update| update.finished_delta > 0)
+                .and(commit.run())
+                .map(|run| run.session_seq);
+            self.session_write(
+                fence,
+                commit.session(),
+                commit.release_lock(),
+                session_id,
+                finished_seq,
+            )?
         } else {
             self.session_check(fence, session_id)?
         };
@@ -192,13 +203,17 @@ impl DynamoStore {
     }
 
     /// The session update of a commit (activity and/or lock release), carrying the fence
-    /// condition itself: an item may appear only once per transaction.
+    /// condition itself: an item may appear only once per transaction. A commit that finishes
+    /// its run (`finished_seq`, the head of the lane: runs end in order) also drops that run's
+    /// `openRun{seq}` attribute, as [`Session::drop_finished_runs`](agentlane_core::Session::drop_finished_runs) does on SQLite, so a busy
+    /// session's item does not grow by a run a turn until a sweep settles it.
     fn session_write(
         &self,
         fence: &Fence,
         update: Option<&SessionUpdate>,
         release: bool,
         session_id: Option<&SessionId>,
+        finished_seq: Option<u64>,
     ) -> StoreResult<TransactWriteItem> {
         let (condition, mut values) = Self::fence_values(fence, session_id);
         let mut set = Vec::new();
@@ -228,6 +243,9 @@ impl DynamoStore {
                 }
                 SessionStatus::Idle => remove.extend([PROC_PK.to_owned(), PROC_AT.to_owned()]),
             }
+        }
+        if let Some(seq) = finished_seq {
+            remove.push(open_run_attr(seq));
         }
         if release {
             set.push(format!("{LOCK_UNTIL} = :zero"));

@@ -44,6 +44,9 @@ SECRET_REFERENCE_ENV = {
     "AGENTLANE_PROVIDER_KEYS_SSM_PATH": "ProviderKeysSsmPath",
 }
 # Non-secret settings whose names look secret-ish.
+# The CA bundle of provided.al2023 (what rustls-native-certs' probe would pick there); named in
+# SSL_CERT_FILE so that a cold start does not scan the certificate directories as well.
+AL2023_CA_BUNDLE = "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"
 NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS", "AGENTLANE_AGENT_SECRETS_PREFIX"}
 # Roles that may also read the secrets agents' tools name, only under this parameter (a name
 # prefix: `secret:${AgentSecretsPrefix}*`).
@@ -357,6 +360,10 @@ def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> Non
         )
         env = props.get("Environment", {}).get("Variables", {})
         c.check(env.get("AGENTLANE_TABLE") == {"Ref": "Table"}, f"{name}: AGENTLANE_TABLE = the table")
+        c.check(
+            env.get("SSL_CERT_FILE") == AL2023_CA_BUNDLE,
+            f"{name}: SSL_CERT_FILE names the provided.al2023 CA bundle: {env.get('SSL_CERT_FILE')}",
+        )
         c.check(
             env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
             f"{name}: AGENTLANE_QUEUE_URL = the turn queue",

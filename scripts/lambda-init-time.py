@@ -61,6 +61,12 @@ ACCOUNT = "123456789012"
 REGION = "us-east-1"
 FUNCTIONS = ("agentlane-ingress", "agentlane-runner", "agentlane-cron")
 REPO = Path(__file__).resolve().parent.parent
+# Where distributions keep the system CA bundle (the template names Amazon Linux 2023's).
+CA_BUNDLES = (
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/ssl/cert.pem",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,6 +373,11 @@ def child_env(args: argparse.Namespace, function: str, runtime_api: str) -> dict
         # the dead-letter queue up by name (a second SDK configuration and a GetQueueUrl call at
         # init), which no deployment does.
         env["AGENTLANE_DLQ_URL"] = dlq_url_for(args.queue_url)
+    # As infra/template.yaml deploys them: one CA bundle named (this machine's, not Amazon
+    # Linux's path), so the TLS clients do not scan the certificate directories at init.
+    bundle = next((b for b in CA_BUNDLES if Path(b).is_file()), None)
+    if bundle:
+        env["SSL_CERT_FILE"] = bundle
     for kv in args.env:
         key, _, value = kv.partition("=")
         env[key] = value

@@ -694,6 +694,29 @@ def check_compose(c: Checker) -> None:
     )
 
 
+def check_lambda_build(c: Checker) -> None:
+    """`sam build` (cargo lambda build --release) builds the functions lean, and only them: the
+    workspace's `[workspace.metadata.lambda.build]` adds opt-level "z", panic = "abort", no PIE and
+    no unwind tables (issue 23.1), while `[profile.release]` leaves `panic` to unwind for `serve`."""
+    import tomllib
+
+    manifest = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    config = manifest.get("workspace", {}).get("metadata", {}).get("lambda", {}).get("build", {})
+    settings = " ".join(as_list(config.get("config")))
+    for wanted in (
+        'profile.release.opt-level="z"',
+        'profile.release.panic="abort"',
+        '"relocation-model=static"',
+        '"force-unwind-tables=no"',
+    ):
+        c.check(wanted in settings, f"cargo lambda build --release adds {wanted}: {settings}")
+    release = manifest.get("profile", {}).get("release", {})
+    c.check(
+        release.get("panic", "unwind") == "unwind",
+        f"[profile.release] keeps panic = unwind for serve: {release.get('panic')}",
+    )
+
+
 def check_samconfig(c: Checker, sam: dict[str, Any]) -> None:
     """infra/samconfig.toml names only parameters the template has, and every required one."""
     import tomllib
@@ -855,6 +878,7 @@ def structure(src: str, translated: str) -> int:
     check_hook_defaults(c)
     check_compose(c)
     check_samconfig(c, sam)
+    check_lambda_build(c)
     print(f"structure: {c.count - len(c.failures)} of {c.count} assertions hold")
     return 1 if c.failures else 0
 

@@ -376,7 +376,7 @@ def child_env(args: argparse.Namespace, function: str, runtime_api: str) -> dict
     # As infra/template.yaml deploys them: one CA bundle named (this machine's, not Amazon
     # Linux's path), so the TLS clients do not scan the certificate directories at init.
     bundle = next((b for b in CA_BUNDLES if Path(b).is_file()), None)
-    if bundle:
+    if bundle and not args.probe_ca:
         env["SSL_CERT_FILE"] = bundle
     for kv in args.env:
         key, _, value = kv.partition("=")
@@ -560,6 +560,9 @@ def parse_args() -> argparse.Namespace:
                    help="AGENTLANE_API_KEYS for the ingress")
     p.add_argument("--memory", type=int, default=512, help="AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
     p.add_argument("--log", default="info", help="AGENTLANE_LOG")
+    p.add_argument("--probe-ca", action="store_true",
+                   help="leave SSL_CERT_FILE unset: the TLS clients probe the system's CA files "
+                        "and directories (as before the template named the bundle)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for the bootstraps (repeatable)")
     p.add_argument("--deadline", type=float, default=120.0,

@@ -44,6 +44,9 @@ SECRET_REFERENCE_ENV = {
     "AGENTLANE_PROVIDER_KEYS_SSM_PATH": "ProviderKeysSsmPath",
 }
 # Non-secret settings whose names look secret-ish.
+# The CA bundle of provided.al2023 (what rustls-native-certs' probe would pick there); named in
+# SSL_CERT_FILE so that a cold start does not scan the certificate directories as well.
+AL2023_CA_BUNDLE = "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"
 NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS", "AGENTLANE_AGENT_SECRETS_PREFIX"}
 # Roles that may also read the secrets agents' tools name, only under this parameter (a name
 # prefix: `secret:${AgentSecretsPrefix}*`).
@@ -357,6 +360,10 @@ def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> Non
         )
         env = props.get("Environment", {}).get("Variables", {})
         c.check(env.get("AGENTLANE_TABLE") == {"Ref": "Table"}, f"{name}: AGENTLANE_TABLE = the table")
+        c.check(
+            env.get("SSL_CERT_FILE") == AL2023_CA_BUNDLE,
+            f"{name}: SSL_CERT_FILE names the provided.al2023 CA bundle: {env.get('SSL_CERT_FILE')}",
+        )
         c.check(
             env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
             f"{name}: AGENTLANE_QUEUE_URL = the turn queue",
@@ -687,6 +694,29 @@ def check_compose(c: Checker) -> None:
     )
 
 
+def check_lambda_build(c: Checker) -> None:
+    """`sam build` (cargo lambda build --release) builds the functions lean, and only them: the
+    workspace's `[workspace.metadata.lambda.build]` adds opt-level "z", panic = "abort", no PIE and
+    no unwind tables (issue 23.1), while `[profile.release]` leaves `panic` to unwind for `serve`."""
+    import tomllib
+
+    manifest = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    config = manifest.get("workspace", {}).get("metadata", {}).get("lambda", {}).get("build", {})
+    settings = " ".join(as_list(config.get("config")))
+    for wanted in (
+        'profile.release.opt-level="z"',
+        'profile.release.panic="abort"',
+        '"relocation-model=static"',
+        '"force-unwind-tables=no"',
+    ):
+        c.check(wanted in settings, f"cargo lambda build --release adds {wanted}: {settings}")
+    release = manifest.get("profile", {}).get("release", {})
+    c.check(
+        release.get("panic", "unwind") == "unwind",
+        f"[profile.release] keeps panic = unwind for serve: {release.get('panic')}",
+    )
+
+
 def check_samconfig(c: Checker, sam: dict[str, Any]) -> None:
     """infra/samconfig.toml names only parameters the template has, and every required one."""
     import tomllib
@@ -848,6 +878,7 @@ def structure(src: str, translated: str) -> int:
     check_hook_defaults(c)
     check_compose(c)
     check_samconfig(c, sam)
+    check_lambda_build(c)
     print(f"structure: {c.count - len(c.failures)} of {c.count} assertions hold")
     return 1 if c.failures else 0
 

@@ -7,7 +7,9 @@ script spawns the release bootstrap (`target/lambda/<function>/bootstrap`, as bu
 
   init = time from spawn to the bootstrap's first `GET /2018-06-01/runtime/invocation/next`
 
-over --runs runs (the process is killed as soon as it asks for work). This is the local
+over --runs runs (the process is killed as soon as it asks for work), and the CPU time the
+process (all its threads) spent up to that point, from /proc/<pid>/task/*/schedstat: on a loaded
+machine the wall time mostly measures the wait for a core, the CPU time far less. This is the local
 counterpart of Lambda's "Init Duration": process start, settings, SDK configuration and client
 construction, up to the point where the runtime loop is ready. It includes no code download and
 no Firecracker start.
@@ -59,6 +61,12 @@ ACCOUNT = "123456789012"
 REGION = "us-east-1"
 FUNCTIONS = ("agentlane-ingress", "agentlane-runner", "agentlane-cron")
 REPO = Path(__file__).resolve().parent.parent
+# Where distributions keep the system CA bundle (the template names Amazon Linux 2023's).
+CA_BUNDLES = (
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/ssl/cert.pem",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,6 +373,11 @@ def child_env(args: argparse.Namespace, function: str, runtime_api: str) -> dict
         # the dead-letter queue up by name (a second SDK configuration and a GetQueueUrl call at
         # init), which no deployment does.
         env["AGENTLANE_DLQ_URL"] = dlq_url_for(args.queue_url)
+    # As infra/template.yaml deploys them: one CA bundle named (this machine's, not Amazon
+    # Linux's path), so the TLS clients do not scan the certificate directories at init.
+    bundle = next((b for b in CA_BUNDLES if Path(b).is_file()), None)
+    if bundle and not args.probe_ca:
+        env["SSL_CERT_FILE"] = bundle
     for kv in args.env:
         key, _, value = kv.partition("=")
         env[key] = value
@@ -384,6 +397,18 @@ class Outcome:
     init_ms: float | None
     error: str | None = None
     stderr_tail: str = ""
+    cpu_ms: float | None = None
+
+
+def cpu_ms(pid: int) -> float | None:
+    """The time all threads of `pid` spent on a CPU so far (Linux schedstat), or None."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e6
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -438,6 +463,8 @@ def run_once(
                 why = f"exited with {proc.returncode}" if proc.poll() is not None else "timed out"
                 return Outcome(False, None, f"no GET invocation/next ({why})")
             init_ms = (session.first_next_at - t0) * 1000.0
+            # The bootstrap now waits on its held poll: what it spent so far is its init.
+            init_cpu_ms = cpu_ms(proc.pid)
             if not ready:
                 return Outcome(False, init_ms, "timed out")
             if events:
@@ -450,7 +477,7 @@ def run_once(
                     why = f"exited with {proc.returncode}" if proc.poll() is not None else (
                         "timed out" if not answered else "no answer")
                     return Outcome(False, init_ms, f"no answer to {', '.join(missing)} ({why})")
-            return Outcome(True, init_ms)
+            return Outcome(True, init_ms, cpu_ms=init_cpu_ms)
         finally:
             session.done.set()
             stop(proc)
@@ -533,6 +560,9 @@ def parse_args() -> argparse.Namespace:
                    help="AGENTLANE_API_KEYS for the ingress")
     p.add_argument("--memory", type=int, default=512, help="AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
     p.add_argument("--log", default="info", help="AGENTLANE_LOG")
+    p.add_argument("--probe-ca", action="store_true",
+                   help="leave SSL_CERT_FILE unset: the TLS clients probe the system's CA files "
+                        "and directories (as before the template named the bundle)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for the bootstraps (repeatable)")
     p.add_argument("--deadline", type=float, default=120.0,
@@ -579,17 +609,24 @@ def main() -> int:
     for function in functions:
         bootstrap = bootstraps[function]
         entry: dict[str, Any] = {"bootstrap": str(bootstrap), "bytes": bootstrap.stat().st_size}
-        samples, errors = [], []
+        samples, cpu_samples, errors = [], [], []
         for i in range(args.runs):
             log_path = logs_dir / f"{function}-init-{i + 1}.log"
             outcome = run_once(api, args, function, bootstrap, [], log_path)
             if outcome.ok and outcome.init_ms is not None:
                 samples.append(outcome.init_ms)
+                if outcome.cpu_ms is not None:
+                    cpu_samples.append(outcome.cpu_ms)
             else:
                 errors.append({"run": i + 1, "error": outcome.error, "log": tail(log_path)})
         entry["init_ms"] = [round(s, 2) for s in samples]
         if samples:
             entry["init_summary_ms"] = {k: round(v, 2) for k, v in summarize(samples).items()}
+        entry["init_cpu_ms"] = [round(s, 2) for s in cpu_samples]
+        if cpu_samples:
+            entry["init_cpu_summary_ms"] = {
+                k: round(v, 2) for k, v in summarize(cpu_samples).items()
+            }
         entry["init_errors"] = errors
         failed |= bool(errors)
 
@@ -625,6 +662,13 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def print_report(results: dict[str, Any]) -> None:
     print(f"\ninit time (spawn -> first GET invocation/next), {results['runs']} runs, ms")
     print(f"{'function':<20} {'bytes':>10} {'min':>8} {'median':>8} {'max':>8}  runs")
@@ -635,6 +679,12 @@ def print_report(results: dict[str, Any]) -> None:
         print(f"{name:<20} {e['bytes']:>10} {cols}  [{runs}]")
         for err in e["init_errors"]:
             print(f"  run {err['run']} FAILED: {err['error']}\n    " + err["log"].replace("\n", "\n    "))
+    print(f"\ninit CPU time (all threads, spawn -> first GET), ms; load average {load_average()}")
+    print(f"{'function':<20} {'min':>8} {'median':>8} {'max':>8}")
+    for name, e in results["functions"].items():
+        s = e.get("init_cpu_summary_ms")
+        if s:
+            print(f"{name:<20} {s['min']:>8.1f} {s['median']:>8.1f} {s['max']:>8.1f}")
     for name, e in results["functions"].items():
         inv = e.get("invoke")
         if not inv:

@@ -15,6 +15,9 @@
 //! them concurrently (30 s). Policy points (`before_tool_call`, `before_agent_run`) fail closed:
 //! an error, a timeout, a panic or an answer of the wrong shape blocks, with a reason naming the
 //! point and the hook. Every other point fails open: the failure is logged and the hook skipped.
+//! A panic is caught only where the binary unwinds (`serve`, the CLI): the Lambda functions are
+//! built with `panic = "abort"` (the workspace's `[workspace.metadata.lambda.build]`), where a
+//! panicking hook ends the instance and the turn's message is redelivered (README, "Config file").
 //!
 //! # Where the runner calls each point (`crate::runner`)
 //!

@@ -76,6 +76,10 @@ pub struct RunnerConfig {
     /// many bytes (least recently used evicted), so a turn does not read and decode its whole
     /// session again (`AGENTLANE_TRANSCRIPT_CACHE_MB`, default 64; 0 turns the cache off).
     pub transcript_cache_bytes: usize,
+    /// A transcript shorter than this many entries is not cached (read again at its next
+    /// turn): on SQLite such a read is cheaper than holding it, so idle sessions of a few turns
+    /// cost no memory; on DynamoDB each read is a request (0: every transcript is cached).
+    pub transcript_cache_min_entries: usize,
 }
 
 impl Default for RunnerConfig {
@@ -109,6 +113,7 @@ impl Default for RunnerConfig {
             prices: agentlane_core::spend::PriceTable::builtin(),
             budget_output_reserve: 4096,
             transcript_cache_bytes: 64 << 20,
+            transcript_cache_min_entries: 0,
         }
     }
 }

@@ -39,7 +39,7 @@ pub use settings::{
 
 use agentlane_agent::hooks::{HookRegistry, WebhookHook};
 use agentlane_agent::models::Profile;
-use agentlane_agent::{ModelRouter, Runner};
+use agentlane_agent::{ModelRouter, Runner, RunnerConfig};
 use agentlane_api::ApiKeys;
 use agentlane_api::auth::{DEFAULT_KEY_CACHE_CAPACITY, DEFAULT_KEY_CACHE_TTL, StoreKeyCache};
 use agentlane_providers::ModelProvider;
@@ -173,6 +173,12 @@ pub fn api_store(
     ))
 }
 
+/// The shortest transcript the runner caches on the embedded backend: reading a few entries
+/// back is one short indexed SQLite query, cheaper than holding them (10,000 idle one-turn
+/// sessions held 10.5 MiB in the cache, and `bench --http` ran faster without it); on DynamoDB
+/// every transcript is cached, since each reload is a billed request.
+pub const EMBEDDED_TRANSCRIPT_CACHE_MIN_ENTRIES: usize = 16;
+
 /// The runner over `backends` with `settings`.
 pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {
     let hooks = hook_registry(settings)?;
@@ -191,7 +197,13 @@ pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<R
         backends.clock.clone(),
         model_router(&settings.models)?,
         tool_registry(&settings.tools),
-        settings.runner_config(),
+        RunnerConfig {
+            transcript_cache_min_entries: match backends.kind {
+                BackendKind::Embedded => EMBEDDED_TRANSCRIPT_CACHE_MIN_ENTRIES,
+                BackendKind::Aws => 0,
+            },
+            ..settings.runner_config()
+        },
     )
     .with_hooks(hooks)
     .with_agents(Arc::new(agents))

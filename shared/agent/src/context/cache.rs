@@ -111,6 +111,7 @@ struct Inner {
 /// The runner's transcript cache, shared by its lane workers; bounded by bytes (estimated).
 pub struct TranscriptCache {
     capacity: usize,
+    min_entries: usize,
     inner: Mutex<Inner>,
 }
 
@@ -118,6 +119,7 @@ impl std::fmt::Debug for TranscriptCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TranscriptCache")
             .field("capacity", &self.capacity)
+            .field("min_entries", &self.min_entries)
             .finish_non_exhaustive()
     }
 }
@@ -134,11 +136,21 @@ impl TranscriptCache {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
+            min_entries: 0,
             inner: Mutex::new(Inner {
                 map: LruCache::new_unbounded(),
                 bytes: 0,
             }),
         }
+    }
+
+    /// Keeps only transcripts of at least `min_entries` entries: a shorter one is cheaper to
+    /// read again than to hold (one short indexed read on SQLite), so idle sessions with a
+    /// few turns cost no memory. 0 or 1 keeps every transcript (on DynamoDB every reload is
+    /// a billed request).
+    pub fn with_min_entries(mut self, min_entries: usize) -> Self {
+        self.min_entries = min_entries;
+        self
     }
 
     /// Whether the cache keeps anything.
@@ -168,10 +180,11 @@ impl TranscriptCache {
     }
 
     /// Keeps `entries`, the whole transcript of the session after the pickup `mark` names, for
-    /// the next pickup; evicts the least recently used sessions beyond the capacity.
+    /// the next pickup; evicts the least recently used sessions beyond the capacity. A
+    /// transcript larger than the whole capacity, or shorter than the minimum, is not kept.
     pub fn put(&self, tenant: &TenantId, key: &SessionKey, mark: SessionMark, kept: Kept) {
         let bytes = kept.bytes;
-        if bytes > self.capacity {
+        if bytes > self.capacity || kept.entries().len() < self.min_entries {
             return;
         }
         let mut inner = self.lock();
@@ -303,6 +316,27 @@ mod tests {
             None,
             "per tenant"
         );
+    }
+
+    #[test]
+    fn a_transcript_shorter_than_the_minimum_is_read_again_instead_of_kept() {
+        let (t, k) = (TenantId::new("t"), SessionKey::new("k"));
+        // (minimum, entries, kept)
+        let table = [
+            (0, 1, true),
+            (1, 1, true),
+            (4, 3, false),
+            (4, 4, true),
+            (4, 9, true),
+        ];
+        for (min, len, kept) in table {
+            let cache = TranscriptCache::new(1 << 20).with_min_entries(min);
+            let entries = (0..len).map(|seq| entry(seq, "hi")).collect();
+            cache.put(&t, &k, mark("s1", 0, 1), Kept::new(entries));
+            let taken = cache.take(&t, &k, &mark("s1", 0, 2));
+            assert_eq!(taken.is_some(), kept, "minimum {min}, {len} entries");
+            assert_eq!(cache.bytes(), 0);
+        }
     }
 
     #[test]

@@ -140,9 +140,10 @@ impl Runner {
             clock,
             models,
             tools,
-            transcripts: Arc::new(crate::context::cache::TranscriptCache::new(
-                config.transcript_cache_bytes,
-            )),
+            transcripts: Arc::new(
+                crate::context::cache::TranscriptCache::new(config.transcript_cache_bytes)
+                    .with_min_entries(config.transcript_cache_min_entries),
+            ),
             config: Arc::new(config),
             hooks: HookRegistry::new(),
             instance: format!("runner-{}", uuid::Uuid::new_v4().simple()),

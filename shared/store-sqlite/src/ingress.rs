@@ -4,9 +4,9 @@
 use crate::error::{Result, int, uint};
 use crate::records::{self, insert_run, load_run, load_session, save_session};
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Event, Lane, LaneMessage, NewTurn, PageBudget, QueueMode, Run,
-    RunId, Session, SessionId, SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry,
-    TurnMessage, record_size,
+    AbortReason, AcceptOutcome, Event, LaneMessage, NewTurn, PageBudget, QueueMode, Run, RunId,
+    Session, SessionId, SessionKey, SessionStatus, StoreError, TenantId, TranscriptEntry,
+    record_size,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -89,16 +89,7 @@ pub(crate) fn accept_turn(
 /// The lane message of a run just accepted: the one the API sends for it on a store that does
 /// not check accepted records.
 fn lane_message(run: &Run) -> LaneMessage {
-    LaneMessage {
-        lane: Lane::for_session(&run.tenant, &run.session_key),
-        dedup_id: run.run_id.to_string(),
-        body: TurnMessage {
-            tenant: run.tenant.clone(),
-            run_id: run.run_id.clone(),
-            session_key: Some(run.session_key.clone()),
-            accepted: None,
-        },
-    }
+    LaneMessage::for_run(run, run.run_id.to_string())
 }
 
 /// The run a still-live idempotency record names.

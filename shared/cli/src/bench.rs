@@ -117,22 +117,13 @@ where
     tokio_stream::wrappers::UnboundedReceiverStream::new(rx).boxed()
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+/// The `p` quantile (0..=1) of `sorted` durations, nearest rank; zero for none.
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
     let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
-}
-
-/// Peak resident set size of this process, from /proc (Linux).
-pub fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
 }
 
 /// Runs the benchmark `args` asks for and prints its figures.
@@ -257,7 +248,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         ms(percentile(&walls, 0.50)),
         ms(percentile(&walls, 0.99))
     );
-    if let Some(kib) = peak_rss_kib() {
+    if let Some(kib) = crate::proc_mem::peak_rss_kib(std::process::id()) {
         println!("peak RSS: {:.1} MiB", kib as f64 / 1024.0);
     }
     Ok(())

@@ -23,6 +23,7 @@
 //! (one turn at a time) and server CPU per turn.
 
 use crate::api_client::{ApiClient, ApiError, Auth};
+use crate::bench::percentile;
 use crate::proc_mem;
 use anyhow::{Context, bail};
 use reqwest::Method;
@@ -130,41 +131,6 @@ async fn start_server(
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Ok((child, url))
-}
-
-/// `VmHWM` (peak resident set) of a process, in KiB.
-fn peak_rss_of(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmHWM:")
-}
-
-/// A `kB` field of `/proc/<pid>/status`.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-}
-
-/// CPU seconds (user + system) a process used so far, from `/proc/<pid>/stat`.
-fn cpu_seconds_of(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the `(comm)`: state is field 3; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // USER_HZ is 100 on every Linux this runs on.
-    Some((utime + stime) / 100.0)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// The session keys of one benchmark run start with this (unless `--session-prefix` says
@@ -395,7 +361,7 @@ async fn history(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow::Re
         failed += filled.iter().filter(|t| t.status != "ok").count();
         let fill = fill.elapsed();
         let mut latencies = Vec::with_capacity(ROUNDS * bench.sessions);
-        let cpu_before = pid.and_then(cpu_seconds_of);
+        let cpu_before = pid.and_then(proc_mem::cpu_seconds);
         let progress = crate::progress::bar(
             (ROUNDS * bench.sessions) as u64,
             &format!("measured turns at {prior} prior"),
@@ -422,7 +388,7 @@ async fn history(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow::Re
         let took = started.elapsed();
         progress.finish_and_clear();
         let cpu = cpu_before
-            .zip(pid.and_then(cpu_seconds_of))
+            .zip(pid.and_then(proc_mem::cpu_seconds))
             .map(|(before, after)| after - before);
         latencies.sort();
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -444,7 +410,7 @@ async fn history(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow::Re
             fill.as_secs_f64(),
         );
     }
-    if let Some(kib) = pid.and_then(peak_rss_of) {
+    if let Some(kib) = pid.and_then(proc_mem::peak_rss_kib) {
         println!("server peak RSS (VmHWM): {:.1} MiB", kib as f64 / 1024.0);
     }
     if failed > 0 {
@@ -463,8 +429,8 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
     let counts: Vec<usize> = (0..bench.sessions)
         .map(|s| per_session + usize::from(s < extra))
         .collect();
-    let cpu_before = pid.and_then(cpu_seconds_of);
-    let client_cpu_before = cpu_seconds_of(std::process::id());
+    let cpu_before = pid.and_then(proc_mem::cpu_seconds);
+    let client_cpu_before = proc_mem::cpu_seconds(std::process::id());
     let started = Instant::now();
     let turns = drive(
         client,
@@ -475,14 +441,14 @@ async fn throughput(bench: &HttpBench, target: &Target, prefix: &str) -> anyhow:
     )
     .await?;
     let took = started.elapsed();
-    let cpu = match (cpu_before, pid.and_then(cpu_seconds_of)) {
+    let cpu = match (cpu_before, pid.and_then(proc_mem::cpu_seconds)) {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
     };
-    let client_cpu = cpu_seconds_of(std::process::id())
+    let client_cpu = proc_mem::cpu_seconds(std::process::id())
         .zip(client_cpu_before)
         .map(|(after, before)| after - before);
-    let peak = pid.and_then(peak_rss_of);
+    let peak = pid.and_then(proc_mem::peak_rss_kib);
 
     // What was measured is printed before any check can fail.
     let mut latencies: Vec<Duration> = turns.iter().map(|t| t.latency).collect();

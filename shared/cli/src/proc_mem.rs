@@ -1,7 +1,7 @@
 //! What a benchmarked server's resident memory is made of, read from `/proc` (Linux only; `None`
 //! elsewhere): the anonymous memory it allocated, and its file pages split into the binary's own
 //! code and data, the mapped database file (SQLite's `mmap_size`) and the rest (shared
-//! libraries). File pages are the page cache seen through a mapping: the kernel drops them under
+//! libraries), with its peak and its CPU time. File pages are the page cache seen through a mapping: the kernel drops them under
 //! pressure, and the binary's count for every process running it.
 
 /// A process's resident memory, in KiB.
@@ -22,6 +22,29 @@ impl Resident {
     pub fn total(&self) -> u64 {
         self.anonymous + self.binary + self.database + self.other
     }
+}
+
+/// A `kB` field of `/proc/<pid>/status` (e.g. `"VmHWM:"`, the peak resident set), in KiB.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| kib(line, field))
+}
+
+/// The peak resident set (`VmHWM`) of a process, in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// CPU seconds (user + system) a process used so far, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the `(comm)`: state is field 3; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // USER_HZ is 100 on every Linux this runs on.
+    Some((utime + stime) / 100.0)
 }
 
 /// Reads `/proc/<pid>/smaps` of a process whose binary is `exe` and whose database lives
@@ -169,6 +192,17 @@ mod tests {
             let data_dir = format!("{DATA}/");
             assert_eq!(split_smaps(&smaps, EXE, &data_dir), *want, "{mappings:?}");
         }
+    }
+
+    #[test]
+    fn this_process_has_a_peak_and_cpu_time() {
+        let pid = std::process::id();
+        if std::fs::metadata("/proc/self/status").is_err() {
+            return; // not Linux
+        }
+        assert!(peak_rss_kib(pid).is_some_and(|kib| kib > 0));
+        assert!(status_kib(pid, "VmRSS:").is_some_and(|kib| kib > 0));
+        assert!(cpu_seconds(pid).is_some_and(|s| s >= 0.0));
     }
 
     #[test]

@@ -97,9 +97,9 @@ impl ProcessingIndex for DynamoStore {
 }
 
 impl DynamoStore {
-    /// Up to `limit` items of the sparse GSI `index` (partition `pk`, sort key `at` at or
+    /// Up to `limit` items of the GSI `index` (partition `pk`, sort key `at` at or
     /// before `before`), oldest first, as sessions.
-    async fn query_index(
+    pub(super) async fn query_index(
         &self,
         index: &str,
         pk: (&str, &str),

@@ -160,33 +160,19 @@ impl SessionRetention for DynamoStore {
         cutoff: u64,
         limit: usize,
     ) -> StoreResult<Vec<Session>> {
-        let mut sessions = Vec::new();
-        let mut start = None;
-        let limit = limit.max(1);
-        loop {
-            let want = i32::try_from(limit - sessions.len()).unwrap_or(i32::MAX);
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(SESSIONS_INDEX)
-                .key_condition_expression(format!("{SESS_TENANT} = :t AND {UPDATED_AT} < :cut"))
-                .expression_attribute_values(":t", s(tenant_partition(tenant)))
-                .expression_attribute_values(":cut", n(cutoff))
-                .scan_index_forward(true)
-                .limit(want)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(classify)?;
-            for item in out.items.unwrap_or_default() {
-                sessions.push(session_from_item(&item)?);
-            }
-            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
-                Some(key) if sessions.len() < limit => start = Some(key),
-                _ => return Ok(sessions),
-            }
-        }
+        // `updatedAt < cutoff`: whole milliseconds, so at or before `cutoff - 1`.
+        let Some(before) = cutoff.checked_sub(1) else {
+            return Ok(Vec::new());
+        };
+        let partition = tenant_partition(tenant);
+        self.query_index(
+            SESSIONS_INDEX,
+            (SESS_TENANT, &partition),
+            UPDATED_AT,
+            before,
+            limit.max(1),
+        )
+        .await
     }
 
     async fn expire_session(

@@ -225,6 +225,24 @@ pub async fn case_stale_sessions_come_oldest_first_and_a_bounded_pass_resumes(
         keys.push(run.session_key);
     }
 
+    // THEN the cutoff is strict: a session last updated at it is not stale, one just before is
+    let oldest = start + 1;
+    let stale_at = |cutoff: u64| {
+        let backend = backend.clone();
+        let t = t.clone();
+        async move {
+            let sessions = backend.stale_sessions(&t, cutoff, 10).await;
+            let sessions = sessions.expect("stale_sessions");
+            sessions
+                .into_iter()
+                .map(|s| s.session_key)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(stale_at(oldest).await, Vec::<SessionKey>::new());
+    assert_eq!(stale_at(oldest + 1).await, keys[..1].to_vec());
+    assert_eq!(stale_at(0).await, Vec::<SessionKey>::new());
+
     // WHEN a pass looks at two and expires them
     let first = stale_keys(&backend, &t, now, 2).await;
     assert_eq!(first, keys[..2].to_vec());

@@ -115,14 +115,22 @@ async fn deleting_a_session_leaves_no_stored_item_of_it() -> anyhow::Result<()> 
     // AND the neighbour is whole
     assert!(!records_with(&server, &[kept.as_str()]).await?.is_empty());
     assert_eq!(a.run(&kept).await?.status, RunStatus::Ok);
-    let (status, listed) = a.json(Method::GET, "/v1/sessions", None).await?;
-    assert_eq!(status, StatusCode::OK);
-    let keys: Vec<&str> = listed["sessions"]
-        .as_array()
-        .map(|s| s.iter().filter_map(|s| s["sessionKey"].as_str()).collect())
-        .unwrap_or_default();
-    assert_eq!(keys, ["lifecycle-kept"]);
+    assert_eq!(listed_keys(&a).await?, ["lifecycle-kept"]);
     Ok(())
+}
+
+/// The session keys `GET /v1/sessions` lists for the client's tenant.
+async fn listed_keys(client: &Client) -> anyhow::Result<Vec<String>> {
+    let (status, listed) = client.json(Method::GET, "/v1/sessions", None).await?;
+    anyhow::ensure!(status == StatusCode::OK, "{status}: {listed}");
+    Ok(listed["sessions"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(|s| s["sessionKey"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// `agentlane <args>` with the server's backend settings; fails unless it succeeds.
@@ -256,12 +264,6 @@ async fn a_session_idle_past_its_tenants_retention_is_swept_with_everything_of_i
     // AND the session active since and the other tenant's are whole
     assert_eq!(a.run(&fresh_run).await?.status, RunStatus::Ok);
     assert_eq!(b.run(&kept_run).await?.status, RunStatus::Ok);
-    let (status, listed) = a.json(Method::GET, "/v1/sessions", None).await?;
-    assert_eq!(status, StatusCode::OK);
-    let keys: Vec<&str> = listed["sessions"]
-        .as_array()
-        .map(|s| s.iter().filter_map(|s| s["sessionKey"].as_str()).collect())
-        .unwrap_or_default();
-    assert_eq!(keys, ["retention-fresh"]);
+    assert_eq!(listed_keys(&a).await?, ["retention-fresh"]);
     Ok(())
 }

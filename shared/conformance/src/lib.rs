@@ -112,6 +112,7 @@ macro_rules! __store_cases {
             case_a_paused_run_takes_one_answer_per_pause,
             case_a_stuck_abort_keeps_its_reason_through_commits,
             case_a_large_run_record_is_replaced_and_keeps_the_abort_flag,
+            case_a_run_taken_from_its_accepted_record_starts_only_while_the_record_holds,
             case_commit_applies_session_update,
             case_events_go_to_the_named_run,
             case_next_event_seq_follows_the_newest_event,

@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) queue_on_accept: AtomicBool,
     /// The queue's fair dispatch across tenants (taken inside the receive's write).
     pub(crate) fair: Arc<Mutex<crate::fair::FairState>>,
+    /// Runs this process accepted, given to their first pickup without a read.
+    pub(crate) accepted: crate::accepted::Accepted,
     path: PathBuf,
     /// Keeps a temporary database's directory alive; declared after the connections so they are
     /// closed before the directory is removed.
@@ -122,6 +124,7 @@ impl SqliteBackend {
                 max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
                 queue_on_accept: AtomicBool::new(false),
                 fair: Arc::new(Mutex::new(crate::fair::FairState::default())),
+                accepted: crate::accepted::Accepted::default(),
                 path,
                 _temp: temp,
             }),

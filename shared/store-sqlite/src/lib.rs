@@ -24,6 +24,7 @@
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
+mod accepted;
 mod agents;
 mod api_keys;
 mod backend;

@@ -4,8 +4,8 @@
 use crate::error::{Result, int};
 use crate::records::{load_session, replace_run, save_session};
 use agentlane_core::{
-    Commit, Event, Fence, FencingToken, LockAttempt, RunId, Session, SessionId, SessionKey,
-    StoreError, TenantId, TranscriptEntry,
+    AcceptedRecord, Commit, Event, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
+    SessionKey, StoreError, TenantId, TranscriptEntry,
 };
 use rusqlite::{Connection, params};
 
@@ -58,10 +58,21 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
 
 /// Applies everything in `commit` or nothing, after [`Commit::check`]: transcript entries go to
 /// the session's current id (the one the fence guards), events to the commit's events run.
-pub(crate) fn commit(conn: &mut Connection, fence: &Fence, commit: Commit) -> Result<()> {
+///
+/// With `accepted` (the holder took the run from its accepted record), the stored run must still
+/// be that record, not aborted ([`crate::accepted::check`]), or nothing is written (`Conflict`).
+pub(crate) fn commit(
+    conn: &mut Connection,
+    fence: &Fence,
+    commit: Commit,
+    accepted: Option<&AcceptedRecord>,
+) -> Result<()> {
     let commit = commit.check(fence)?;
     let tx = conn.savepoint()?;
     let mut session = fenced_session(&tx, fence)?;
+    if let (Some(record), Some(run)) = (accepted, commit.run()) {
+        crate::accepted::check(&tx, &fence.tenant, &run.run_id, record)?;
+    }
 
     put_transcript(&tx, &fence.tenant, &session.session_id, commit.transcript())?;
     if let Some(run_id) = commit.events_run() {

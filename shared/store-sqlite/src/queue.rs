@@ -109,8 +109,9 @@ impl LaneQueue for SqliteBackend {
             tokio::pin!(woken);
             woken.as_mut().enable();
 
-            let received = self.try_receive(max, visibility).await?;
+            let mut received = self.try_receive(max, visibility).await?;
             if !received.deliveries.is_empty() {
+                self.inner.accepted.attach(&mut received.deliveries);
                 // A wake-up `woken` got but did not use goes on to another waiter when it is
                 // dropped (tokio forwards an unconsumed `notify_one`).
                 return Ok(received.deliveries);

@@ -5,9 +5,9 @@ use crate::backend::SqliteBackend;
 use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
-    AbortReason, AcceptOutcome, Commit, Event, Fence, FencedWriter, HistoryReader, LockAttempt,
-    NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey, SessionLock,
-    SteerTake, StoreResult, TenantId, TranscriptEntry, TurnIntake,
+    AbortReason, AcceptOutcome, AcceptedRecord, Commit, Event, Fence, FencedWriter, HistoryReader,
+    LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey,
+    SessionLock, SteerTake, StoreResult, TenantId, TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 use std::sync::atomic::Ordering;
@@ -24,6 +24,13 @@ impl TurnIntake for SqliteBackend {
             })
             .await?;
         if queue_at.is_some() && outcome.created {
+            // Its first pickup here takes the run as accepted (see `crate::accepted`).
+            if let Some(record) = AcceptedRecord::of(&outcome.run) {
+                let run = &outcome.run;
+                self.inner
+                    .accepted
+                    .remember(&run.tenant, &run.run_id, record);
+            }
             // The message is durable now: one receiver may take it.
             self.inner.wakeup.notify_one();
         }
@@ -153,6 +160,7 @@ impl SessionLock for SqliteBackend {
     }
 
     async fn release_lock(&self, fence: &Fence) -> StoreResult<()> {
+        self.inner.accepted.forget_fence(fence);
         let fence = fence.clone();
         self.with_conn(move |c| lock::release(c, &fence)).await
     }
@@ -161,8 +169,12 @@ impl SessionLock for SqliteBackend {
 #[async_trait]
 impl FencedWriter for SqliteBackend {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
+        let accepted = self.inner.accepted.take_expected_for(fence, &commit);
+        if commit.release_lock {
+            self.inner.accepted.forget_fence(fence);
+        }
         let fence = fence.clone();
-        self.with_conn(move |c| lock::commit(c, &fence, commit))
+        self.with_conn(move |c| lock::commit(c, &fence, commit, accepted.as_ref()))
             .await
     }
 
@@ -176,5 +188,12 @@ impl FencedWriter for SqliteBackend {
         let (fence, take) = (fence.clone(), take.clone());
         self.with_reader(move |c| crate::steer::waiting(c, &fence, &take))
             .await
+    }
+
+    /// Checked by the run's next commit under `fence` (see [`crate::accepted`]). The API never
+    /// puts a record in a lane message for this store ([`Self::checks_accepted_records`] stays
+    /// `false`): the queue attaches the ones this process accepted.
+    fn expect_accepted(&self, fence: &Fence, run_id: &RunId, record: &AcceptedRecord) -> bool {
+        self.inner.accepted.expect(fence, run_id, record)
     }
 }

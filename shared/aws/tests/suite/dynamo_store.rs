@@ -10,10 +10,9 @@ use agentlane_aws::aws_sdk_dynamodb::types::AttributeValue;
 use agentlane_aws::store::{EVENT_RETENTION, PROCESSING_INDEX};
 use agentlane_conformance::fixtures;
 use agentlane_core::{
-    AcceptedRecord, Clock, Commit, Event, EventStream, Fence, FencedWriter, HistoryReader,
-    LockAttempt, MAX_COMMIT_WRITES, Message, NewTurn, Run, RunId, RunStatus, SessionKey,
-    SessionLock, SessionStatus, SessionUpdate, StoreError, SystemClock, TenantId, TranscriptEntry,
-    TurnIntake,
+    Clock, Commit, Event, EventStream, Fence, FencedWriter, HistoryReader, LockAttempt,
+    MAX_COMMIT_WRITES, Message, NewTurn, Run, RunId, RunStatus, SessionKey, SessionLock,
+    SessionStatus, SessionUpdate, StoreError, SystemClock, TenantId, TranscriptEntry, TurnIntake,
 };
 use std::collections::HashMap;
 
@@ -370,74 +369,6 @@ async fn the_abort_flag_lives_in_its_own_attribute() {
         serde_json::json!(false),
         "the JSON is not touched"
     );
-}
-
-#[tokio::test]
-async fn a_run_taken_from_its_accepted_record_starts_only_while_the_record_holds() {
-    // GIVEN three accepted runs, each taken by a lock holder from its accepted record
-    let start = |f: &Fixture| Commit {
-        transcript: vec![entry(0, &f.run.run_id, f.now)],
-        run: Some(Run {
-            status: RunStatus::Running,
-            pickups: 1,
-            ..f.run.clone()
-        }),
-        ..Commit::default()
-    };
-    let take = |f: &Fixture, fence: &Fence| {
-        let record = AcceptedRecord::of(&f.run).expect("a small run");
-        assert!(f.store.checks_accepted_records());
-        assert!(f.store.expect_accepted(fence, &f.run.run_id, &record));
-    };
-    let unchanged = fixture().await;
-    let aborted = fixture().await;
-    let changed = fixture().await;
-
-    // WHEN nothing happened to the first since its accept, the second was aborted, and the
-    // third's record changed (a commit under an earlier lock), and each holder starts its run
-    let fence = unchanged.lock("runner", 30_000, unchanged.now).await;
-    take(&unchanged, &fence);
-    let started = unchanged.store.commit(&fence, start(&unchanged)).await;
-
-    aborted
-        .store
-        .request_abort(&aborted.tenant, &aborted.run.run_id)
-        .await
-        .unwrap();
-    let fence_b = aborted.lock("runner", 30_000, aborted.now).await;
-    take(&aborted, &fence_b);
-    let refused_abort = aborted.store.commit(&fence_b, start(&aborted)).await;
-
-    let earlier = changed.lock("runner-a", 1_000, changed.now).await;
-    let handed_back = Commit {
-        run: Some(Run {
-            pickups: 1,
-            ..changed.run.clone()
-        }),
-        release_lock: true,
-        ..Commit::default()
-    };
-    changed.store.commit(&earlier, handed_back).await.unwrap();
-    let fence_c = changed.lock("runner-b", 30_000, changed.now).await;
-    take(&changed, &fence_c);
-    let refused_change = changed.store.commit(&fence_c, start(&changed)).await;
-
-    // THEN the first starts; the others are refused as changed, with nothing written and the
-    // lock still theirs, and a second try (after a read) is not checked again
-    assert_eq!(started, Ok(()));
-    for (f, fence, refused) in [
-        (&aborted, &fence_b, refused_abort),
-        (&changed, &fence_c, refused_change),
-    ] {
-        match refused {
-            Err(StoreError::Conflict(what)) => assert!(what.contains("changed"), "{what}"),
-            other => panic!("expected a conflict, got {other:?}"),
-        }
-        assert!(f.transcript().await.is_empty());
-        let run = f.store.get_run(&f.tenant, &f.run.run_id).await.unwrap();
-        assert_eq!(run.map(|r| r.status), Some(RunStatus::Queued));
-        f.store.commit(fence, start(f)).await.expect("unchecked");
-    }
 }
 
 #[tokio::test]

@@ -3,8 +3,8 @@
 
 use crate::fixtures;
 use agentlane_core::{
-    AbortReason, Commit, Fence, Payload, Run, RunStatus, SessionStatus, SessionUpdate, Store,
-    StoreError, Usage,
+    AbortReason, AcceptedRecord, Commit, Fence, Payload, Run, RunStatus, SessionStatus,
+    SessionUpdate, Store, StoreError, Usage,
 };
 use std::sync::Arc;
 
@@ -501,4 +501,92 @@ pub async fn case_commit_applies_session_update(store: Arc<dyn Store>) {
     assert_eq!(session.runs_accepted, 1);
     assert_eq!(session.session_id, run.session_id);
     assert_eq!(session.lock_owner, None);
+}
+
+/// A holder that took its run from the accepted record ([`FencedWriter::expect_accepted`])
+/// starts it only while the stored record is still that one: an abort request or another
+/// commit since the accept makes the first commit a `Conflict` that writes nothing, and a
+/// second try (after the runner reads the run) is not checked again.
+///
+/// [`FencedWriter::expect_accepted`]: agentlane_core::FencedWriter::expect_accepted
+pub async fn case_a_run_taken_from_its_accepted_record_starts_only_while_the_record_holds(
+    store: Arc<dyn Store>,
+) {
+    // GIVEN three accepted runs, each taken by a lock holder from its accepted record
+    let now = fixtures::wall_ms();
+    let start = |run: &Run| Commit {
+        transcript: vec![fixtures::entry(1, &run.run_id, now)],
+        run: Some(fixtures::running(run, now)),
+        ..Commit::default()
+    };
+    let take = |store: &Arc<dyn Store>, fence: &Fence, run: &Run| {
+        let record = AcceptedRecord::of(run).expect("a small run");
+        assert!(
+            store.expect_accepted(fence, &run.run_id, &record),
+            "the store checks accepted records"
+        );
+    };
+    let accept = || async {
+        let (tenant, key) = (fixtures::tenant(), fixtures::session_key());
+        let run = fixtures::accept(&store, &tenant, &key, now).await;
+        (run, tenant, key)
+    };
+    let (unchanged, tenant_a, key_a) = accept().await;
+    let (aborted, tenant_b, key_b) = accept().await;
+    let (changed, tenant_c, key_c) = accept().await;
+
+    // WHEN nothing happened to the first since its accept, the second was aborted, and the
+    // third's record changed (a commit under an earlier lock), and each holder starts its run
+    let fence_a = fixtures::lock(&store, &tenant_a, &key_a, "runner", LEASE_MS, now).await;
+    take(&store, &fence_a, &unchanged);
+    let started = store.commit(&fence_a, start(&unchanged)).await;
+
+    store
+        .request_abort(&tenant_b, &aborted.run_id)
+        .await
+        .expect("request_abort");
+    let fence_b = fixtures::lock(&store, &tenant_b, &key_b, "runner", LEASE_MS, now).await;
+    take(&store, &fence_b, &aborted);
+    let refused_abort = store.commit(&fence_b, start(&aborted)).await;
+
+    let earlier = fixtures::lock(&store, &tenant_c, &key_c, "runner-a", LEASE_MS, now).await;
+    let handed_back = Commit {
+        run: Some(Run {
+            pickups: 1,
+            ..changed.clone()
+        }),
+        release_lock: true,
+        ..Commit::default()
+    };
+    store
+        .commit(&earlier, handed_back)
+        .await
+        .expect("hand back");
+    let fence_c = fixtures::lock(&store, &tenant_c, &key_c, "runner-b", LEASE_MS, now).await;
+    take(&store, &fence_c, &changed);
+    let refused_change = store.commit(&fence_c, start(&changed)).await;
+
+    // THEN the first starts; the others are refused as changed, with nothing written and the
+    // lock still theirs, and a second try (after a read) is not checked again
+    assert_eq!(started, Ok(()));
+    assert_eq!(
+        stored_run(&store, &unchanged).await.status,
+        RunStatus::Running
+    );
+    for (run, fence, refused) in [
+        (&aborted, &fence_b, refused_abort),
+        (&changed, &fence_c, refused_change),
+    ] {
+        match refused {
+            Err(StoreError::Conflict(what)) => assert!(what.contains("changed"), "{what}"),
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+        let transcript = store
+            .read_transcript(&run.tenant, &run.session_id, None, 100)
+            .await
+            .expect("read_transcript");
+        assert!(transcript.is_empty(), "nothing written: {transcript:?}");
+        assert_eq!(stored_run(&store, run).await.status, RunStatus::Queued);
+        store.commit(fence, start(run)).await.expect("unchecked");
+    }
 }

@@ -22,6 +22,7 @@ pub use accept::{
 pub use actions::case_a_paused_run_takes_one_answer_per_pause;
 pub use commit::{
     case_a_large_run_record_is_replaced_and_keeps_the_abort_flag,
+    case_a_run_taken_from_its_accepted_record_starts_only_while_the_record_holds,
     case_a_stuck_abort_keeps_its_reason_through_commits, case_commit_applies_session_update,
     case_commit_is_atomic_on_seq_conflict, case_commit_preserves_abort_requested,
     case_commit_release_lock_frees_lock, case_events_order_and_paging,

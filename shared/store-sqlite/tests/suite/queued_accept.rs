@@ -3,7 +3,7 @@
 
 use agentlane_conformance::fixtures;
 use agentlane_core::{
-    HistoryReader, Lane, LaneMessage, LaneQueue, NewTurn, TurnIntake, TurnMessage,
+    AcceptedRecord, HistoryReader, Lane, LaneMessage, LaneQueue, NewTurn, TurnIntake, TurnMessage,
 };
 use agentlane_store_sqlite::{DB_FILE_NAME, SqliteBackend};
 use std::time::{Duration, Instant};
@@ -67,16 +67,30 @@ async fn an_accepted_turn_is_queued_in_its_own_commit_and_wakes_a_waiting_receiv
     let outcome = backend.accept_turn(turn.clone()).await.unwrap();
     assert!(outcome.created);
 
-    // THEN the worker gets its message at once, the one the API would have sent
+    // THEN the worker gets its message at once, the one the API would have sent, carrying the
+    // run as accepted (its pickup takes the run from it instead of reading it)
     let (got, waited) = receiver.await.unwrap();
+    let accepted = AcceptedRecord::of(&outcome.run);
+    assert!(accepted.is_some());
+    let stored = backend.get_run(&turn.tenant, &turn.run_id).await.unwrap();
+    assert_eq!(accepted.as_ref().and_then(AcceptedRecord::run), stored);
+    let mut first = message_of(&turn);
+    first.body.accepted = accepted;
     assert_eq!(
-        got.into_iter().map(|d| d.message).collect::<Vec<_>>(),
-        vec![message_of(&turn)]
+        got.iter().map(|d| d.message.clone()).collect::<Vec<_>>(),
+        vec![first]
     );
     assert!(
         waited < Duration::from_secs(1),
         "woken, not polled: {waited:?}"
     );
+
+    // AND the same message delivered again (handed back) carries no record: that pickup reads
+    backend
+        .set_visibility(&got[0].receipt, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(queued(&backend).await, vec![message_of(&turn)]);
 
     // AND a retry with the same idempotency key queues nothing more
     let keyed = NewTurn {

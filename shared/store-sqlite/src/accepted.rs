@@ -1,0 +1,150 @@
+//! Runs started from their accepted record, without a read (issue 26.2).
+//!
+//! On the embedded backend the accept writes the run and its lane message in one transaction
+//! ([`SqliteBackend::queue_accepted_turns`]). The process that accepted a run also remembers
+//! the run's record as accepted, in memory, until the run's first delivery: `receive` hands it
+//! to the runner on that delivery's message ([`TurnMessage::accepted`]), and the runner takes
+//! the run from it instead of reading it ([`FencedWriter::expect_accepted`]). The run's first
+//! commit under that lock then checks, in its own transaction on the writer connection, that
+//! the stored record is still exactly the accepted one with no abort requested; otherwise it
+//! writes nothing and answers `Conflict`, and the runner reads the run and starts over.
+//!
+//! Why: a read on a reader connection after any write starts from an empty page cache (SQLite
+//! drops a connection's cache, and its file mapping, when another connection has written), so
+//! the pickup's read of the run cost more than the rest of the pickup's reads together. The
+//! check runs on the writer connection, whose cache stays warm.
+//!
+//! Nothing here is needed for correctness: a record not remembered (another process accepted
+//! the run, this one restarted, the memory bound was reached) only means the run is read.
+//!
+//! [`FencedWriter::expect_accepted`]: agentlane_core::FencedWriter::expect_accepted
+//! [`TurnMessage::accepted`]: agentlane_core::TurnMessage::accepted
+//! [`SqliteBackend::queue_accepted_turns`]: crate::SqliteBackend::queue_accepted_turns
+
+use crate::error::Result;
+use agentlane_core::{AcceptedRecord, Delivery, Fence, RunId, StoreError, TenantId};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+/// Runs remembered as accepted and not yet delivered, at most; past it, new accepts are not
+/// remembered (their runs are read at pickup) until deliveries take some.
+const MAX_REMEMBERED_RUNS: usize = 1024;
+
+/// Pickups that took a run from its record and have not committed it yet, at most; past it a
+/// pickup is told to read the run ([`Accepted::expect`] answers `false`). Entries are never
+/// dropped to make room: a pickup whose entry vanished would commit its run unchecked.
+const MAX_REMEMBERED_FENCES: usize = 1024;
+
+/// A fence, as a map key: the lock's session and token.
+type FenceKey = (TenantId, String, u64);
+
+fn fence_key(fence: &Fence) -> FenceKey {
+    (
+        fence.tenant.clone(),
+        fence.session_key.as_str().to_owned(),
+        fence.token.0,
+    )
+}
+
+/// The records this process accepted (until delivered) and the ones pickups took (until their
+/// first commit checks them).
+#[derive(Default)]
+pub(crate) struct Accepted {
+    /// Accepted here, not delivered yet.
+    runs: Mutex<HashMap<(TenantId, RunId), AcceptedRecord>>,
+    /// Taken by the holder of a lock, to be checked by its first commit of the run.
+    expected: Mutex<HashMap<FenceKey, (RunId, AcceptedRecord)>>,
+}
+
+impl Accepted {
+    /// Remembers `record` as run `run_id`'s accepted record (its accept has committed).
+    pub(crate) fn remember(&self, tenant: &TenantId, run_id: &RunId, record: AcceptedRecord) {
+        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        if runs.len() < MAX_REMEMBERED_RUNS {
+            runs.insert((tenant.clone(), run_id.clone()), record);
+        }
+    }
+
+    /// Puts the accepted record on each first delivery of a run accepted here (the message the
+    /// accept queued: its dedup id is the run id), and forgets it: a later delivery of the
+    /// same message reads the run.
+    pub(crate) fn attach(&self, deliveries: &mut [Delivery]) {
+        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        if runs.is_empty() {
+            return;
+        }
+        for delivery in deliveries {
+            let body = &mut delivery.message.body;
+            if delivery.message.dedup_id != body.run_id.as_str() || body.accepted.is_some() {
+                continue;
+            }
+            body.accepted = runs.remove(&(body.tenant.clone(), body.run_id.clone()));
+        }
+    }
+
+    /// The holder of `fence` takes run `run_id` from `record`: its next commit of the run
+    /// checks it. `false` (read the run instead) when too many pickups are remembered already.
+    pub(crate) fn expect(&self, fence: &Fence, run_id: &RunId, record: &AcceptedRecord) -> bool {
+        let mut expected = self.expected.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = fence_key(fence);
+        if expected.len() >= MAX_REMEMBERED_FENCES && !expected.contains_key(&key) {
+            return false;
+        }
+        expected.insert(key, (run_id.clone(), record.clone()));
+        true
+    }
+
+    /// The record the commit of `run_id` under `fence` must still find, taken (checked once).
+    pub(crate) fn take_expected(&self, fence: &Fence, run_id: &RunId) -> Option<AcceptedRecord> {
+        let mut expected = self.expected.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = fence_key(fence);
+        match expected.get(&key) {
+            Some((expected_run, _)) if expected_run == run_id => {
+                expected.remove(&key).map(|(_, record)| record)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`take_expected`](Self::take_expected) for the run `commit` writes, if it writes one.
+    pub(crate) fn take_expected_for(
+        &self,
+        fence: &Fence,
+        commit: &agentlane_core::Commit,
+    ) -> Option<AcceptedRecord> {
+        let run = commit.run.as_ref()?;
+        self.take_expected(fence, &run.run_id)
+    }
+
+    /// Forgets what the holder of `fence` took (its lock is released).
+    pub(crate) fn forget_fence(&self, fence: &Fence) {
+        self.expected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&fence_key(fence));
+    }
+}
+
+/// Inside a commit's transaction: the stored run is still exactly `record` with no abort
+/// requested, or `Conflict`.
+pub(crate) fn check(
+    tx: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    record: &AcceptedRecord,
+) -> Result<()> {
+    let stored: Option<(String, i64)> = tx
+        .prepare_cached("SELECT body, abort_requested FROM runs WHERE tenant = ?1 AND run_id = ?2")?
+        .query_row(params![tenant.as_str(), run_id.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    match stored {
+        Some((body, 0)) if body == record.0 => Ok(()),
+        Some(_) | None => Err(StoreError::Conflict(format!(
+            "run {run_id} changed since its accept (its record, or an abort request)"
+        ))
+        .into()),
+    }
+}

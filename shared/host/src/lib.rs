@@ -173,11 +173,15 @@ pub fn api_store(
     ))
 }
 
-/// The shortest transcript the runner caches on the embedded backend: reading a few entries
-/// back is one short indexed SQLite query, cheaper than holding them (10,000 idle one-turn
-/// sessions held 10.5 MiB in the cache, and `bench --http` ran faster without it); on DynamoDB
-/// every transcript is cached, since each reload is a billed request.
-pub const EMBEDDED_TRANSCRIPT_CACHE_MIN_ENTRIES: usize = 16;
+/// The shortest transcript the runner caches on the embedded backend: a session's first turn
+/// (a question and its answer) is not kept, so 10,000 idle one-turn sessions cost the cache no
+/// memory (they held 10.5 MiB when every transcript was kept), and a session that comes back
+/// for a second turn is kept from then on. Reading a transcript back is cheap on SQLite but
+/// not free: after any write a reader connection starts from an empty page cache, and with 16
+/// as the floor (stop 35) the reads of the sessions below it were 5.6-9.9 % of `bench --http`'s
+/// samples (stop 36). On DynamoDB every transcript is cached, since each reload is a billed
+/// request.
+pub const EMBEDDED_TRANSCRIPT_CACHE_MIN_ENTRIES: usize = 3;
 
 /// The runner over `backends` with `settings`.
 pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<Runner> {

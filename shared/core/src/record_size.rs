@@ -25,16 +25,27 @@ pub const MAX_RECORD_BYTES: usize = 350_000;
 /// Room kept at the end of a cut text for the marker line.
 const MARKER_ROOM: usize = 96;
 
-fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
+/// The JSON a record is stored as (and measured by).
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("to JSON: {e}")))
 }
 
 /// The entry as it is stored: itself when its JSON is within [`MAX_RECORD_BYTES`], else with its
 /// text cut and marked. `TooLarge` when cutting the text is not enough.
 pub fn fit_entry(entry: TranscriptEntry) -> StoreResult<TranscriptEntry> {
-    let len = to_json(&entry)?.len();
+    let json = to_json(&entry)?;
+    Ok(stored_entry(entry, json)?.0)
+}
+
+/// [`fit_entry`] for an entry already encoded (`json` is its JSON), with the JSON it is stored
+/// as: `json` itself when it is within [`MAX_RECORD_BYTES`], so it is not encoded again.
+pub fn stored_entry(
+    entry: TranscriptEntry,
+    json: String,
+) -> StoreResult<(TranscriptEntry, String)> {
+    let len = json.len();
     if len <= MAX_RECORD_BYTES {
-        return Ok(entry);
+        return Ok((entry, json));
     }
     let mut cut = entry;
     let text = match &mut cut.message {
@@ -46,7 +57,8 @@ pub fn fit_entry(entry: TranscriptEntry) -> StoreResult<TranscriptEntry> {
         } => content,
     };
     truncate_with_marker(text, len - MAX_RECORD_BYTES);
-    let cut_len = to_json(&cut)?.len();
+    let cut_json = to_json(&cut)?;
+    let cut_len = cut_json.len();
     if cut_len > MAX_RECORD_BYTES {
         return Err(StoreError::TooLarge(format!(
             "transcript entry {} is {cut_len} bytes even with its text cut; stored records are \
@@ -54,7 +66,7 @@ pub fn fit_entry(entry: TranscriptEntry) -> StoreResult<TranscriptEntry> {
             cut.seq
         )));
     }
-    Ok(cut)
+    Ok((cut, cut_json))
 }
 
 /// Removes at least `excess` bytes (plus room for the marker) from the end of `text` and
@@ -75,27 +87,42 @@ fn truncate_with_marker(text: &mut String, excess: usize) {
 /// The event as it is stored: itself when its JSON is within [`MAX_RECORD_BYTES`], else with its
 /// `data` replaced by a note of its size.
 pub fn fit_event(event: Event) -> StoreResult<Event> {
-    let len = to_json(&event)?.len();
+    let json = to_json(&event)?;
+    Ok(stored_event(event, json)?.0)
+}
+
+/// [`fit_event`] for an event already encoded (`json` is its JSON), with the JSON it is stored
+/// as: `json` itself when it is within [`MAX_RECORD_BYTES`].
+pub fn stored_event(event: Event, json: String) -> StoreResult<(Event, String)> {
+    let len = json.len();
     if len <= MAX_RECORD_BYTES {
-        return Ok(event);
+        return Ok((event, json));
     }
-    Ok(Event {
+    let cut = Event {
         data: serde_json::json!({ "truncated": true, "bytes": len }),
         ..event
-    })
+    };
+    let cut_json = to_json(&cut)?;
+    Ok((cut, cut_json))
 }
 
 /// `TooLarge` when the run record's JSON is over [`MAX_RECORD_BYTES`] (a permanent failure:
 /// nothing is written).
 pub fn check_run(run: &Run) -> StoreResult<()> {
-    let len = to_json(run)?.len();
+    run_json(run).map(drop)
+}
+
+/// The run record's JSON, as it is stored; `TooLarge` as [`check_run`] says.
+pub fn run_json(run: &Run) -> StoreResult<String> {
+    let json = to_json(run)?;
+    let len = json.len();
     if len > MAX_RECORD_BYTES {
         return Err(StoreError::TooLarge(format!(
             "run {} is {len} bytes as JSON; stored records are limited to {MAX_RECORD_BYTES} bytes",
             run.run_id
         )));
     }
-    Ok(())
+    Ok(json)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use crate::error::{Result, int};
 use crate::records::{load_session, replace_run, save_session};
 use agentlane_core::{
-    AcceptedRecord, Commit, Event, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
+    AcceptedRecord, Commit, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
     SessionKey, StoreError, TenantId, TranscriptEntry,
 };
 use rusqlite::{Connection, params};
@@ -74,9 +74,22 @@ pub(crate) fn commit(
         crate::accepted::check(&tx, &fence.tenant, &run.run_id, record)?;
     }
 
-    put_transcript(&tx, &fence.tenant, &session.session_id, commit.transcript())?;
+    // Each record as the check encoded it (no second encoding).
+    let entries = commit.transcript().iter().map(|e| e.seq);
+    put_entry_rows(
+        &tx,
+        &fence.tenant,
+        &session.session_id,
+        entries.zip(commit.transcript_json().iter().map(String::as_str)),
+    )?;
     if let Some(run_id) = commit.events_run() {
-        put_events(&tx, &fence.tenant, run_id, commit.events())?;
+        let events = commit.events().iter().map(|e| e.seq);
+        put_events(
+            &tx,
+            &fence.tenant,
+            run_id,
+            events.zip(commit.events_json().iter().map(String::as_str)),
+        )?;
     }
     if let Some(run) = commit.run() {
         replace_run(&tx, run)?;
@@ -119,25 +132,44 @@ pub(crate) fn put_transcript(
     session_id: &SessionId,
     entries: &[TranscriptEntry],
 ) -> Result<()> {
-    if entries.is_empty() {
+    let json = entries
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<serde_json::Result<Vec<_>>>()?;
+    let seqs = entries.iter().map(|e| e.seq);
+    put_entry_rows(
+        tx,
+        tenant,
+        session_id,
+        seqs.zip(json.iter().map(String::as_str)),
+    )
+}
+
+/// Inserts transcript rows given as `(seq, JSON)`; `Conflict` when a seq is taken.
+fn put_entry_rows<'a>(
+    tx: &Connection,
+    tenant: &TenantId,
+    session_id: &SessionId,
+    rows: impl Iterator<Item = (u64, &'a str)>,
+) -> Result<()> {
+    let mut rows = rows.peekable();
+    if rows.peek().is_none() {
         return Ok(());
     }
     let mut insert = tx.prepare_cached(
         "INSERT INTO transcript (tenant, session_id, seq, body) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant, session_id, seq) DO NOTHING",
     )?;
-    for entry in entries {
-        let body = serde_json::to_string(entry)?;
+    for (seq, body) in rows {
         let inserted = insert.execute(params![
             tenant.as_str(),
             session_id.as_str(),
-            int(entry.seq),
+            int(seq),
             body
         ])?;
         if inserted == 0 {
             return Err(StoreError::Conflict(format!(
-                "transcript seq {} of session {session_id} is taken",
-                entry.seq
+                "transcript seq {seq} of session {session_id} is taken"
             ))
             .into());
         }
@@ -145,25 +177,23 @@ pub(crate) fn put_transcript(
     Ok(())
 }
 
-fn put_events(tx: &Connection, tenant: &TenantId, run_id: &RunId, events: &[Event]) -> Result<()> {
+/// Inserts event rows given as `(seq, JSON)`; `Conflict` when a seq is taken.
+fn put_events<'a>(
+    tx: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    rows: impl Iterator<Item = (u64, &'a str)>,
+) -> Result<()> {
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant, run_id, seq) DO NOTHING",
     )?;
-    for event in events {
-        let body = serde_json::to_string(event)?;
-        let inserted = insert.execute(params![
-            tenant.as_str(),
-            run_id.as_str(),
-            int(event.seq),
-            body
-        ])?;
+    for (seq, body) in rows {
+        let inserted = insert.execute(params![tenant.as_str(), run_id.as_str(), int(seq), body])?;
         if inserted == 0 {
-            return Err(StoreError::Conflict(format!(
-                "event seq {} of run {run_id} is taken",
-                event.seq
-            ))
-            .into());
+            return Err(
+                StoreError::Conflict(format!("event seq {seq} of run {run_id} is taken")).into(),
+            );
         }
     }
     Ok(())

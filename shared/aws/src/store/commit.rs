@@ -6,8 +6,8 @@ use super::error::build_error;
 use super::item::{
     ABORT_REASON, ABORT_REQUESTED, ACTION_ANSWER, ACTIVE_RUN_ID, ANSWER_FOR, ENTRY_JSON,
     EVENT_JSON, EXPIRES_AT, Item, LAST_PROGRESS_AT, LOCK_OWNER, LOCK_UNTIL, PROC_AT, PROC_PK,
-    PROC_PK_VALUE, RUN_ID, RUN_JSON, RUNS_FINISHED, SEQ, SESSION_ID, STATUS, UPDATED_AT,
-    entry_json, event_json, n, open_run_attr, run_json, s, status_str,
+    PROC_PK_VALUE, RUN_ID, RUN_JSON, RUNS_FINISHED, SEQ, SESSION_ID, STATUS, UPDATED_AT, n,
+    open_run_attr, s, status_str,
 };
 use super::keys::{self, PK, RUN_SK, SESSION_SK, SK};
 use super::lock::FENCE_IS_CURRENT;
@@ -69,8 +69,8 @@ impl DynamoStore {
         } else {
             Some(self.fenced_session_id(fence).await?)
         };
-        let whole_run = match commit.run() {
-            Some(run) if run_json(run)?.len() > WHOLE_RUN_PUT_BYTES => Some(run.clone()),
+        let whole_run = match (commit.run(), commit.run_json()) {
+            (Some(run), Some(json)) if json.len() > WHOLE_RUN_PUT_BYTES => Some(run.clone()),
             _ => None,
         };
         let Some(run) = whole_run else {
@@ -279,11 +279,12 @@ impl DynamoStore {
         let mut writes = Vec::new();
         if let Some(session_id) = session_id {
             let pk = keys::transcript_pk(&fence.tenant, session_id);
-            for entry in commit.transcript() {
+            // Each record as the check encoded it (no second encoding).
+            for (entry, json) in commit.transcript().iter().zip(commit.transcript_json()) {
                 let item = HashMap::from([
                     (PK.to_owned(), s(pk.clone())),
                     (SK.to_owned(), s(keys::entry_sk(entry.seq))),
-                    (ENTRY_JSON.to_owned(), s(entry_json(entry)?)),
+                    (ENTRY_JSON.to_owned(), s(json.as_str())),
                     (SEQ.to_owned(), n(entry.seq)),
                     (RUN_ID.to_owned(), s(entry.run_id.as_str())),
                 ]);
@@ -295,12 +296,12 @@ impl DynamoStore {
         }
         if let Some(run_id) = commit.events_run() {
             let pk = keys::run_pk(&fence.tenant, run_id);
-            for event in commit.events() {
+            for (event, json) in commit.events().iter().zip(commit.events_json()) {
                 let expires = self.ttl_epoch_seconds(event.ts, EVENT_RETENTION);
                 let item = HashMap::from([
                     (PK.to_owned(), s(pk.clone())),
                     (SK.to_owned(), s(keys::event_sk(event.seq))),
-                    (EVENT_JSON.to_owned(), s(event_json(event)?)),
+                    (EVENT_JSON.to_owned(), s(json.as_str())),
                     (SEQ.to_owned(), n(event.seq)),
                     (EXPIRES_AT.to_owned(), n(expires)),
                 ]);
@@ -315,7 +316,7 @@ impl DynamoStore {
             let mut item: Item = HashMap::from([
                 (PK.to_owned(), s(keys::run_pk(&fence.tenant, &run.run_id))),
                 (SK.to_owned(), s(RUN_SK)),
-                (RUN_JSON.to_owned(), s(run_json(run)?)),
+                (RUN_JSON.to_owned(), s(checked_run_json(commit)?)),
                 (STATUS.to_owned(), s(run.status.as_str())),
                 (SESSION_ID.to_owned(), s(run.session_id.as_str())),
             ]);
@@ -354,7 +355,7 @@ impl DynamoStore {
                     "SET {RUN_JSON} = :run, #st = :status, {SESSION_ID} = :sid"
                 ))
                 .expression_attribute_names("#st", STATUS)
-                .expression_attribute_values(":run", s(run_json(run)?))
+                .expression_attribute_values(":run", s(checked_run_json(commit)?))
                 .expression_attribute_values(":status", s(run.status.as_str()))
                 .expression_attribute_values(":sid", s(run.session_id.as_str()));
             if let Some(accepted) = checks.accepted {
@@ -384,4 +385,11 @@ impl DynamoStore {
             .map_err(build_error)?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
+}
+
+/// The run JSON the check encoded (a commit with a run always has it).
+fn checked_run_json(commit: &CheckedCommit) -> StoreResult<&str> {
+    commit
+        .run_json()
+        .ok_or_else(|| StoreError::Corrupt("a checked commit's run has no JSON".into()))
 }

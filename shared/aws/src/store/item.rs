@@ -299,16 +299,6 @@ pub(crate) fn run_from_item(item: &Item) -> StoreResult<Run> {
     Ok(run)
 }
 
-/// The entry as JSON (a checked commit's entries are already within `MAX_RECORD_BYTES`).
-pub(crate) fn entry_json(entry: &TranscriptEntry) -> StoreResult<String> {
-    to_json(entry)
-}
-
-/// The event as JSON (a checked commit's events are already within `MAX_RECORD_BYTES`).
-pub(crate) fn event_json(event: &Event) -> StoreResult<String> {
-    to_json(event)
-}
-
 fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("to JSON: {e}")))
 }

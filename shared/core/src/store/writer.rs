@@ -64,14 +64,19 @@ impl Commit {
     /// 4. the run record belongs to the fence's tenant (else `Conflict`) and is within
     ///    [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) (else `TooLarge`);
     /// 5. entries and events go through the [size rule](crate::record_size).
+    ///
+    /// Each entry, event and the run is encoded to JSON once here; the checked commit keeps
+    /// those encodings for the adapter to store ([`CheckedCommit::transcript_json`], ...).
     pub fn check(self, fence: &Fence) -> StoreResult<CheckedCommit> {
-        if !self.fits() {
+        let entry_json = encode_all(&self.transcript)?;
+        let event_json = encode_all(&self.events)?;
+        let bytes: usize = entry_json.iter().chain(&event_json).map(String::len).sum();
+        if self.write_count() > MAX_COMMIT_WRITES || bytes > MAX_COMMIT_BYTES {
             return Err(StoreError::TooLarge(format!(
-                "a commit of {} entries and events ({} bytes) is over the limit of \
+                "a commit of {} entries and events ({bytes} bytes) is over the limit of \
                  {MAX_COMMIT_WRITES} writes and {MAX_COMMIT_BYTES} bytes; split it with \
                  Commit::split",
                 self.write_count(),
-                self.payload_bytes(),
             )));
         }
         check_distinct_seqs(&self)?;
@@ -82,34 +87,45 @@ impl Commit {
                 StoreError::NotFound("a commit with events must name the run they belong to".into())
             })?)
         };
-        if let Some(run) = &self.run {
-            if run.tenant != fence.tenant {
+        let run_json = match &self.run {
+            Some(run) if run.tenant != fence.tenant => {
                 return Err(StoreError::Conflict(format!(
                     "run {} belongs to another tenant than the fence",
                     run.run_id
                 )));
             }
-            record_size::check_run(run)?;
-        }
-        let transcript = self
+            Some(run) => Some(record_size::run_json(run)?),
+            None => None,
+        };
+        let (transcript, transcript_json) = self
             .transcript
             .into_iter()
-            .map(record_size::fit_entry)
-            .collect::<StoreResult<Vec<_>>>()?;
-        let events = self
+            .zip(entry_json)
+            .map(|(entry, json)| record_size::stored_entry(entry, json))
+            .collect::<StoreResult<(Vec<_>, Vec<_>)>>()?;
+        let (events, events_json) = self
             .events
             .into_iter()
-            .map(record_size::fit_event)
-            .collect::<StoreResult<Vec<_>>>()?;
+            .zip(event_json)
+            .map(|(event, json)| record_size::stored_event(event, json))
+            .collect::<StoreResult<(Vec<_>, Vec<_>)>>()?;
         Ok(CheckedCommit {
             events_run,
             transcript,
+            transcript_json,
             events,
+            events_json,
             run: self.run,
+            run_json,
             session: self.session,
             release_lock: self.release_lock,
         })
     }
+}
+
+/// The JSON of each record, in order.
+fn encode_all<T: serde::Serialize>(records: &[T]) -> StoreResult<Vec<String>> {
+    records.iter().map(record_size::to_json).collect()
 }
 
 /// A store must never keep two entries (or events) with one seq, and DynamoDB refuses a
@@ -137,8 +153,11 @@ fn check_distinct_seqs(commit: &Commit) -> StoreResult<()> {
 pub struct CheckedCommit {
     events_run: Option<RunId>,
     transcript: Vec<TranscriptEntry>,
+    transcript_json: Vec<String>,
     events: Vec<Event>,
+    events_json: Vec<String>,
     run: Option<Run>,
+    run_json: Option<String>,
     session: Option<SessionUpdate>,
     release_lock: bool,
 }
@@ -154,14 +173,29 @@ impl CheckedCommit {
         &self.transcript
     }
 
+    /// The JSON each entry of [`transcript`](Self::transcript) is stored as, in the same order.
+    pub fn transcript_json(&self) -> &[String] {
+        &self.transcript_json
+    }
+
     /// The events, each within [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES).
     pub fn events(&self) -> &[Event] {
         &self.events
     }
 
+    /// The JSON each event of [`events`](Self::events) is stored as, in the same order.
+    pub fn events_json(&self) -> &[String] {
+        &self.events_json
+    }
+
     /// The run record to replace (never its `abort_requested`).
     pub fn run(&self) -> Option<&Run> {
         self.run.as_ref()
+    }
+
+    /// The JSON the run record is stored as, when the commit has one.
+    pub fn run_json(&self) -> Option<&str> {
+        self.run_json.as_deref()
     }
 
     /// The session activity to set.

@@ -1,8 +1,10 @@
 //! Opening the database file: pragmas and idempotent, numbered migrations (`user_version`).
 //!
-//! Records are stored whole as JSON (`body`) next to the key columns they are found by. Two
-//! things live outside the JSON because a different writer owns them: a run's `abort_requested`
-//! (the API) and a lane message's delivery state (the queue).
+//! Records are stored whole as JSON (`body`) next to the key columns they are found by, and
+//! (sessions and runs, issue 26) copies of the fields their indexes and filters read, written
+//! with the body ([`crate::records`]). Two things live outside the JSON because a different
+//! writer owns them: a run's `abort_requested` (the API) and a lane message's delivery state
+//! (the queue).
 //!
 //! Lane messages: `lane_pending` holds the unacked ones (so a receive scans only those);
 //! `lane_done` remembers the dedup ids of acked ones.
@@ -30,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     crate::spend::SCHEMA,
     crate::slots::RATE_SCHEMA,
     crate::catalog::SCHEMA,
+    crate::records::SCHEMA,
 ];
 
 /// The answer to a paused run's pending tool calls (issue 20): owned by the API and the

@@ -227,3 +227,105 @@ fn write_run(conn: &Connection, run: &Run, abort: i64, sql: &str) -> Result<usiz
         abort,
     ])?)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use agentlane_core::{SessionId, SessionStatus};
+
+    fn session(edit: impl FnOnce(&mut Session)) -> Session {
+        let mut session = Session::new(
+            TenantId::new("t"),
+            SessionKey::new("k"),
+            SessionId::generate(),
+            100,
+        );
+        session.updated_at = 500;
+        edit(&mut session);
+        session
+    }
+
+    #[test]
+    fn a_sessions_columns_are_what_its_indexes_and_filters_read() {
+        let cases = [
+            (
+                "a new idle session: progress is its last update, main's, not pending",
+                session(|_| {}),
+                SessionColumns {
+                    status: "idle",
+                    updated_at: 500,
+                    progress_at: 500,
+                    pending_at: None,
+                    agent_id: "main",
+                },
+            ),
+            (
+                "a running one that made progress before its last update",
+                session(|s| {
+                    s.status = SessionStatus::Processing;
+                    s.last_progress_at = Some(300);
+                    s.agent_id = Some("helper".to_owned());
+                }),
+                SessionColumns {
+                    status: "processing",
+                    updated_at: 500,
+                    progress_at: 300,
+                    pending_at: None,
+                    agent_id: "helper",
+                },
+            ),
+            (
+                "one with pending work",
+                session(|s| s.pending_at = Some(400)),
+                SessionColumns {
+                    status: "idle",
+                    updated_at: 500,
+                    progress_at: 500,
+                    pending_at: Some(400),
+                    agent_id: "main",
+                },
+            ),
+            (
+                "a time past i64 saturates as every other column does",
+                session(|s| s.updated_at = u64::MAX),
+                SessionColumns {
+                    status: "idle",
+                    updated_at: i64::MAX,
+                    progress_at: i64::MAX,
+                    pending_at: None,
+                    agent_id: "main",
+                },
+            ),
+        ];
+        for (case, session, expected) in cases {
+            assert_eq!(SessionColumns::of(&session), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn rewriting_a_session_rewrites_its_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open(&dir.path().join("db.sqlite")).unwrap();
+        let columns = |conn: &Connection| -> (String, i64, Option<i64>) {
+            conn.query_row(
+                "SELECT status, updated_at, pending_at FROM sessions",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap()
+        };
+        let mut s = session(|s| s.pending_at = Some(400));
+        save_session(&conn, &s).unwrap();
+        assert_eq!(columns(&conn), ("idle".to_owned(), 500, Some(400)));
+        s.status = SessionStatus::Processing;
+        s.updated_at = 600;
+        s.pending_at = None;
+        save_session(&conn, &s).unwrap();
+        assert_eq!(
+            columns(&conn),
+            ("processing".to_owned(), 600, None),
+            "settled: out of the pending index"
+        );
+    }
+}

@@ -1,5 +1,5 @@
-//! [`SessionCatalog`] on the embedded store: a tenant's sessions through an expression index on
-//! their activity time, a session's runs through one on their key and seq (never a scan of the
+//! [`SessionCatalog`] on the embedded store: a tenant's sessions through an index on their
+//! activity time, a session's runs through one on their key and seq (never a scan of the
 //! table), and a session's deletion in one transaction.
 
 use crate::backend::SqliteBackend;
@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
 /// The catalog's indexes (issue 24): sessions by tenant and activity, runs by session key and
-/// their place in its order.
+/// their place in its order. Rebuilt on columns by [`crate::records::SCHEMA`] (issue 26).
 pub(crate) const SCHEMA: &str = "
 CREATE INDEX sessions_by_activity
     ON sessions (tenant, json_extract(body, '$.updatedAt') DESC, session_key DESC);
@@ -25,20 +25,18 @@ CREATE INDEX runs_by_session
 /// status (`?5`), newest activity first: a walk of `sessions_by_activity`.
 const LIST_SESSIONS: &str = "SELECT body FROM sessions
      WHERE tenant = ?1
-       AND (json_extract(body, '$.updatedAt') < ?2
-            OR (json_extract(body, '$.updatedAt') = ?2 AND session_key < ?3))
-       AND (?4 IS NULL OR COALESCE(json_extract(body, '$.agentId'), 'main') = ?4)
-       AND (?5 IS NULL OR json_extract(body, '$.status') = ?5)
-     ORDER BY json_extract(body, '$.updatedAt') DESC, session_key DESC
+       AND (updated_at < ?2 OR (updated_at = ?2 AND session_key < ?3))
+       AND (?4 IS NULL OR agent_id = ?4)
+       AND (?5 IS NULL OR status = ?5)
+     ORDER BY updated_at DESC, session_key DESC
      LIMIT ?6";
 
 /// A page of a session key's runs below a seq (`?3`), filtered by status (`?4`), newest first:
 /// a walk of `runs_by_session`.
 const LIST_RUNS: &str = "SELECT body, abort_requested, action_answer FROM runs
-     WHERE tenant = ?1 AND json_extract(body, '$.sessionKey') = ?2
-       AND json_extract(body, '$.sessionSeq') < ?3
-       AND (?4 IS NULL OR json_extract(body, '$.status') = ?4)
-     ORDER BY json_extract(body, '$.sessionSeq') DESC
+     WHERE tenant = ?1 AND session_key = ?2 AND session_seq < ?3
+       AND (?4 IS NULL OR status = ?4)
+     ORDER BY session_seq DESC
      LIMIT ?5";
 
 #[async_trait]
@@ -163,8 +161,7 @@ fn list_runs(
 fn runs_of(conn: &Connection, tenant: &TenantId, key: &SessionKey) -> Result<Vec<Run>> {
     let mut stmt = conn.prepare_cached(
         "SELECT body, abort_requested, action_answer FROM runs
-         WHERE tenant = ?1 AND json_extract(body, '$.sessionKey') = ?2
-           AND json_extract(body, '$.sessionSeq') < ?3",
+         WHERE tenant = ?1 AND session_key = ?2 AND session_seq < ?3",
     )?;
     let mut rows = stmt.query(params![tenant.as_str(), key.as_str(), i64::MAX])?;
     let mut runs = Vec::new();

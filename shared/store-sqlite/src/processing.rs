@@ -1,6 +1,6 @@
-//! [`ProcessingIndex`] on the embedded store: the processing sessions, read from the session
-//! bodies through an expression index on their status (idle sessions are not visited), and the
-//! pending sessions through a partial index on `pendingAt`.
+//! [`ProcessingIndex`] on the embedded store: the processing sessions through a partial index
+//! of them by their last progress (idle sessions are not visited), and the pending sessions
+//! through a partial index on `pending_at`.
 
 use crate::backend::SqliteBackend;
 use crate::error::int;
@@ -8,6 +8,20 @@ use crate::records::{load_session, save_session};
 use agentlane_core::{PendingSettle, ProcessingIndex, Session, StoreError, StoreResult};
 use async_trait::async_trait;
 use rusqlite::params;
+
+/// The processing sessions that made no progress after `?1`, the longest silent first (at most
+/// `?2`): a walk of `sessions_processing`.
+const PROCESSING_SESSIONS: &str = "SELECT body FROM sessions
+     WHERE status = 'processing' AND progress_at <= ?1
+     ORDER BY progress_at
+     LIMIT ?2";
+
+/// The sessions whose pending work began waiting at or before `?1`, the oldest first (at most
+/// `?2`): a walk of `sessions_pending`.
+const PENDING_SESSIONS: &str = "SELECT body FROM sessions
+     WHERE pending_at IS NOT NULL AND pending_at <= ?1
+     ORDER BY pending_at
+     LIMIT ?2";
 
 #[async_trait]
 impl ProcessingIndex for SqliteBackend {
@@ -18,15 +32,7 @@ impl ProcessingIndex for SqliteBackend {
     ) -> StoreResult<Vec<Session>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with_reader::<_, StoreError>(move |c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT body FROM sessions
-                 WHERE json_extract(body, '$.status') = 'processing'
-                   AND COALESCE(json_extract(body, '$.lastProgressAt'),
-                                json_extract(body, '$.updatedAt')) <= ?1
-                 ORDER BY COALESCE(json_extract(body, '$.lastProgressAt'),
-                                   json_extract(body, '$.updatedAt'))
-                 LIMIT ?2",
-            )?;
+            let mut stmt = c.prepare_cached(PROCESSING_SESSIONS)?;
             sessions_of(&mut stmt, int(progress_before), limit)
         })
         .await
@@ -39,13 +45,7 @@ impl ProcessingIndex for SqliteBackend {
     ) -> StoreResult<Vec<Session>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with_reader::<_, StoreError>(move |c| {
-            let mut stmt = c.prepare_cached(
-                "SELECT body FROM sessions
-                 WHERE json_extract(body, '$.pendingAt') IS NOT NULL
-                   AND json_extract(body, '$.pendingAt') <= ?1
-                 ORDER BY json_extract(body, '$.pendingAt')
-                 LIMIT ?2",
-            )?;
+            let mut stmt = c.prepare_cached(PENDING_SESSIONS)?;
             sessions_of(&mut stmt, int(pending_before), limit)
         })
         .await
@@ -88,4 +88,34 @@ fn sessions_of(
         .iter()
         .map(|body| Ok(serde_json::from_str(body)?))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn the_sweeps_walk_their_partial_index_in_order_and_never_scan_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open(&dir.path().join("db.sqlite")).unwrap();
+        for (sql, index) in [
+            (PROCESSING_SESSIONS, "sessions_processing"),
+            (PENDING_SESSIONS, "sessions_pending"),
+        ] {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let plan = stmt
+                .query_map(params![1, 1], |row| row.get::<_, String>(3))
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap()
+                .join("\n");
+            assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
+            assert!(
+                !plan.contains("SCAN sessions\n") && plan != "SCAN sessions",
+                "{plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "sorted by the index: {plan}");
+        }
+    }
 }

@@ -22,8 +22,8 @@ const LIST_TENANTS: &str = "SELECT DISTINCT tenant FROM sessions WHERE tenant > 
 /// A tenant's sessions last active before `?2`, oldest first: `sessions_by_activity` walked
 /// from its oldest end.
 const STALE_SESSIONS: &str = "SELECT body FROM sessions
-     WHERE tenant = ?1 AND json_extract(body, '$.updatedAt') < ?2
-     ORDER BY json_extract(body, '$.updatedAt') ASC, session_key ASC
+     WHERE tenant = ?1 AND updated_at < ?2
+     ORDER BY updated_at ASC, session_key ASC
      LIMIT ?3";
 
 #[async_trait]

@@ -1,8 +1,10 @@
 //! Opening the database file: pragmas and idempotent, numbered migrations (`user_version`).
 //!
-//! Records are stored whole as JSON (`body`) next to the key columns they are found by. Two
-//! things live outside the JSON because a different writer owns them: a run's `abort_requested`
-//! (the API) and a lane message's delivery state (the queue).
+//! Records are stored whole as JSON (`body`) next to the key columns they are found by, and
+//! (sessions and runs, issue 26) copies of the fields their indexes and filters read, written
+//! with the body ([`crate::records`]). Two things live outside the JSON because a different
+//! writer owns them: a run's `abort_requested` (the API) and a lane message's delivery state
+//! (the queue).
 //!
 //! Lane messages: `lane_pending` holds the unacked ones (so a receive scans only those);
 //! `lane_done` remembers the dedup ids of acked ones.
@@ -30,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     crate::spend::SCHEMA,
     crate::slots::RATE_SCHEMA,
     crate::catalog::SCHEMA,
+    crate::records::SCHEMA,
 ];
 
 /// The answer to a paused run's pending tool calls (issue 20): owned by the API and the
@@ -339,6 +342,183 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         assert_eq!(done, vec![("acked".to_owned(), 20)]);
+    }
+
+    /// A session of tenant `t` as `save_session` wrote it before migration 15.
+    fn old_session(
+        key: &str,
+        updated_at: u64,
+        edit: impl FnOnce(&mut agentlane_core::Session),
+    ) -> agentlane_core::Session {
+        let mut session = agentlane_core::Session::new(
+            agentlane_core::TenantId::new("t"),
+            agentlane_core::SessionKey::new(key),
+            agentlane_core::SessionId::generate(),
+            100,
+        );
+        session.updated_at = updated_at;
+        edit(&mut session);
+        session
+    }
+
+    #[tokio::test]
+    async fn version_14_sessions_and_runs_are_listed_and_swept_after_their_fields_become_columns() {
+        use agentlane_core::{
+            PageBudget, ProcessingIndex, RunStatus, SessionCatalog, SessionFilter,
+            SessionRetention, SessionStatus, Store,
+        };
+        use std::sync::Arc;
+        // GIVEN a database at version 14 with sessions and runs written the old way (the body
+        // alone, found through the JSON expression indexes)
+        let template = {
+            let store: Arc<dyn Store> = Arc::new(crate::SqliteBackend::open_temporary().unwrap());
+            let (tenant, key, now) = agentlane_conformance::fixtures::fresh();
+            agentlane_conformance::fixtures::accept(&store, &tenant, &key, now).await
+        };
+        let sessions = [
+            old_session("idle-old", 1_000, |_| {}),
+            old_session("busy", 5_000, |s| {
+                s.status = SessionStatus::Processing;
+                s.last_progress_at = Some(2_000);
+                s.agent_id = Some("helper".to_owned());
+            }),
+            old_session("busy-fresh", 4_000, |s| {
+                s.status = SessionStatus::Processing
+            }),
+            old_session("waiting", 3_000, |s| s.pending_at = Some(2_500)),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join(crate::DB_FILE_NAME)).unwrap();
+            for sql in &MIGRATIONS[..14] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 14).unwrap();
+            for session in &sessions {
+                conn.execute(
+                    "INSERT INTO sessions (tenant, session_key, body) VALUES ('t', ?1, ?2)",
+                    rusqlite::params![
+                        session.session_key.as_str(),
+                        serde_json::to_string(session).unwrap()
+                    ],
+                )
+                .unwrap();
+            }
+            for (seq, status) in [
+                (1, RunStatus::Ok),
+                (2, RunStatus::Error),
+                (3, RunStatus::Running),
+            ] {
+                let mut run = template.clone();
+                run.tenant = agentlane_core::TenantId::new("t");
+                run.session_key = agentlane_core::SessionKey::new("busy");
+                run.run_id = agentlane_core::RunId::generate();
+                run.session_seq = seq;
+                run.status = status;
+                conn.execute(
+                    "INSERT INTO runs (tenant, run_id, body, abort_requested) VALUES ('t', ?1, ?2, 0)",
+                    rusqlite::params![run.run_id.as_str(), serde_json::to_string(&run).unwrap()],
+                )
+                .unwrap();
+            }
+        }
+
+        // WHEN this build opens it
+        let backend = crate::SqliteBackend::open(dir.path()).unwrap();
+
+        // THEN the catalog, the sweeps and the retention find the old rows as before
+        let tenant = agentlane_core::TenantId::new("t");
+        let budget = PageBudget::count(10);
+        let listed = |filter: SessionFilter| {
+            let backend = backend.clone();
+            let tenant = tenant.clone();
+            async move {
+                let page = backend
+                    .list_sessions(&tenant, &filter, None, budget)
+                    .await
+                    .unwrap();
+                page.sessions
+                    .iter()
+                    .map(|s| s.session_key.as_str().to_owned())
+                    .collect::<Vec<_>>()
+            }
+        };
+        let keys = |sessions: &[agentlane_core::Session]| -> Vec<String> {
+            sessions
+                .iter()
+                .map(|s| s.session_key.as_str().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            listed(SessionFilter::default()).await,
+            ["busy", "busy-fresh", "waiting", "idle-old"],
+            "newest activity first"
+        );
+        let by_agent = |agent: &str| SessionFilter {
+            agent_id: Some(agent.to_owned()),
+            status: None,
+        };
+        assert_eq!(listed(by_agent("helper")).await, ["busy"]);
+        assert_eq!(
+            listed(by_agent("main")).await,
+            ["busy-fresh", "waiting", "idle-old"],
+            "a session naming no agent is main's"
+        );
+        let processing = SessionFilter {
+            agent_id: None,
+            status: Some(SessionStatus::Processing),
+        };
+        assert_eq!(listed(processing).await, ["busy", "busy-fresh"]);
+        let runs = backend
+            .list_session_runs(
+                &tenant,
+                &agentlane_core::SessionKey::new("busy"),
+                None,
+                None,
+                budget,
+            )
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = runs.runs.iter().map(|r| r.session_seq).collect();
+        assert_eq!(seqs, [3, 2, 1]);
+        let ok_runs = backend
+            .list_session_runs(
+                &tenant,
+                &agentlane_core::SessionKey::new("busy"),
+                Some(RunStatus::Ok),
+                None,
+                budget,
+            )
+            .await
+            .unwrap();
+        assert_eq!(ok_runs.runs.len(), 1);
+        assert_eq!(ok_runs.runs[0].session_seq, 1);
+        assert_eq!(
+            keys(&backend.processing_sessions(2_500, 10).await.unwrap()),
+            ["busy"],
+            "silent since its last progress (2000), though updated at 5000"
+        );
+        assert_eq!(
+            keys(&backend.processing_sessions(4_000, 10).await.unwrap()),
+            ["busy", "busy-fresh"],
+            "the longest silent first"
+        );
+        assert_eq!(
+            keys(&backend.pending_sessions(3_000, 10).await.unwrap()),
+            ["waiting"]
+        );
+        assert!(
+            backend
+                .pending_sessions(2_499, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            keys(&backend.stale_sessions(&tenant, 3_001, 10).await.unwrap()),
+            ["idle-old", "waiting"],
+            "oldest activity first"
+        );
     }
 
     #[test]

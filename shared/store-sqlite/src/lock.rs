@@ -2,7 +2,7 @@
 //! commit. Every function is one `IMMEDIATE` transaction that re-reads the session first.
 
 use crate::error::{Result, int};
-use crate::records::{load_session, replace_run, save_session};
+use crate::records::{load_session, replace_run_encoded, save_session};
 use agentlane_core::{
     AcceptedRecord, Commit, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
     SessionKey, StoreError, TenantId, TranscriptEntry,
@@ -91,8 +91,8 @@ pub(crate) fn commit(
             events.zip(commit.events_json().iter().map(String::as_str)),
         )?;
     }
-    if let Some(run) = commit.run() {
-        replace_run(&tx, run)?;
+    if let (Some(run), Some(body)) = (commit.run(), commit.run_json()) {
+        replace_run_encoded(&tx, run, body)?;
     }
     if let Some(update) = commit.session() {
         session.status = update.status;

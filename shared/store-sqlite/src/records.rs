@@ -189,6 +189,7 @@ pub(crate) fn insert_run(conn: &Connection, run: &Run) -> Result<bool> {
     let inserted = write_run(
         conn,
         run,
+        &serde_json::to_string(run)?,
         abort,
         "INSERT INTO runs (tenant, run_id, body, session_key, session_seq, status, abort_requested)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
@@ -201,9 +202,15 @@ pub(crate) fn insert_run(conn: &Connection, run: &Run) -> Result<bool> {
 /// `abort_requested`. A run's key and seq are fixed at accept, so an existing row keeps them
 /// (and `runs_by_session` is not rewritten).
 pub(crate) fn replace_run(conn: &Connection, run: &Run) -> Result<()> {
+    replace_run_encoded(conn, run, &serde_json::to_string(run)?)
+}
+
+/// [`replace_run`] with the run's JSON already encoded (`body`: a checked commit's).
+pub(crate) fn replace_run_encoded(conn: &Connection, run: &Run, body: &str) -> Result<()> {
     write_run(
         conn,
         run,
+        body,
         0,
         "INSERT INTO runs (tenant, run_id, body, session_key, session_seq, status, abort_requested)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
@@ -212,10 +219,10 @@ pub(crate) fn replace_run(conn: &Connection, run: &Run) -> Result<()> {
     Ok(())
 }
 
-/// Runs `sql`, an insert of a whole run row, with the run's key, body and [`RunColumns`] bound
-/// to `?1`-`?6` and `abort` (the `abort_requested` of a new row) to `?7`; the rows written.
-fn write_run(conn: &Connection, run: &Run, abort: i64, sql: &str) -> Result<usize> {
-    let body = serde_json::to_string(run)?;
+/// Runs `sql`, an insert of a whole run row, with the run's key, `body` (its JSON) and
+/// [`RunColumns`] bound to `?1`-`?6` and `abort` (the `abort_requested` of a new row) to `?7`;
+/// the rows written.
+fn write_run(conn: &Connection, run: &Run, body: &str, abort: i64, sql: &str) -> Result<usize> {
     let c = RunColumns::of(run);
     Ok(conn.prepare_cached(sql)?.execute(params![
         run.tenant.as_str(),

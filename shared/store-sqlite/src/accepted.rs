@@ -107,16 +107,6 @@ impl Accepted {
         }
     }
 
-    /// [`take_expected`](Self::take_expected) for the run `commit` writes, if it writes one.
-    pub(crate) fn take_expected_for(
-        &self,
-        fence: &Fence,
-        commit: &agentlane_core::Commit,
-    ) -> Option<AcceptedRecord> {
-        let run = commit.run.as_ref()?;
-        self.take_expected(fence, &run.run_id)
-    }
-
     /// Forgets what the holder of `fence` took (its lock is released).
     pub(crate) fn forget_fence(&self, fence: &Fence) {
         self.expected

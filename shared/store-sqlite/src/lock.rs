@@ -4,7 +4,7 @@
 use crate::error::{Result, int};
 use crate::records::{load_session, replace_run_encoded, save_session};
 use agentlane_core::{
-    AcceptedRecord, Commit, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
+    AcceptedRecord, CheckedCommit, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
     SessionKey, StoreError, TenantId, TranscriptEntry,
 };
 use rusqlite::{Connection, params};
@@ -56,7 +56,7 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
     Ok(())
 }
 
-/// Applies everything in `commit` or nothing, after [`Commit::check`]: transcript entries go to
+/// Applies everything in `commit` (checked by [`agentlane_core::Commit::check`]) or nothing: transcript entries go to
 /// the session's current id (the one the fence guards), events to the commit's events run.
 ///
 /// With `accepted` (the holder took the run from its accepted record), the stored run must still
@@ -64,10 +64,9 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
 pub(crate) fn commit(
     conn: &mut Connection,
     fence: &Fence,
-    commit: Commit,
+    commit: CheckedCommit,
     accepted: Option<&AcceptedRecord>,
 ) -> Result<()> {
-    let commit = commit.check(fence)?;
     let tx = conn.savepoint()?;
     let mut session = fenced_session(&tx, fence)?;
     if let (Some(record), Some(run)) = (accepted, commit.run()) {

@@ -169,8 +169,14 @@ impl SessionLock for SqliteBackend {
 #[async_trait]
 impl FencedWriter for SqliteBackend {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
-        let accepted = self.inner.accepted.take_expected_for(fence, &commit);
-        if commit.release_lock {
+        // The size rule and the records' encoding run here, not on the writer thread, which
+        // every write of the process goes through; a commit they refuse leaves the accepted
+        // record for the next one.
+        let commit = commit.check(fence)?;
+        let accepted = commit
+            .run()
+            .and_then(|run| self.inner.accepted.take_expected(fence, &run.run_id));
+        if commit.release_lock() {
             self.inner.accepted.forget_fence(fence);
         }
         let fence = fence.clone();

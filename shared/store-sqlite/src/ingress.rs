@@ -51,13 +51,14 @@ pub(crate) fn accept_turn(
         session.queue_mode,
         &agent,
     );
-    record_size::check_run(&run)?;
+    // Encoded once: the size rule measures the JSON the insert stores.
+    let run_json = record_size::run_json(&run)?;
     if let Some(mark) = turn.interrupt_mark(&run, &session) {
         session.interrupt = Some(mark);
     }
     session.note_accepted(session_seq, &run.run_id, turn.now);
     save_session(&tx, &session)?;
-    if !insert_run(&tx, &run)? {
+    if !insert_run(&tx, &run, &run_json)? {
         return Err(StoreError::Conflict(format!("run {} already exists", run.run_id)).into());
     }
     if matches!(

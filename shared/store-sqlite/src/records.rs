@@ -180,8 +180,9 @@ fn abort_reason_from_column(value: i64) -> Option<AbortReason> {
     }
 }
 
-/// Creates the run; `false` when a run with that id already exists (nothing written).
-pub(crate) fn insert_run(conn: &Connection, run: &Run) -> Result<bool> {
+/// Creates the run with `body`, its JSON; `false` when a run with that id already exists
+/// (nothing written).
+pub(crate) fn insert_run(conn: &Connection, run: &Run, body: &str) -> Result<bool> {
     let abort = match (run.abort_requested, run.abort_reason) {
         (false, _) => 0,
         (true, reason) => abort_column(reason.unwrap_or(AbortReason::Requested)),
@@ -189,7 +190,7 @@ pub(crate) fn insert_run(conn: &Connection, run: &Run) -> Result<bool> {
     let inserted = write_run(
         conn,
         run,
-        &serde_json::to_string(run)?,
+        body,
         abort,
         "INSERT INTO runs (tenant, run_id, body, session_key, session_seq, status, abort_requested)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)

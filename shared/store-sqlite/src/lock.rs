@@ -151,29 +151,11 @@ fn put_entry_rows<'a>(
     session_id: &SessionId,
     rows: impl Iterator<Item = (u64, &'a str)>,
 ) -> Result<()> {
-    let mut rows = rows.peekable();
-    if rows.peek().is_none() {
-        return Ok(());
-    }
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO transcript (tenant, session_id, seq, body) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (tenant, session_id, seq) DO NOTHING",
-    )?;
-    for (seq, body) in rows {
-        let inserted = insert.execute(params![
-            tenant.as_str(),
-            session_id.as_str(),
-            int(seq),
-            body
-        ])?;
-        if inserted == 0 {
-            return Err(StoreError::Conflict(format!(
-                "transcript seq {seq} of session {session_id} is taken"
-            ))
-            .into());
-        }
-    }
-    Ok(())
+    let sql = "INSERT INTO transcript (tenant, session_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+               ON CONFLICT (tenant, session_id, seq) DO NOTHING";
+    put_seq_rows(tx, sql, tenant, session_id.as_str(), rows, |seq| {
+        format!("transcript seq {seq} of session {session_id} is taken")
+    })
 }
 
 /// Inserts event rows given as `(seq, JSON)`; `Conflict` when a seq is taken.
@@ -183,16 +165,31 @@ fn put_events<'a>(
     run_id: &RunId,
     rows: impl Iterator<Item = (u64, &'a str)>,
 ) -> Result<()> {
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (tenant, run_id, seq) DO NOTHING",
-    )?;
+    let sql = "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+               ON CONFLICT (tenant, run_id, seq) DO NOTHING";
+    put_seq_rows(tx, sql, tenant, run_id.as_str(), rows, |seq| {
+        format!("event seq {seq} of run {run_id} is taken")
+    })
+}
+
+/// Runs `sql` (an insert of `(tenant, owner, seq, body)` that does nothing on a taken seq) for
+/// each row; `Conflict` (with `taken`'s message) at the first seq already there.
+fn put_seq_rows<'a>(
+    tx: &Connection,
+    sql: &str,
+    tenant: &TenantId,
+    owner: &str,
+    rows: impl Iterator<Item = (u64, &'a str)>,
+    taken: impl Fn(u64) -> String,
+) -> Result<()> {
+    let mut rows = rows.peekable();
+    if rows.peek().is_none() {
+        return Ok(());
+    }
+    let mut insert = tx.prepare_cached(sql)?;
     for (seq, body) in rows {
-        let inserted = insert.execute(params![tenant.as_str(), run_id.as_str(), int(seq), body])?;
-        if inserted == 0 {
-            return Err(
-                StoreError::Conflict(format!("event seq {seq} of run {run_id} is taken")).into(),
-            );
+        if insert.execute(params![tenant.as_str(), owner, int(seq), body])? == 0 {
+            return Err(StoreError::Conflict(taken(seq)).into());
         }
     }
     Ok(())

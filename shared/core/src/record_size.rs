@@ -12,7 +12,7 @@
 //! - a run record is refused (`TooLarge`): it is the run's state and cannot be cut.
 //!
 //! Adapters apply it through [`Commit::check`](crate::Commit::check) and, for the queued run of
-//! an accepted turn, [`check_run`].
+//! an accepted turn, [`run_json`].
 
 use crate::run::{Event, Run};
 use crate::store::{StoreError, StoreResult};
@@ -106,13 +106,8 @@ pub fn stored_event(event: Event, json: String) -> StoreResult<(Event, String)> 
     Ok((cut, cut_json))
 }
 
-/// `TooLarge` when the run record's JSON is over [`MAX_RECORD_BYTES`] (a permanent failure:
-/// nothing is written).
-pub fn check_run(run: &Run) -> StoreResult<()> {
-    run_json(run).map(drop)
-}
-
-/// The run record's JSON, as it is stored; `TooLarge` as [`check_run`] says.
+/// The run record's JSON, as it is stored; `TooLarge` when it is over [`MAX_RECORD_BYTES`] (a
+/// permanent failure: nothing is written).
 pub fn run_json(run: &Run) -> StoreResult<String> {
     let json = to_json(run)?;
     let len = json.len();
@@ -233,7 +228,7 @@ mod tests {
             "request": { "message": "x".repeat(400_000) }, "acceptedAt": 1
         }))
         .unwrap();
-        let err = check_run(&run).unwrap_err();
+        let err = run_json(&run).unwrap_err();
         assert!(matches!(err, StoreError::TooLarge(_)), "{err:?}");
         assert!(!err.is_transient());
     }

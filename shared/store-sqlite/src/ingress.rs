@@ -12,17 +12,18 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 /// Accepts `turn` (see [`TurnIntake::accept_turn`](agentlane_core::TurnIntake::accept_turn));
 /// with `queue_at` (the queue's clock), a created run's lane message is stored in the same
-/// transaction, as [`crate::lane_table::enqueue`] would store it then.
+/// transaction, as [`crate::lane_table::enqueue`] would store it then. A created run comes
+/// back with the JSON it was stored as (its [accepted record](crate::accepted)).
 pub(crate) fn accept_turn(
     conn: &mut Connection,
     turn: NewTurn,
     queue_at: Option<u64>,
-) -> Result<AcceptOutcome> {
+) -> Result<(AcceptOutcome, Option<String>)> {
     let tx = conn.savepoint()?;
     if let Some(key) = &turn.idempotency_key
         && let Some(run) = live_idempotent_run(&tx, &turn.tenant, key, turn.now)?
     {
-        return Ok(turn.replay(run)?);
+        return Ok((turn.replay(run)?, None));
     }
 
     // A spent period of the tenant's budget refuses the turn, in the accepting transaction.
@@ -84,7 +85,7 @@ pub(crate) fn accept_turn(
         crate::lane_table::enqueue(&tx, &lane_message(&run), now)?;
     }
     tx.commit()?;
-    Ok(AcceptOutcome { run, created: true })
+    Ok((AcceptOutcome { run, created: true }, Some(run_json)))
 }
 
 /// The lane message of a run just accepted: the one the API sends for it on a store that does

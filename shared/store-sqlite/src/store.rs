@@ -6,8 +6,9 @@ use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
     AbortReason, AcceptOutcome, AcceptedRecord, Commit, Event, Fence, FencedWriter, HistoryReader,
-    LockAttempt, NewTurn, PageBudget, QueueMode, Run, RunId, Session, SessionId, SessionKey,
-    SessionLock, SteerTake, StoreResult, TenantId, TranscriptEntry, TurnIntake,
+    LockAttempt, MAX_ACCEPTED_RECORD_BYTES, NewTurn, PageBudget, QueueMode, Run, RunId, Session,
+    SessionId, SessionKey, SessionLock, SteerTake, StoreResult, TenantId, TranscriptEntry,
+    TurnIntake,
 };
 use async_trait::async_trait;
 use std::sync::atomic::Ordering;
@@ -18,18 +19,19 @@ impl TurnIntake for SqliteBackend {
         let queue_at = self
             .queues_accepted_turns()
             .then(|| self.inner.clock.now_ms());
-        let outcome = self
+        let (outcome, stored_json) = self
             .with_conn::<_, agentlane_core::StoreError>(move |c| {
                 ingress::accept_turn(c, turn, queue_at)
             })
             .await?;
         if queue_at.is_some() && outcome.created {
-            // Its first pickup here takes the run as accepted (see `crate::accepted`).
-            if let Some(record) = AcceptedRecord::of(&outcome.run) {
+            // Its first pickup here takes the run as accepted (see `crate::accepted`): the JSON
+            // the accept stored, when small enough to keep.
+            if let Some(json) = stored_json.filter(|j| j.len() <= MAX_ACCEPTED_RECORD_BYTES) {
                 let run = &outcome.run;
                 self.inner
                     .accepted
-                    .remember(&run.tenant, &run.run_id, record);
+                    .remember(&run.tenant, &run.run_id, AcceptedRecord(json));
             }
             // The message is durable now: one receiver may take it.
             self.inner.wakeup.notify_one();

@@ -274,8 +274,7 @@ pub(crate) fn session_from_item(item: &Item) -> StoreResult<Session> {
 /// The run as JSON, after core's size rule (a run over `MAX_RECORD_BYTES` is refused up front,
 /// rather than sent and rejected by DynamoDB with an error that would look transient).
 pub(crate) fn run_json(run: &Run) -> StoreResult<String> {
-    record_size::check_run(run)?;
-    to_json(run)
+    record_size::run_json(run)
 }
 
 /// The run JSON with the `abortRequested` attribute merged back: that attribute is the only
@@ -297,10 +296,6 @@ pub(crate) fn run_from_item(item: &Item) -> StoreResult<Run> {
         _ => None,
     };
     Ok(run)
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("to JSON: {e}")))
 }
 
 pub(crate) fn entry_from_item(item: &Item) -> StoreResult<TranscriptEntry> {

@@ -75,20 +75,17 @@ pub(crate) fn commit(
 
     // Each record as the check encoded it (no second encoding).
     let entries = commit.transcript().iter().map(|e| e.seq);
-    put_entry_rows(
+    let rows = entries.zip(commit.transcript_json().iter().map(String::as_str));
+    put_seq_rows(
         &tx,
+        SeqRows::Transcript(&session.session_id),
         &fence.tenant,
-        &session.session_id,
-        entries.zip(commit.transcript_json().iter().map(String::as_str)),
+        rows,
     )?;
     if let Some(run_id) = commit.events_run() {
         let events = commit.events().iter().map(|e| e.seq);
-        put_events(
-            &tx,
-            &fence.tenant,
-            run_id,
-            events.zip(commit.events_json().iter().map(String::as_str)),
-        )?;
+        let rows = events.zip(commit.events_json().iter().map(String::as_str));
+        put_seq_rows(&tx, SeqRows::Events(run_id), &fence.tenant, rows)?;
     }
     if let (Some(run), Some(body)) = (commit.run(), commit.run_json()) {
         replace_run_encoded(&tx, run, body)?;
@@ -136,60 +133,63 @@ pub(crate) fn put_transcript(
         .map(serde_json::to_string)
         .collect::<serde_json::Result<Vec<_>>>()?;
     let seqs = entries.iter().map(|e| e.seq);
-    put_entry_rows(
-        tx,
-        tenant,
-        session_id,
-        seqs.zip(json.iter().map(String::as_str)),
-    )
+    let rows = seqs.zip(json.iter().map(String::as_str));
+    put_seq_rows(tx, SeqRows::Transcript(session_id), tenant, rows)
 }
 
-/// Inserts transcript rows given as `(seq, JSON)`; `Conflict` when a seq is taken.
-fn put_entry_rows<'a>(
-    tx: &Connection,
-    tenant: &TenantId,
-    session_id: &SessionId,
-    rows: impl Iterator<Item = (u64, &'a str)>,
-) -> Result<()> {
-    let sql = "INSERT INTO transcript (tenant, session_id, seq, body) VALUES (?1, ?2, ?3, ?4)
-               ON CONFLICT (tenant, session_id, seq) DO NOTHING";
-    put_seq_rows(tx, sql, tenant, session_id.as_str(), rows, |seq| {
-        format!("transcript seq {seq} of session {session_id} is taken")
-    })
+/// The tables of rows numbered within their owner (a session's entries, a run's events).
+#[derive(Clone, Copy)]
+enum SeqRows<'a> {
+    Transcript(&'a SessionId),
+    Events(&'a RunId),
 }
 
-/// Inserts event rows given as `(seq, JSON)`; `Conflict` when a seq is taken.
-fn put_events<'a>(
-    tx: &Connection,
-    tenant: &TenantId,
-    run_id: &RunId,
-    rows: impl Iterator<Item = (u64, &'a str)>,
-) -> Result<()> {
-    let sql = "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
-               ON CONFLICT (tenant, run_id, seq) DO NOTHING";
-    put_seq_rows(tx, sql, tenant, run_id.as_str(), rows, |seq| {
-        format!("event seq {seq} of run {run_id} is taken")
-    })
+impl SeqRows<'_> {
+    fn owner(&self) -> &str {
+        match self {
+            Self::Transcript(session_id) => session_id.as_str(),
+            Self::Events(run_id) => run_id.as_str(),
+        }
+    }
+
+    fn insert_sql(&self) -> &'static str {
+        match self {
+            Self::Transcript(_) => {
+                "INSERT INTO transcript (tenant, session_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, session_id, seq) DO NOTHING"
+            }
+            Self::Events(_) => {
+                "INSERT INTO events (tenant, run_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, run_id, seq) DO NOTHING"
+            }
+        }
+    }
+
+    fn taken(&self, seq: u64) -> StoreError {
+        StoreError::Conflict(match self {
+            Self::Transcript(session_id) => {
+                format!("transcript seq {seq} of session {session_id} is taken")
+            }
+            Self::Events(run_id) => format!("event seq {seq} of run {run_id} is taken"),
+        })
+    }
 }
 
-/// Runs `sql` (an insert of `(tenant, owner, seq, body)` that does nothing on a taken seq) for
-/// each row; `Conflict` (with `taken`'s message) at the first seq already there.
+/// Inserts `rows` (`(seq, JSON)`) into `table`; `Conflict` at the first seq already there.
 fn put_seq_rows<'a>(
     tx: &Connection,
-    sql: &str,
+    table: SeqRows<'_>,
     tenant: &TenantId,
-    owner: &str,
     rows: impl Iterator<Item = (u64, &'a str)>,
-    taken: impl Fn(u64) -> String,
 ) -> Result<()> {
     let mut rows = rows.peekable();
     if rows.peek().is_none() {
         return Ok(());
     }
-    let mut insert = tx.prepare_cached(sql)?;
+    let mut insert = tx.prepare_cached(table.insert_sql())?;
     for (seq, body) in rows {
-        if insert.execute(params![tenant.as_str(), owner, int(seq), body])? == 0 {
-            return Err(StoreError::Conflict(taken(seq)).into());
+        if insert.execute(params![tenant.as_str(), table.owner(), int(seq), body])? == 0 {
+            return Err(table.taken(seq).into());
         }
     }
     Ok(())

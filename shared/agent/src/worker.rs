@@ -208,29 +208,64 @@ impl LaneWorker {
         }
     }
 
-    /// Receives and processes deliveries one at a time until `shutdown`.
+    /// Receives and processes deliveries one at a time until `shutdown`. A delivery whose turn
+    /// is acked is acked together with the look for the next one
+    /// ([`LaneQueue::ack_and_receive`]: one write on the embedded queue).
     pub async fn run(self, shutdown: CancellationToken) {
         let visibility = self.runner.config().visibility_timeout;
         let wait = self.runner.config().receive_wait;
+        // Taken with the last ack, to run before receiving again.
+        let mut next: Vec<Delivery> = Vec::new();
         while !shutdown.is_cancelled() {
-            let received = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = self.queue.receive(1, visibility, wait) => r,
+            let received = if next.is_empty() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    r = self.queue.receive(1, visibility, wait) => r,
+                }
+            } else {
+                Ok(std::mem::take(&mut next))
             };
             match received {
                 Ok(deliveries) if deliveries.is_empty() && wait.is_zero() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(deliveries) => {
-                    for delivery in deliveries {
+                    let count = deliveries.len();
+                    for (i, delivery) in deliveries.into_iter().enumerate() {
                         let outcome = self.process(&delivery, &shutdown).await;
-                        self.settle(&delivery, &outcome).await;
+                        if i + 1 == count && outcome == Settlement::Ack && !shutdown.is_cancelled()
+                        {
+                            next = self.ack_and_receive(&delivery, visibility).await;
+                        } else {
+                            self.settle(&delivery, &outcome).await;
+                        }
                     }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "receive failed; retrying shortly");
                     tokio::time::sleep(jittered(Duration::from_millis(500))).await;
                 }
+            }
+        }
+        // Taken with the last ack but not run: handed back at once for another worker (a
+        // hand-back is not a failed delivery).
+        for delivery in next {
+            self.settle(&delivery, &Settlement::VisibleAfter(Duration::ZERO))
+                .await;
+        }
+    }
+
+    /// Acks `delivery` and takes the next delivery when the queue can in the same step.
+    async fn ack_and_receive(&self, delivery: &Delivery, visibility: Duration) -> Vec<Delivery> {
+        match self
+            .queue
+            .ack_and_receive(&delivery.receipt, 1, visibility)
+            .await
+        {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::warn!(error = %e, settlement = ?Settlement::Ack, "could not settle a delivery");
+                Vec::new()
             }
         }
     }

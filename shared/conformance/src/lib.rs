@@ -159,6 +159,7 @@ macro_rules! __queue_cases {
             case_zero_visibility_hands_back_same_message,
             case_visibility_extension_keeps_hidden,
             case_stale_receipt_ack_is_harmless,
+            case_ack_and_receive_delivers_the_next_message_once,
         }
     };
 }

@@ -142,6 +142,21 @@ pub trait LaneQueue: Send + Sync + 'static {
     /// Deletes the delivered message.
     async fn ack(&self, receipt: &Receipt) -> QueueResult<()>;
 
+    /// Acks `receipt` and, on a queue that can do both in one step, looks once (without
+    /// waiting) for up to `max` next deliveries, each invisible for `visibility`: the ack and the
+    /// look then cost one write instead of two. The default only acks and returns nothing; the
+    /// caller receives as usual. An error means nothing was acked or delivered.
+    async fn ack_and_receive(
+        &self,
+        receipt: &Receipt,
+        max: usize,
+        visibility: Duration,
+    ) -> QueueResult<Vec<Delivery>> {
+        let _ = (max, visibility);
+        self.ack(receipt).await?;
+        Ok(Vec::new())
+    }
+
     /// Sets the remaining invisibility of an in-flight delivery (extend while working; zero hands
     /// the message back for immediate redelivery, at the head of its lane).
     async fn set_visibility(&self, receipt: &Receipt, visibility: Duration) -> QueueResult<()>;

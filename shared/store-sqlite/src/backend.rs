@@ -65,6 +65,9 @@ pub(crate) struct Inner {
     pub(crate) fair: Arc<Mutex<crate::fair::FairState>>,
     /// Runs this process accepted, given to their first pickup without a read.
     pub(crate) accepted: crate::accepted::Accepted,
+    /// The queue's last empty look and the changes since (a receive skips a look that could
+    /// only find nothing again).
+    pub(crate) looks: crate::looks::Looks,
     path: PathBuf,
     /// Keeps a temporary database's directory alive; declared after the connections so they are
     /// closed before the directory is removed.
@@ -125,6 +128,7 @@ impl SqliteBackend {
                 queue_on_accept: AtomicBool::new(false),
                 fair: Arc::new(Mutex::new(crate::fair::FairState::default())),
                 accepted: crate::accepted::Accepted::default(),
+                looks: crate::looks::Looks::default(),
                 path,
                 _temp: temp,
             }),
@@ -139,6 +143,12 @@ impl SqliteBackend {
     /// default.
     pub fn queue_accepted_turns(&self) {
         self.inner.queue_on_accept.store(true, Ordering::Relaxed);
+    }
+
+    /// Writes sent to the writer thread so far.
+    #[cfg(test)]
+    pub(crate) fn writes_sent(&self) -> u64 {
+        self.inner.writer.writes_sent()
     }
 
     /// The database file.
@@ -157,6 +167,22 @@ impl SqliteBackend {
         E: From<Error>,
     {
         self.inner.writer.write(work).await.map_err(E::from)
+    }
+
+    /// [`with_conn`](Self::with_conn) for a write that may delete lane messages (a session's or
+    /// a tenant's): counted as a queue change ([`crate::looks`]), as it may free a tenant's
+    /// in-flight slot.
+    pub(crate) async fn with_conn_changing_queue<T, E>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<Error>,
+    {
+        let result = self.with_conn(work).await;
+        self.inner.looks.changed();
+        result
     }
 
     /// Runs `work` (reads only) on a free reader connection.

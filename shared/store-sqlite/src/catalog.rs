@@ -73,7 +73,7 @@ impl SessionCatalog for SqliteBackend {
         now: u64,
     ) -> StoreResult<Option<SessionRemoval>> {
         let (tenant, key) = (tenant.clone(), key.clone());
-        self.with_conn(move |c| delete_session(c, &tenant, &key, now))
+        self.with_conn_changing_queue(move |c| delete_session(c, &tenant, &key, now))
             .await
     }
 }

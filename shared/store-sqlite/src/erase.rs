@@ -30,7 +30,8 @@ const TENANT_TABLES: &[(&str, &str)] = &[
 impl TenantEraser for SqliteBackend {
     async fn erase_tenant(&self, tenant: &TenantId) -> StoreResult<TenantErasure> {
         let tenant = tenant.clone();
-        self.with_conn(move |c| erase(c, &tenant)).await
+        self.with_conn_changing_queue(move |c| erase(c, &tenant))
+            .await
     }
 }
 

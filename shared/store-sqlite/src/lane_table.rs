@@ -73,22 +73,25 @@ pub(crate) fn enqueue(conn: &Connection, message: &LaneMessage, now: u64) -> Res
 pub(crate) struct Received {
     pub(crate) deliveries: Vec<Delivery>,
     pub(crate) next_due_at: Option<u64>,
+    /// Whether it moved a head to the dead-letter table (the lane's next message may be due).
+    pub(crate) dead_lettered: bool,
 }
 
 /// Delivers up to `max` due lane heads, fairly across tenants (see [`crate::fair`]), each now
-/// invisible until `now + visibility_ms`.
+/// invisible until `now + visibility_ms`. Runs in the caller's savepoint (it makes several
+/// changes).
 pub(crate) fn receive(
-    conn: &mut Connection,
+    tx: &Connection,
     max: usize,
     visibility_ms: u64,
     max_failed: u32,
     now: u64,
     fair: &mut crate::fair::FairState,
 ) -> Result<Received> {
-    let tx = conn.savepoint()?;
+    let mut dead_lettered = false;
     let heads: Vec<Head> = {
         // Which heads, and in what order: fair across tenants (see `fair`).
-        let ids = crate::fair::pick_heads(&tx, max, now, fair)?;
+        let ids = crate::fair::pick_heads(tx, max, now, fair)?;
         let mut stmt = tx.prepare_cached(
             "SELECT id, lane, dedup_id, body, receive_count, failures + (receipt IS NOT NULL)
              FROM lane_pending WHERE id = ?1",
@@ -130,13 +133,15 @@ pub(crate) fn receive(
                 Err(e) => {
                     // A head that can never be decoded would block its lane forever.
                     tracing::error!(id, lane = %Lane::new(lane.clone()).fingerprint(), error = %e, "dead-lettering a malformed lane message");
-                    dead_letter(&tx, &head, "malformed", now)?;
+                    dead_letter(tx, &head, "malformed", now)?;
+                    dead_lettered = true;
                     continue;
                 }
             };
             if failures >= i64::from(max_failed) {
                 tracing::error!(id, lane = %Lane::new(lane.clone()).fingerprint(), run = %body.run_id, failures, "dead-lettering a lane message whose deliveries keep failing");
-                dead_letter(&tx, &head, "failed_deliveries", now)?;
+                dead_letter(tx, &head, "failed_deliveries", now)?;
+                dead_lettered = true;
                 continue;
             }
             let receipt = format!("{id}:{}", uuid::Uuid::new_v4().simple());
@@ -167,10 +172,10 @@ pub(crate) fn receive(
     } else {
         None
     };
-    tx.commit()?;
     Ok(Received {
         deliveries,
         next_due_at,
+        dead_lettered,
     })
 }
 
@@ -257,8 +262,15 @@ fn finish(conn: &Connection, id: i64, dedup_id: &str, now: u64) -> Result<()> {
 
 /// Marks the delivered message done; `StaleReceipt` unless `receipt` is its latest delivery.
 pub(crate) fn ack(conn: &mut Connection, receipt: &Receipt, now: u64) -> Result<()> {
-    let id = receipt_id(receipt)?;
     let tx = conn.savepoint()?;
+    ack_in(&tx, receipt, now)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// [`ack`] inside the caller's savepoint.
+pub(crate) fn ack_in(tx: &Connection, receipt: &Receipt, now: u64) -> Result<()> {
+    let id = receipt_id(receipt)?;
     let dedup_id: Option<String> = tx
         .prepare_cached("SELECT dedup_id FROM lane_pending WHERE id = ?1 AND receipt = ?2")?
         .query_row(params![id, receipt.0], |row| row.get(0))
@@ -266,9 +278,7 @@ pub(crate) fn ack(conn: &mut Connection, receipt: &Receipt, now: u64) -> Result<
     let Some(dedup_id) = dedup_id else {
         return Err(QueueError::StaleReceipt.into());
     };
-    finish(&tx, id, &dedup_id, now)?;
-    tx.commit()?;
-    Ok(())
+    finish(tx, id, &dedup_id, now)
 }
 
 /// Sets the message invisible until `now + visibility_ms`; `StaleReceipt` unless `receipt` is

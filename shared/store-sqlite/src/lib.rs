@@ -15,7 +15,9 @@
 //!   becomes deliverable again after its timeout, also across restarts. Acked messages are kept
 //!   for [`DEDUP_RETENTION_MS`] so that a re-enqueued dedup id is ignored. Ready lane heads are
 //!   delivered fairly across tenants, with an optional cap on one tenant's messages in flight
-//!   ([`SqliteBackend::set_tenant_in_flight_cap`]).
+//!   ([`SqliteBackend::set_tenant_in_flight_cap`]). A receive skips its look (a write) when
+//!   nothing can have become deliverable since the last one found nothing, and an ack can take
+//!   the next delivery in the same write (`ack_and_receive`).
 //!
 //! Commits follow core's rules ([`Commit::check`](agentlane_core::Commit::check)): a commit
 //! over the limits is refused, oversized records are stored cut by the same size rule as on
@@ -36,6 +38,7 @@ mod fair;
 mod ingress;
 mod lane_table;
 mod lock;
+mod looks;
 mod processing;
 mod queue;
 mod records;

@@ -1,8 +1,9 @@
 //! `LaneQueue` for `SqliteBackend`: the table operations of [`lane_table`] plus long polling.
 //!
-//! `receive` tries once, and when nothing is due waits for a wake-up (an enqueue or a
-//! visibility change in this process wakes one waiting receiver), for the moment the next in-flight head becomes due, or for
-//! [`RECHECK`], whichever comes first, until its `wait` runs out.
+//! `receive` looks once, and when nothing is due waits for a wake-up (an enqueue or a
+//! visibility change in this process wakes one waiting receiver), for the moment the next
+//! in-flight head becomes due, or for [`RECHECK`], whichever comes first, until its `wait` runs
+//! out. A look that could only find nothing again is skipped ([`crate::looks`]).
 
 use crate::backend::SqliteBackend;
 use crate::lane_table::{self, DeadLetter, QueueStats, Received};
@@ -28,15 +29,62 @@ impl SqliteBackend {
         self.inner.clock.now_ms()
     }
 
+    /// One look for up to `max` deliveries, unless the last empty look still stands (then
+    /// nothing, and when the next message becomes due).
     async fn try_receive(&self, max: usize, visibility: Duration) -> QueueResult<Received> {
+        if let Some(next_due_at) = self.inner.looks.known_empty(self.now_ms()) {
+            return Ok(Received {
+                deliveries: Vec::new(),
+                next_due_at,
+                dead_lettered: false,
+            });
+        }
+        self.look(max, visibility, None).await
+    }
+
+    /// One write: acks `ack` when given, then marks up to `max` due heads in flight; remembers
+    /// an empty look, and counts a dead-lettering as a change.
+    async fn look(
+        &self,
+        max: usize,
+        visibility: Duration,
+        ack: Option<Receipt>,
+    ) -> QueueResult<Received> {
         let (visibility_ms, now) = (millis(visibility), self.now_ms());
         let max_failed = self.inner.max_failed_deliveries.load(Ordering::Relaxed);
+        let prune = ack.is_some() && self.prune_due();
         let fair = self.inner.fair.clone();
-        self.with_conn(move |c| {
-            let mut fair = fair.lock().unwrap_or_else(PoisonError::into_inner);
-            lane_table::receive(c, max, visibility_ms, max_failed, now, &mut fair)
-        })
-        .await
+        let before = self.inner.looks.before_look();
+        let mut received = self
+            .with_conn::<_, QueueError>(move |c| {
+                let tx = c.savepoint()?;
+                if let Some(receipt) = &ack {
+                    lane_table::ack_in(&tx, receipt, now)?;
+                    if prune {
+                        lane_table::prune_done(&tx, now)?;
+                    }
+                }
+                let mut fair = fair.lock().unwrap_or_else(PoisonError::into_inner);
+                let received =
+                    lane_table::receive(&tx, max, visibility_ms, max_failed, now, &mut fair)?;
+                drop(fair);
+                tx.commit()?;
+                Ok(received)
+            })
+            .await?;
+        if received.dead_lettered {
+            self.inner.looks.changed();
+        } else if received.deliveries.is_empty() {
+            // An ack in the same write needs no change counted: this look saw what it freed.
+            self.inner.looks.looked_empty(before, received.next_due_at);
+        }
+        self.inner.accepted.attach(&mut received.deliveries);
+        Ok(received)
+    }
+
+    /// Whether this ack prunes the done messages (once every [`PRUNE_EVERY`] acks).
+    fn prune_due(&self) -> bool {
+        self.inner.acks.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1
     }
 
     /// Messages one tenant may have in flight at once (its share of the lane workers); `0`
@@ -86,6 +134,7 @@ impl LaneQueue for SqliteBackend {
             .with_conn::<_, QueueError>(move |c| lane_table::enqueue(c, &message, now))
             .await?;
         if stored {
+            self.inner.looks.changed();
             // One new message needs one receiver; waking every idle worker would have them all
             // race through a receive transaction for it.
             self.inner.wakeup.notify_one();
@@ -109,9 +158,8 @@ impl LaneQueue for SqliteBackend {
             tokio::pin!(woken);
             woken.as_mut().enable();
 
-            let mut received = self.try_receive(max, visibility).await?;
+            let received = self.try_receive(max, visibility).await?;
             if !received.deliveries.is_empty() {
-                self.inner.accepted.attach(&mut received.deliveries);
                 // A wake-up `woken` got but did not use goes on to another waiter when it is
                 // dropped (tokio forwards an unconsumed `notify_one`).
                 return Ok(received.deliveries);
@@ -134,8 +182,7 @@ impl LaneQueue for SqliteBackend {
 
     async fn ack(&self, receipt: &Receipt) -> QueueResult<()> {
         let (receipt, now) = (receipt.clone(), self.now_ms());
-        let prune =
-            self.inner.acks.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        let prune = self.prune_due();
         self.with_conn::<_, QueueError>(move |c| {
             lane_table::ack(c, &receipt, now)?;
             if prune {
@@ -144,10 +191,26 @@ impl LaneQueue for SqliteBackend {
             Ok(())
         })
         .await?;
-        // No wake-up: an ack frees at most one delivery (the lane's next message, or the
-        // tenant's slot under its in-flight cap), and the lane worker that acked receives again
-        // right away; waking an idle one too only had two workers race a receive for it.
+        // It may have freed the lane's next message or its tenant's slot: the next receive
+        // looks. No wake-up: an ack frees at most one delivery, and the lane worker that acked
+        // receives again right away; waking an idle one too only had two workers race a
+        // receive for it.
+        self.inner.looks.changed();
         Ok(())
+    }
+
+    async fn ack_and_receive(
+        &self,
+        receipt: &Receipt,
+        max: usize,
+        visibility: Duration,
+    ) -> QueueResult<Vec<Delivery>> {
+        if max == 0 {
+            self.ack(receipt).await?;
+            return Ok(Vec::new());
+        }
+        let received = self.look(max, visibility, Some(receipt.clone())).await?;
+        Ok(received.deliveries)
     }
 
     async fn set_visibility(&self, receipt: &Receipt, visibility: Duration) -> QueueResult<()> {
@@ -157,7 +220,74 @@ impl LaneQueue for SqliteBackend {
         })
         .await?;
         // A waiter recomputes when the next head is due (now, for a hand-back).
+        self.inner.looks.changed();
         self.inner.wakeup.notify_one();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use agentlane_core::{Lane, RunId, TenantId, TurnMessage};
+
+    fn message(lane: &str, run: &str) -> LaneMessage {
+        LaneMessage {
+            lane: Lane::new(lane.to_owned()),
+            dedup_id: run.to_owned(),
+            body: TurnMessage {
+                tenant: TenantId::new("acme"),
+                run_id: RunId::new(run),
+                session_key: None,
+                accepted: None,
+            },
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_receive_skips_the_look_only_while_nothing_can_have_become_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = SqliteBackend::open(dir.path()).unwrap();
+        let (visibility, now) = (Duration::from_secs(30), Duration::ZERO);
+        assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
+        let writes = queue.writes_sent();
+        assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
+        assert_eq!(queue.writes_sent(), writes, "nothing changed: no look");
+
+        // Another process's enqueue is not counted here: found within RECHECK.
+        let other = SqliteBackend::open(dir.path()).unwrap();
+        other.enqueue(&message("acme/a", "run_1")).await.unwrap();
+        let started = Instant::now();
+        let run_1 = queue
+            .receive(1, visibility, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(run_1.len(), 1);
+        assert!(started.elapsed() < RECHECK + Duration::from_millis(500));
+
+        // This process's enqueue is found at once, right after an empty look.
+        assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
+        queue.enqueue(&message("acme/b", "run_2")).await.unwrap();
+        let got = queue.receive(1, visibility, now).await.unwrap();
+        assert_eq!(got[0].message.body.run_id.as_str(), "run_2");
+
+        // An ack whose look finds nothing: the next receive does not look either.
+        let next = queue
+            .ack_and_receive(&got[0].receipt, 1, visibility)
+            .await
+            .unwrap();
+        assert!(next.is_empty());
+        let writes = queue.writes_sent();
+        assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
+        assert_eq!(queue.writes_sent(), writes);
+
+        // A hand-back is a change: the handed-back message is found at once.
+        queue
+            .set_visibility(&run_1[0].receipt, Duration::ZERO)
+            .await
+            .unwrap();
+        let again = queue.receive(1, visibility, now).await.unwrap();
+        assert_eq!(again[0].message.body.run_id.as_str(), "run_1");
     }
 }

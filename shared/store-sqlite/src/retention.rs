@@ -57,7 +57,7 @@ impl SessionRetention for SqliteBackend {
         now: u64,
     ) -> StoreResult<Expiry> {
         let (tenant, key) = (tenant.clone(), key.clone());
-        self.with_conn(move |c| expire(c, &tenant, &key, retention, now))
+        self.with_conn_changing_queue(move |c| expire(c, &tenant, &key, retention, now))
             .await
     }
 }

@@ -34,6 +34,7 @@ impl TurnIntake for SqliteBackend {
                     .remember(&run.tenant, &run.run_id, AcceptedRecord(json));
             }
             // The message is durable now: one receiver may take it.
+            self.inner.looks.changed();
             self.inner.wakeup.notify_one();
         }
         Ok(outcome)

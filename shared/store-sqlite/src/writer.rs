@@ -37,6 +37,8 @@ type Job = Box<dyn FnOnce(std::result::Result<&mut Connection, &str>) -> Option<
 /// already sent).
 pub(crate) struct Writer {
     jobs: Option<mpsc::Sender<Job>>,
+    /// Writes sent so far.
+    sent: std::sync::atomic::AtomicU64,
     thread: Option<JoinHandle<()>>,
     thread_id: ThreadId,
 }
@@ -55,6 +57,7 @@ impl Writer {
             })?;
         Ok(Self {
             jobs: Some(jobs),
+            sent: std::sync::atomic::AtomicU64::new(0),
             thread_id: thread.thread().id(),
             thread: Some(thread),
         })
@@ -85,6 +88,8 @@ impl Writer {
                 let _ = answer.send(result);
             }))
         });
+        self.sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = self
             .jobs
             .as_ref()
@@ -96,6 +101,14 @@ impl Writer {
         answered
             .await
             .map_err(|_| unavailable("the writer thread stopped before answering"))?
+    }
+}
+
+impl Writer {
+    /// Writes sent so far (for tests that show a write was not needed).
+    #[cfg(test)]
+    pub(crate) fn writes_sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

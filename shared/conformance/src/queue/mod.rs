@@ -12,8 +12,9 @@ pub use delivery::{
     case_many_lanes_in_parallel, case_receive_wait_returns_early,
 };
 pub use visibility::{
-    case_redelivery_after_visibility_timeout, case_stale_receipt_ack_is_harmless,
-    case_visibility_extension_keeps_hidden, case_zero_visibility_hands_back_same_message,
+    case_ack_and_receive_delivers_the_next_message_once, case_redelivery_after_visibility_timeout,
+    case_stale_receipt_ack_is_harmless, case_visibility_extension_keeps_hidden,
+    case_zero_visibility_hands_back_same_message,
 };
 
 use agentlane_core::{Delivery, LaneMessage, LaneQueue};

@@ -117,3 +117,39 @@ pub async fn case_stale_receipt_ack_is_harmless(queue: Arc<dyn LaneQueue>) {
     let rest = drain(&queue, Duration::from_secs(2)).await;
     assert_eq!(messages(&rest), vec![], "m1 does not come back once acked");
 }
+
+/// `ack_and_receive` acks, and the lane's next message is delivered exactly once: with the ack
+/// (a queue that can take it in the same step) or by the next receive (one that cannot). The
+/// acked message never comes back; nor does the last one, acked with a look that finds nothing.
+pub async fn case_ack_and_receive_delivers_the_next_message_once(queue: Arc<dyn LaneQueue>) {
+    let lane = fixtures::lane();
+    let (m1, m2) = (fixtures::message(&lane), fixtures::message(&lane));
+    enqueue_all(&queue, &[m1.clone(), m2.clone()]).await;
+    let first = next_is(&queue, &m1).await;
+
+    // A short visibility: a message taken but not acked would come back during the drains.
+    let short = Duration::from_secs(1);
+    let with_ack = queue
+        .ack_and_receive(&first.receipt, 10, short)
+        .await
+        .expect("ack and receive");
+    let second = if with_ack.is_empty() {
+        collect(&queue, 1, short, DUE_WITHIN).await
+    } else {
+        with_ack
+    };
+    assert_eq!(
+        messages(&second),
+        vec![m2.clone()],
+        "the lane's next message"
+    );
+    assert_eq!(second[0].receive_count, 1);
+
+    let nothing = queue
+        .ack_and_receive(&second[0].receipt, 10, short)
+        .await
+        .expect("ack and receive");
+    assert_eq!(messages(&nothing), vec![], "the queue is empty");
+    let rest = drain(&queue, Duration::from_secs(3)).await;
+    assert_eq!(messages(&rest), vec![], "both acks held");
+}

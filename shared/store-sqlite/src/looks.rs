@@ -2,20 +2,24 @@
 //! nothing again does not take the writer thread.
 //!
 //! A look is a write (it marks what it delivers in flight), and all writes share one thread, so
-//! an empty look still costs a turn of the writer. Lane workers look often for nothing: a
-//! worker that finished a turn looks again at once, mostly before the next turn is accepted
-//! (`bench --http`: 1.9 looks per turn, half of them empty).
+//! an empty look still costs a turn of the writer. Lane workers looked often for nothing: a
+//! worker that finished a turn looked again at once, mostly before its client had sent the
+//! next turn (`bench --http`: 1.9 looks per turn, about half of them empty).
 //!
-//! After a look found nothing, nothing becomes deliverable until one of:
-//! - a write of this process that may add or free a message — an enqueue, an accept that
-//!   queues its run, a hand-back or visibility change, an ack, a dead-lettering, a session's or
-//!   tenant's deletion: each counts one change ([`Looks::changed`]) once it has committed;
-//! - the time the look found for the next in-flight head or delayed message to become due;
-//! - a write by another process on the same database file: no change is counted here, so a
+//! After a look found nothing, a message becomes deliverable only through:
+//! - a write of this process that wakes a receiver: an enqueue, an accept that queues its run,
+//!   a hand-back or visibility change (`notify_one`: a waiting receiver wakes, or the next one
+//!   to wait finds the wake-up already there). A receive that was woken always looks;
+//! - a write of this process that wakes nobody but may free a message: an ack (its lane's
+//!   next message, its tenant's in-flight slot), a dead-lettering, a session's or tenant's
+//!   deletion. Each counts one change ([`Looks::changed`]) once it has committed;
+//! - time: the look found when the next in-flight head or delayed message becomes due;
+//! - a write by another process on the same database file: nothing here hears of it, so a
 //!   remembered look is trusted for at most [`RECHECK`], the longest a waiting receive ever
 //!   went without looking before.
 //!
-//! A receive skips the look while none of these happened ([`Looks::known_empty`]).
+//! So a receive that was not woken skips its look while no change was counted, nothing is due
+//! and the last empty look is younger than [`RECHECK`] ([`Looks::known_empty`]).
 
 use crate::queue::RECHECK;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,8 +46,8 @@ struct EmptyLook {
 }
 
 impl Looks {
-    /// Counts a committed write that may have made a message deliverable. Call it before
-    /// waking a receiver, so the receiver it wakes looks.
+    /// Counts a committed write that may have made a message deliverable without waking a
+    /// receiver.
     pub(crate) fn changed(&self) {
         self.changes.fetch_add(1, Ordering::SeqCst);
     }

@@ -134,8 +134,8 @@ impl LaneQueue for SqliteBackend {
             .with_conn::<_, QueueError>(move |c| lane_table::enqueue(c, &message, now))
             .await?;
         if stored {
-            self.inner.looks.changed();
-            // One new message needs one receiver; waking every idle worker would have them all
+            // No change counted ([`crate::looks`]): the wake-up makes one receiver look. One
+            // new message needs one receiver; waking every idle worker would have them all
             // race through a receive transaction for it.
             self.inner.wakeup.notify_one();
         }
@@ -152,13 +152,21 @@ impl LaneQueue for SqliteBackend {
             return Ok(Vec::new());
         }
         let deadline = Instant::now() + wait;
+        // Whether this receive was woken (or its nap ended) since it last looked: then it looks,
+        // whatever the last empty look says.
+        let mut woke = false;
         loop {
             // Registered before looking, so a wake-up between the look and the wait is kept.
             let woken = self.inner.wakeup.notified();
             tokio::pin!(woken);
-            woken.as_mut().enable();
+            // `true`: a wake-up was waiting for a receiver (an enqueue with none waiting).
+            woke |= woken.as_mut().enable();
 
-            let received = self.try_receive(max, visibility).await?;
+            let received = if woke {
+                self.look(max, visibility, None).await?
+            } else {
+                self.try_receive(max, visibility).await?
+            };
             if !received.deliveries.is_empty() {
                 // A wake-up `woken` got but did not use goes on to another waiter when it is
                 // dropped (tokio forwards an unconsumed `notify_one`).
@@ -177,6 +185,7 @@ impl LaneQueue for SqliteBackend {
                 () = &mut woken => {}
                 () = tokio::time::sleep(nap) => {}
             }
+            woke = true;
         }
     }
 
@@ -219,8 +228,7 @@ impl LaneQueue for SqliteBackend {
             lane_table::set_visibility(c, &receipt, visibility_ms, now)
         })
         .await?;
-        // A waiter recomputes when the next head is due (now, for a hand-back).
-        self.inner.looks.changed();
+        // A waiter looks, and recomputes when the next head is due (now, for a hand-back).
         self.inner.wakeup.notify_one();
         Ok(())
     }

@@ -33,8 +33,7 @@ impl TurnIntake for SqliteBackend {
                     .accepted
                     .remember(&run.tenant, &run.run_id, AcceptedRecord(json));
             }
-            // The message is durable now: one receiver may take it.
-            self.inner.looks.changed();
+            // The message is durable now: one receiver may take it (woken, it looks).
             self.inner.wakeup.notify_one();
         }
         Ok(outcome)

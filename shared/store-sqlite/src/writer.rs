@@ -88,8 +88,7 @@ impl Writer {
                 let _ = answer.send(result);
             }))
         });
-        self.sent
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = self
             .jobs
             .as_ref()

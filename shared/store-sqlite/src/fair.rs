@@ -68,6 +68,13 @@ fn tenants(conn: &Connection) -> Result<Vec<String>> {
     Ok(found)
 }
 
+/// The heads [`pick_heads`] picked, and whether it left a head it could have delivered had
+/// `max` been larger.
+pub(crate) struct Picked {
+    pub(crate) ids: Vec<i64>,
+    pub(crate) more: bool,
+}
+
 /// The ids of up to `max` lane heads to deliver now, in the order to deliver them (see the
 /// module docs). Reads only; the caller marks them in flight in the same transaction.
 pub(crate) fn pick_heads(
@@ -75,9 +82,10 @@ pub(crate) fn pick_heads(
     max: usize,
     now: u64,
     state: &mut FairState,
-) -> Result<Vec<i64>> {
+) -> Result<Picked> {
     let cap = u64::from(state.cap);
-    let per_tenant = i64::try_from(max).unwrap_or(i64::MAX);
+    // One head more than `max` per tenant: whether any is left over.
+    let per_tenant = i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX);
     let mut queues = Vec::new();
     {
         let mut in_flight = conn.prepare_cached(
@@ -129,5 +137,8 @@ pub(crate) fn pick_heads(
         state.picks += 1;
         state.served.insert(queue.tenant.clone(), state.picks);
     }
-    Ok(picked)
+    let more = queues
+        .iter()
+        .any(|q| q.next < q.heads.len() && (cap == 0 || q.in_flight < cap));
+    Ok(Picked { ids: picked, more })
 }

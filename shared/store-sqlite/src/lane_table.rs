@@ -75,6 +75,8 @@ pub(crate) struct Received {
     pub(crate) next_due_at: Option<u64>,
     /// Whether it moved a head to the dead-letter table (the lane's next message may be due).
     pub(crate) dead_lettered: bool,
+    /// Whether it left a due head behind because it had `max` already.
+    pub(crate) more_due: bool,
 }
 
 /// Delivers up to `max` due lane heads, fairly across tenants (see [`crate::fair`]), each now
@@ -89,9 +91,12 @@ pub(crate) fn receive(
     fair: &mut crate::fair::FairState,
 ) -> Result<Received> {
     let mut dead_lettered = false;
+    let mut more_due = false;
     let heads: Vec<Head> = {
         // Which heads, and in what order: fair across tenants (see `fair`).
-        let ids = crate::fair::pick_heads(tx, max, now, fair)?;
+        let picked = crate::fair::pick_heads(tx, max, now, fair)?;
+        more_due = picked.more;
+        let ids = picked.ids;
         let mut stmt = tx.prepare_cached(
             "SELECT id, lane, dedup_id, body, receive_count, failures + (receipt IS NOT NULL)
              FROM lane_pending WHERE id = ?1",
@@ -176,6 +181,7 @@ pub(crate) fn receive(
         deliveries,
         next_due_at,
         dead_lettered,
+        more_due,
     })
 }
 

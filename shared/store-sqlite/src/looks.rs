@@ -12,7 +12,9 @@
 //!   to wait finds the wake-up already there). A receive that was woken always looks;
 //! - a write of this process that wakes nobody but may free a message: an ack (its lane's
 //!   next message, its tenant's in-flight slot), a dead-lettering, a session's or tenant's
-//!   deletion. Each counts one change ([`Looks::changed`]) once it has committed;
+//!   deletion. Each counts one change ([`Looks::changed`]) once it has committed. So does a
+//!   look that delivered its `max` and left a due head behind (the wake-up it answered may
+//!   have been that head's);
 //! - time: the look found when the next in-flight head or delayed message becomes due;
 //! - a write by another process on the same database file: nothing here hears of it, so a
 //!   remembered look is trusted for at most [`RECHECK`], the longest a waiting receive ever

@@ -37,13 +37,15 @@ impl SqliteBackend {
                 deliveries: Vec::new(),
                 next_due_at,
                 dead_lettered: false,
+                more_due: false,
             });
         }
         self.look(max, visibility, None).await
     }
 
     /// One write: acks `ack` when given, then marks up to `max` due heads in flight; remembers
-    /// an empty look, and counts a dead-lettering as a change.
+    /// an empty look, and counts a dead-lettering, or a due head left behind (`max` reached),
+    /// as a change.
     async fn look(
         &self,
         max: usize,
@@ -72,7 +74,8 @@ impl SqliteBackend {
                 Ok(received)
             })
             .await?;
-        if received.dead_lettered {
+        if received.dead_lettered || received.more_due {
+            // What it left may be due now: the next receive looks.
             self.inner.looks.changed();
         } else if received.deliveries.is_empty() {
             // An ack in the same write needs no change counted: this look saw what it freed.
@@ -289,6 +292,17 @@ mod tests {
         let writes = queue.writes_sent();
         assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
         assert_eq!(queue.writes_sent(), writes);
+
+        // Two enqueues while nobody waits leave one wake-up: the receive that takes it gets
+        // the first message and leaves the second due, so the next receive looks.
+        assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
+        queue.enqueue(&message("acme/c", "run_3")).await.unwrap();
+        queue.enqueue(&message("acme/d", "run_4")).await.unwrap();
+        let got = queue.receive(1, visibility, now).await.unwrap();
+        assert_eq!(got[0].message.body.run_id.as_str(), "run_3");
+        let got = queue.receive(1, visibility, now).await.unwrap();
+        assert_eq!(got.len(), 1, "run_4 found at once");
+        assert_eq!(got[0].message.body.run_id.as_str(), "run_4");
 
         // A hand-back is a change: the handed-back message is found at once.
         queue

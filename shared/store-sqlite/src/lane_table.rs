@@ -91,12 +91,12 @@ pub(crate) fn receive(
     fair: &mut crate::fair::FairState,
 ) -> Result<Received> {
     let mut dead_lettered = false;
-    let mut more_due = false;
+    // Which heads, and in what order: fair across tenants (see `fair`).
+    let crate::fair::Picked {
+        ids,
+        more: more_due,
+    } = crate::fair::pick_heads(tx, max, now, fair)?;
     let heads: Vec<Head> = {
-        // Which heads, and in what order: fair across tenants (see `fair`).
-        let picked = crate::fair::pick_heads(tx, max, now, fair)?;
-        more_due = picked.more;
-        let ids = picked.ids;
         let mut stmt = tx.prepare_cached(
             "SELECT id, lane, dedup_id, body, receive_count, failures + (receipt IS NOT NULL)
              FROM lane_pending WHERE id = ?1",

@@ -180,18 +180,33 @@ pub(crate) async fn wait_past_pause(
     let deadline = start + timeout;
     let grace_ends = start + SHARED_WAIT_GRACE;
     let mut watch = RunWatch::new(notifier, tenant, run_id, MAX_BACKOFF);
-    let mut run = store
-        .get_run(tenant, run_id)
+    // The first look reads the run's progress only (`agent.wait` right after `agent` finds it
+    // queued or running); the whole run is read once it may have ended, or at the deadline.
+    let progress = store
+        .run_progress(tenant, run_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
+    let mut run = if progress.only_waits() {
+        None
+    } else {
+        Some(read_run(store, tenant, run_id).await?)
+    };
     loop {
-        let paused = run.status == agentlane_core::RunStatus::RequiresAction
-            && run.required_action.as_ref().is_some_and(|a| a.id > past);
-        if run.status.is_terminal() || paused || Instant::now() >= deadline {
-            return Ok(run);
+        if let Some(read) = &run {
+            let paused = read.status == agentlane_core::RunStatus::RequiresAction
+                && read.required_action.as_ref().is_some_and(|a| a.id > past);
+            if read.status.is_terminal() || paused {
+                return Ok(read.clone());
+            }
+            if let Some(ended) = carried_end(store, read).await? {
+                return Ok(ended);
+            }
         }
-        if let Some(ended) = carried_end(store, &run).await? {
-            return Ok(ended);
+        if Instant::now() >= deadline {
+            return match run {
+                Some(read) => Ok(read),
+                None => read_run(store, tenant, run_id).await,
+            };
         }
         let until = if slot.is_deferred() {
             deadline.min(grace_ends)
@@ -212,10 +227,11 @@ pub(crate) async fn wait_past_pause(
         }
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {
-                if latest.status != run.status {
+                let before = run.as_ref().map_or(progress.status, |read| read.status);
+                if latest.status != before {
                     watch.saw_change();
                 }
-                run = latest;
+                run = Some(latest);
             }
             Ok(None) => return Err(ApiError::not_found(format!("run {run_id}"))),
             // A throttled read is retried at the next tick; the deadline still holds.
@@ -225,6 +241,18 @@ pub(crate) async fn wait_past_pause(
             Err(other) => return Err(other.into()),
         }
     }
+}
+
+/// The whole run; `not_found` when the tenant has no such run.
+async fn read_run(
+    store: &dyn HistoryReader,
+    tenant: &TenantId,
+    run_id: &RunId,
+) -> Result<Run, ApiError> {
+    store
+        .get_run(tenant, run_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))
 }
 
 /// A run steered into another resolves with the run that carried it (SPEC §2): once the

@@ -97,6 +97,7 @@ macro_rules! __store_cases {
             case_tenant_isolation,
             case_request_abort_unknown_run_is_none,
             case_abort_requested_reads_the_flag,
+            case_run_progress_follows_the_run,
             case_lock_is_exclusive_under_concurrent_acquirers,
             case_lock_held_while_lease_valid_and_not_reentrant,
             case_lock_takeover_after_lease_expiry_bumps_fence,

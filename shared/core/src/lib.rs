@@ -61,9 +61,9 @@ pub use spend::SpendLedger;
 pub use store::{
     AcceptOutcome, AcceptedAgent, AnswerOutcome, CheckedCommit, Commit, Expiry, FencedWriter,
     HistoryReader, Layered, MAX_STEERS_PER_TAKE, NewTurn, PageBudget, PageTally, ProcessingIndex,
-    RetentionPolicy, RunPage, SessionCatalog, SessionCursor, SessionFilter, SessionLock,
-    SessionPage, SessionRemoval, SessionRetention, SteerTake, Store, StoreCall, StoreError,
-    StoreLayer, StoreResult, TenantEraser, TenantErasure, TenantPage, TurnIntake,
+    RetentionPolicy, RunPage, RunProgress, SessionCatalog, SessionCursor, SessionFilter,
+    SessionLock, SessionPage, SessionRemoval, SessionRetention, SteerTake, Store, StoreCall,
+    StoreError, StoreLayer, StoreResult, TenantEraser, TenantErasure, TenantPage, TurnIntake,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

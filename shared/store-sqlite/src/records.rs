@@ -6,7 +6,9 @@
 //! parses the JSON again to maintain an index (issue 26).
 
 use crate::error::{Result, int};
-use agentlane_core::{AbortReason, MAIN_AGENT, Run, RunId, Session, SessionKey, TenantId};
+use agentlane_core::{
+    AbortReason, MAIN_AGENT, Run, RunId, RunProgress, RunStatus, Session, SessionKey, TenantId,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Issue 26: the indexed and filtered fields of session and run bodies become columns, backfilled
@@ -242,6 +244,29 @@ pub(crate) fn load_run(
         return Ok(None);
     };
     decode_run(&body, abort_requested, answer.as_deref()).map(Some)
+}
+
+/// The run's progress from its `status` column and the presence of `intoRunId` in its body
+/// (SQLite's JSON parser, no decoding into a [`Run`]): `None` when there is no such run,
+/// `Some(None)` when the column does not hold a status (read the whole run instead).
+pub(crate) fn load_run_progress(
+    conn: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+) -> Result<Option<Option<RunProgress>>> {
+    let row: Option<(Option<String>, bool)> = conn
+        .prepare_cached(
+            "SELECT status, json_extract(body, '$.intoRunId') IS NOT NULL FROM runs
+             WHERE tenant = ?1 AND run_id = ?2",
+        )?
+        .query_row(params![tenant.as_str(), run_id.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    Ok(row.map(|(status, carried)| {
+        let status = status.as_deref().and_then(RunStatus::parse)?;
+        Some(RunProgress { status, carried })
+    }))
 }
 
 /// A run from its row: the body with `abort_requested` and `action_answer` merged in.

@@ -98,6 +98,30 @@ impl HistoryReader for SqliteBackend {
             .await
     }
 
+    async fn run_progress(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<Option<agentlane_core::RunProgress>> {
+        let progress = self
+            .with_reader::<_, agentlane_core::StoreError>(|c| {
+                crate::records::load_run_progress(c, tenant, run_id)
+            })
+            .await?;
+        match progress {
+            Some(None) => {
+                Ok(self
+                    .get_run(tenant, run_id)
+                    .await?
+                    .map(|run| agentlane_core::RunProgress {
+                        status: run.status,
+                        carried: run.into_run_id.is_some(),
+                    }))
+            }
+            other => Ok(other.flatten()),
+        }
+    }
+
     async fn get_session(
         &self,
         tenant: &TenantId,

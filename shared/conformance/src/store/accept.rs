@@ -2,7 +2,8 @@
 
 use crate::fixtures;
 use agentlane_core::{
-    Commit, LivenessState, Run, RunId, RunStatus, SessionStatus, Store, StoreError, TenantId, Usage,
+    Commit, LivenessState, Run, RunId, RunProgress, RunStatus, SessionStatus, Store, StoreError,
+    TenantId, Usage,
 };
 use std::sync::Arc;
 
@@ -339,4 +340,52 @@ pub async fn case_abort_requested_reads_the_flag(store: Arc<dyn Store>) {
         !read(fixtures::tenant(), run.run_id.clone()).await,
         "another tenant sees nothing"
     );
+}
+
+/// `run_progress` follows the run: `None` for an unknown run and for another tenant's, then the
+/// status as the run goes from queued through running to ok (a wait only waits while queued or
+/// running).
+pub async fn case_run_progress_follows_the_run(store: Arc<dyn Store>) {
+    let now = fixtures::wall_ms();
+    let (tenant, key) = (fixtures::tenant(), fixtures::session_key());
+    let run = fixtures::accept(&store, &tenant, &key, now).await;
+    let progress = |t: TenantId, id: RunId| {
+        let store = store.clone();
+        async move { store.run_progress(&t, &id).await.expect("run_progress") }
+    };
+    assert_eq!(
+        progress(tenant.clone(), RunId::generate()).await,
+        None,
+        "unknown run"
+    );
+    assert_eq!(
+        progress(fixtures::tenant(), run.run_id.clone()).await,
+        None,
+        "another tenant sees nothing"
+    );
+    let queued = progress(tenant.clone(), run.run_id.clone()).await;
+    assert_eq!(
+        queued,
+        Some(RunProgress {
+            status: RunStatus::Queued,
+            carried: false
+        })
+    );
+    assert!(queued.is_some_and(|p| p.only_waits()));
+
+    let fence = fixtures::lock(&store, &tenant, &key, "runner-a", 60_000, now).await;
+    let start = Commit {
+        run: Some(fixtures::running(&run, now)),
+        ..Commit::default()
+    };
+    store.commit(&fence, start).await.expect("start");
+    let running = progress(tenant.clone(), run.run_id.clone()).await;
+    assert_eq!(running.map(|p| p.status), Some(RunStatus::Running));
+    store
+        .commit(&fence, fixtures::finished(&run, now + 1))
+        .await
+        .expect("end");
+    let ended = progress(tenant.clone(), run.run_id.clone()).await;
+    assert_eq!(ended.map(|p| p.status), Some(RunStatus::Ok));
+    assert!(ended.is_some_and(|p| !p.only_waits()));
 }

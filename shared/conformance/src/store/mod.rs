@@ -17,7 +17,7 @@ pub use accept::{
     case_abort_requested_reads_the_flag, case_accept_turn_creates_session_and_queued_run,
     case_idempotency_key_answers_the_same_run, case_idempotency_key_expires_after_ttl,
     case_idempotency_keys_are_per_tenant, case_request_abort_unknown_run_is_none,
-    case_second_turn_keeps_session_id, case_tenant_isolation,
+    case_run_progress_follows_the_run, case_second_turn_keeps_session_id, case_tenant_isolation,
 };
 pub use actions::case_a_paused_run_takes_one_answer_per_pause;
 pub use commit::{

@@ -115,6 +115,15 @@ pub async fn case_a_running_run_takes_the_steers_accepted_after_it(store: Arc<dy
         assert_eq!(stored.queue_outcome, QueueOutcome::Steered);
         assert_eq!(stored.into_run_id.as_ref(), Some(&carrier.run_id));
         assert_eq!(stored.status, RunStatus::Queued);
+        let progress = store.run_progress(&tenant, id).await.expect("run_progress");
+        assert_eq!(
+            progress,
+            Some(agentlane_core::RunProgress {
+                status: RunStatus::Queued,
+                carried: true
+            }),
+            "a wait on a carried run does not only wait"
+        );
     }
     // AND their messages are the carrier's next transcript entries
     let transcript = store

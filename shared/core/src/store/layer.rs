@@ -173,6 +173,15 @@ impl<L: StoreLayer> HistoryReader for Layered<L> {
         self.0.inner().get_run(tenant, run_id).await
     }
 
+    async fn run_progress(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<Option<super::RunProgress>> {
+        self.0.before(StoreCall::GetRun).await?;
+        self.0.inner().run_progress(tenant, run_id).await
+    }
+
     async fn get_session(
         &self,
         tenant: &TenantId,

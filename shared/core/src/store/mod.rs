@@ -49,7 +49,7 @@ pub use layer::{Layered, StoreCall, StoreLayer};
 pub use lock::SessionLock;
 pub use page::{PageBudget, PageTally};
 pub use processing::ProcessingIndex;
-pub use reader::HistoryReader;
+pub use reader::{HistoryReader, RunProgress};
 pub use retention::{
     DAY, Expiry, MAX_PASS_INTERVAL, RetentionPolicy, SessionRetention, TenantPage, Verdict, cutoff,
     verdict,

@@ -2,10 +2,27 @@
 
 use super::{PageBudget, StoreResult};
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
-use crate::run::{Event, Run};
+use crate::run::{Event, Run, RunStatus};
 use crate::session::Session;
 use crate::transcript::TranscriptEntry;
 use async_trait::async_trait;
+
+/// What a wait needs to know about a run before it waits ([`HistoryReader::run_progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunProgress {
+    /// The run's status.
+    pub status: RunStatus,
+    /// Whether another run carried it (`into_run_id` set): it ends as that run does.
+    pub carried: bool,
+}
+
+impl RunProgress {
+    /// Whether a wait on the run can only wait for now: not ended, not paused for an answer,
+    /// not carried by another run.
+    pub fn only_waits(&self) -> bool {
+        !self.status.is_terminal() && self.status != RunStatus::RequiresAction && !self.carried
+    }
+}
 
 /// Reads, all strongly consistent: a read after a successful write sees it. Records read back
 /// exactly as the [size rule](crate::record_size) stored them.
@@ -13,6 +30,19 @@ use async_trait::async_trait;
 pub trait HistoryReader: Send + Sync + 'static {
     /// The run, `None` when the tenant has no such run.
     async fn get_run(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>>;
+
+    /// The run's status and whether another run carried it, `None` when the tenant has no such
+    /// run: what a wait reads first. The default reads the whole run; an adapter may read less.
+    async fn run_progress(
+        &self,
+        tenant: &TenantId,
+        run_id: &RunId,
+    ) -> StoreResult<Option<RunProgress>> {
+        Ok(self.get_run(tenant, run_id).await?.map(|run| RunProgress {
+            status: run.status,
+            carried: run.into_run_id.is_some(),
+        }))
+    }
 
     /// The session of a key, `None` when the key was never used.
     async fn get_session(

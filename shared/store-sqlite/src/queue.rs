@@ -241,25 +241,15 @@ impl LaneQueue for SqliteBackend {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use agentlane_core::{Lane, RunId, TenantId, TurnMessage};
-
-    fn message(lane: &str, run: &str) -> LaneMessage {
-        LaneMessage {
-            lane: Lane::new(lane.to_owned()),
-            dedup_id: run.to_owned(),
-            body: TurnMessage {
-                tenant: TenantId::new("acme"),
-                run_id: RunId::new(run),
-                session_key: None,
-                accepted: None,
-            },
-        }
-    }
+    use agentlane_conformance::fixtures;
+    use agentlane_core::Lane;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_receive_skips_the_look_only_while_nothing_can_have_become_due() {
         let dir = tempfile::tempdir().unwrap();
         let queue = SqliteBackend::open(dir.path()).unwrap();
+        let tenant = fixtures::tenant();
+        let message = || fixtures::message(&Lane::for_session(&tenant, &fixtures::session_key()));
         let (visibility, now) = (Duration::from_secs(30), Duration::ZERO);
         assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
         let writes = queue.writes_sent();
@@ -268,20 +258,22 @@ mod tests {
 
         // Another process's enqueue is not counted here: found within RECHECK.
         let other = SqliteBackend::open(dir.path()).unwrap();
-        other.enqueue(&message("acme/a", "run_1")).await.unwrap();
+        let first = message();
+        other.enqueue(&first).await.unwrap();
         let started = Instant::now();
-        let run_1 = queue
+        let got_first = queue
             .receive(1, visibility, Duration::from_secs(5))
             .await
             .unwrap();
-        assert_eq!(run_1.len(), 1);
+        assert_eq!(got_first[0].message, first);
         assert!(started.elapsed() < RECHECK + Duration::from_millis(500));
 
         // This process's enqueue is found at once, right after an empty look.
         assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
-        queue.enqueue(&message("acme/b", "run_2")).await.unwrap();
+        let second = message();
+        queue.enqueue(&second).await.unwrap();
         let got = queue.receive(1, visibility, now).await.unwrap();
-        assert_eq!(got[0].message.body.run_id.as_str(), "run_2");
+        assert_eq!(got[0].message, second);
 
         // An ack whose look finds nothing: the next receive does not look either.
         let next = queue
@@ -296,20 +288,21 @@ mod tests {
         // Two enqueues while nobody waits leave one wake-up: the receive that takes it gets
         // the first message and leaves the second due, so the next receive looks.
         assert!(queue.receive(1, visibility, now).await.unwrap().is_empty());
-        queue.enqueue(&message("acme/c", "run_3")).await.unwrap();
-        queue.enqueue(&message("acme/d", "run_4")).await.unwrap();
+        let (third, fourth) = (message(), message());
+        queue.enqueue(&third).await.unwrap();
+        queue.enqueue(&fourth).await.unwrap();
         let got = queue.receive(1, visibility, now).await.unwrap();
-        assert_eq!(got[0].message.body.run_id.as_str(), "run_3");
+        assert_eq!(got[0].message, third);
         let got = queue.receive(1, visibility, now).await.unwrap();
-        assert_eq!(got.len(), 1, "run_4 found at once");
-        assert_eq!(got[0].message.body.run_id.as_str(), "run_4");
+        assert_eq!(got.len(), 1, "the fourth found at once");
+        assert_eq!(got[0].message, fourth);
 
         // A hand-back is a change: the handed-back message is found at once.
         queue
-            .set_visibility(&run_1[0].receipt, Duration::ZERO)
+            .set_visibility(&got_first[0].receipt, Duration::ZERO)
             .await
             .unwrap();
         let again = queue.receive(1, visibility, now).await.unwrap();
-        assert_eq!(again[0].message.body.run_id.as_str(), "run_1");
+        assert_eq!(again[0].message, first);
     }
 }

@@ -154,22 +154,13 @@ pub(crate) fn save_session(conn: &Connection, session: &Session) -> Result<()> {
         return Ok(());
     };
     let changed = stored.changed(&new);
+    let names: Vec<&str> = changed.iter().map(|(name, _)| *name).collect();
     let (tenant, key) = (session.tenant.as_str(), session.session_key.as_str());
     let mut values: Vec<&dyn rusqlite::ToSql> = vec![&body];
-    for (column, value) in [
-        ("status", &new.status as &dyn rusqlite::ToSql),
-        ("updated_at", &new.updated_at),
-        ("progress_at", &new.progress_at),
-        ("pending_at", &new.pending_at),
-        ("agent_id", &new.agent_id),
-    ] {
-        if changed.contains(&column) {
-            values.push(value);
-        }
-    }
+    values.extend(changed.iter().map(|(_, value)| *value));
     values.push(&tenant);
     values.push(&key);
-    conn.prepare_cached(&update_session_sql(&changed))?
+    conn.prepare_cached(&update_session_sql(&names))?
         .execute(values.as_slice())?;
     Ok(())
 }
@@ -186,27 +177,45 @@ struct StoredColumns {
 }
 
 impl StoredColumns {
-    /// The columns whose value in `new` differs from the stored one, in [`SessionColumns`]'
-    /// order.
-    fn changed(&self, new: &SessionColumns<'_>) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        if self.status.as_deref() != Some(new.status) {
-            changed.push("status");
-        }
-        if self.updated_at != Some(new.updated_at) {
-            changed.push("updated_at");
-        }
-        if self.progress_at != Some(new.progress_at) {
-            changed.push("progress_at");
-        }
-        // `NULL` stored and `None` written are the same value.
-        if self.pending_at != new.pending_at {
-            changed.push("pending_at");
-        }
-        if self.agent_id.as_deref() != Some(new.agent_id) {
-            changed.push("agent_id");
-        }
-        changed
+    /// The columns whose value in `new` differs from the stored one, each with its new value,
+    /// in [`SessionColumns`]' order.
+    fn changed<'a>(
+        &self,
+        new: &'a SessionColumns<'_>,
+    ) -> Vec<(&'static str, &'a dyn rusqlite::ToSql)> {
+        let columns: [(&'static str, bool, &'a dyn rusqlite::ToSql); 5] = [
+            (
+                "status",
+                self.status.as_deref() != Some(new.status),
+                &new.status,
+            ),
+            (
+                "updated_at",
+                self.updated_at != Some(new.updated_at),
+                &new.updated_at,
+            ),
+            (
+                "progress_at",
+                self.progress_at != Some(new.progress_at),
+                &new.progress_at,
+            ),
+            // `NULL` stored and `None` written are the same value.
+            (
+                "pending_at",
+                self.pending_at != new.pending_at,
+                &new.pending_at,
+            ),
+            (
+                "agent_id",
+                self.agent_id.as_deref() != Some(new.agent_id),
+                &new.agent_id,
+            ),
+        ];
+        columns
+            .into_iter()
+            .filter(|(_, differs, _)| *differs)
+            .map(|(name, _, value)| (name, value))
+            .collect()
     }
 }
 
@@ -503,14 +512,18 @@ mod tests {
                 vec!["progress_at"],
             ),
         ];
+        let names = |stored: &StoredColumns, session: &Session| -> Vec<&'static str> {
+            let new = SessionColumns::of(session);
+            stored
+                .changed(&new)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect()
+        };
         for (case, session, expected) in cases {
-            assert_eq!(
-                stored.changed(&SessionColumns::of(&session)),
-                expected,
-                "{case}"
-            );
+            assert_eq!(names(&stored, &session), expected, "{case}");
         }
-        let unset = StoredColumns::default().changed(&SessionColumns::of(&session(|_| {})));
+        let unset = names(&StoredColumns::default(), &session(|_| {}));
         assert_eq!(
             unset,
             ["status", "updated_at", "progress_at", "agent_id"],

@@ -109,15 +109,11 @@ impl HistoryReader for SqliteBackend {
             })
             .await?;
         match progress {
-            Some(None) => {
-                Ok(self
-                    .get_run(tenant, run_id)
-                    .await?
-                    .map(|run| agentlane_core::RunProgress {
-                        status: run.status,
-                        carried: run.into_run_id.is_some(),
-                    }))
-            }
+            Some(None) => Ok(self
+                .get_run(tenant, run_id)
+                .await?
+                .as_ref()
+                .map(agentlane_core::RunProgress::of)),
             other => Ok(other.flatten()),
         }
     }

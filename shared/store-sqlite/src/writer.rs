@@ -37,7 +37,8 @@ type Job = Box<dyn FnOnce(std::result::Result<&mut Connection, &str>) -> Option<
 /// already sent).
 pub(crate) struct Writer {
     jobs: Option<mpsc::Sender<Job>>,
-    /// Writes sent so far.
+    /// Writes sent so far (tests only: no counter on the write path).
+    #[cfg(test)]
     sent: std::sync::atomic::AtomicU64,
     thread: Option<JoinHandle<()>>,
     thread_id: ThreadId,
@@ -57,6 +58,7 @@ impl Writer {
             })?;
         Ok(Self {
             jobs: Some(jobs),
+            #[cfg(test)]
             sent: std::sync::atomic::AtomicU64::new(0),
             thread_id: thread.thread().id(),
             thread: Some(thread),
@@ -88,6 +90,7 @@ impl Writer {
                 let _ = answer.send(result);
             }))
         });
+        #[cfg(test)]
         self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sent = self
             .jobs

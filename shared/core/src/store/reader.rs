@@ -17,6 +17,14 @@ pub struct RunProgress {
 }
 
 impl RunProgress {
+    /// The progress of `run` as read whole.
+    pub fn of(run: &Run) -> Self {
+        Self {
+            status: run.status,
+            carried: run.into_run_id.is_some(),
+        }
+    }
+
     /// Whether a wait on the run can only wait for now: not ended, not paused for an answer,
     /// not carried by another run.
     pub fn only_waits(&self) -> bool {
@@ -38,10 +46,11 @@ pub trait HistoryReader: Send + Sync + 'static {
         tenant: &TenantId,
         run_id: &RunId,
     ) -> StoreResult<Option<RunProgress>> {
-        Ok(self.get_run(tenant, run_id).await?.map(|run| RunProgress {
-            status: run.status,
-            carried: run.into_run_id.is_some(),
-        }))
+        Ok(self
+            .get_run(tenant, run_id)
+            .await?
+            .as_ref()
+            .map(RunProgress::of))
     }
 
     /// The session of a key, `None` when the key was never used.

@@ -138,6 +138,7 @@ macro_rules! __store_cases {
             case_a_sessions_default_queue_mode_applies_to_turns_without_one,
             case_a_collect_carrier_takes_the_collects_and_leaves_the_steers,
             case_an_interrupt_behind_unfinished_runs_marks_the_session,
+            case_an_interrupt_takes_the_place_of_an_active_interrupt,
             case_an_interrupt_abort_request_keeps_its_reason,
             case_a_transcript_page_stops_at_its_byte_budget,
             case_an_events_page_stops_at_its_byte_budget,

@@ -233,10 +233,12 @@ async fn kill_9_while_turns_steer_collect_and_interrupt_loses_and_duplicates_not
         let session = format!("mixed-{s}");
         let transcript = a.transcript(&session).await?;
         assert_dense(&transcript.seqs(), &session);
-        assert_eq!(
-            check_pairing(&transcript_items(&transcript.entries)),
-            Ok(())
-        );
+        if let Err(broken) = check_pairing(&transcript_items(&transcript.entries)) {
+            panic!(
+                "{session}: {broken}\n{}",
+                explain(&transcript.entries, &runs, &ended)
+            );
+        }
         let mut users: Vec<&str> = transcript.user_texts();
         users.sort_unstable();
         let mut sent: Vec<&str> = runs
@@ -272,6 +274,36 @@ async fn kill_9_while_turns_steer_collect_and_interrupt_loses_and_duplicates_not
         started.elapsed()
     );
     Ok(())
+}
+
+/// A transcript laid out for a failure message: each entry's seq, run (with the run's message,
+/// status, queue outcome, carrier and pickups) and message.
+fn explain(
+    entries: &[agentlane_core::TranscriptEntry],
+    runs: &[(String, String, String)],
+    ended: &HashMap<String, agentlane_tests::RunView>,
+) -> String {
+    let mut out = String::new();
+    for entry in entries {
+        let id = entry.run_id.as_str();
+        let sent = runs
+            .iter()
+            .find(|(_, _, run_id)| run_id == id)
+            .map_or("?", |(_, m, _)| m.as_str());
+        let run = ended.get(id).map(|r| {
+            format!(
+                "{:?} {:?} into {:?} pickups {}",
+                r.status, r.queue_outcome, r.into_run_id, r.pickups
+            )
+        });
+        out.push_str(&format!(
+            "  {} {id} [{sent}: {}] {:?}\n",
+            entry.seq,
+            run.unwrap_or_default(),
+            entry.message
+        ));
+    }
+    out
 }
 
 /// The calls an HTTP tool's receiver got, by (run, tool call id).

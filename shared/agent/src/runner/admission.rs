@@ -139,11 +139,16 @@ pub(super) fn admit(found: &Found) -> Result<Admission, ReadFirst> {
             Admission::AlreadyDone
         });
     }
-    let (run, in_place_of) = match interrupt_first(found, delivered)? {
-        Some(interrupt) => (interrupt, Some(delivered.run_id.clone())),
-        None => (delivered, None),
+    let (run, in_place_of) = match started_ahead(found, delivered)? {
+        Some(ahead) => (ahead, Some(delivered.run_id.clone())),
+        None => match interrupt_first(found, delivered)? {
+            Some(interrupt) => (interrupt, Some(delivered.run_id.clone())),
+            None => (delivered, None),
+        },
     };
-    if !session.may_start(&run.run_id, run.session_seq) {
+    let resumes_ahead =
+        session.active_run_id.as_ref() == Some(&run.run_id) && !session.is_turn_of(run.session_seq);
+    if !resumes_ahead && !session.may_start(&run.run_id, run.session_seq) {
         return behind_an_earlier_run(found, run);
     }
     let carrier = run
@@ -216,6 +221,23 @@ pub(super) fn goes_as_accepted(admission: &Admission, delivered: &RunId) -> bool
             out_of_turn: false,
         }) if run == delivered
     )
+}
+
+/// The run that started ahead of its turn (an interrupt that went ahead) and has not ended —
+/// it died, paused, or was handed back — when it is not `delivered`: it goes (resumes) in
+/// this delivery, before any other run of the session starts. The session names it active
+/// until it ends. A later interrupt takes over the session's mark, so without this rule the
+/// run whose turn it is would start after the dead run's unanswered tool calls.
+fn started_ahead<'f>(found: &'f Found, delivered: &Run) -> Result<Option<&'f Run>, ReadFirst> {
+    let session = &found.session;
+    match &session.active_run_id {
+        Some(active) if *active != delivered.run_id => Ok(found.other(active)?.filter(|r| {
+            !r.status.is_terminal()
+                && r.session_key == found.key
+                && !session.is_turn_of(r.session_seq)
+        })),
+        _ => Ok(None),
+    }
 }
 
 /// The interrupt that goes ahead of `delivered`, in this delivery: one accepted behind it,
@@ -586,6 +608,76 @@ mod tests {
                     }),
                     Some(run("c", 3, S::Queued)),
                     vec![with(run("b", 1, S::Queued), |r| r.accepted_at = NOW - 100)],
+                ),
+                Admission::BehindEarlier,
+            ),
+        ]);
+    }
+
+    #[test]
+    fn an_interrupt_that_started_ahead_and_did_not_end_goes_before_any_other_run() {
+        use RunStatus as S;
+        // `i` went ahead of `b` and died (or paused); a second interrupt `j` (seq 3) took over
+        // the mark, after the same run `a`
+        let taken_over = with(session(1, &["a", "b", "i", "j"]), |s| {
+            s.active_run_id = Some(RunId::new("i"));
+            s.interrupt = Some(InterruptMark {
+                run_id: RunId::new("j"),
+                session_seq: 3,
+                after: 0,
+            })
+        });
+        let died = || with(run("i", 2, S::Running), |r| r.out_of_turn = true);
+        check(vec![
+            (
+                "the held run's delivery resumes it in its place",
+                found(
+                    taken_over.clone(),
+                    Some(run("b", 1, S::Queued)),
+                    vec![died(), run("j", 3, S::Queued)],
+                ),
+                go("i", turn(), Some("b"), true),
+            ),
+            (
+                "its own delivery resumes it",
+                found(taken_over.clone(), Some(died()), vec![]),
+                go("i", turn(), None, true),
+            ),
+            (
+                "the later interrupt's delivery resumes it in its place",
+                found(
+                    taken_over.clone(),
+                    Some(run("j", 3, S::Queued)),
+                    vec![died()],
+                ),
+                go("i", turn(), Some("j"), true),
+            ),
+            (
+                "paused with no answer: the held run comes back later",
+                found(
+                    taken_over.clone(),
+                    Some(run("b", 1, S::Queued)),
+                    vec![paused("i", 2, false)],
+                ),
+                Admission::BehindPausedInterrupt(RunId::new("i")),
+            ),
+            (
+                "once it ended (the session no longer names it), the later interrupt goes",
+                found(
+                    with(taken_over.clone(), |s| s.active_run_id = None),
+                    Some(run("b", 1, S::Queued)),
+                    vec![run("j", 3, S::Queued)],
+                ),
+                go("j", turn(), Some("b"), true),
+            ),
+            (
+                "an active run in its turn is left to the order rule",
+                found(
+                    with(session(0, &["a", "b"]), |s| {
+                        s.active_run_id = Some(RunId::new("a"))
+                    }),
+                    Some(run("b", 1, S::Queued)),
+                    vec![with(run("a", 0, S::Running), |r| r.accepted_at = NOW - 100)],
                 ),
                 Admission::BehindEarlier,
             ),

@@ -270,3 +270,176 @@ async fn a_paused_interrupt_does_not_spin_the_run_it_went_ahead_of() {
     let ran = f.run(&followup.run_id).await;
     assert_eq!(ran.payloads[0].text, "followup answered");
 }
+
+/// Waits until the transcript shows a turn busy in its tool: `entries` entries, `results` of
+/// them tool results.
+async fn busy_in_tool(f: &Fixture, entries: usize, results: usize) {
+    for _ in 0..300 {
+        if f.roles().await.len() >= entries && f.tool_results().await.len() == results {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the turn never got busy in its tool: {:?}", f.roles().await);
+}
+
+/// The user messages of the transcript, in order.
+async fn user_texts(f: &Fixture) -> Vec<String> {
+    f.transcript()
+        .await
+        .into_iter()
+        .filter_map(|e| match e.message {
+            agentlane_core::Message::User { content } => Some(content),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every tool call of the transcript answered once, before the next message (the pairing
+/// repair changes nothing).
+async fn assert_paired(f: &Fixture) {
+    let messages: Vec<agentlane_core::Message> = f
+        .transcript()
+        .await
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    let repaired: Vec<agentlane_core::Message> =
+        agentlane_agent::context::repair::repair_pairing(&messages);
+    assert_eq!(repaired, messages, "every tool call answered in place");
+}
+
+/// A turn busy in a slow tool, a followup queued behind it, and an interrupt that went ahead
+/// of the followup (the followup's delivery runs it), itself busy in a slow tool: returns the
+/// fixture, the followup, the first interrupt and the task running it.
+async fn interrupt_busy_ahead_of_a_followup(
+    script: Vec<Script>,
+) -> (
+    Arc<Fixture>,
+    TurnMessage,
+    TurnMessage,
+    tokio::task::JoinHandle<TurnExit>,
+) {
+    let mut all = vec![
+        Script::Tools(vec![("c1", "slow", "{}")]),
+        Script::Tools(vec![("c2", "slow", "{}")]),
+    ];
+    all.extend(script);
+    let f = Arc::new(fixture(all, quick()));
+    let busy = f.accept("long job").await;
+    let running = {
+        let (f, busy) = (f.clone(), busy.clone());
+        tokio::spawn(async move { f.execute(&busy).await })
+    };
+    busy_in_tool(&f, 2, 0).await;
+    let followup = f.accept("followup").await;
+    let first = f.accept_as("stop, do this", QueueMode::Interrupt).await;
+    f.store
+        .request_abort_for(&f.tenant, &busy.run_id, AbortReason::Interrupted)
+        .await
+        .unwrap();
+    assert_eq!(
+        running.await.unwrap(),
+        TurnExit::Finished(RunStatus::Aborted)
+    );
+    let ahead = {
+        let (f, followup) = (f.clone(), followup.clone());
+        tokio::spawn(async move { f.execute(&followup).await })
+    };
+    // long job, c1, its result; stop, do this, c2
+    busy_in_tool(&f, 5, 1).await;
+    (f, followup, first, ahead)
+}
+
+#[tokio::test]
+async fn a_second_interrupt_aborts_the_first_and_still_goes_before_the_followups() {
+    // GIVEN an interrupt busy in a slow tool, ahead of a followup
+    let (f, followup, first, ahead) = interrupt_busy_ahead_of_a_followup(vec![
+        Script::Text("second interrupt answered"),
+        Script::Text("followup answered"),
+    ])
+    .await;
+
+    // WHEN a second interrupt arrives (the API asks the active run, the first, to abort)
+    let second = f.accept_as("no, this instead", QueueMode::Interrupt).await;
+    f.store
+        .request_abort_for(&f.tenant, &first.run_id, AbortReason::Interrupted)
+        .await
+        .unwrap();
+
+    // THEN the first interrupt ends aborted, in the followup's delivery
+    assert_eq!(ahead.await.unwrap(), TurnExit::HandBack);
+    let aborted = f.run(&first.run_id).await;
+    assert_eq!(aborted.status, RunStatus::Aborted);
+    assert_eq!(aborted.error.unwrap().code, "interrupted");
+    // AND the followup's next delivery runs the second interrupt, still ahead of it
+    assert_eq!(f.execute(&followup).await, TurnExit::HandBack);
+    let ran = f.run(&second.run_id).await;
+    assert_eq!(ran.status, RunStatus::Ok);
+    assert_eq!(ran.payloads[0].text, "second interrupt answered");
+    assert_eq!(f.run(&followup.run_id).await.status, RunStatus::Queued);
+    // AND then the followup runs, and the interrupts' own messages only count them
+    assert_eq!(
+        f.execute(&followup).await,
+        TurnExit::Finished(RunStatus::Ok)
+    );
+    assert_eq!(f.execute(&first).await, TurnExit::AlreadyDone);
+    assert_eq!(f.execute(&second).await, TurnExit::AlreadyDone);
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((session.runs_accepted, session.runs_finished), (4, 4));
+    assert_eq!(
+        user_texts(&f).await,
+        ["long job", "stop, do this", "no, this instead", "followup"]
+    );
+    assert_paired(&f).await;
+}
+
+#[tokio::test]
+async fn an_interrupt_that_died_ahead_of_its_turn_ends_before_anything_else_runs() {
+    // GIVEN an interrupt busy in a slow tool, ahead of a followup, whose runner dies (its
+    // lock is left to expire, its tool call unanswered)
+    let (f, followup, first, ahead) = interrupt_busy_ahead_of_a_followup(vec![
+        Script::Text("second interrupt answered"),
+        Script::Text("followup answered"),
+    ])
+    .await;
+    ahead.abort();
+    assert!(ahead.await.unwrap_err().is_cancelled());
+
+    // WHEN a second interrupt arrives (the API asks the active run, the first, to abort), and
+    // the lock expires
+    let second = f.accept_as("no, this instead", QueueMode::Interrupt).await;
+    f.store
+        .request_abort_for(&f.tenant, &first.run_id, AbortReason::Interrupted)
+        .await
+        .unwrap();
+    tokio::time::sleep(config().lock_lease + Duration::from_millis(200)).await;
+
+    // THEN deliveries of the followup end the first interrupt (its call answered), run the
+    // second, then the followup: the transcript stays paired and in the order they ran
+    let mut exits = Vec::new();
+    for _ in 0..6 {
+        let exit = f.execute(&followup).await;
+        exits.push(exit.clone());
+        if exit == TurnExit::Finished(RunStatus::Ok) {
+            break;
+        }
+    }
+    assert_eq!(
+        f.run(&followup.run_id).await.status,
+        RunStatus::Ok,
+        "{exits:?}"
+    );
+    assert_eq!(f.run(&first.run_id).await.status, RunStatus::Aborted);
+    assert_eq!(f.run(&second.run_id).await.status, RunStatus::Ok);
+    assert_paired(&f).await;
+    assert_eq!(
+        user_texts(&f).await,
+        ["long job", "stop, do this", "no, this instead", "followup"]
+    );
+}

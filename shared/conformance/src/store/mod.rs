@@ -70,6 +70,7 @@ pub use steer::{
     case_a_steer_from_before_a_reset_is_not_taken,
     case_an_interrupt_abort_request_keeps_its_reason,
     case_an_interrupt_behind_unfinished_runs_marks_the_session,
+    case_an_interrupt_takes_the_place_of_an_active_interrupt,
 };
 
 use agentlane_core::Store;

@@ -431,6 +431,63 @@ pub async fn case_an_interrupt_behind_unfinished_runs_marks_the_session(store: A
     assert_eq!(session.runs_accepted, 4);
 }
 
+/// An interrupt accepted while an interrupt that went ahead of the runs before it is active
+/// takes its place in the session's mark: it goes once that one has ended, after the same run.
+/// Accepted once that interrupt has ended, it goes after the runs not finished.
+pub async fn case_an_interrupt_takes_the_place_of_an_active_interrupt(store: Arc<dyn Store>) {
+    let (tenant, key, now) = fixtures::fresh();
+    let _busy = accept_as(&store, &tenant, &key, now, QueueMode::Followup, "busy").await;
+    let _held = accept_as(&store, &tenant, &key, now + 1, QueueMode::Followup, "f").await;
+    let first = accept_as(&store, &tenant, &key, now + 2, QueueMode::Interrupt, "i1").await;
+    // the busy run ends; the first interrupt starts ahead of the held run
+    let session_update = |status, active: Option<&Run>, finished| agentlane_core::Commit {
+        session: Some(agentlane_core::SessionUpdate {
+            status,
+            active_run_id: active.map(|r| r.run_id.clone()),
+            last_progress_at: now + 3,
+            finished_delta: finished,
+        }),
+        release_lock: true,
+        ..agentlane_core::Commit::default()
+    };
+    for (status, active, finished) in [
+        (agentlane_core::SessionStatus::Idle, None, 1),
+        (agentlane_core::SessionStatus::Processing, Some(&first), 0),
+    ] {
+        let fence = fixtures::lock(&store, &tenant, &key, "runner", 60_000, now + 3).await;
+        store
+            .commit(&fence, session_update(status, active, finished))
+            .await
+            .expect("commit");
+    }
+    let mark = |store: Arc<dyn Store>| {
+        let (tenant, key) = (tenant.clone(), key.clone());
+        async move {
+            fixtures::session(&store, &tenant, &key)
+                .await
+                .interrupt
+                .map(|m| (m.run_id, m.session_seq, m.after))
+        }
+    };
+
+    // WHEN a second interrupt arrives while the first is active
+    let second = accept_as(&store, &tenant, &key, now + 4, QueueMode::Interrupt, "i2").await;
+    // THEN it goes after the busy run too, ahead of the held run
+    assert_eq!(mark(store.clone()).await, Some((second.run_id, 3, 0)));
+
+    // AND once the first interrupt has ended, a third goes after the held run
+    let fence = fixtures::lock(&store, &tenant, &key, "runner", 60_000, now + 5).await;
+    store
+        .commit(
+            &fence,
+            session_update(agentlane_core::SessionStatus::Idle, None, 0),
+        )
+        .await
+        .expect("commit");
+    let third = accept_as(&store, &tenant, &key, now + 6, QueueMode::Interrupt, "i3").await;
+    assert_eq!(mark(store).await, Some((third.run_id, 4, 1)));
+}
+
 /// An abort requested for an interrupt keeps that reason (read back on the run), and a later
 /// plain request does not change it.
 pub async fn case_an_interrupt_abort_request_keeps_its_reason(store: Arc<dyn Store>) {

@@ -163,19 +163,25 @@ impl NewTurn {
 
     /// The interrupt mark `run` (just made by [`queued_run`](Self::queued_run)) sets on
     /// `session` (as read before this accept): a run accepted in `interrupt` mode behind runs
-    /// that are not finished goes next once the oldest of them is terminal. `None` for every
-    /// other run (the session's mark stays as it is).
+    /// that are not finished goes next once the oldest of them is terminal. When the run it
+    /// interrupts is itself an interrupt that went ahead (the session's mark names it and it
+    /// is active), it takes that interrupt's place: it goes next once that one has ended,
+    /// still ahead of the runs both went ahead of. `None` for every other run (the session's
+    /// mark stays as it is).
     pub fn interrupt_mark(
         &self,
         run: &Run,
         session: &Session,
     ) -> Option<crate::session::InterruptMark> {
+        let ahead = session.interrupt.as_ref().filter(|m| {
+            session.active_run_id.as_ref() == Some(&m.run_id) && !session.is_turn_of(m.session_seq)
+        });
         (run.request.queue_mode == Some(QueueMode::Interrupt)
             && session.runs_finished < run.session_seq)
             .then(|| crate::session::InterruptMark {
                 run_id: run.run_id.clone(),
                 session_seq: run.session_seq,
-                after: session.runs_finished,
+                after: ahead.map_or(session.runs_finished, |m| m.after),
             })
     }
 

@@ -16,38 +16,25 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followups() {
-    // GIVEN a turn busy in a slow tool
-    let f = Arc::new(fixture(
+    // GIVEN a turn busy in a slow tool, and two followups queued behind it
+    // WHEN an interrupt arrives (the API asks the active run to abort)
+    let Interrupted {
+        f,
+        busy,
+        running,
+        followups,
+        interrupt,
+    } = interrupted_while_busy(
         vec![
-            Script::Tools(vec![("c1", "slow", "{}")]),
             Script::Text("interrupt answered"),
             Script::Text("followup one answered"),
             Script::Text("followup two answered"),
             Script::Text("later answered"),
         ],
-        quick(),
-    ));
-    let busy = f.accept("long job").await;
-    let running = {
-        let (f, busy) = (f.clone(), busy.clone());
-        tokio::spawn(async move { f.execute(&busy).await })
-    };
-    for _ in 0..200 {
-        if f.tool_results().await.is_empty() && f.roles().await.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // AND two followups queued behind it
-    let one = f.accept("followup one").await;
-    let two = f.accept("followup two").await;
-
-    // WHEN an interrupt arrives (the API asks the active run to abort)
-    let interrupt = f.accept_as("stop, do this", QueueMode::Interrupt).await;
-    f.store
-        .request_abort_for(&f.tenant, &busy.run_id, AbortReason::Interrupted)
-        .await
-        .unwrap();
+        &["followup one", "followup two"],
+    )
+    .await;
+    let [one, two] = [followups[0].clone(), followups[1].clone()];
 
     // THEN the busy turn ends aborted (interrupted), its tool call answered
     assert_eq!(
@@ -84,13 +71,7 @@ async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followu
     );
     // AND the interrupt's own message, in its turn, only counts it
     assert_eq!(f.execute(&interrupt).await, TurnExit::AlreadyDone);
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((session.runs_accepted, session.runs_finished), (4, 4));
+    assert_eq!(counts(&f).await, (4, 4));
     let later = f.accept("later").await;
     assert_eq!(f.execute(&later).await, TurnExit::Finished(RunStatus::Ok));
     // AND the transcript is in the order the turns ran
@@ -309,21 +290,19 @@ async fn assert_paired(f: &Fixture) {
     assert_eq!(repaired, messages, "every tool call answered in place");
 }
 
-/// A turn busy in a slow tool, a followup queued behind it, and an interrupt that went ahead
-/// of the followup (the followup's delivery runs it), itself busy in a slow tool: returns the
-/// fixture, the followup, the first interrupt and the task running it.
-async fn interrupt_busy_ahead_of_a_followup(
-    script: Vec<Script>,
-) -> (
-    Arc<Fixture>,
-    TurnMessage,
-    TurnMessage,
-    tokio::task::JoinHandle<TurnExit>,
-) {
-    let mut all = vec![
-        Script::Tools(vec![("c1", "slow", "{}")]),
-        Script::Tools(vec![("c2", "slow", "{}")]),
-    ];
+/// A turn busy in a slow tool (the first answer of the script, before `script`), the
+/// `followups` queued behind it, and an interrupt (`stop, do this`) accepted, the API having
+/// asked the busy run to abort.
+struct Interrupted {
+    f: Arc<Fixture>,
+    busy: TurnMessage,
+    running: tokio::task::JoinHandle<TurnExit>,
+    followups: Vec<TurnMessage>,
+    interrupt: TurnMessage,
+}
+
+async fn interrupted_while_busy(script: Vec<Script>, followups: &[&str]) -> Interrupted {
+    let mut all = vec![Script::Tools(vec![("c1", "slow", "{}")])];
     all.extend(script);
     let f = Arc::new(fixture(all, quick()));
     let busy = f.accept("long job").await;
@@ -332,23 +311,68 @@ async fn interrupt_busy_ahead_of_a_followup(
         tokio::spawn(async move { f.execute(&busy).await })
     };
     busy_in_tool(&f, 2, 0).await;
-    let followup = f.accept("followup").await;
-    let first = f.accept_as("stop, do this", QueueMode::Interrupt).await;
+    let mut queued = Vec::new();
+    for text in followups {
+        queued.push(f.accept(text).await);
+    }
+    let interrupt = f.accept_as("stop, do this", QueueMode::Interrupt).await;
     f.store
         .request_abort_for(&f.tenant, &busy.run_id, AbortReason::Interrupted)
         .await
         .unwrap();
+    Interrupted {
+        f,
+        busy,
+        running,
+        followups: queued,
+        interrupt,
+    }
+}
+
+/// [`interrupted_while_busy`] with one followup, the busy turn ended, and the interrupt
+/// (whose model calls a slow tool first, then answers from `script`) gone ahead of the
+/// followup in the followup's delivery, busy in its tool: returns the fixture, the followup,
+/// the interrupt and the task running it.
+async fn interrupt_busy_ahead_of_a_followup(
+    script: Vec<Script>,
+) -> (
+    Arc<Fixture>,
+    TurnMessage,
+    TurnMessage,
+    tokio::task::JoinHandle<TurnExit>,
+) {
+    let mut all = vec![Script::Tools(vec![("c2", "slow", "{}")])];
+    all.extend(script);
+    let Interrupted {
+        f,
+        running,
+        mut followups,
+        interrupt,
+        ..
+    } = interrupted_while_busy(all, &["followup"]).await;
     assert_eq!(
         running.await.unwrap(),
         TurnExit::Finished(RunStatus::Aborted)
     );
+    let followup = followups.remove(0);
     let ahead = {
         let (f, followup) = (f.clone(), followup.clone());
         tokio::spawn(async move { f.execute(&followup).await })
     };
     // long job, c1, its result; stop, do this, c2
     busy_in_tool(&f, 5, 1).await;
-    (f, followup, first, ahead)
+    (f, followup, interrupt, ahead)
+}
+
+/// The session's (runs accepted, runs finished).
+async fn counts(f: &Fixture) -> (u64, u64) {
+    let session = f
+        .store
+        .get_session(&f.tenant, &f.key)
+        .await
+        .unwrap()
+        .unwrap();
+    (session.runs_accepted, session.runs_finished)
 }
 
 #[tokio::test]
@@ -385,13 +409,7 @@ async fn a_second_interrupt_aborts_the_first_and_still_goes_before_the_followups
     );
     assert_eq!(f.execute(&first).await, TurnExit::AlreadyDone);
     assert_eq!(f.execute(&second).await, TurnExit::AlreadyDone);
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((session.runs_accepted, session.runs_finished), (4, 4));
+    assert_eq!(counts(&f).await, (4, 4));
     assert_eq!(
         user_texts(&f).await,
         ["long job", "stop, do this", "no, this instead", "followup"]

@@ -83,12 +83,7 @@ async fn five_collects_behind_a_busy_turn_become_one_turn_with_all_five() {
         (carrier.queue_outcome, carrier.into_run_id),
         (QueueOutcome::Ran, None)
     );
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!((session.runs_accepted, session.runs_finished), (6, 6));
 }
 

@@ -153,12 +153,7 @@ async fn sixty_parallel_calls_survive(fault: Fault) {
     );
 
     // AND the session is idle with its lock released: the next turn runs at once
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!(session.status, SessionStatus::Idle);
     assert_eq!(session.active_run_id, None);
     assert_eq!(session.runs_finished, 1);

@@ -104,12 +104,7 @@ async fn an_interrupt_on_an_idle_session_is_an_ordinary_turn() {
         f.execute(&interrupt).await,
         TurnExit::Finished(RunStatus::Ok)
     );
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!(session.runs_finished, 1);
     assert_eq!(session.interrupt, None);
 }
@@ -366,12 +361,7 @@ async fn interrupt_busy_ahead_of_a_followup(
 
 /// The session's (runs accepted, runs finished).
 async fn counts(f: &Fixture) -> (u64, u64) {
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     (session.runs_accepted, session.runs_finished)
 }
 

@@ -252,12 +252,7 @@ async fn a_turn_delivered_before_an_unfinished_earlier_one_writes_nothing() {
     assert!(f.transcript().await.is_empty());
     let run = f.run(&second.run_id).await;
     assert_eq!((run.status, run.pickups), (RunStatus::Queued, 0));
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!(session.lock_owner, None);
 
     // AND once the first ran, the second goes
@@ -274,12 +269,7 @@ async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_sessio
     let f = fixture(vec![Script::Text("fresh answer")], quick());
     let old_first = f.accept("old one").await;
     let old_second = f.accept("old two").await;
-    let before = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let before = f.session().await;
     let new_id = SessionId::generate();
     f.store
         .reset_session(&f.tenant, &f.key, new_id.clone(), before.updated_at + 1)
@@ -320,12 +310,7 @@ async fn runs_accepted_before_a_reset_end_aborted_and_never_touch_the_new_sessio
     let request = &f.model.requests()[0];
     let prompt = format!("{:?}", request.messages);
     assert!(!prompt.contains("old one") && !prompt.contains("old two"));
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!((session.session_id, session.runs_finished), (new_id, 3));
 }
 

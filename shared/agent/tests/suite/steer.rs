@@ -71,12 +71,7 @@ async fn a_steer_joins_the_running_turn_after_its_tool_batch_and_the_answer_foll
     assert_eq!(f.model.requests().len(), 3);
     // AND a redelivery changes nothing
     assert_eq!(f.execute(&left).await, TurnExit::AlreadyDone);
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!((session.runs_accepted, session.runs_finished), (4, 4));
 }
 

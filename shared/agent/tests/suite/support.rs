@@ -410,6 +410,15 @@ impl Fixture {
             .unwrap()
     }
 
+    /// The fixture's session (it must exist).
+    pub async fn session(&self) -> agentlane_core::Session {
+        self.store
+            .get_session(&self.tenant, &self.key)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     /// The stored run `id` (it must exist).
     pub async fn run(&self, id: &agentlane_core::RunId) -> agentlane_core::Run {
         self.store.get_run(&self.tenant, id).await.unwrap().unwrap()

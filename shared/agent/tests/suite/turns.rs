@@ -36,12 +36,7 @@ async fn a_text_turn_ends_ok_with_the_reply_events_and_transcript() {
         events.windows(2).all(|w| w[1].seq == w[0].seq + 1),
         "dense event seqs"
     );
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     assert_eq!(session.lock_owner, None, "lock released");
     assert_eq!(session.runs_finished, 1);
 }
@@ -136,12 +131,7 @@ async fn a_crashed_pickup_is_resumed_without_duplicating_entries() {
     else {
         panic!("lock should be free")
     };
-    let session = f
-        .store
-        .get_session(&f.tenant, &f.key)
-        .await
-        .unwrap()
-        .unwrap();
+    let session = f.session().await;
     let entry = |seq, message| TranscriptEntry {
         seq,
         run_id: msg.run_id.clone(),

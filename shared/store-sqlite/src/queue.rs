@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(got.len(), 1, "the fourth found at once");
         assert_eq!(got[0].message, fourth);
 
-        // A hand-back is a change: the handed-back message is found at once.
+        // A hand-back wakes a receiver: the handed-back message is found at once.
         queue
             .set_visibility(&got_first[0].receipt, Duration::ZERO)
             .await

@@ -247,7 +247,12 @@ async fn kill_9_while_turns_steer_collect_and_interrupt_loses_and_duplicates_not
             .map(|(_, m, _)| m.as_str())
             .collect();
         sent.sort_unstable();
-        assert_eq!(users, sent, "{session}: each user message exactly once");
+        assert_eq!(
+            users,
+            sent,
+            "{session}: each user message exactly once\n{}",
+            explain(&transcript.entries, &runs, &ended)
+        );
         for window in transcript.entries.windows(2) {
             assert!(
                 window[0].message != window[1].message,

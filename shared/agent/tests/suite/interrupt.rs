@@ -75,17 +75,8 @@ async fn an_interrupt_aborts_the_running_turn_and_runs_before_the_queued_followu
     let later = f.accept("later").await;
     assert_eq!(f.execute(&later).await, TurnExit::Finished(RunStatus::Ok));
     // AND the transcript is in the order the turns ran
-    let users: Vec<String> = f
-        .transcript()
-        .await
-        .into_iter()
-        .filter_map(|e| match e.message {
-            agentlane_core::Message::User { content } => Some(content),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        users,
+        user_texts(&f).await,
         [
             "long job",
             "stop, do this",
@@ -359,6 +350,17 @@ async fn interrupt_busy_ahead_of_a_followup(
     (f, followup, interrupt, ahead)
 }
 
+/// A second interrupt (`no, this instead`) accepted, the API having asked the first, the
+/// session's active run, to abort.
+async fn second_interrupt(f: &Fixture, first: &TurnMessage) -> TurnMessage {
+    let second = f.accept_as("no, this instead", QueueMode::Interrupt).await;
+    f.store
+        .request_abort_for(&f.tenant, &first.run_id, AbortReason::Interrupted)
+        .await
+        .unwrap();
+    second
+}
+
 /// The session's (runs accepted, runs finished).
 async fn counts(f: &Fixture) -> (u64, u64) {
     let session = f.session().await;
@@ -375,11 +377,7 @@ async fn a_second_interrupt_aborts_the_first_and_still_goes_before_the_followups
     .await;
 
     // WHEN a second interrupt arrives (the API asks the active run, the first, to abort)
-    let second = f.accept_as("no, this instead", QueueMode::Interrupt).await;
-    f.store
-        .request_abort_for(&f.tenant, &first.run_id, AbortReason::Interrupted)
-        .await
-        .unwrap();
+    let second = second_interrupt(&f, &first).await;
 
     // THEN the first interrupt ends aborted, in the followup's delivery
     assert_eq!(ahead.await.unwrap(), TurnExit::HandBack);
@@ -421,30 +419,38 @@ async fn an_interrupt_that_died_ahead_of_its_turn_ends_before_anything_else_runs
 
     // WHEN a second interrupt arrives (the API asks the active run, the first, to abort), and
     // the lock expires
-    let second = f.accept_as("no, this instead", QueueMode::Interrupt).await;
-    f.store
-        .request_abort_for(&f.tenant, &first.run_id, AbortReason::Interrupted)
-        .await
-        .unwrap();
+    let second = second_interrupt(&f, &first).await;
     tokio::time::sleep(config().lock_lease + Duration::from_millis(200)).await;
 
     // THEN deliveries of the followup end the first interrupt (its call answered), run the
     // second, then the followup: the transcript stays paired and in the order they ran
-    let mut exits = Vec::new();
-    for _ in 0..6 {
-        let exit = f.execute(&followup).await;
-        exits.push(exit.clone());
-        if exit == TurnExit::Finished(RunStatus::Ok) {
-            break;
-        }
-    }
     assert_eq!(
-        f.run(&followup.run_id).await.status,
-        RunStatus::Ok,
-        "{exits:?}"
+        f.execute(&followup).await,
+        TurnExit::HandBack,
+        "the first interrupt resumed in the followup's place"
     );
-    assert_eq!(f.run(&first.run_id).await.status, RunStatus::Aborted);
+    let first = f.run(&first.run_id).await;
+    assert_eq!(first.status, RunStatus::Aborted);
+    assert_eq!(first.error.unwrap().code, "interrupted");
+    let answered = f.tool_results().await;
+    assert_eq!(answered.len(), 2, "{answered:?}");
+    assert_eq!(answered[1].id, "c2");
+    assert!(answered[1].is_error);
+    assert_eq!(
+        answered[1].content,
+        agentlane_agent::context::repair::ABORTED_RESULT,
+        "its call answered as aborted"
+    );
+    assert_eq!(
+        f.execute(&followup).await,
+        TurnExit::HandBack,
+        "the second interrupt ran in the followup's place"
+    );
     assert_eq!(f.run(&second.run_id).await.status, RunStatus::Ok);
+    assert_eq!(
+        f.execute(&followup).await,
+        TurnExit::Finished(RunStatus::Ok)
+    );
     assert_paired(&f).await;
     assert_eq!(
         user_texts(&f).await,

@@ -316,26 +316,27 @@ async fn interrupted_while_busy(script: Vec<Script>, followups: &[&str]) -> Inte
 }
 
 /// [`interrupted_while_busy`] with one followup, the busy turn ended, and the interrupt
-/// (whose model calls a slow tool first, then answers from `script`) gone ahead of the
-/// followup in the followup's delivery, busy in its tool: returns the fixture, the followup,
-/// the interrupt and the task running it.
-async fn interrupt_busy_ahead_of_a_followup(
-    script: Vec<Script>,
-) -> (
+/// (whose model calls a slow tool first) gone ahead of the followup in the followup's
+/// delivery, busy in its tool: returns the fixture, the followup, the interrupt and the task
+/// running it. The model then answers a second interrupt, then the followup.
+async fn interrupt_busy_ahead_of_a_followup() -> (
     Arc<Fixture>,
     TurnMessage,
     TurnMessage,
     tokio::task::JoinHandle<TurnExit>,
 ) {
-    let mut all = vec![Script::Tools(vec![("c2", "slow", "{}")])];
-    all.extend(script);
+    let script = vec![
+        Script::Tools(vec![("c2", "slow", "{}")]),
+        Script::Text("second interrupt answered"),
+        Script::Text("followup answered"),
+    ];
     let Interrupted {
         f,
         running,
         mut followups,
         interrupt,
         ..
-    } = interrupted_while_busy(all, &["followup"]).await;
+    } = interrupted_while_busy(script, &["followup"]).await;
     assert_eq!(
         running.await.unwrap(),
         TurnExit::Finished(RunStatus::Aborted)
@@ -370,11 +371,7 @@ async fn counts(f: &Fixture) -> (u64, u64) {
 #[tokio::test]
 async fn a_second_interrupt_aborts_the_first_and_still_goes_before_the_followups() {
     // GIVEN an interrupt busy in a slow tool, ahead of a followup
-    let (f, followup, first, ahead) = interrupt_busy_ahead_of_a_followup(vec![
-        Script::Text("second interrupt answered"),
-        Script::Text("followup answered"),
-    ])
-    .await;
+    let (f, followup, first, ahead) = interrupt_busy_ahead_of_a_followup().await;
 
     // WHEN a second interrupt arrives (the API asks the active run, the first, to abort)
     let second = second_interrupt(&f, &first).await;
@@ -409,11 +406,7 @@ async fn a_second_interrupt_aborts_the_first_and_still_goes_before_the_followups
 async fn an_interrupt_that_died_ahead_of_its_turn_ends_before_anything_else_runs() {
     // GIVEN an interrupt busy in a slow tool, ahead of a followup, whose runner dies (its
     // lock is left to expire, its tool call unanswered)
-    let (f, followup, first, ahead) = interrupt_busy_ahead_of_a_followup(vec![
-        Script::Text("second interrupt answered"),
-        Script::Text("followup answered"),
-    ])
-    .await;
+    let (f, followup, first, ahead) = interrupt_busy_ahead_of_a_followup().await;
     ahead.abort();
     assert!(ahead.await.unwrap_err().is_cancelled());
 

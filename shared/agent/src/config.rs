@@ -80,6 +80,11 @@ pub struct RunnerConfig {
     /// turn): on SQLite such a read is cheaper than holding it, so idle sessions of a few turns
     /// cost no memory; on DynamoDB each read is a request (0: every transcript is cached).
     pub transcript_cache_min_entries: usize,
+    /// How long the start of a fresh turn may be held back to go with the turn's next write
+    /// (its first streamed text, its first tool call, its end), so a quick turn writes once
+    /// (`AGENTLANE_START_HOLD_MS`, default 200 ms; 0 writes every start at once). Until then
+    /// the run reads `queued`; a pickup that dies meanwhile is not counted.
+    pub start_hold: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -114,6 +119,7 @@ impl Default for RunnerConfig {
             budget_output_reserve: 4096,
             transcript_cache_bytes: 64 << 20,
             transcript_cache_min_entries: 0,
+            start_hold: Duration::from_millis(200),
         }
     }
 }

@@ -51,8 +51,8 @@ pub use run::{
     QueueOutcome, Run, RunError, RunStatus, TurnRequest, Usage,
 };
 pub use session::{
-    Fence, InterruptMark, LockAttempt, PendingSettle, RESET_HOLD_MS, Session, SessionStatus,
-    SessionUpdate,
+    Fence, InterruptMark, InterruptWatch, LockAttempt, PendingSettle, RESET_HOLD_MS, Session,
+    SessionStatus, SessionUpdate,
 };
 // The role traits are re-exported with `Store`: a caller holding `Arc<dyn Store>` calls their
 // methods directly; a concrete adapter type needs the role's trait in scope.

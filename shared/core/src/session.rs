@@ -128,6 +128,33 @@ pub struct InterruptMark {
     pub after: u64,
 }
 
+/// What a run whose start was held back (not yet written, so the session names no active run)
+/// watches for when its start is written: an `interrupt` accepted meanwhile found no active run
+/// to ask to abort, and set the session's mark on this run instead (SPEC §4 `interrupt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptWatch {
+    /// The run whose start was held.
+    pub run_id: RunId,
+    /// Its `session_seq`.
+    pub session_seq: u64,
+    /// The session's interrupt mark when the run's pickup took the lock: an interrupt accepted
+    /// before that found the run queued, and lets it run (it goes once the run has ended).
+    pub seen: Option<InterruptMark>,
+}
+
+impl InterruptWatch {
+    /// Whether `session`'s interrupt mark interrupts the watched run and was set since the
+    /// watch began: the run is then asked to abort (`interrupted`), as the interrupt's accept
+    /// would have asked had the run's start been written.
+    pub fn interrupted_by(&self, session: &Session) -> bool {
+        session.interrupt.as_ref().is_some_and(|mark| {
+            mark.after == self.session_seq
+                && mark.run_id != self.run_id
+                && self.seen.as_ref() != Some(mark)
+        })
+    }
+}
+
 /// How long one busy answer to a waiting reset holds the runs accepted before it (longer than
 /// the pause between two tries of a waiting reset).
 pub const RESET_HOLD_MS: u64 = 3_000;
@@ -351,6 +378,48 @@ mod tests {
                 SessionId::new("s"),
                 1,
             )
+        }
+    }
+
+    #[test]
+    fn a_held_start_is_interrupted_only_by_a_mark_set_on_it_since_its_pickup() {
+        let mark = |run: &str, after: u64| InterruptMark {
+            run_id: RunId::new(run),
+            session_seq: 9,
+            after,
+        };
+        let watch = |seen: Option<InterruptMark>| InterruptWatch {
+            run_id: RunId::new("held"),
+            session_seq: 4,
+            seen,
+        };
+        // (mark now, mark seen at pickup, interrupted)
+        let cases = [
+            (None, None, false),
+            (Some(mark("i", 4)), None, true),
+            // set before the pickup, while the run was queued: it runs, the interrupt after
+            (Some(mark("i", 4)), Some(mark("i", 4)), false),
+            // a later interrupt replaced the one seen
+            (Some(mark("j", 4)), Some(mark("i", 4)), true),
+            // a mark on another run
+            (Some(mark("i", 3)), None, false),
+            (Some(mark("held", 4)), None, false),
+        ];
+        for (now, seen, interrupted) in cases {
+            let session = Session {
+                interrupt: now.clone(),
+                ..Session::new(
+                    TenantId::new("t"),
+                    SessionKey::new("k"),
+                    SessionId::new("s"),
+                    1,
+                )
+            };
+            assert_eq!(
+                watch(seen.clone()).interrupted_by(&session),
+                interrupted,
+                "{now:?} seen {seen:?}"
+            );
         }
     }
 

@@ -108,6 +108,7 @@ pub(crate) struct RunnerEntry {
     pub history_max_turns: Option<u32>,
     pub max_failed_pickups: Option<u32>,
     pub transcript_cache_mb: Option<u32>,
+    pub start_hold_ms: Option<u64>,
 }
 
 /// `[api]`.

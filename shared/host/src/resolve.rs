@@ -287,6 +287,7 @@ impl Ctx<'_> {
                 file.visibility_timeout_ms,
             )?,
             receive_wait: ms("AGENTLANE_RECEIVE_WAIT_MS", file.receive_wait_ms)?,
+            start_hold: ms("AGENTLANE_START_HOLD_MS", file.start_hold_ms)?,
             model_idle_timeout: ms(
                 "AGENTLANE_MODEL_IDLE_TIMEOUT_MS",
                 file.model_idle_timeout_ms,

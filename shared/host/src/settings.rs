@@ -112,6 +112,9 @@ pub struct RunnerSettings {
     pub max_failed_pickups: Option<u32>,
     /// `AGENTLANE_TRANSCRIPT_CACHE_MB` / `runner.transcript_cache_mb` (0: off).
     pub transcript_cache_mb: Option<u32>,
+    /// How long a fresh turn's start may wait for its next write (`AGENTLANE_START_HOLD_MS` /
+    /// `runner.start_hold_ms`; 0: written at once); default 200 ms.
+    pub start_hold: Option<Duration>,
     /// `[queue] collect_window_ms` / `AGENTLANE_COLLECT_WINDOW_MS`.
     pub collect_window: Option<Duration>,
     /// `[tools] execution = "sequential"` / `AGENTLANE_TOOL_EXECUTION=sequential`.
@@ -203,6 +206,7 @@ impl RunnerSettings {
                 .transcript_cache_mb
                 .map_or(d.transcript_cache_bytes, |mb| (mb as usize) << 20),
             collect_window: self.collect_window.unwrap_or(d.collect_window),
+            start_hold: self.start_hold.unwrap_or(d.start_hold),
             sequential_tools: self.sequential_tools.unwrap_or(d.sequential_tools),
             prices: d.prices.clone().with_overrides(&self.prices),
             system_prompt: self

@@ -68,8 +68,12 @@ impl Accepted {
 
     /// Puts the accepted record on each first delivery of a run accepted here (the message the
     /// accept queued: its dedup id is the run id), and forgets it: a later delivery of the
-    /// same message reads the run.
-    pub(crate) fn attach(&self, deliveries: &mut [Delivery]) {
+    /// same message reads the run. Runs in the receive's own write (`tx`): a record is put on
+    /// the message only while the stored run is still exactly it with no abort requested
+    /// ([`check`]), so a run steered, collected or aborted while it was queued is read at its
+    /// pickup, before any model call; a change after the receive is still found by the run's
+    /// first commit.
+    pub(crate) fn attach(&self, tx: &Connection, deliveries: &mut [Delivery]) {
         let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
         if runs.is_empty() {
             return;
@@ -79,7 +83,9 @@ impl Accepted {
             if delivery.message.dedup_id != body.run_id.as_str() || body.accepted.is_some() {
                 continue;
             }
-            body.accepted = runs.remove(&(body.tenant.clone(), body.run_id.clone()));
+            body.accepted = runs
+                .remove(&(body.tenant.clone(), body.run_id.clone()))
+                .filter(|record| check(tx, &body.tenant, &body.run_id, record).is_ok());
         }
     }
 

@@ -64,7 +64,7 @@ pub(crate) struct Inner {
     /// The queue's fair dispatch across tenants (taken inside the receive's write).
     pub(crate) fair: Arc<Mutex<crate::fair::FairState>>,
     /// Runs this process accepted, given to their first pickup without a read.
-    pub(crate) accepted: crate::accepted::Accepted,
+    pub(crate) accepted: Arc<crate::accepted::Accepted>,
     /// The queue's last empty look and the changes since (a receive skips a look that could
     /// only find nothing again).
     pub(crate) looks: crate::looks::Looks,
@@ -127,7 +127,7 @@ impl SqliteBackend {
                 max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
                 queue_on_accept: AtomicBool::new(false),
                 fair: Arc::new(Mutex::new(crate::fair::FairState::default())),
-                accepted: crate::accepted::Accepted::default(),
+                accepted: Arc::default(),
                 looks: crate::looks::Looks::default(),
                 path,
                 _temp: temp,

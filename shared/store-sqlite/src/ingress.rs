@@ -127,6 +127,22 @@ pub(crate) fn request_abort(
     reason: AbortReason,
 ) -> Result<Option<Run>> {
     let tx = conn.savepoint()?;
+    if !ask_abort(&tx, tenant, run_id, reason)? {
+        return Ok(None);
+    }
+    let run = load_run(&tx, tenant, run_id)?;
+    tx.commit()?;
+    Ok(run)
+}
+
+/// Asks run `run_id` to abort for `reason` (a reason asked before stays); `false` when there
+/// is no such run.
+pub(crate) fn ask_abort(
+    tx: &Connection,
+    tenant: &TenantId,
+    run_id: &RunId,
+    reason: AbortReason,
+) -> Result<bool> {
     let changed = tx
         .prepare_cached(
             "UPDATE runs SET abort_requested = CASE WHEN abort_requested = 0 THEN ?3
@@ -137,12 +153,7 @@ pub(crate) fn request_abort(
             run_id.as_str(),
             records::abort_column(reason)
         ])?;
-    if changed == 0 {
-        return Ok(None);
-    }
-    let run = load_run(&tx, tenant, run_id)?;
-    tx.commit()?;
-    Ok(run)
+    Ok(changed > 0)
 }
 
 /// Records the answer to a pause while the run waits on it (and on no later pause).

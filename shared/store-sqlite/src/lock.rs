@@ -4,8 +4,8 @@
 use crate::error::{Result, int};
 use crate::records::{load_session, replace_run_encoded, save_session};
 use agentlane_core::{
-    AcceptedRecord, CheckedCommit, Fence, FencingToken, LockAttempt, RunId, Session, SessionId,
-    SessionKey, StoreError, TenantId, TranscriptEntry,
+    AbortReason, AcceptedRecord, CheckedCommit, Fence, FencingToken, InterruptWatch, LockAttempt,
+    RunId, Session, SessionId, SessionKey, StoreError, TenantId, TranscriptEntry,
 };
 use rusqlite::{Connection, params};
 
@@ -61,17 +61,28 @@ pub(crate) fn release(conn: &mut Connection, fence: &Fence) -> Result<()> {
 ///
 /// With `accepted` (the holder took the run from its accepted record), the stored run must still
 /// be that record, not aborted ([`crate::accepted::check`]), or nothing is written (`Conflict`).
+///
+/// With `watch` (the write that carries a held start), the run is also asked to abort
+/// (`interrupted`) in the same write when the session's interrupt mark was set on it since its
+/// pickup ([`InterruptWatch::interrupted_by`]); answers whether it was.
 pub(crate) fn commit(
     conn: &mut Connection,
     fence: &Fence,
     commit: CheckedCommit,
     accepted: Option<&AcceptedRecord>,
-) -> Result<()> {
+    watch: Option<&InterruptWatch>,
+) -> Result<bool> {
     let tx = conn.savepoint()?;
     let mut session = fenced_session(&tx, fence)?;
     if let (Some(record), Some(run)) = (accepted, commit.run()) {
         crate::accepted::check(&tx, &fence.tenant, &run.run_id, record)?;
     }
+    let interrupted = match watch.filter(|w| w.interrupted_by(&session)) {
+        Some(w) => {
+            crate::ingress::ask_abort(&tx, &fence.tenant, &w.run_id, AbortReason::Interrupted)?
+        }
+        None => false,
+    };
 
     // Each record as the check encoded it (no second encoding).
     let entries = commit.transcript().iter().map(|e| e.seq);
@@ -105,7 +116,7 @@ pub(crate) fn commit(
         save_session(&tx, &session)?;
     }
     tx.commit()?;
-    Ok(())
+    Ok(interrupted)
 }
 
 /// The session, if `fence` is still the current lock; `FenceLost` otherwise.

@@ -56,8 +56,9 @@ impl SqliteBackend {
         let max_failed = self.inner.max_failed_deliveries.load(Ordering::Relaxed);
         let prune = ack.is_some() && self.prune_due();
         let fair = self.inner.fair.clone();
+        let accepted = self.inner.accepted.clone();
         let before = self.inner.looks.before_look();
-        let mut received = self
+        let received = self
             .with_conn::<_, QueueError>(move |c| {
                 let tx = c.savepoint()?;
                 if let Some(receipt) = &ack {
@@ -67,9 +68,10 @@ impl SqliteBackend {
                     }
                 }
                 let mut fair = fair.lock().unwrap_or_else(PoisonError::into_inner);
-                let received =
+                let mut received =
                     lane_table::receive(&tx, max, visibility_ms, max_failed, now, &mut fair)?;
                 drop(fair);
+                accepted.attach(&tx, &mut received.deliveries);
                 tx.commit()?;
                 Ok(received)
             })
@@ -81,7 +83,6 @@ impl SqliteBackend {
             // An ack in the same write needs no change counted: this look saw what it freed.
             self.inner.looks.looked_empty(before, received.next_due_at);
         }
-        self.inner.accepted.attach(&mut received.deliveries);
         Ok(received)
     }
 

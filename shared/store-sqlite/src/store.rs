@@ -6,9 +6,9 @@ use crate::records::{load_run, load_session};
 use crate::{ingress, lock};
 use agentlane_core::{
     AbortReason, AcceptOutcome, AcceptedRecord, Commit, Event, Fence, FencedWriter, HistoryReader,
-    LockAttempt, MAX_ACCEPTED_RECORD_BYTES, NewTurn, PageBudget, QueueMode, Run, RunId, Session,
-    SessionId, SessionKey, SessionLock, SteerTake, StoreResult, TenantId, TranscriptEntry,
-    TurnIntake,
+    InterruptWatch, LockAttempt, MAX_ACCEPTED_RECORD_BYTES, NewTurn, PageBudget, QueueMode, Run,
+    RunId, Session, SessionId, SessionKey, SessionLock, SteerTake, StoreResult, TenantId,
+    TranscriptEntry, TurnIntake,
 };
 use async_trait::async_trait;
 use std::sync::atomic::Ordering;
@@ -191,19 +191,19 @@ impl SessionLock for SqliteBackend {
 #[async_trait]
 impl FencedWriter for SqliteBackend {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
-        // The size rule and the records' encoding run here, not on the writer thread, which
-        // every write of the process goes through; a commit they refuse leaves the accepted
-        // record for the next one.
-        let commit = commit.check(fence)?;
-        let accepted = commit
-            .run()
-            .and_then(|run| self.inner.accepted.take_expected(fence, &run.run_id));
-        if commit.release_lock() {
-            self.inner.accepted.forget_fence(fence);
-        }
-        let fence = fence.clone();
-        self.with_conn(move |c| lock::commit(c, &fence, commit, accepted.as_ref()))
+        self.fenced_commit(fence, commit, None).await.map(|_| ())
+    }
+
+    /// The interrupt mark is looked at in the commit's own transaction.
+    async fn commit_watching(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        watch: &InterruptWatch,
+    ) -> StoreResult<Option<bool>> {
+        self.fenced_commit(fence, commit, Some(watch.clone()))
             .await
+            .map(Some)
     }
 
     async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {
@@ -223,5 +223,30 @@ impl FencedWriter for SqliteBackend {
     /// `false`): the queue attaches the ones this process accepted.
     fn expect_accepted(&self, fence: &Fence, run_id: &RunId, record: &AcceptedRecord) -> bool {
         self.inner.accepted.expect(fence, run_id, record)
+    }
+}
+
+impl SqliteBackend {
+    /// A fenced commit ([`lock::commit`]); with `watch`, it also asks for the run's abort when
+    /// an interrupt was accepted while its start was held (answers whether it did).
+    async fn fenced_commit(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        watch: Option<InterruptWatch>,
+    ) -> StoreResult<bool> {
+        // The size rule and the records' encoding run here, not on the writer thread, which
+        // every write of the process goes through; a commit they refuse leaves the accepted
+        // record for the next one.
+        let commit = commit.check(fence)?;
+        let accepted = commit
+            .run()
+            .and_then(|run| self.inner.accepted.take_expected(fence, &run.run_id));
+        if commit.release_lock() {
+            self.inner.accepted.forget_fence(fence);
+        }
+        let fence = fence.clone();
+        self.with_conn(move |c| lock::commit(c, &fence, commit, accepted.as_ref(), watch.as_ref()))
+            .await
     }
 }

@@ -64,6 +64,8 @@ impl Turn<'_> {
         if route == Route::Fits {
             return Ok(());
         }
+        // Relief may call the model to summarize: a held start is not kept waiting for it.
+        self.writer.write_held_start().await?;
         if route != Route::TruncateToolResultsOnly {
             let budget = precheck::prompt_budget(window);
             let over = self.prompt_estimate(&self.history).saturating_sub(budget);

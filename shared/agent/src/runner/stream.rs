@@ -57,14 +57,21 @@ pub(super) async fn stream_model(
     if let Some(w) = writer.as_deref_mut() {
         w.begin_attempt_text();
     }
-    let mut stream = tokio::select! {
-        biased;
-        _ = stop.cancelled() => return Err(StreamError::Stopped),
-        opened = tokio::time::timeout(idle_timeout, provider.stream(request, call.clone())) => match opened {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(StreamError::Failed(ModelFailure::Refused(e))),
-            Err(_) => return Err(StreamError::Failed(ModelFailure::OpenTimedOut)),
-        },
+    // A start held back by the writer is written once its hold has passed.
+    let mut held = HeldStart::of(writer.as_deref());
+    let open = tokio::time::timeout(idle_timeout, provider.stream(request, call.clone()));
+    tokio::pin!(open);
+    let mut stream = loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return Err(StreamError::Stopped),
+            _ = held.due(), if held.armed() => held.write(writer.as_deref_mut()).await?,
+            opened = &mut open => break match opened {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(StreamError::Failed(ModelFailure::Refused(e))),
+                Err(_) => return Err(StreamError::Failed(ModelFailure::OpenTimedOut)),
+            },
+        }
     };
     let mut acc = StreamAccumulator::new();
     let mut progress = false;
@@ -72,6 +79,10 @@ pub(super) async fn stream_model(
         let next = tokio::select! {
             biased;
             _ = stop.cancelled() => break Err(StreamError::Stopped),
+            _ = held.due(), if held.armed() => {
+                held.write(writer.as_deref_mut()).await?;
+                continue;
+            }
             next = tokio::time::timeout(idle_timeout, stream.next()) => next,
         };
         // A provider ends its stream when the call is cancelled: that is the stop, not a
@@ -114,6 +125,42 @@ pub(super) async fn stream_model(
         w.discard_delta();
     }
     Err(failure)
+}
+
+/// The writer's held start, as the stream sees it: when it is due, and whether it is still
+/// to be written.
+struct HeldStart {
+    due_in: Option<Duration>,
+    since: tokio::time::Instant,
+}
+
+impl HeldStart {
+    fn of(writer: Option<&RunWriter>) -> Self {
+        Self {
+            due_in: writer.and_then(RunWriter::start_due_in),
+            since: tokio::time::Instant::now(),
+        }
+    }
+
+    fn armed(&self) -> bool {
+        self.due_in.is_some()
+    }
+
+    async fn due(&self) {
+        match self.due_in {
+            Some(due_in) => tokio::time::sleep_until(self.since + due_in).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Writes the held start (once; the writer may have written it with another write).
+    async fn write(&mut self, writer: Option<&mut RunWriter>) -> Result<(), StreamError> {
+        self.due_in = None;
+        if let Some(w) = writer {
+            w.write_held_start().await.map_err(StreamError::Store)?;
+        }
+        Ok(())
+    }
 }
 
 impl From<ModelFailure> for StreamError {

@@ -85,6 +85,9 @@ pub(super) struct Turn<'r> {
     pub agent: std::sync::Arc<crate::agents::AgentProfile>,
     /// Approved calls of a resumed pause, to run after the start commit.
     pub approved: Vec<agentlane_core::ToolCall>,
+    /// The session's interrupt mark when the pickup took the lock (a held start watches for a
+    /// new one).
+    pub interrupt_seen: Option<agentlane_core::InterruptMark>,
 }
 
 impl Turn<'_> {

@@ -13,9 +13,10 @@ use crate::hooks::{
     AgentReplyEvent, AgentRunEvent, HookContext, HookPoint, MessageEvent, ModelResolveEvent,
     PromptAdditions, ReplyTrigger, RunGate, SessionStartEvent,
 };
-use crate::writer::{CommitKind, DeltaFlush, Positions, RunWriter};
+use crate::writer::{DeltaFlush, Hold, Positions, RunWriter};
 use agentlane_core::{
-    EventStream, Fence, Message, Run, RunError, RunStatus, Session, StoreError, TranscriptEntry,
+    EventStream, Fence, InterruptMark, InterruptWatch, Message, Run, RunError, RunStatus, Session,
+    StoreError, TranscriptEntry,
 };
 use agentlane_providers::SharedMessage;
 use serde_json::json;
@@ -29,6 +30,17 @@ enum Gate {
     End(LoopEnd),
     /// A hook answers instead of the model.
     Claimed(crate::hooks::ReplyClaimed),
+}
+
+/// What a pickup opens its turn with, besides the run and the transcript.
+struct Opened {
+    fence: Fence,
+    stop: StopSignal,
+    agent: Result<AgentProfile, RunError>,
+    /// Where the writer records what it commits, for the transcript cache.
+    log: Option<TranscriptLog>,
+    /// The session's interrupt mark when the pickup took the lock.
+    interrupt_seen: Option<InterruptMark>,
 }
 
 impl Runner {
@@ -60,16 +72,14 @@ impl Runner {
             }
         };
         let log = TranscriptLog::new();
-        let exit = self
-            .pickup_with(
-                run,
-                fence,
-                stop,
-                kept.entries(),
-                agent,
-                cacheable.then(|| log.clone()),
-            )
-            .await?;
+        let opened = Opened {
+            fence,
+            stop,
+            agent,
+            log: cacheable.then(|| log.clone()),
+            interrupt_seen: session.interrupt.clone(),
+        };
+        let exit = self.pickup_with(run, kept.entries(), opened).await?;
         if let Some(landed) = cacheable.then(|| log.take()).flatten() {
             kept.extend(landed);
             self.transcripts.put(&tenant, &key, mark, kept);
@@ -81,18 +91,18 @@ impl Runner {
     async fn pickup_with(
         &self,
         run: Run,
-        fence: Fence,
-        stop: StopSignal,
         entries: &[SharedEntry],
-        agent: Result<AgentProfile, RunError>,
-        log: Option<TranscriptLog>,
+        opened: Opened,
     ) -> Result<TurnExit, StoreError> {
-        let (agent, unusable) = match agent {
+        let (agent, unusable) = match opened.agent {
             Ok(agent) => (agent, None),
             Err(error) => (AgentProfile::deployment(&self.tools), Some(error)),
         };
-        let mut turn = self.open(run, fence, entries, stop, agent).await?;
-        if let Some(log) = log {
+        let mut turn = self
+            .open(run, opened.fence, entries, opened.stop, agent)
+            .await?;
+        turn.interrupt_seen = opened.interrupt_seen;
+        if let Some(log) = opened.log {
             turn.writer.keep_log(log);
         }
         if let Some(error) = unusable {
@@ -196,6 +206,7 @@ impl Runner {
             last_tool_error: None,
             agent: std::sync::Arc::new(agent),
             approved: Vec::new(),
+            interrupt_seen: None,
         })
     }
 
@@ -298,7 +309,16 @@ impl Turn<'_> {
             "pickup": run.pickups,
         });
         self.writer.event(EventStream::Lifecycle, event);
-        self.writer.commit(CommitKind::Progress(start)).await?;
+        let hold = self.may_hold_start(resumed).then(|| Hold {
+            at_most: self.runner.config.start_hold,
+            watch: InterruptWatch {
+                run_id: self.writer.run().run_id.clone(),
+                session_seq: self.writer.run().session_seq,
+                seen: self.interrupt_seen.clone(),
+            },
+            stop: self.stop.clone(),
+        });
+        self.writer.start(start, hold).await?;
         if !resumed && !self.runner.hooks.is_empty() {
             let text = self.writer.run().request.message.clone();
             self.runner
@@ -307,6 +327,29 @@ impl Turn<'_> {
                 .await;
         }
         Ok(())
+    }
+
+    /// Whether the start of this pickup may wait for its next write: a fresh run (first
+    /// pickup) in its turn (an interrupt going ahead is at once the session's active run, for
+    /// a later interrupt to find) that does not collect, of an agent whose calls never pause
+    /// (no client tools, no approvals: a pause would leave an interrupt that came during the
+    /// hold with no runner to see it), on a runner without hooks or budgets
+    /// (which act on a started run: a hook sees it, a pickup after a dead one settles its spend
+    /// holds), and on a store that does not check, only at the run's first commit, a record
+    /// the API put in the lane message (held, that check would come after the model call,
+    /// which a run steered or aborted while queued must never make; the embedded store checks
+    /// the records it attaches when it delivers them).
+    fn may_hold_start(&self, resumed: bool) -> bool {
+        let run = self.writer.run();
+        !resumed
+            && run.pickups == 1
+            && !run.out_of_turn
+            && !self.collects()
+            && self.agent.client_tools.is_empty()
+            && self.agent.approval.is_none()
+            && self.runner.hooks.is_empty()
+            && self.runner.spend.is_none()
+            && !self.runner.store.checks_accepted_records()
     }
 
     /// The loop, stopped with [`StopReason::Timeout`] at the run's deadline.

@@ -3,10 +3,12 @@
 //! with the run record, the session update and the lock release in the last part — so a run is
 //! never marked finished (nor the lock released) before all its entries are stored.
 
+use super::Hold;
 use super::RunWriter;
 use agentlane_core::backoff::jittered;
 use agentlane_core::{
-    Commit, Message, SessionStatus, SessionUpdate, StoreError, StoreResult, TranscriptEntry,
+    AbortReason, Commit, Message, SessionStatus, SessionUpdate, StoreError, StoreResult,
+    TranscriptEntry,
 };
 use std::time::Duration;
 
@@ -68,14 +70,29 @@ impl RunWriter {
     pub async fn commit(&mut self, kind: CommitKind) -> StoreResult<()> {
         let now = self.now();
         self.events.take_delta(now);
-        let commit = self.build(kind.shape(), now);
+        let mut shape = kind.shape();
+        let mut hold = None;
+        if let Some(held) = self.held_start.take() {
+            // The held start goes first, with the run record and the session on this run.
+            let mut messages = held.messages;
+            messages.append(&mut shape.messages);
+            shape.messages = messages;
+            shape.with_run = true;
+            shape.session = shape.session.or(Some(SessionStatus::Processing));
+            // A run that ends in this write is not interrupted: the interrupt goes next.
+            hold = (!self.run.status.is_terminal()).then_some(held.hold);
+        }
+        let commit = self.build(shape, now);
         let added = commit.transcript.len() as u64;
         let landing = match &self.log {
             Some(_) if added > 0 => Some(commit.transcript.clone()),
             _ => None,
         };
-        for part in commit.split() {
-            if let Err(e) = self.commit_part(part).await {
+        let mut parts = commit.split().into_iter().peekable();
+        while let Some(part) = parts.next() {
+            // The last part carries the run record and the session: the start.
+            let watch = hold.as_ref().filter(|_| parts.peek().is_none());
+            if let Err(e) = self.commit_part(part, watch).await {
                 self.spoil_log();
                 return Err(e);
             }
@@ -132,10 +149,17 @@ impl RunWriter {
     /// One part, retrying transient failures with jittered backoff. A `Conflict` on a retry
     /// means the earlier try of this part landed: while we hold the fence nobody else can write
     /// its seqs.
-    async fn commit_part(&self, part: Commit) -> StoreResult<()> {
+    ///
+    /// With `hold` (the part that writes a held start), the run is stopped for its abort when
+    /// an interrupt was accepted while the start was held ([`Hold::watch`]).
+    async fn commit_part(&self, part: Commit, hold: Option<&Hold>) -> StoreResult<()> {
         let mut tries = 0u32;
         loop {
-            match self.store.commit(&self.fence, part.clone()).await {
+            let landed = match hold {
+                Some(hold) => self.commit_watching(part.clone(), hold).await,
+                None => self.store.commit(&self.fence, part.clone()).await,
+            };
+            match landed {
                 Ok(()) => return Ok(()),
                 Err(StoreError::Conflict(_)) if tries > 0 => return Ok(()),
                 Err(e) if e.is_transient() && tries < MAX_COMMIT_RETRIES => {
@@ -146,5 +170,34 @@ impl RunWriter {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// `part` written with [`commit_watching`](agentlane_core::FencedWriter::commit_watching); when the store did not look at
+    /// the interrupt mark in that write, the session is read and the abort asked here.
+    async fn commit_watching(&self, part: Commit, hold: &Hold) -> StoreResult<()> {
+        let watch = &hold.watch;
+        let asked = match self.store.commit_watching(&self.fence, part, watch).await? {
+            Some(asked) => asked,
+            None => {
+                let tenant = &self.fence.tenant;
+                let session = self
+                    .store
+                    .get_session(tenant, &self.fence.session_key)
+                    .await?;
+                match session.filter(|s| watch.interrupted_by(s)) {
+                    Some(_) => self
+                        .store
+                        .request_abort_for(tenant, &watch.run_id, AbortReason::Interrupted)
+                        .await?
+                        .is_some(),
+                    None => false,
+                }
+            }
+        };
+        if asked {
+            tracing::info!(run = %watch.run_id, "an interrupt came while the run's start was held; the run stops");
+            hold.stop.trigger(crate::runner::StopReason::Abort);
+        }
+        Ok(())
     }
 }

@@ -34,6 +34,30 @@ pub struct RunWriter {
     events: EventBuffer,
     /// What landed in the transcript, for the runner's transcript cache.
     log: Option<crate::context::cache::TranscriptLog>,
+    /// The start of the run, held back to go with its next write (see [`RunWriter::start`]).
+    held_start: Option<HeldStart>,
+}
+
+/// A start commit held back: its transcript entries, when it is written on its own at the
+/// latest (ms since the epoch, by the writer's clock), and what its write watches for.
+struct HeldStart {
+    messages: Vec<agentlane_core::Message>,
+    due: u64,
+    hold: Hold,
+}
+
+/// How a run's start is held back ([`RunWriter::start`]).
+#[derive(Clone)]
+pub struct Hold {
+    /// The longest the start waits for the run's next write.
+    pub at_most: Duration,
+    /// The interrupt mark the pickup saw: the write that carries the start asks for the run's
+    /// abort when an `interrupt` accepted meanwhile set the mark on it (it found no active run
+    /// to abort, the start not being written).
+    pub watch: agentlane_core::InterruptWatch,
+    /// The run's stop signal, triggered ([`StopReason::Abort`](crate::runner::StopReason::Abort)) when
+    /// that write asked for the abort.
+    pub stop: crate::runner::StopSignal,
 }
 
 /// Where the run's transcript and events stand when a writer takes over.
@@ -72,6 +96,48 @@ impl RunWriter {
             next_seq: positions.next_seq,
             events: EventBuffer::new(positions.next_event_seq, flush.bytes, flush.every),
             log: None,
+            held_start: None,
+        }
+    }
+
+    /// Starts the run: its start entries (the prompt) with the run record, the session
+    /// `processing` on this run and the pending events. With `hold`, nothing is written yet:
+    /// the start goes with the run's next write, or on its own once `hold` has passed (see
+    /// [`RunWriter::start_due_in`]), so a quick turn writes its start and its end together. A
+    /// pickup that dies meanwhile leaves the run as it found it (queued, not picked up).
+    pub async fn start(
+        &mut self,
+        messages: Vec<agentlane_core::Message>,
+        hold: Option<Hold>,
+    ) -> StoreResult<()> {
+        match hold.filter(|h| !h.at_most.is_zero()) {
+            Some(hold) => {
+                let at_most = u64::try_from(hold.at_most.as_millis()).unwrap_or(u64::MAX);
+                let due = self.now().saturating_add(at_most);
+                self.held_start = Some(HeldStart {
+                    messages,
+                    due,
+                    hold,
+                });
+                Ok(())
+            }
+            None => self.commit(CommitKind::Progress(messages)).await,
+        }
+    }
+
+    /// How long a held start may still wait before it is written on its own; `None` when no
+    /// start is held.
+    pub fn start_due_in(&self) -> Option<Duration> {
+        self.held_start
+            .as_ref()
+            .map(|h| Duration::from_millis(h.due.saturating_sub(self.now())))
+    }
+
+    /// Writes a held start now (no-op when none is held).
+    pub async fn write_held_start(&mut self) -> StoreResult<()> {
+        match self.held_start {
+            Some(_) => self.commit(CommitKind::Progress(Vec::new())).await,
+            None => Ok(()),
         }
     }
 
@@ -175,6 +241,8 @@ impl RunWriter {
     }
 
     async fn take_pending(&mut self, mode: agentlane_core::QueueMode) -> StoreResult<Vec<Run>> {
+        // The taken messages are written after the run's own entries.
+        self.write_held_start().await?;
         let take = self.pending_take(mode);
         let taken = match self.store.take_steers(&self.fence, take).await {
             Ok(taken) => taken,

@@ -251,7 +251,7 @@ async fn busy_in_tool(f: &Fixture, entries: usize, results: usize) {
 }
 
 /// The user messages of the transcript, in order.
-async fn user_texts(f: &Fixture) -> Vec<String> {
+pub(crate) async fn user_texts(f: &Fixture) -> Vec<String> {
     f.transcript()
         .await
         .into_iter()

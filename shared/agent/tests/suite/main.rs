@@ -15,6 +15,7 @@ mod poison;
 mod retry_loop;
 mod runner_hooks;
 mod scheduled;
+mod start_hold;
 mod steer;
 mod support;
 mod tool_calls;

@@ -32,6 +32,8 @@ pub enum Script {
     Stall(Duration),
     /// Sends nothing for this long.
     Silent(Duration),
+    /// Sends nothing for this long, then this text.
+    Late(Duration, &'static str),
     /// Only reasoning, no visible text.
     ReasoningOnly,
     /// Tool calls built at run time (many of them, say).
@@ -176,6 +178,16 @@ impl ModelProvider for ScriptedModel {
                     tokio::time::sleep(d).await;
                     Ok(StreamEvent::Finished(FinishReason::Stop))
                 })
+                .boxed());
+            }
+            Script::Late(d, text) => {
+                return Ok(futures::stream::once(async move {
+                    tokio::time::sleep(d).await;
+                    Ok(StreamEvent::TextDelta(text.into()))
+                })
+                .chain(futures::stream::iter(vec![Ok(StreamEvent::Finished(
+                    FinishReason::Stop,
+                ))]))
                 .boxed());
             }
             Script::Stall(d) => {

@@ -9,7 +9,7 @@ use crate::ids::RunId;
 use crate::queue::AcceptedRecord;
 use crate::record_size;
 use crate::run::{Event, Run};
-use crate::session::{Fence, SessionUpdate};
+use crate::session::{Fence, InterruptWatch, SessionUpdate};
 use crate::transcript::TranscriptEntry;
 use async_trait::async_trait;
 use std::collections::HashSet;
@@ -244,6 +244,22 @@ pub trait FencedWriter: Send + Sync + 'static {
     /// run one at a time asks before each launch (SPEC §4 `steer`: the calls not started yet
     /// are skipped when a steer waits).
     async fn steers_waiting(&self, fence: &Fence, take: &SteerTake) -> StoreResult<bool>;
+
+    /// Applies `commit` as [`commit`](Self::commit) does: the write that carries the start of
+    /// a run whose start was held back. Then, when `watch` finds the session's interrupt mark
+    /// set on that run since its pickup took the lock ([`InterruptWatch::interrupted_by`]: an
+    /// `interrupt` accepted while the start was held found no active run), asks for the run's
+    /// abort (`interrupted`), as that interrupt's accept would have. Answers `Some(asked)` when
+    /// the store looked in the commit's own write; `None` (the default) when it did not, and
+    /// the caller reads the session and asks itself.
+    async fn commit_watching(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        _watch: &InterruptWatch,
+    ) -> StoreResult<Option<bool>> {
+        self.commit(fence, commit).await.map(|()| None)
+    }
 
     /// Whether this store can check an [`AcceptedRecord`] ([`expect_accepted`](Self::expect_accepted)):
     /// the API then puts one in a run's first lane message. `false` unless an adapter says so.

@@ -178,3 +178,33 @@ async fn a_backend_not_told_it_is_the_queue_leaves_enqueueing_to_the_api() {
     assert!(backend.accept_turn(turn).await.unwrap().created);
     assert_eq!(queued(&backend).await, Vec::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_changed_while_queued_is_delivered_without_its_accepted_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = queueing(dir.path());
+    let (tenant, now) = (fixtures::tenant(), fixtures::wall_ms());
+    let kept = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    let aborted = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    let kept_run = backend.accept_turn(kept.clone()).await.unwrap().run;
+    backend.accept_turn(aborted.clone()).await.unwrap();
+
+    // WHEN one of two runs this process accepted is asked to abort while it is queued
+    backend
+        .request_abort_for(
+            &tenant,
+            &aborted.run_id,
+            agentlane_core::AbortReason::Requested,
+        )
+        .await
+        .unwrap();
+
+    // THEN its delivery carries no record (its pickup reads the run, and finds the abort
+    // before any model call), while the unchanged run's still carries its own
+    let mut got = queued(&backend).await;
+    got.sort_by_key(|m| m.body.run_id != kept.run_id);
+    let mut expected_kept = message_of(&kept);
+    expected_kept.body.accepted = AcceptedRecord::of(&kept_run);
+    assert!(expected_kept.body.accepted.is_some());
+    assert_eq!(got, vec![expected_kept, message_of(&aborted)]);
+}

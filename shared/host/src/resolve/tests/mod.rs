@@ -140,6 +140,7 @@ fn the_shipped_example_parses_into_every_setting() {
             history_max_turns: None,
             max_failed_pickups: None,
             transcript_cache_mb: None,
+            start_hold: Some(Duration::from_millis(200)),
             collect_window: Some(Duration::from_millis(500)),
             sequential_tools: Some(false),
             prices: std::collections::BTreeMap::from([

@@ -3,7 +3,9 @@
 //! On the embedded backend the accept writes the run and its lane message in one transaction
 //! ([`SqliteBackend::queue_accepted_turns`]). The process that accepted a run also remembers
 //! the run's record as accepted, in memory, until the run's first delivery: `receive` hands it
-//! to the runner on that delivery's message ([`TurnMessage::accepted`]), and the runner takes
+//! to the runner on that delivery's message ([`TurnMessage::accepted`]) if, in the receive's
+//! own write, the stored run is still exactly that record with no abort requested (a run
+//! steered, collected or aborted while queued is read at its pickup), and the runner takes
 //! the run from it instead of reading it ([`FencedWriter::expect_accepted`]). The run's first
 //! commit under that lock then checks, in its own transaction on the writer connection, that
 //! the stored record is still exactly the accepted one with no abort requested; otherwise it

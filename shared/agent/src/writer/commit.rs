@@ -172,8 +172,10 @@ impl RunWriter {
         }
     }
 
-    /// `part` written with [`commit_watching`](agentlane_core::FencedWriter::commit_watching); when the store did not look at
-    /// the interrupt mark in that write, the session is read and the abort asked here.
+    /// `part` written with
+    /// [`commit_watching`](agentlane_core::FencedWriter::commit_watching); when the store did
+    /// not look at the interrupt mark in that write, the session is read and the abort asked
+    /// here.
     async fn commit_watching(&self, part: Commit, hold: &Hold) -> StoreResult<()> {
         let watch = &hold.watch;
         let asked = match self.store.commit_watching(&self.fence, part, watch).await? {

@@ -7,7 +7,7 @@ use crate::support::*;
 use agentlane_agent::{RunnerConfig, TurnExit};
 use agentlane_core::{
     Commit, EventStream, Fence, Layered, Message, QueueMode, RunStatus, Store, StoreLayer,
-    StoreResult,
+    StoreResult, TurnMessage,
 };
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
@@ -48,6 +48,23 @@ fn recorded(script: Vec<Script>, config: RunnerConfig) -> (Arc<Fixture>, Seen) {
     };
     let f = fixture_on(script, config, |r, m| r.with_provider(m.clone()), wrap);
     (Arc::new(f), seen)
+}
+
+/// A turn with `text` accepted and its pickup running, in its first model call: its message
+/// and the task running it.
+async fn in_a_slow_model_call(
+    f: &Arc<Fixture>,
+    text: &str,
+) -> (TurnMessage, tokio::task::JoinHandle<TurnExit>) {
+    let msg = f.accept(text).await;
+    let running = {
+        let (f, msg) = (f.clone(), msg.clone());
+        tokio::spawn(async move { f.execute(&msg).await })
+    };
+    while f.model.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (msg, running)
 }
 
 /// The test settings with `hold`, the default delta coalescing, and time for a silent model.
@@ -156,14 +173,7 @@ async fn a_pickup_that_dies_while_its_start_is_held_leaves_the_run_as_it_found_i
         ],
         holding(Duration::from_secs(10)),
     );
-    let msg = f.accept("hello").await;
-    let dying = {
-        let (f, msg) = (f.clone(), msg.clone());
-        tokio::spawn(async move { f.execute(&msg).await })
-    };
-    while f.model.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (msg, dying) = in_a_slow_model_call(&f, "hello").await;
 
     // WHEN its runner dies during the model call (its lock left to expire)
     dying.abort();
@@ -201,14 +211,7 @@ async fn an_interrupt_accepted_while_the_start_is_held_stops_the_turn_once_the_s
         ],
         holding(Duration::from_millis(300)),
     );
-    let busy = f.accept("long job").await;
-    let running = {
-        let (f, busy) = (f.clone(), busy.clone());
-        tokio::spawn(async move { f.execute(&busy).await })
-    };
-    while f.model.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (busy, running) = in_a_slow_model_call(&f, "long job").await;
     assert_eq!(f.run(&busy.run_id).await.status, RunStatus::Queued);
 
     // WHEN an interrupt is accepted then: the session names no active run for the API to ask

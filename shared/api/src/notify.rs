@@ -11,8 +11,8 @@
 //! by any signal.
 
 use agentlane_core::{
-    Commit, Fence, Layered, Run, RunId, RunStatus, Store, StoreError, StoreLayer, StoreResult,
-    TenantId,
+    Commit, Fence, InterruptWatch, Layered, Run, RunId, RunStatus, Store, StoreError, StoreLayer,
+    StoreResult, TenantId,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -310,6 +310,28 @@ impl StoreLayer for NotifyingStore {
     }
 
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
+        self.signalled(fence, commit, None).await.map(|_| ())
+    }
+
+    async fn commit_watching(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        watch: &InterruptWatch,
+    ) -> StoreResult<Option<bool>> {
+        self.signalled(fence, commit, Some(watch)).await
+    }
+}
+
+impl NotifyingStore {
+    /// The commit (watching for an interrupt with `watch`), then its signal to the run's
+    /// waiters.
+    async fn signalled(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        watch: Option<&InterruptWatch>,
+    ) -> StoreResult<Option<bool>> {
         let run = commit.events_run_id();
         let status = commit.run.as_ref().map(|run| run.status);
         // The run's final record, kept for its waiters (a terminal run does not change again;
@@ -319,11 +341,14 @@ impl StoreLayer for NotifyingStore {
             .as_ref()
             .filter(|r| r.status.is_terminal() && Some(&r.run_id) == run.as_ref())
             .map(|r| Arc::new(r.clone()));
-        let outcome = self.inner.commit(fence, commit).await;
+        let outcome = match watch {
+            Some(watch) => self.inner.commit_watching(fence, commit, watch).await,
+            None => self.inner.commit(fence, commit).await.map(|()| None),
+        };
         if let Some(run_id) = run {
             match (&outcome, ended) {
-                (Ok(()), Some(ended)) => self.notifier.signal_final_commit(ended),
-                (Ok(()), None) => self.notifier.signal_commit(&fence.tenant, &run_id, status),
+                (Ok(_), Some(ended)) => self.notifier.signal_final_commit(ended),
+                (Ok(_), None) => self.notifier.signal_commit(&fence.tenant, &run_id, status),
                 // Another writer took the session: the run's next change will not come
                 // through this process, so its waiters go back to polling.
                 (Err(StoreError::FenceLost), _) => {

@@ -203,14 +203,23 @@ async fn a_pickup_that_dies_while_its_start_is_held_leaves_the_run_as_it_found_i
 
 #[tokio::test]
 async fn an_interrupt_accepted_while_the_start_is_held_stops_the_turn_once_the_start_is_written() {
-    // GIVEN a turn whose model is silent for seconds, its start held (nothing written yet)
-    let (f, _) = recorded(
+    let script = || {
         vec![
             Script::Late(Duration::from_secs(5), "never seen"),
             Script::Text("interrupt answered"),
-        ],
-        holding(Duration::from_millis(300)),
-    );
+        ]
+    };
+    // On the embedded store, which looks at the interrupt mark in the write of the start
+    let f = fixture(script(), holding(Duration::from_millis(300)));
+    interrupted_while_held(Arc::new(f)).await;
+    // AND on a store that does not (a layer): the runner reads the session after that write
+    let (f, _) = recorded(script(), holding(Duration::from_millis(300)));
+    interrupted_while_held(f).await;
+}
+
+/// The interrupt scenario on `f` (its model silent for seconds, then answering the interrupt).
+async fn interrupted_while_held(f: Arc<Fixture>) {
+    // GIVEN a turn whose model is silent for seconds, its start held (nothing written yet)
     let (busy, running) = in_a_slow_model_call(&f, "long job").await;
     assert_eq!(f.run(&busy.run_id).await.status, RunStatus::Queued);
 

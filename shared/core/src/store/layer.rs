@@ -8,7 +8,7 @@ use super::{
 use crate::ids::{RunId, SessionId, SessionKey, TenantId};
 use crate::queue::AcceptedRecord;
 use crate::run::{AbortReason, Event, QueueMode, Run};
-use crate::session::{Fence, LockAttempt, Session};
+use crate::session::{Fence, InterruptWatch, LockAttempt, Session};
 use crate::transcript::TranscriptEntry;
 use async_trait::async_trait;
 
@@ -73,6 +73,18 @@ pub trait StoreLayer: Send + Sync + 'static {
     /// A fenced commit (after `before`).
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.inner().commit(fence, commit).await
+    }
+
+    /// The write that carries a held start (after `before`; see
+    /// [`FencedWriter::commit_watching`]): by default the layer's own [`commit`](Self::commit),
+    /// the interrupt mark left to the caller (`None`).
+    async fn commit_watching(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        _watch: &InterruptWatch,
+    ) -> StoreResult<Option<bool>> {
+        self.commit(fence, commit).await.map(|()| None)
     }
 
     /// An abort request (after `before`).
@@ -265,6 +277,16 @@ impl<L: StoreLayer> FencedWriter for Layered<L> {
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.0.before(StoreCall::Commit).await?;
         StoreLayer::commit(&self.0, fence, commit).await
+    }
+
+    async fn commit_watching(
+        &self,
+        fence: &Fence,
+        commit: Commit,
+        watch: &InterruptWatch,
+    ) -> StoreResult<Option<bool>> {
+        self.0.before(StoreCall::Commit).await?;
+        StoreLayer::commit_watching(&self.0, fence, commit, watch).await
     }
 
     async fn take_steers(&self, fence: &Fence, take: SteerTake) -> StoreResult<Vec<Run>> {

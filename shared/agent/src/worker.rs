@@ -117,7 +117,9 @@ impl LaneWorker {
             });
         }
         let config = self.runner.config();
-        let exit = match self.runner.execute(&delivery.message.body, shutdown).await {
+        let body = &delivery.message.body;
+        let lock = delivery.lock.clone();
+        let exit = match self.runner.execute_delivered(body, lock, shutdown).await {
             Ok(exit) => exit,
             Err(e) => {
                 tracing::error!(run = %delivery.message.body.run_id, error = %e, "turn failed; the message comes back shortly");
@@ -250,6 +252,9 @@ impl LaneWorker {
         // Taken with the last ack but not run: handed back at once for another worker (a
         // hand-back is not a failed delivery).
         for delivery in next {
+            if let Some(lock) = &delivery.lock {
+                self.runner.release_lock(&lock.fence).await;
+            }
             self.settle(&delivery, &Settlement::VisibleAfter(Duration::ZERO))
                 .await;
         }

@@ -97,6 +97,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(model = %models.default_model, "default model");
     }
     if let Some(sqlite) = &embedded {
+        // The runners' store is this backend: a receive takes the session's lock in the write
+        // that delivers the message (one write per turn fewer).
+        let owner = format!("serve-{}", std::process::id());
+        sqlite.lock_on_receive(&owner, runner.config().lock_lease);
         // Fair dispatch across tenants: one tenant's runs hold at most its share of the workers.
         sqlite.set_tenant_in_flight_cap(
             settings

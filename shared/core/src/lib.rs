@@ -42,8 +42,8 @@ pub use cron::{CronJob, CronStore, JobId, JobRun, JobRunStatus, Schedule};
 pub use fingerprint::fingerprint;
 pub use ids::{FencingToken, Lane, RunId, SessionId, SessionKey, TenantId};
 pub use queue::{
-    AcceptedRecord, Delivery, LaneMessage, LaneQueue, MAX_ACCEPTED_RECORD_BYTES, QueueError,
-    QueueResult, Receipt, TurnMessage,
+    AcceptedRecord, DeliveredLock, Delivery, LaneMessage, LaneQueue, MAX_ACCEPTED_RECORD_BYTES,
+    QueueError, QueueResult, Receipt, TurnMessage,
 };
 pub use record_size::MAX_RECORD_BYTES;
 pub use run::{

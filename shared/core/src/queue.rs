@@ -101,6 +101,20 @@ pub struct Delivery {
     pub receipt: Receipt,
     /// 1 on the first delivery.
     pub receive_count: u32,
+    /// The session's lock, when the queue took it for this delivery in the write that
+    /// delivered it (the embedded queue, when its store is the runner's: see
+    /// `SqliteBackend::lock_on_receive`); the runner starts from it instead of acquiring the
+    /// lock, and releases it like a lock it took. `None`: the runner acquires the lock.
+    pub lock: Option<DeliveredLock>,
+}
+
+/// A session lock taken for a delivery: the fence, and the session as the acquire left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveredLock {
+    /// The lock's fence.
+    pub fence: crate::session::Fence,
+    /// The session as the acquire wrote it.
+    pub session: Box<crate::session::Session>,
 }
 
 /// Why a queue operation failed.

@@ -61,6 +61,9 @@ pub(crate) struct Inner {
     /// Whether an accept also queues its run's lane message, in its own transaction (see
     /// [`SqliteBackend::queue_accepted_turns`]).
     pub(crate) queue_on_accept: AtomicBool,
+    /// The owner prefix and lease (ms) of the session locks `receive` takes for what it
+    /// delivers (see [`SqliteBackend::lock_on_receive`]); `None`: it takes none.
+    pub(crate) lock_on_receive: Mutex<Option<(Arc<str>, u64)>>,
     /// The queue's fair dispatch across tenants (taken inside the receive's write).
     pub(crate) fair: Arc<Mutex<crate::fair::FairState>>,
     /// Runs this process accepted, given to their first pickup without a read.
@@ -126,6 +129,7 @@ impl SqliteBackend {
                 acks: AtomicU64::new(0),
                 max_failed_deliveries: AtomicU32::new(crate::lane_table::MAX_FAILED_DELIVERIES),
                 queue_on_accept: AtomicBool::new(false),
+                lock_on_receive: Mutex::new(None),
                 fair: Arc::new(Mutex::new(crate::fair::FairState::default())),
                 accepted: Arc::default(),
                 looks: crate::looks::Looks::default(),
@@ -143,6 +147,22 @@ impl SqliteBackend {
     /// default.
     pub fn queue_accepted_turns(&self) {
         self.inner.queue_on_accept.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes `receive` take the session lock of each message it delivers, in the same write
+    /// (owner `{owner}:{random}`, for `lease`), and hand it to the runner on the delivery
+    /// ([`Delivery::lock`](agentlane_core::Delivery::lock)): one write per turn fewer, the
+    /// lock acquired exactly as [`SessionLock::acquire_lock`](agentlane_core::SessionLock)
+    /// would (a live lock is left to its holder, and the runner then acquires as usual). Only
+    /// for a deployment whose runners use this same backend (or a clone) as their store, and
+    /// release or use every lock they are given; off by default.
+    pub fn lock_on_receive(&self, owner: &str, lease: std::time::Duration) {
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        *self
+            .inner
+            .lock_on_receive
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Arc::from(owner), lease_ms));
     }
 
     /// Writes sent to the writer thread so far.

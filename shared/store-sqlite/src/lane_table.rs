@@ -6,7 +6,9 @@
 //! has passed; while the head is in flight the whole lane waits.
 
 use crate::error::{Result, int, uint};
-use agentlane_core::{Delivery, Lane, LaneMessage, QueueError, Receipt, TurnMessage};
+use agentlane_core::{
+    DeliveredLock, Delivery, Lane, LaneMessage, LockAttempt, QueueError, Receipt, TurnMessage,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// How long an acked message's dedup id keeps suppressing re-enqueues (24 h).
@@ -166,6 +168,7 @@ pub(crate) fn receive(
                 },
                 receipt: Receipt(receipt),
                 receive_count: u32::try_from(receive_count).unwrap_or(u32::MAX),
+                lock: None,
             });
         }
     }
@@ -183,6 +186,30 @@ pub(crate) fn receive(
         dead_lettered,
         more_due,
     })
+}
+
+/// The session lock of `delivery`'s message, taken inside the receive's transaction for an
+/// owner `{owner}:{random}` and `lease_ms`; `None` (the runner acquires it) when the message
+/// names no session, the session is locked by a live holder, or the acquire failed (a failed
+/// acquire writes nothing).
+pub(crate) fn lock_for(
+    tx: &Connection,
+    delivery: &Delivery,
+    owner: &str,
+    lease_ms: u64,
+    now: u64,
+) -> Option<DeliveredLock> {
+    let body = &delivery.message.body;
+    let key = body.session_key.as_ref()?;
+    let owner = format!("{owner}:{}", uuid::Uuid::new_v4().simple());
+    match crate::lock::acquire_in(tx, &body.tenant, key, &owner, lease_ms, now) {
+        Ok(LockAttempt::Acquired(fence, session)) => Some(DeliveredLock { fence, session }),
+        Ok(LockAttempt::Held { .. }) => None,
+        Err(e) => {
+            tracing::debug!(error = ?e, run = %body.run_id, "no lock taken with the delivery");
+            None
+        }
+    }
 }
 
 /// A deliverable lane head as read by `receive`; `failures` counts the delivery before this one

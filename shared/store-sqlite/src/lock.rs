@@ -18,7 +18,21 @@ pub(crate) fn acquire(
     now: u64,
 ) -> Result<LockAttempt> {
     let tx = conn.savepoint()?;
-    let Some(mut session) = load_session(&tx, tenant, key)? else {
+    let attempt = acquire_in(&tx, tenant, key, owner, lease_ms, now)?;
+    tx.commit()?;
+    Ok(attempt)
+}
+
+/// [`acquire`] inside the caller's transaction (which makes it atomic).
+pub(crate) fn acquire_in(
+    tx: &Connection,
+    tenant: &TenantId,
+    key: &SessionKey,
+    owner: &str,
+    lease_ms: u64,
+    now: u64,
+) -> Result<LockAttempt> {
+    let Some(mut session) = load_session(tx, tenant, key)? else {
         return Err(StoreError::NotFound(format!("session {}", key.fingerprint())).into());
     };
     if let Some(held) = session.lock_holder(now) {
@@ -27,8 +41,7 @@ pub(crate) fn acquire(
     session.fence += 1;
     session.lock_owner = Some(owner.to_owned());
     session.lock_until = now.saturating_add(lease_ms);
-    save_session(&tx, &session)?;
-    tx.commit()?;
+    save_session(tx, &session)?;
     let fence = Fence {
         tenant: tenant.clone(),
         session_key: key.clone(),

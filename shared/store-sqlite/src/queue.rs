@@ -57,6 +57,12 @@ impl SqliteBackend {
         let prune = ack.is_some() && self.prune_due();
         let fair = self.inner.fair.clone();
         let accepted = self.inner.accepted.clone();
+        let lock_on_receive = self
+            .inner
+            .lock_on_receive
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let before = self.inner.looks.before_look();
         let received = self
             .with_conn::<_, QueueError>(move |c| {
@@ -72,6 +78,11 @@ impl SqliteBackend {
                     lane_table::receive(&tx, max, visibility_ms, max_failed, now, &mut fair)?;
                 drop(fair);
                 accepted.attach(&tx, &mut received.deliveries);
+                if let Some((owner, lease_ms)) = &lock_on_receive {
+                    for delivery in &mut received.deliveries {
+                        delivery.lock = lane_table::lock_for(&tx, delivery, owner, *lease_ms, now);
+                    }
+                }
                 tx.commit()?;
                 Ok(received)
             })

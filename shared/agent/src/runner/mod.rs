@@ -170,6 +170,15 @@ impl Runner {
         &self.transcripts
     }
 
+    /// Gives back a session lock this runner was handed and will not use (a delivery's lock,
+    /// [`Delivery::lock`](agentlane_core::Delivery::lock), whose message goes back unrun); a
+    /// failure is logged, and the lock's lease then ends it.
+    pub async fn release_lock(&self, fence: &agentlane_core::Fence) {
+        if let Err(e) = self.store.release_lock(fence).await {
+            tracing::warn!(error = %e, "could not release a delivered session lock");
+        }
+    }
+
     /// The runner's settings.
     pub fn config(&self) -> &RunnerConfig {
         &self.config

@@ -13,7 +13,8 @@ use crate::lock::{self, AcquireError};
 use agentlane_core::backoff::jittered;
 use agentlane_core::metrics;
 use agentlane_core::{
-    AcceptedRecord, Fence, Run, RunStatus, Session, SessionKey, StoreError, TurnMessage,
+    AcceptedRecord, DeliveredLock, Fence, Run, RunStatus, Session, SessionKey, StoreError,
+    TurnMessage,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +51,23 @@ impl Runner {
         message: &TurnMessage,
         shutdown: &CancellationToken,
     ) -> Result<TurnExit, RunnerError> {
-        let (fence, session, key) = match self.acquire_lane(message, shutdown).await? {
+        self.execute_delivered(message, None, shutdown).await
+    }
+
+    /// [`execute`](Self::execute), starting from `lock` when the queue took the session's
+    /// lock with the delivery ([`Delivery::lock`](agentlane_core::Delivery::lock)); it is
+    /// released (or used) like a lock this pickup took.
+    pub async fn execute_delivered(
+        &self,
+        message: &TurnMessage,
+        lock: Option<DeliveredLock>,
+        shutdown: &CancellationToken,
+    ) -> Result<TurnExit, RunnerError> {
+        let acquired = match lock {
+            Some(lock) => self.delivered_lane(message, lock, shutdown).await?,
+            None => self.acquire_lane(message, shutdown).await?,
+        };
+        let (fence, session, key) = match acquired {
             Ok(acquired) => acquired,
             Err(exit) => return Ok(exit),
         };
@@ -106,6 +123,28 @@ impl Runner {
             }
         }
         Ok(exit)
+    }
+
+    /// The lock the queue took with the delivery of `message`, as [`Self::acquire_lane`]
+    /// answers; released at once when the pickup hands the message back before starting (a
+    /// shutdown), or when it is not the lock of the message's session.
+    async fn delivered_lane(
+        &self,
+        message: &TurnMessage,
+        lock: DeliveredLock,
+        shutdown: &CancellationToken,
+    ) -> Result<Result<(Fence, Session, SessionKey), TurnExit>, RunnerError> {
+        let DeliveredLock { fence, session } = lock;
+        let ours = message.session_key.as_ref() == Some(&fence.session_key)
+            && message.tenant == fence.tenant;
+        if ours && !shutdown.is_cancelled() {
+            return Ok(Ok((fence.clone(), *session, fence.session_key)));
+        }
+        self.store.release_lock(&fence).await.ok();
+        match ours {
+            true => Ok(Err(TurnExit::HandBack)),
+            false => self.acquire_lane(message, shutdown).await,
+        }
     }
 
     /// The session's lock for the delivery of `message`, with the session as the acquire read

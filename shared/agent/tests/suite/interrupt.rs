@@ -110,6 +110,7 @@ fn delivery(msg: &TurnMessage, n: u32) -> Delivery {
         },
         receipt: Receipt(format!("r{n}")),
         receive_count: n,
+        lock: None,
     }
 }
 

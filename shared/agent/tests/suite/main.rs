@@ -6,6 +6,7 @@
 mod collect;
 mod commit_parts;
 mod context;
+mod delivered_lock;
 mod hook_failures;
 mod hook_merges;
 mod hook_support;

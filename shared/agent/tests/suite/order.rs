@@ -115,6 +115,7 @@ impl LaneQueue for MisbehavingQueue {
                 message: queued.message.clone(),
                 receipt,
                 receive_count: queued.receive_count,
+                lock: None,
             });
         }
         state.next_receipt = next_receipt;
@@ -476,6 +477,7 @@ impl LaneQueue for FifoLane {
             message,
             receipt: Receipt(state.2.to_string()),
             receive_count: 1,
+            lock: None,
         }])
     }
     async fn ack(&self, _: &Receipt) -> QueueResult<()> {

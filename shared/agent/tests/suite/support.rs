@@ -297,6 +297,8 @@ pub struct ToolResultRow {
 
 pub struct Fixture {
     pub _dir: tempfile::TempDir,
+    /// The embedded backend under `store` (also a lane queue).
+    pub backend: SqliteBackend,
     pub store: Arc<dyn Store>,
     pub model: Arc<ScriptedModel>,
     pub runner: Runner,
@@ -349,7 +351,7 @@ pub fn fixture_on(
 ) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let backend = SqliteBackend::open(dir.path()).unwrap();
-    let store: Arc<dyn Store> = wrap(Arc::new(backend));
+    let store: Arc<dyn Store> = wrap(Arc::new(backend.clone()));
     let model = ScriptedModel::new(script);
     let (tenant, key) = (TenantId::new("acme"), SessionKey::new("s1"));
     let steer_now = |sequential| {
@@ -380,6 +382,7 @@ pub fn fixture_on(
     );
     Fixture {
         _dir: dir,
+        backend,
         store,
         model,
         runner,

@@ -116,6 +116,7 @@ pub fn delivery_from_parts(
         },
         receipt: Receipt(receipt_handle.to_owned()),
         receive_count: receive_count.max(1),
+        lock: None,
     })
 }
 
@@ -243,6 +244,7 @@ mod tests {
                 message: sent,
                 receipt: Receipt("rh-1".into()),
                 receive_count: 3,
+                lock: None,
             }
         );
     }

@@ -3,7 +3,8 @@
 
 use agentlane_conformance::fixtures;
 use agentlane_core::{
-    AcceptedRecord, HistoryReader, Lane, LaneMessage, LaneQueue, NewTurn, TurnIntake, TurnMessage,
+    AcceptedRecord, HistoryReader, Lane, LaneMessage, LaneQueue, LockAttempt, NewTurn, SessionLock,
+    TurnIntake, TurnMessage,
 };
 use agentlane_store_sqlite::{DB_FILE_NAME, SqliteBackend};
 use std::time::{Duration, Instant};
@@ -207,4 +208,74 @@ async fn a_run_changed_while_queued_is_delivered_without_its_accepted_record() {
     expected_kept.body.accepted = AcceptedRecord::of(&kept_run);
     assert!(expected_kept.body.accepted.is_some());
     assert_eq!(got, vec![expected_kept, message_of(&aborted)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_told_to_lock_takes_each_free_sessions_lock_in_the_same_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = queueing(dir.path());
+    backend.lock_on_receive("serve-1", Duration::from_secs(30));
+    let (tenant, now) = (fixtures::tenant(), fixtures::wall_ms());
+    let free = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    let busy = fixtures::turn(&tenant, &fixtures::session_key(), now);
+    backend.accept_turn(free.clone()).await.unwrap();
+    backend.accept_turn(busy.clone()).await.unwrap();
+    // GIVEN one of the two sessions locked by a live runner
+    let held = backend
+        .acquire_lock(
+            &tenant,
+            &busy.session_key,
+            "other",
+            30_000,
+            fixtures::wall_ms(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(held, LockAttempt::Acquired(..)));
+
+    // WHEN both messages are delivered
+    let got = backend
+        .receive(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    let lock_of = |turn: &NewTurn| {
+        got.iter()
+            .find(|d| d.message.body.run_id == turn.run_id)
+            .unwrap()
+            .lock
+            .clone()
+    };
+
+    // THEN the free session's message comes with its lock, which the store holds as taken
+    // for this receive (a runner's acquire finds it held), and its fence releases it
+    let lock = lock_of(&free).expect("the free session's lock");
+    assert_eq!(lock.fence.session_key, free.session_key);
+    assert!(lock.fence.owner.starts_with("serve-1:"));
+    let stored = backend
+        .get_session(&tenant, &free.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, *lock.session);
+    let again = backend
+        .acquire_lock(
+            &tenant,
+            &free.session_key,
+            "other",
+            30_000,
+            fixtures::wall_ms(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(again, LockAttempt::Held { .. }), "{again:?}");
+    backend.release_lock(&lock.fence).await.unwrap();
+    // AND the busy session's message comes without one: its holder keeps it
+    assert_eq!(lock_of(&busy), None);
+    let session = backend
+        .get_session(&tenant, &busy.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.lock_owner.as_deref(), Some("other"));
 }

@@ -5,9 +5,7 @@
 
 use crate::support::*;
 use agentlane_agent::TurnExit;
-use agentlane_core::{
-    DeliveredLock, LaneQueue, LockAttempt, Receipt, RunStatus, SessionLock, TurnMessage,
-};
+use agentlane_core::{DeliveredLock, LaneQueue, LockAttempt, Receipt, RunStatus, TurnMessage};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 

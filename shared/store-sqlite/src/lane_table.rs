@@ -202,7 +202,7 @@ pub(crate) fn lock_for(
     let body = &delivery.message.body;
     let key = body.session_key.as_ref()?;
     let owner = format!("{owner}:{}", uuid::Uuid::new_v4().simple());
-    match crate::lock::acquire_in(tx, &body.tenant, key, &owner, lease_ms, now) {
+    match crate::lock::acquire(tx, &body.tenant, key, &owner, lease_ms, now) {
         Ok(LockAttempt::Acquired(fence, session)) => Some(DeliveredLock { fence, session }),
         Ok(LockAttempt::Held { .. }) => None,
         Err(e) => {

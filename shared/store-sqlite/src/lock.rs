@@ -1,5 +1,6 @@
 //! The session write lock (owner, lease, fencing token on the session record) and the fenced
-//! commit. Every function is one `IMMEDIATE` transaction that re-reads the session first.
+//! commit. Every function re-reads the session first, in one transaction (its own savepoint, or
+//! for [`acquire`] a single write statement that may run inside a caller's transaction).
 
 use crate::error::{Result, int};
 use crate::records::{load_session, replace_run_encoded, save_session};
@@ -9,22 +10,9 @@ use agentlane_core::{
 };
 use rusqlite::{Connection, params};
 
+/// One write statement (the session's save), so no savepoint of its own: inside a caller's
+/// transaction (the receive that takes the lock with a delivery) or alone.
 pub(crate) fn acquire(
-    conn: &mut Connection,
-    tenant: &TenantId,
-    key: &SessionKey,
-    owner: &str,
-    lease_ms: u64,
-    now: u64,
-) -> Result<LockAttempt> {
-    let tx = conn.savepoint()?;
-    let attempt = acquire_in(&tx, tenant, key, owner, lease_ms, now)?;
-    tx.commit()?;
-    Ok(attempt)
-}
-
-/// [`acquire`] inside the caller's transaction (which makes it atomic).
-pub(crate) fn acquire_in(
     tx: &Connection,
     tenant: &TenantId,
     key: &SessionKey,

@@ -140,7 +140,7 @@ impl Runner {
         if ours && !shutdown.is_cancelled() {
             return Ok(Ok((fence.clone(), *session, fence.session_key)));
         }
-        self.store.release_lock(&fence).await.ok();
+        self.release_lock(&fence).await;
         match ours {
             true => Ok(Err(TurnExit::HandBack)),
             false => self.acquire_lane(message, shutdown).await,

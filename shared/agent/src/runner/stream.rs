@@ -127,35 +127,34 @@ pub(super) async fn stream_model(
     Err(failure)
 }
 
-/// The writer's held start, as the stream sees it: when it is due, and whether it is still
-/// to be written.
+/// The writer's held start, as the stream sees it: when it is due, while it is still to be
+/// written.
 struct HeldStart {
-    due_in: Option<Duration>,
-    since: tokio::time::Instant,
+    due: Option<tokio::time::Instant>,
 }
 
 impl HeldStart {
     fn of(writer: Option<&RunWriter>) -> Self {
+        let due_in = writer.and_then(RunWriter::start_due_in);
         Self {
-            due_in: writer.and_then(RunWriter::start_due_in),
-            since: tokio::time::Instant::now(),
+            due: due_in.map(|d| tokio::time::Instant::now() + d),
         }
     }
 
     fn armed(&self) -> bool {
-        self.due_in.is_some()
+        self.due.is_some()
     }
 
     async fn due(&self) {
-        match self.due_in {
-            Some(due_in) => tokio::time::sleep_until(self.since + due_in).await,
+        match self.due {
+            Some(due) => tokio::time::sleep_until(due).await,
             None => std::future::pending().await,
         }
     }
 
     /// Writes the held start (once; the writer may have written it with another write).
     async fn write(&mut self, writer: Option<&mut RunWriter>) -> Result<(), StreamError> {
-        self.due_in = None;
+        self.due = None;
         if let Some(w) = writer {
             w.write_held_start().await.map_err(StreamError::Store)?;
         }

@@ -55,8 +55,9 @@ pub struct Hold {
     /// abort when an `interrupt` accepted meanwhile set the mark on it (it found no active run
     /// to abort, the start not being written).
     pub watch: agentlane_core::InterruptWatch,
-    /// The run's stop signal, triggered ([`StopReason::Abort`](crate::runner::StopReason::Abort)) when
-    /// that write asked for the abort.
+    /// The run's stop signal, triggered
+    /// ([`StopReason::Abort`](crate::runner::StopReason::Abort)) when that write asked for the
+    /// abort.
     pub stop: crate::runner::StopSignal,
 }
 

@@ -2,7 +2,9 @@
 //!
 //! On the embedded backend the accept writes the run and its lane message in one transaction
 //! ([`SqliteBackend::queue_accepted_turns`]). The process that accepted a run also remembers
-//! the run's record as accepted, in memory, until the run's first delivery: `receive` hands it
+//! the run's record as accepted, in memory, until the run's first delivery: it remembers it in
+//! the accept's own write, before that write commits, so no receive (every one is a write on
+//! the same writer thread) can deliver the message before the record is there. `receive` hands it
 //! to the runner on that delivery's message ([`TurnMessage::accepted`]) if, in the receive's
 //! own write, the stored run is still exactly that record with no abort requested (a run
 //! steered, collected or aborted while queued is read at its pickup), and the runner takes
@@ -26,11 +28,13 @@
 use crate::error::Result;
 use agentlane_core::{AcceptedRecord, Delivery, Fence, RunId, StoreError, TenantId};
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
-/// Runs remembered as accepted and not yet delivered, at most; past it, new accepts are not
-/// remembered (their runs are read at pickup) until deliveries take some.
+/// Runs remembered as accepted and not yet delivered, at most; past it, the oldest is forgotten
+/// (its run is read at pickup). A record whose message is never delivered here (its accept's
+/// transaction failed after the record was remembered, another process received it) is
+/// forgotten the same way, so such records never hold the room for good.
 const MAX_REMEMBERED_RUNS: usize = 1024;
 
 /// Pickups that took a run from its record and have not committed it yet, at most; past it a
@@ -49,23 +53,88 @@ fn fence_key(fence: &Fence) -> FenceKey {
     )
 }
 
+/// Runs accepted here and not delivered yet, oldest forgotten first past a bound.
+struct Remembered {
+    /// Each run's record and when it was remembered (a key of `order`).
+    records: HashMap<(TenantId, RunId), (AcceptedRecord, u64)>,
+    /// The remembered runs, oldest first.
+    order: BTreeMap<u64, (TenantId, RunId)>,
+    /// The next key of `order`.
+    next: u64,
+    /// How many runs it keeps at most.
+    bound: usize,
+}
+
+impl Remembered {
+    fn new(bound: usize) -> Self {
+        Self {
+            records: HashMap::new(),
+            order: BTreeMap::new(),
+            next: 0,
+            bound,
+        }
+    }
+
+    /// Remembers `record` for `run`, forgetting the oldest runs past the bound.
+    fn insert(&mut self, run: (TenantId, RunId), record: AcceptedRecord) {
+        self.remove(&run);
+        while self.records.len() >= self.bound {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.records.remove(&oldest);
+        }
+        let at = self.next;
+        self.next += 1;
+        self.order.insert(at, run.clone());
+        self.records.insert(run, (record, at));
+    }
+
+    /// The record of `run`, forgotten.
+    fn remove(&mut self, run: &(TenantId, RunId)) -> Option<AcceptedRecord> {
+        let (record, at) = self.records.remove(run)?;
+        self.order.remove(&at);
+        Some(record)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
 /// The records this process accepted (until delivered) and the ones pickups took (until their
 /// first commit checks them).
-#[derive(Default)]
 pub(crate) struct Accepted {
     /// Accepted here, not delivered yet.
-    runs: Mutex<HashMap<(TenantId, RunId), AcceptedRecord>>,
+    runs: Mutex<Remembered>,
     /// Taken by the holder of a lock, to be checked by its first commit of the run.
     expected: Mutex<HashMap<FenceKey, (RunId, AcceptedRecord)>>,
 }
 
+impl Default for Accepted {
+    fn default() -> Self {
+        Self::remembering(MAX_REMEMBERED_RUNS)
+    }
+}
+
 impl Accepted {
-    /// Remembers `record` as run `run_id`'s accepted record (its accept has committed).
-    pub(crate) fn remember(&self, tenant: &TenantId, run_id: &RunId, record: AcceptedRecord) {
-        let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
-        if runs.len() < MAX_REMEMBERED_RUNS {
-            runs.insert((tenant.clone(), run_id.clone()), record);
+    /// Remembers at most `bound` accepted runs.
+    fn remembering(bound: usize) -> Self {
+        Self {
+            runs: Mutex::new(Remembered::new(bound.max(1))),
+            expected: Mutex::default(),
         }
+    }
+
+    /// Remembers `record` as run `run_id`'s accepted record. Called in the accept's own write,
+    /// before its transaction commits, so it is there before any receive can deliver the
+    /// run's message (a record remembered after the commit missed the deliveries that came
+    /// first, and stayed, unused, until it filled the room).
+    pub(crate) fn remember(&self, tenant: &TenantId, run_id: &RunId, record: AcceptedRecord) {
+        self.runs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((tenant.clone(), run_id.clone()), record);
     }
 
     /// Puts the accepted record on each first delivery of a run accepted here (the message the
@@ -144,5 +213,49 @@ pub(crate) fn check(
             "run {run_id} changed since its accept (its record, or an abort request)"
         ))
         .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(n: usize) -> (TenantId, RunId) {
+        (TenantId::new("t"), RunId::new(format!("run-{n}")))
+    }
+
+    fn record(n: usize) -> AcceptedRecord {
+        AcceptedRecord(format!("{{\"n\":{n}}}"))
+    }
+
+    #[test]
+    fn past_its_bound_the_oldest_record_is_forgotten_not_the_newest() {
+        let mut remembered = Remembered::new(3);
+        for n in 0..5 {
+            remembered.insert(run(n), record(n));
+        }
+        // the two oldest made room; the newest three are kept
+        assert_eq!(remembered.remove(&run(0)), None);
+        assert_eq!(remembered.remove(&run(1)), None);
+        for n in 2..5 {
+            assert_eq!(remembered.remove(&run(n)), Some(record(n)));
+        }
+        assert!(remembered.is_empty());
+        assert!(remembered.order.is_empty());
+    }
+
+    #[test]
+    fn a_record_taken_frees_its_room_and_one_remembered_again_is_kept_once() {
+        let mut remembered = Remembered::new(2);
+        remembered.insert(run(0), record(0));
+        remembered.insert(run(1), record(1));
+        assert_eq!(remembered.remove(&run(0)), Some(record(0)));
+        remembered.insert(run(2), record(2));
+        remembered.insert(run(2), record(22));
+        // run 1 still there: taking run 0 made the room, and run 2 counts once
+        assert_eq!(remembered.records.len(), 2);
+        assert_eq!(remembered.order.len(), 2);
+        assert_eq!(remembered.remove(&run(1)), Some(record(1)));
+        assert_eq!(remembered.remove(&run(2)), Some(record(22)));
     }
 }

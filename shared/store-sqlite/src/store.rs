@@ -19,20 +19,24 @@ impl TurnIntake for SqliteBackend {
         let queue_at = self
             .queues_accepted_turns()
             .then(|| self.inner.clock.now_ms());
-        let (outcome, stored_json) = self
+        let accepted = self.inner.accepted.clone();
+        let outcome = self
             .with_conn::<_, agentlane_core::StoreError>(move |c| {
-                ingress::accept_turn(c, turn, queue_at)
+                let (outcome, stored_json) = ingress::accept_turn(c, turn, queue_at)?;
+                if queue_at.is_some() && outcome.created {
+                    // Its first pickup here takes the run as accepted (see `crate::accepted`):
+                    // the JSON the accept stored, when small enough to keep; remembered in
+                    // this write, before any receive can deliver the message it queued.
+                    if let Some(json) = stored_json.filter(|j| j.len() <= MAX_ACCEPTED_RECORD_BYTES)
+                    {
+                        let run = &outcome.run;
+                        accepted.remember(&run.tenant, &run.run_id, AcceptedRecord(json));
+                    }
+                }
+                Ok(outcome)
             })
             .await?;
         if queue_at.is_some() && outcome.created {
-            // Its first pickup here takes the run as accepted (see `crate::accepted`): the JSON
-            // the accept stored, when small enough to keep.
-            if let Some(json) = stored_json.filter(|j| j.len() <= MAX_ACCEPTED_RECORD_BYTES) {
-                let run = &outcome.run;
-                self.inner
-                    .accepted
-                    .remember(&run.tenant, &run.run_id, AcceptedRecord(json));
-            }
             // The message is durable now: one receiver may take it (woken, it looks).
             self.inner.wakeup.notify_one();
         }

@@ -7,6 +7,7 @@ use agentlane_core::{
     TurnIntake, TurnMessage,
 };
 use agentlane_store_sqlite::{DB_FILE_NAME, SqliteBackend};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 fn queueing(dir: &std::path::Path) -> SqliteBackend {
@@ -278,4 +279,45 @@ async fn a_receive_told_to_lock_takes_each_free_sessions_lock_in_the_same_write(
         .unwrap()
         .unwrap();
     assert_eq!(session.lock_owner.as_deref(), Some("other"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_received_before_its_accept_returns_still_carries_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = queueing(dir.path());
+    let turn = fixtures::turn(
+        &fixtures::tenant(),
+        &fixtures::session_key(),
+        fixtures::wall_ms(),
+    );
+
+    // GIVEN an accept whose write has gone to the writer, and whose caller has not resumed
+    // since (a busy API thread): polled once, then left alone
+    let mut accept = Box::pin(backend.accept_turn(turn.clone()));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(accept.as_mut().poll(&mut cx).is_pending());
+
+    // WHEN a lane worker receives meanwhile (its look comes right after the accept commits)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let delivered = loop {
+        let got = backend
+            .receive(1, Duration::from_secs(60), Duration::from_secs(2))
+            .await
+            .unwrap();
+        if let Some(delivery) = got.into_iter().next() {
+            break delivery.message;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the accepted turn was never delivered"
+        );
+    };
+
+    // THEN the delivery carries the run as accepted (its pickup does not read the run)
+    let outcome = accept.await.unwrap();
+    assert!(outcome.created);
+    let mut expected = message_of(&turn);
+    expected.body.accepted = AcceptedRecord::of(&outcome.run);
+    assert!(expected.body.accepted.is_some());
+    assert_eq!(delivered, expected);
 }

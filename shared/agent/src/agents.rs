@@ -237,7 +237,7 @@ impl AgentResolver {
         let mut warnings = Vec::new();
         let mut tools = ToolRegistry::new();
         let allowed = spec.tools.as_ref().and_then(|t| t.builtin.as_ref());
-        for spec in builtins.specs() {
+        for spec in builtins.specs().iter() {
             if allowed.is_none_or(|names| names.contains(&spec.name))
                 && let Some(tool) = builtins.get(&spec.name)
             {

@@ -242,7 +242,7 @@ mod tests {
             model: "demo".into(),
             system: "be brief".into(),
             messages: crate::history::shared(messages),
-            tools,
+            tools: tools.into(),
             max_output_tokens: None,
             thinking: None,
         }

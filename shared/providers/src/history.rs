@@ -282,7 +282,8 @@ pub(crate) fn every_kind() -> crate::ModelRequest {
             name: "get_weather".into(),
             description: "The weather in a city.".into(),
             parameters: serde_json::json!({"properties": {"city": {"type": "string"}}}),
-        }],
+        }]
+        .into(),
         max_output_tokens: Some(512),
         thinking: Some(ThinkingLevel::Low),
     }

@@ -51,8 +51,9 @@ pub struct ModelRequest {
     /// The conversation sent, oldest first (user, assistant and tool-result messages), shared
     /// with the history it comes from: each message is encoded for a provider once.
     pub messages: Vec<SharedMessage>,
-    /// The tools the model may call; empty offers none.
-    pub tools: Vec<ToolSpec>,
+    /// The tools the model may call; empty offers none. Shared: an agent's specs are built
+    /// once, not per request.
+    pub tools: std::sync::Arc<[ToolSpec]>,
     /// Cap on the answer's output tokens; `None` leaves the provider's default.
     pub max_output_tokens: Option<u32>,
     /// How hard a reasoning model should think (`None` or `off`: nothing is asked). OpenAI

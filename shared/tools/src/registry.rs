@@ -6,9 +6,33 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Tools by name.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Their specs, sorted by name: built once when a tool is registered, shared by every
+    /// request (a spec's JSON schema is not rebuilt per turn).
+    specs: Arc<[ToolSpec]>,
+    /// The characters of the specs as a prompt estimate counts them ([`spec_chars`]).
+    spec_chars: usize,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self {
+            tools: BTreeMap::new(),
+            specs: Arc::from([]),
+            spec_chars: 0,
+        }
+    }
+}
+
+/// The characters a prompt estimate counts for `specs`: each one's name, description and JSON
+/// schema as sent.
+pub fn spec_chars(specs: &[ToolSpec]) -> usize {
+    specs
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum()
 }
 
 impl ToolRegistry {
@@ -20,6 +44,8 @@ impl ToolRegistry {
     /// Adds a tool; a later tool with the same name replaces the earlier one.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name, tool);
+        self.specs = self.tools.values().map(|t| t.spec()).collect();
+        self.spec_chars = spec_chars(&self.specs);
     }
 
     /// [`Self::register`], by value, for building a registry in one expression.
@@ -33,14 +59,71 @@ impl ToolRegistry {
         self.tools.get(name).cloned()
     }
 
-    /// Specs to send to the model, sorted by name.
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.values().map(|t| t.spec()).collect()
+    /// Specs to send to the model, sorted by name (shared: built when the tools were
+    /// registered).
+    pub fn specs(&self) -> Arc<[ToolSpec]> {
+        self.specs.clone()
+    }
+
+    /// [`spec_chars`] of [`Self::specs`], counted once.
+    pub fn spec_chars(&self) -> usize {
+        self.spec_chars
     }
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::current_time::CurrentTime;
+
+    #[test]
+    fn the_shared_specs_follow_every_registration_sorted_by_name() {
+        let mut registry = ToolRegistry::new();
+        assert!(registry.specs().is_empty());
+        assert_eq!(registry.spec_chars(), 0);
+
+        registry.register(Arc::new(CurrentTime::new()));
+        let time = CurrentTime::new().spec();
+        assert_eq!(&*registry.specs(), std::slice::from_ref(&time));
+        assert_eq!(
+            registry.spec_chars(),
+            time.name.len() + time.description.len() + time.parameters.to_string().len()
+        );
+
+        // a copy handed out earlier keeps what it had; the registry's specs follow
+        let before = registry.specs();
+        let named = Arc::new(Renamed("a_first".into()));
+        registry.register(named.clone());
+        let names: Vec<_> = registry.specs().iter().map(|s| s.name.clone()).collect();
+        assert_eq!(names, ["a_first", time.name.as_str()]);
+        assert_eq!(before.len(), 1);
+        assert_eq!(registry.spec_chars(), spec_chars(&registry.specs()));
+    }
+
+    /// The clock under another name.
+    struct Renamed(String);
+
+    #[async_trait::async_trait]
+    impl Tool for Renamed {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: self.0.clone(),
+                ..CurrentTime::new().spec()
+            }
+        }
+
+        async fn call(
+            &self,
+            arguments: &str,
+            ctx: crate::ToolContext,
+        ) -> Result<crate::ToolOutput, crate::ToolError> {
+            CurrentTime::new().call(arguments, ctx).await
+        }
     }
 }

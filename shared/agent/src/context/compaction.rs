@@ -86,7 +86,7 @@ pub fn summary_request<M: Borrow<Message>>(
         model: model.to_owned(),
         system: COMPACTION_PROMPT.to_owned(),
         messages: vec![Message::user(render(&history[..run_start.min(history.len())])).into()],
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         max_output_tokens: Some(2048),
         thinking: None,
     }
@@ -113,7 +113,7 @@ where
     };
     let mut compacted = vec![M::from(summary_entry(0))];
     compacted.extend(history[run_start.min(history.len())..].iter().cloned());
-    let tokens_after = estimate_parts(system, &compacted, &[]);
+    let tokens_after = estimate_parts(system, &compacted, 0);
     compacted[0] = M::from(summary_entry(tokens_after));
     compacted
 }

@@ -2,7 +2,8 @@
 //! against a context window.
 
 use agentlane_core::Message;
-use agentlane_providers::{ModelRequest, ToolSpec};
+use agentlane_providers::ModelRequest;
+use agentlane_tools::registry::spec_chars;
 use std::borrow::Borrow;
 
 /// The characters of a message's texts (its content, reasoning, tool calls).
@@ -29,15 +30,17 @@ pub(crate) fn message_chars(m: &Message) -> usize {
 
 /// Estimated prompt tokens of a request: system prompt, messages and tool schemas.
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {
-    estimate_parts(&request.system, &request.messages, &request.tools)
+    estimate_parts(
+        &request.system,
+        &request.messages,
+        spec_chars(&request.tools),
+    )
 }
 
-/// The same estimate from borrowed parts (no request needs to be built).
-pub fn estimate_parts<M: Borrow<Message>>(system: &str, messages: &[M], tools: &[ToolSpec]) -> u64 {
-    let tools: usize = tools
-        .iter()
-        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
-        .sum();
+/// The same estimate from borrowed parts (no request needs to be built), with the tool specs
+/// as the characters they count ([`spec_chars`]; a registry keeps its own:
+/// [`ToolRegistry::spec_chars`](agentlane_tools::ToolRegistry::spec_chars)).
+pub fn estimate_parts<M: Borrow<Message>>(system: &str, messages: &[M], tools: usize) -> u64 {
     let chars = system.len()
         + messages
             .iter()
@@ -58,7 +61,7 @@ mod tests {
             model: "m".into(),
             system: "x".repeat(400),
             messages: agentlane_providers::history::shared([Message::user("y".repeat(396))]),
-            tools: vec![],
+            tools: vec![].into(),
             max_output_tokens: None,
             thinking: None,
         };

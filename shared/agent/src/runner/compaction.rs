@@ -99,8 +99,8 @@ impl Turn<'_> {
     /// The precheck's estimate of a prompt with `history` (safety margin and framing included).
     pub(super) fn prompt_estimate<M: std::borrow::Borrow<Message>>(&self, history: &[M]) -> u64 {
         let system = self.system_prompt();
-        let tools = self.agent.tools.specs();
-        (estimate_parts(&system, history, &tools) as f64 * precheck::SAFETY_MARGIN) as u64
+        let tools = self.agent.tools.spec_chars();
+        (estimate_parts(&system, history, tools) as f64 * precheck::SAFETY_MARGIN) as u64
             + precheck::TOKENS_PER_MESSAGE * history.len() as u64
     }
 
@@ -235,7 +235,7 @@ impl Turn<'_> {
             let event = CompactionEvent {
                 trigger,
                 messages: self.history.len(),
-                estimated_tokens: estimate_parts(&system, &self.history, &[]),
+                estimated_tokens: estimate_parts(&system, &self.history, 0),
             };
             hooks.before_compaction(&self.hook_ctx, event).await;
         }
@@ -273,7 +273,7 @@ impl Turn<'_> {
             return Ok(Err(why.to_owned()));
         }
         let scope = if span.in_run { "run" } else { "history" };
-        let tokens_before = estimate_parts(system, &self.history, &[]);
+        let tokens_before = estimate_parts(system, &self.history, 0);
         self.writer.event(
             EventStream::Compaction,
             json!({ "phase": "start", "trigger": trigger, "scope": scope, "tokensBefore": tokens_before }),

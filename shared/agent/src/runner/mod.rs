@@ -279,6 +279,6 @@ impl Runner {
 
     /// The names of the tools offered to the model.
     fn offered_tools(agent: &AgentProfile) -> std::collections::BTreeSet<String> {
-        agent.tools.specs().into_iter().map(|t| t.name).collect()
+        agent.tools.specs().iter().map(|t| t.name.clone()).collect()
     }
 }

@@ -218,7 +218,7 @@ mod tests {
             model: "claude-sonnet-4-5".into(),
             system: String::new(),
             messages: crate::history::shared(messages),
-            tools: vec![],
+            tools: vec![].into(),
             max_output_tokens: None,
             thinking: None,
         }
@@ -356,7 +356,8 @@ mod tests {
                 description: "B".into(),
                 parameters: Value::Null,
             },
-        ];
+        ]
+        .into();
         let body = request_body(&req, 1);
         assert_eq!(
             body["tools"],
@@ -378,7 +379,7 @@ mod tests {
             full.clone(),
             ModelRequest {
                 system: String::new(),
-                tools: vec![],
+                tools: vec![].into(),
                 max_output_tokens: None,
                 thinking: None,
                 ..full.clone()

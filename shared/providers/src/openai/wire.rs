@@ -158,7 +158,7 @@ mod tests {
             model: "gpt-4o-mini".into(),
             system: String::new(),
             messages: crate::history::shared(messages),
-            tools: vec![],
+            tools: vec![].into(),
             max_output_tokens: None,
             thinking: None,
         }
@@ -198,7 +198,8 @@ mod tests {
             name: "t".into(),
             description: "d".into(),
             parameters: json!({}),
-        }];
+        }]
+        .into();
         let body = request_body(&req, MaxTokensField::MaxCompletionTokens);
         assert_eq!(
             body["messages"],
@@ -219,7 +220,7 @@ mod tests {
             full.clone(),
             ModelRequest {
                 system: String::new(),
-                tools: vec![],
+                tools: vec![].into(),
                 max_output_tokens: None,
                 thinking: None,
                 ..full.clone()

@@ -146,7 +146,7 @@ fn weather_request() -> ModelRequest {
             },
             Message::user("and in Rome?"),
         ]),
-        tools: weather_tools(),
+        tools: weather_tools().into(),
         max_output_tokens: Some(256),
         thinking: None,
     }
@@ -537,7 +537,7 @@ async fn defaults_max_tokens_omit_empty_system_and_tools_and_accept_a_v1_base() 
         model: "m".into(),
         system: String::new(),
         messages: agentlane_providers::history::shared([Message::user("hi")]),
-        tools: vec![],
+        tools: vec![].into(),
         max_output_tokens: None,
         thinking: None,
     };
@@ -644,7 +644,7 @@ mod aimock {
             model: "claude-sonnet-4-5".into(),
             system: "You are terse.".into(),
             messages: agentlane_providers::history::shared([Message::user("weather in Paris?")]),
-            tools: weather_tools(),
+            tools: weather_tools().into(),
             max_output_tokens: None,
             thinking: None,
         };

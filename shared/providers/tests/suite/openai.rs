@@ -88,7 +88,7 @@ fn weather_request() -> ModelRequest {
             name: "get_weather".into(),
             description: "Weather for a city".into(),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        }],
+        }].into(),
         max_output_tokens: Some(256),
         thinking: None,
     }
@@ -234,7 +234,7 @@ async fn no_key_no_authorization_header_and_no_tools_field() {
     .unwrap();
     assert_eq!((provider.name(), provider.self_hosted()), ("ollama", true));
     let mut request = weather_request();
-    request.tools.clear();
+    request.tools = Vec::new().into();
     let (events, error) = collect(&provider, request).await;
     assert_eq!(
         (events, error),

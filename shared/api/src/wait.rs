@@ -13,7 +13,7 @@
 use crate::admission::{SHARED_WAIT_GRACE, Slot};
 use crate::error::ApiError;
 use crate::notify::{Notifier, Subscription};
-use agentlane_core::{HistoryReader, Run, RunId, StoreError, TenantId};
+use agentlane_core::{HistoryReader, Run, RunId, RunStatus, StoreError, TenantId};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -181,19 +181,26 @@ pub(crate) async fn wait_past_pause(
     let grace_ends = start + SHARED_WAIT_GRACE;
     let mut watch = RunWatch::new(notifier, tenant, run_id, MAX_BACKOFF);
     // The first look reads the run's progress only (`agent.wait` right after `agent` finds it
-    // queued or running); the whole run is read once it may have ended, or at the deadline.
-    let progress = store
-        .run_progress(tenant, run_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
-    let mut run = if progress.only_waits() {
-        None
+    // queued or running), or nothing when this process has just accepted it into its own
+    // queue with nothing that may end the wait signalled since; the whole run is read once it
+    // may have ended, or at the deadline.
+    let (first_status, mut run) = if notifier.accepted_here(tenant, run_id) {
+        (RunStatus::Queued, None)
     } else {
-        Some(read_run(store, tenant, run_id).await?)
+        let progress = store
+            .run_progress(tenant, run_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
+        let run = if progress.only_waits() {
+            None
+        } else {
+            Some(read_run(store, tenant, run_id).await?)
+        };
+        (progress.status, run)
     };
     loop {
         if let Some(read) = &run {
-            let paused = read.status == agentlane_core::RunStatus::RequiresAction
+            let paused = read.status == RunStatus::RequiresAction
                 && read.required_action.as_ref().is_some_and(|a| a.id > past);
             if read.status.is_terminal() || paused {
                 return Ok(read.clone());
@@ -227,7 +234,7 @@ pub(crate) async fn wait_past_pause(
         }
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {
-                let before = run.as_ref().map_or(progress.status, |read| read.status);
+                let before = run.as_ref().map_or(first_status, |read| read.status);
                 if latest.status != before {
                     watch.saw_change();
                 }

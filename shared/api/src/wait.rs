@@ -14,6 +14,7 @@ use crate::admission::{SHARED_WAIT_GRACE, Slot};
 use crate::error::ApiError;
 use crate::notify::{Notifier, Subscription};
 use agentlane_core::{HistoryReader, Run, RunId, RunStatus, StoreError, TenantId};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -85,8 +86,8 @@ impl RunWatch {
 
     /// The run's terminal record, when this process's commit of it was signalled since the
     /// watch began: the answer, with no read of the run.
-    pub(crate) fn final_run(&self) -> Option<Run> {
-        self.subscription.final_run().map(|run| (*run).clone())
+    pub(crate) fn final_run(&self) -> Option<Arc<Run>> {
+        self.subscription.final_run()
     }
 
     /// Something changed: the next poll pause starts short again.
@@ -148,7 +149,7 @@ pub(crate) async fn wait_for_run(
     notifier: &Notifier,
     wait: WaitFor<'_>,
     slot: &mut Slot,
-) -> Result<Run, ApiError> {
+) -> Result<Arc<Run>, ApiError> {
     wait_past_pause(store, notifier, wait, 0, slot).await
 }
 
@@ -170,7 +171,7 @@ pub(crate) async fn wait_past_pause(
     wait: WaitFor<'_>,
     past: u32,
     slot: &mut Slot,
-) -> Result<Run, ApiError> {
+) -> Result<Arc<Run>, ApiError> {
     let WaitFor {
         tenant,
         run_id,
@@ -199,20 +200,21 @@ pub(crate) async fn wait_past_pause(
         (progress.status, run)
     };
     loop {
-        if let Some(read) = &run {
+        if let Some(read) = run.take() {
             let paused = read.status == RunStatus::RequiresAction
                 && read.required_action.as_ref().is_some_and(|a| a.id > past);
             if read.status.is_terminal() || paused {
-                return Ok(read.clone());
+                return Ok(Arc::new(read));
             }
-            if let Some(ended) = carried_end(store, read).await? {
-                return Ok(ended);
+            if let Some(ended) = carried_end(store, &read).await? {
+                return Ok(Arc::new(ended));
             }
+            run = Some(read);
         }
         if Instant::now() >= deadline {
             return match run {
-                Some(read) => Ok(read),
-                None => read_run(store, tenant, run_id).await,
+                Some(read) => Ok(Arc::new(read)),
+                None => read_run(store, tenant, run_id).await.map(Arc::new),
             };
         }
         let until = if slot.is_deferred() {

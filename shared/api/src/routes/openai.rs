@@ -336,6 +336,7 @@ async fn settle(
     let run = wait_past_pause(state.history(), &state.notifier, wait, past, slot)
         .await
         .map_err(|error| OpenAiError::from(error).no_retry())?;
+    let run = Arc::unwrap_or_clone(run);
     let paused_past = run.status == RunStatus::RequiresAction
         && run.required_action.as_ref().is_some_and(|a| a.id > past);
     match run.status {

@@ -5,6 +5,7 @@
 
 use super::Hold;
 use super::RunWriter;
+use super::fit::fit_finished;
 use agentlane_core::backoff::jittered;
 use agentlane_core::{
     AbortReason, Commit, Message, SessionStatus, SessionUpdate, StoreError, StoreResult,
@@ -122,10 +123,9 @@ impl RunWriter {
             run_id: Some(self.run.run_id.clone()),
             transcript,
             events: self.events.pending().to_vec(),
-            run: shape.with_run.then(|| match self.run.status.is_terminal() {
-                true => super::fit::fit_finished(self.run.clone()),
-                false => self.run.clone(),
-            }),
+            // A terminal record too large to store is shrunk when the store says so
+            // (`commit_part`): measuring every record here encoded each one twice.
+            run: shape.with_run.then(|| self.run.clone()),
             session: shape.session.map(|status| SessionUpdate {
                 status,
                 active_run_id: match status {
@@ -152,8 +152,12 @@ impl RunWriter {
     ///
     /// With `hold` (the part that writes a held start), the run is stopped for its abort when
     /// an interrupt was accepted while the start was held ([`Hold::watch`]).
-    async fn commit_part(&self, part: Commit, hold: Option<&Hold>) -> StoreResult<()> {
+    ///
+    /// A part whose terminal run record is too large for the store (`TooLarge`: nothing was
+    /// written) is tried again once with the record shrunk to fit ([`fit_finished`]).
+    async fn commit_part(&self, mut part: Commit, hold: Option<&Hold>) -> StoreResult<()> {
         let mut tries = 0u32;
+        let mut fitted = false;
         loop {
             let landed = match hold {
                 Some(hold) => self.commit_watching(part.clone(), hold).await,
@@ -161,6 +165,12 @@ impl RunWriter {
             };
             match landed {
                 Ok(()) => return Ok(()),
+                Err(StoreError::TooLarge(_))
+                    if !fitted && part.run.as_ref().is_some_and(|r| r.status.is_terminal()) =>
+                {
+                    fitted = true;
+                    part.run = part.run.take().map(fit_finished);
+                }
                 Err(StoreError::Conflict(_)) if tries > 0 => return Ok(()),
                 Err(e) if e.is_transient() && tries < MAX_COMMIT_RETRIES => {
                     tries += 1;

@@ -63,6 +63,14 @@ impl Runner {
         lock: Option<DeliveredLock>,
         shutdown: &CancellationToken,
     ) -> Result<TurnExit, RunnerError> {
+        // A run is taken from its accepted record only under the lock its delivery brought: the
+        // receive checked the record and took the lock in one write, so since then only an abort
+        // request can have changed the run. A lock acquired later may follow a holder that
+        // changed it (a carrier that took this steer), and a held start would call the model
+        // before any write could notice.
+        let from_record = lock
+            .as_ref()
+            .is_some_and(|l| lock_is_for(message, &l.fence));
         let acquired = match lock {
             Some(lock) => self.delivered_lane(message, lock, shutdown).await?,
             None => self.acquire_lane(message, shutdown).await?,
@@ -75,7 +83,7 @@ impl Runner {
         // A fresh run is taken from its accepted record (no read) when the store checks it at
         // the run's first commit; if that commit finds it changed, the run is read and the
         // admission made again, under the same lock.
-        let mut accepted = self.accepted_run(message);
+        let mut accepted = self.accepted_run(message).filter(|_| from_record);
         let (admission, exit) = loop {
             let taken = accepted.take();
             let from_record = taken.is_some();
@@ -135,8 +143,7 @@ impl Runner {
         shutdown: &CancellationToken,
     ) -> Result<Result<(Fence, Session, SessionKey), TurnExit>, RunnerError> {
         let DeliveredLock { fence, session } = lock;
-        let ours = message.session_key.as_ref() == Some(&fence.session_key)
-            && message.tenant == fence.tenant;
+        let ours = lock_is_for(message, &fence);
         if ours && !shutdown.is_cancelled() {
             return Ok(Ok((fence.clone(), *session, fence.session_key)));
         }
@@ -463,4 +470,9 @@ impl Runner {
             .await?;
         Ok(session.is_some_and(|s| !s.is_turn_of(run.session_seq)))
     }
+}
+
+/// Whether `fence` is the lock of `message`'s session.
+fn lock_is_for(message: &TurnMessage, fence: &agentlane_core::Fence) -> bool {
+    message.session_key.as_ref() == Some(&fence.session_key) && message.tenant == fence.tenant
 }

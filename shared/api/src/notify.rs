@@ -9,18 +9,34 @@
 //! will come through this process's store. Runs queued, or running in another process (the
 //! ingress Lambda never runs turns), are polled with a short backoff, and still woken early
 //! by any signal.
+//!
+//! And which runs were **accepted here** moments ago, into a queue of this process (the
+//! embedded store's), with no change that may end a wait signalled since: `agent.wait` on such
+//! a run knows it is queued or running and needs no first read of it (its end will be
+//! signalled; polls still catch anything that is not). Such a run is marked before its accept
+//! is written, so no signal of it can come before the mark.
 
 use agentlane_core::{
-    Commit, Fence, InterruptWatch, Layered, Run, RunId, RunStatus, Store, StoreError, StoreLayer,
-    StoreResult, TenantId,
+    AcceptOutcome, Commit, Fence, InterruptWatch, Layered, NewTurn, Run, RunId, RunStatus, Store,
+    StoreError, StoreLayer, StoreResult, TenantId,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 type RunKey = (TenantId, RunId);
+
+/// How long after its accept a run counts as accepted here: `agent.wait` usually follows
+/// `agent` at once; a later wait reads the run as before.
+const ACCEPTED_HERE_FOR: Duration = Duration::from_secs(1);
+
+/// Runs marked accepted here at most; when full, older marks go first, then new ones are not
+/// made (their waits read the run).
+const MAX_ACCEPTED_HERE: usize = 4096;
 
 /// Counts of a run's changes since the notifier first tracked it.
 #[derive(Debug, Clone, Default)]
@@ -60,6 +76,9 @@ struct RunSignal {
 #[derive(Clone, Default)]
 pub struct Notifier {
     runs: Arc<Mutex<HashMap<RunKey, RunSignal>>>,
+    /// Runs accepted here into this process's queue, when, with no change that may end a wait
+    /// signalled since (see the module docs).
+    accepted: Arc<Mutex<HashMap<RunKey, Instant>>>,
     /// A [`NotifyingStore`] signals this notifier: this process's runner commits through it.
     connected: Arc<AtomicBool>,
 }
@@ -131,6 +150,43 @@ impl Notifier {
             .is_some_and(|signal| signal.live_here)
     }
 
+    /// Marks the run as accepted here, before its accept is written (so every later signal of
+    /// it comes after the mark); [`Self::not_accepted`] takes the mark back if the accept
+    /// created nothing.
+    pub fn accepting(&self, tenant: &TenantId, run_id: &RunId) {
+        let mut accepted = self.accepted.lock().unwrap_or_else(PoisonError::into_inner);
+        if accepted.len() >= MAX_ACCEPTED_HERE {
+            let now = Instant::now();
+            accepted.retain(|_, at| now.duration_since(*at) < ACCEPTED_HERE_FOR);
+        }
+        if accepted.len() < MAX_ACCEPTED_HERE {
+            accepted.insert((tenant.clone(), run_id.clone()), Instant::now());
+        }
+    }
+
+    /// Takes back [`Self::accepting`]'s mark.
+    pub fn not_accepted(&self, tenant: &TenantId, run_id: &RunId) {
+        self.forget_accepted(&(tenant.clone(), run_id.clone()));
+    }
+
+    fn forget_accepted(&self, key: &RunKey) {
+        let mut accepted = self.accepted.lock().unwrap_or_else(PoisonError::into_inner);
+        if !accepted.is_empty() {
+            accepted.remove(key);
+        }
+    }
+
+    /// Whether this process accepted the run into its own queue within the last
+    /// [`ACCEPTED_HERE_FOR`] and nothing that may end a wait on it was signalled since: it is
+    /// queued or running, and its end will be signalled here. Ask after subscribing.
+    pub fn accepted_here(&self, tenant: &TenantId, run_id: &RunId) -> bool {
+        self.accepted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(tenant.clone(), run_id.clone()))
+            .is_some_and(|at| at.elapsed() < ACCEPTED_HERE_FOR)
+    }
+
     /// Tells the run's subscribers it changed; `status` (when the change carries the run
     /// record) keeps track of whether the run is live here.
     pub fn signal(&self, tenant: &TenantId, run_id: &RunId, status: Option<RunStatus>) {
@@ -159,6 +215,10 @@ impl Notifier {
         ended: Option<Arc<Run>>,
     ) {
         let key = (tenant.clone(), run_id.clone());
+        let ends = may_end_a_wait(status, from_commit);
+        if ends {
+            self.forget_accepted(&key);
+        }
         let mut runs = self.lock();
         if status == Some(RunStatus::Running) && !runs.contains_key(&key) {
             runs.insert(
@@ -179,7 +239,6 @@ impl Notifier {
             _ => {}
         }
         let moved = was_live != signal.live_here;
-        let ends = may_end_a_wait(status, from_commit);
         signal.changes.send_modify(|c| {
             c.version += 1;
             c.ends += u64::from(ends);
@@ -197,6 +256,7 @@ impl Notifier {
     /// poll it again.
     pub fn not_live_here(&self, tenant: &TenantId, run_id: &RunId) {
         let key = (tenant.clone(), run_id.clone());
+        self.forget_accepted(&key);
         let mut runs = self.lock();
         if let Some(signal) = runs.get_mut(&key) {
             let moved = signal.live_here;
@@ -299,6 +359,21 @@ impl NotifyingStore {
 impl StoreLayer for NotifyingStore {
     fn inner(&self) -> &dyn Store {
         self.inner.as_ref()
+    }
+
+    /// A turn accepted into this process's own queue is marked accepted here (see the module
+    /// docs) before it is written.
+    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        if !self.inner.queues_accepted_turns() {
+            return self.inner.accept_turn(turn).await;
+        }
+        let (tenant, run_id) = (turn.tenant.clone(), turn.run_id.clone());
+        self.notifier.accepting(&tenant, &run_id);
+        let outcome = self.inner.accept_turn(turn).await;
+        if !outcome.as_ref().is_ok_and(|o| o.created) {
+            self.notifier.not_accepted(&tenant, &run_id);
+        }
+        outcome
     }
 
     async fn request_abort(&self, tenant: &TenantId, run_id: &RunId) -> StoreResult<Option<Run>> {
@@ -440,6 +515,40 @@ mod tests {
                 "{status:?} {from_commit}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_is_accepted_here_until_a_change_may_end_a_wait_or_a_second_has_passed() {
+        let notifier = Notifier::new();
+        let (tenant, run) = ids();
+        assert!(!notifier.accepted_here(&tenant, &run));
+        notifier.accepting(&tenant, &run);
+        assert!(notifier.accepted_here(&tenant, &run));
+        assert!(
+            !notifier.accepted_here(&TenantId::new("other"), &run),
+            "per tenant"
+        );
+        // its start, events and progress leave it so; its end does not
+        notifier.signal_commit(&tenant, &run, Some(RunStatus::Running));
+        notifier.signal_commit(&tenant, &run, None);
+        assert!(notifier.accepted_here(&tenant, &run));
+        notifier.signal_commit(&tenant, &run, Some(RunStatus::Ok));
+        assert!(!notifier.accepted_here(&tenant, &run));
+        // nor does an abort request, a pause, a lost lock, or an accept that created nothing
+        for change in 0..4 {
+            notifier.accepting(&tenant, &run);
+            match change {
+                0 => notifier.signal(&tenant, &run, None),
+                1 => notifier.signal_commit(&tenant, &run, Some(RunStatus::RequiresAction)),
+                2 => notifier.not_live_here(&tenant, &run),
+                _ => notifier.not_accepted(&tenant, &run),
+            }
+            assert!(!notifier.accepted_here(&tenant, &run), "change {change}");
+        }
+        // and a mark is trusted for a second only
+        notifier.accepting(&tenant, &run);
+        tokio::time::advance(ACCEPTED_HERE_FOR).await;
+        assert!(!notifier.accepted_here(&tenant, &run));
     }
 
     #[tokio::test]

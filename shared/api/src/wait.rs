@@ -182,15 +182,22 @@ pub(crate) async fn wait_past_pause(
     let grace_ends = start + SHARED_WAIT_GRACE;
     let mut watch = RunWatch::new(notifier, tenant, run_id, MAX_BACKOFF);
     // The first look reads the run's progress only (`agent.wait` right after `agent` finds it
-    // queued or running); the whole run is read once it may have ended, or at the deadline.
-    let progress = store
-        .run_progress(tenant, run_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
-    let mut run = if progress.only_waits() {
-        None
+    // queued or running), or nothing when this process has just accepted it into its own
+    // queue with nothing that may end the wait signalled since; the whole run is read once it
+    // may have ended, or at the deadline.
+    let (first_status, mut run) = if notifier.accepted_here(tenant, run_id) {
+        (RunStatus::Queued, None)
     } else {
-        Some(read_run(store, tenant, run_id).await?)
+        let progress = store
+            .run_progress(tenant, run_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("run {run_id}")))?;
+        let run = if progress.only_waits() {
+            None
+        } else {
+            Some(read_run(store, tenant, run_id).await?)
+        };
+        (progress.status, run)
     };
     loop {
         if let Some(read) = run.take() {
@@ -229,7 +236,7 @@ pub(crate) async fn wait_past_pause(
         }
         match store.get_run(tenant, run_id).await {
             Ok(Some(latest)) => {
-                let before = run.as_ref().map_or(progress.status, |read| read.status);
+                let before = run.as_ref().map_or(first_status, |read| read.status);
                 if latest.status != before {
                     watch.saw_change();
                 }

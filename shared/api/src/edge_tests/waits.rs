@@ -125,6 +125,107 @@ async fn a_queued_run_this_process_picks_up_is_not_polled_once_it_runs() {
     assert_eq!(reply.json()["payloads"], json!([{"text": "Done"}]));
 }
 
+/// A server over a store that queues what it accepts, counting the API's run reads.
+async fn queueing_server() -> (LiveServer, Arc<AtomicUsize>) {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = LiveServer::start_queueing_over(config(Limits::default()), move |inner| {
+        Arc::new(Layered(CountingStore {
+            inner,
+            reads: counter,
+            delay: Duration::ZERO,
+        }))
+    })
+    .await;
+    (server, reads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_right_after_a_turn_this_process_queued_reads_nothing_and_ends_with_the_commit() {
+    // GIVEN a turn this process accepted into its own queue, and a client waiting on it at once
+    let (server, reads) = queueing_server().await;
+    let run_id = server.submit(ACME_KEY, "queued-here", "hi").await;
+    let before = reads.load(Ordering::SeqCst);
+    let addr = server.addr;
+    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
+    let wait = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+        (read_reply(&mut stream).await, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let queued_reads = reads.load(Ordering::SeqCst) - before;
+
+    // WHEN this process's runner picks it up, and then commits its end
+    let fence = server
+        .commit_status(&acme(), &run_id, RunStatus::Running)
+        .await;
+    let mut run = server.run(&acme(), &run_id).await;
+    let after = reads.load(Ordering::SeqCst);
+    run.payloads = vec![Payload {
+        text: "Done".into(),
+        is_error: false,
+    }];
+    let committed = Instant::now();
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+    let (reply, answered) = wait.await.unwrap();
+
+    // THEN the wait never read the run (not even a first look), and answered at the commit
+    assert_eq!(
+        queued_reads, 0,
+        "the wait read a run it knew was queued here"
+    );
+    assert_eq!(reads.load(Ordering::SeqCst) - after, 0, "read at the end");
+    let after_commit = answered.saturating_duration_since(committed);
+    assert!(
+        after_commit < Duration::from_millis(100),
+        "{after_commit:?}"
+    );
+    assert_eq!(reply.json()["status"], "ok", "{reply:?}");
+    assert_eq!(reply.json()["payloads"], json!([{"text": "Done"}]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_a_turn_queued_here_that_already_ended_or_was_aborted_reads_it_at_once() {
+    let (server, reads) = queueing_server().await;
+    // GIVEN a turn accepted here that ended before anyone waited on it
+    let ended = server.submit(ACME_KEY, "ended-here", "hi").await;
+    let fence = server
+        .commit_status(&acme(), &ended, RunStatus::Running)
+        .await;
+    let run = server.run(&acme(), &ended).await;
+    server.commit_run(&fence, run, RunStatus::Ok).await;
+    // AND one whose abort was asked while it was queued
+    let aborted = server.submit(ACME_KEY, "aborted-here", "hi").await;
+    let reply = server
+        .post(&format!("/v1/runs/{aborted}/abort"), ACME_KEY, json!({}))
+        .await;
+    assert!(reply.status < 300, "{reply:?}");
+
+    for (run_id, status) in [(ended, "ok"), (aborted, "pending")] {
+        // WHEN a client waits on it
+        let before = reads.load(Ordering::SeqCst);
+        let started = Instant::now();
+        let addr = server.addr;
+        let body = json!({"runId": run_id, "timeoutMs": 400}).to_string();
+        let wait = tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+            (read_reply(&mut stream).await, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        // THEN it has read the run at once (the mark went with the end, or the abort
+        // request): the ended one is answered then, the aborted one waits for its runner
+        assert!(reads.load(Ordering::SeqCst) > before, "{run_id}: not read");
+        let (reply, took) = wait.await.unwrap();
+        assert_eq!(reply.json()["status"], status, "{reply:?}");
+        if status == "ok" {
+            assert!(took < Duration::from_millis(100), "{took:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sse_stream_gets_a_commits_events_at_once() {
     // GIVEN a stream on a run this process holds

@@ -49,6 +49,18 @@ impl LiveServer {
         Self::start_on(config, backend, wrap, false, Some(dir)).await
     }
 
+    /// Like [`LiveServer::start_over`], over a store that queues the turns it accepts itself
+    /// (as `serve` opens the embedded one): this process's runners get them.
+    pub(crate) async fn start_queueing_over(
+        config: ApiConfig,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
+        backend.queue_accepted_turns();
+        Self::start_on(config, backend, wrap, false, Some(dir)).await
+    }
+
     /// Two servers over one store, each with its own in-process admission and the stream and
     /// wait caps kept in the store: two ingress instances of one deployment.
     pub(crate) async fn start_two_instances(config: ApiConfig) -> (Self, Self) {

@@ -70,6 +70,11 @@ pub trait StoreLayer: Send + Sync + 'static {
         budget
     }
 
+    /// A turn's accept (after `before`).
+    async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
+        self.inner().accept_turn(turn).await
+    }
+
     /// A fenced commit (after `before`).
     async fn commit(&self, fence: &Fence, commit: Commit) -> StoreResult<()> {
         self.inner().commit(fence, commit).await
@@ -123,7 +128,7 @@ pub struct Layered<L>(pub L);
 impl<L: StoreLayer> TurnIntake for Layered<L> {
     async fn accept_turn(&self, turn: NewTurn) -> StoreResult<AcceptOutcome> {
         self.0.before(StoreCall::AcceptTurn).await?;
-        self.0.inner().accept_turn(turn).await
+        StoreLayer::accept_turn(&self.0, turn).await
     }
 
     fn queues_accepted_turns(&self) -> bool {

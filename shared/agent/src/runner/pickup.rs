@@ -63,14 +63,18 @@ impl Runner {
         lock: Option<DeliveredLock>,
         shutdown: &CancellationToken,
     ) -> Result<TurnExit, RunnerError> {
-        // A run is taken from its accepted record only under the lock its delivery brought: the
-        // receive checked the record and took the lock in one write, so since then only an abort
-        // request can have changed the run. A lock acquired later may follow a holder that
-        // changed it (a carrier that took this steer), and a held start would call the model
-        // before any write could notice.
-        let from_record = lock
-            .as_ref()
-            .is_some_and(|l| lock_is_for(message, &l.fence));
+        // On a store that remembers the records itself (the embedded one, whose runs may hold
+        // their start), a run is taken from its accepted record only under the lock its
+        // delivery brought: the receive checked the record and took the lock in one write, so
+        // since then only an abort request can have changed the run. A lock acquired later may
+        // follow a holder that changed it (a carrier that took this steer), and a held start
+        // would call the model before any write could notice. A store that checks the records
+        // the API puts in messages (DynamoDB) never holds a start: its first commit, before
+        // any model call, checks the record.
+        let from_record = self.store.checks_accepted_records()
+            || lock
+                .as_ref()
+                .is_some_and(|l| lock_is_for(message, &l.fence));
         let acquired = match lock {
             Some(lock) => self.delivered_lane(message, lock, shutdown).await?,
             None => self.acquire_lane(message, shutdown).await?,

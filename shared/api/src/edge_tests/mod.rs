@@ -107,6 +107,24 @@ async fn open_stream_once_freed(server: &LiveServer, key: &str, run_id: &str) ->
     }
 }
 
+/// The run reads of the API's store, counted: the counter, and the wrap that counts them (no
+/// delay).
+fn counting_reads() -> (Arc<AtomicUsize>, StoreWrap) {
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counter = reads.clone();
+    let wrap: StoreWrap = Box::new(move |inner| {
+        Arc::new(Layered(CountingStore {
+            inner,
+            reads: counter,
+            delay: Duration::ZERO,
+        }))
+    });
+    (reads, wrap)
+}
+
+/// What wraps the API's store in a test server.
+type StoreWrap = Box<dyn FnOnce(Arc<dyn Store>) -> Arc<dyn Store>>;
+
 /// Counts `get_run` calls (the reads a wait makes) and can make them slow.
 struct CountingStore {
     inner: Arc<dyn Store>,

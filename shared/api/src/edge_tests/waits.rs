@@ -5,16 +5,8 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhile() {
     // GIVEN a run this process's runner holds (committed running through the store)
-    let reads = Arc::new(AtomicUsize::new(0));
-    let counter = reads.clone();
-    let server = LiveServer::start_over(config(Limits::default()), move |inner| {
-        Arc::new(Layered(CountingStore {
-            inner,
-            reads: counter,
-            delay: Duration::ZERO,
-        }))
-    })
-    .await;
+    let (reads, counting) = counting_reads();
+    let server = LiveServer::start_over(config(Limits::default()), counting).await;
     let run_id = server.submit(ACME_KEY, "live", "hi").await;
     let mut run = server.run(&acme(), &run_id).await;
     let fence = server.lock(&acme(), "live").await;
@@ -24,14 +16,7 @@ async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhi
     assert!(server.notifier.is_live_here(&acme(), &RunId::new(&run_id)));
 
     // WHEN a client waits while the run works for 600 ms, then the run commits its end
-    let addr = server.addr;
-    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
-    let wait = tokio::spawn(async move {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
-        let reply = read_reply(&mut stream).await;
-        (reply, Instant::now())
-    });
+    let wait = spawn_wait(&server, &run_id, 10_000);
     tokio::time::sleep(Duration::from_millis(150)).await;
     let before = reads.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -71,25 +56,11 @@ async fn a_commit_in_this_process_answers_a_wait_at_once_without_polling_meanwhi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_run_this_process_picks_up_is_not_polled_once_it_runs() {
     // GIVEN a queued run, and a client waiting on it
-    let reads = Arc::new(AtomicUsize::new(0));
-    let counter = reads.clone();
-    let server = LiveServer::start_over(config(Limits::default()), move |inner| {
-        Arc::new(Layered(CountingStore {
-            inner,
-            reads: counter,
-            delay: Duration::ZERO,
-        }))
-    })
-    .await;
+    let (reads, counting) = counting_reads();
+    let server = LiveServer::start_over(config(Limits::default()), counting).await;
     let run_id = server.submit(ACME_KEY, "picked", "hi").await;
     let before = reads.load(Ordering::SeqCst);
-    let addr = server.addr;
-    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
-    let wait = tokio::spawn(async move {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
-        read_reply(&mut stream).await
-    });
+    let wait = spawn_wait(&server, &run_id, 10_000);
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     // WHEN this process's runner picks it up before the wait's first poll, works for 600 ms
@@ -107,7 +78,7 @@ async fn a_queued_run_this_process_picks_up_is_not_polled_once_it_runs() {
         is_error: false,
     }];
     server.commit_run(&fence, run, RunStatus::Ok).await;
-    let reply = wait.await.unwrap();
+    let (reply, _) = wait.await.unwrap();
 
     // THEN the wait read the run once, at its start, and was answered by the end's commit
     assert_eq!(idle_reads, 0, "the wait polled a run its process picked up");
@@ -127,16 +98,8 @@ async fn a_queued_run_this_process_picks_up_is_not_polled_once_it_runs() {
 
 /// A server over a store that queues what it accepts, counting the API's run reads.
 async fn queueing_server() -> (LiveServer, Arc<AtomicUsize>) {
-    let reads = Arc::new(AtomicUsize::new(0));
-    let counter = reads.clone();
-    let server = LiveServer::start_queueing_over(config(Limits::default()), move |inner| {
-        Arc::new(Layered(CountingStore {
-            inner,
-            reads: counter,
-            delay: Duration::ZERO,
-        }))
-    })
-    .await;
+    let (reads, counting) = counting_reads();
+    let server = LiveServer::start_queueing_over(config(Limits::default()), counting).await;
     (server, reads)
 }
 
@@ -146,13 +109,7 @@ async fn a_wait_right_after_a_turn_this_process_queued_reads_nothing_and_ends_wi
     let (server, reads) = queueing_server().await;
     let run_id = server.submit(ACME_KEY, "queued-here", "hi").await;
     let before = reads.load(Ordering::SeqCst);
-    let addr = server.addr;
-    let body = json!({"runId": run_id, "timeoutMs": 10_000}).to_string();
-    let wait = tokio::spawn(async move {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
-        (read_reply(&mut stream).await, Instant::now())
-    });
+    let wait = spawn_wait(&server, &run_id, 10_000);
     tokio::time::sleep(Duration::from_millis(150)).await;
     let queued_reads = reads.load(Ordering::SeqCst) - before;
 
@@ -206,19 +163,14 @@ async fn a_wait_on_a_turn_queued_here_that_already_ended_or_was_aborted_reads_it
         // WHEN a client waits on it
         let before = reads.load(Ordering::SeqCst);
         let started = Instant::now();
-        let addr = server.addr;
-        let body = json!({"runId": run_id, "timeoutMs": 400}).to_string();
-        let wait = tokio::spawn(async move {
-            let mut stream = TcpStream::connect(addr).await.unwrap();
-            send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
-            (read_reply(&mut stream).await, started.elapsed())
-        });
+        let wait = spawn_wait(&server, &run_id, 400);
         tokio::time::sleep(Duration::from_millis(100)).await;
 
         // THEN it has read the run at once (the mark went with the end, or the abort
         // request): the ended one is answered then, the aborted one waits for its runner
         assert!(reads.load(Ordering::SeqCst) > before, "{run_id}: not read");
-        let (reply, took) = wait.await.unwrap();
+        let (reply, answered) = wait.await.unwrap();
+        let took = answered.duration_since(started);
         assert_eq!(reply.json()["status"], status, "{reply:?}");
         if status == "ok" {
             assert!(took < Duration::from_millis(100), "{took:?}");
@@ -334,4 +286,19 @@ async fn a_run_whose_writer_lost_the_lock_is_polled_again() {
     // THEN the run is no longer live here: its waiters poll the store again
     assert_eq!(refused, Err(agentlane_core::StoreError::FenceLost));
     assert!(!server.notifier.is_live_here(&acme(), &id));
+}
+
+/// `POST /v1/agent.wait` for `run_id` on its own connection: the reply, and when it came.
+fn spawn_wait(
+    server: &LiveServer,
+    run_id: &str,
+    timeout_ms: u64,
+) -> tokio::task::JoinHandle<(crate::testkit::Reply, Instant)> {
+    let addr = server.addr;
+    let body = json!({"runId": run_id, "timeoutMs": timeout_ms}).to_string();
+    tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        send_request(&mut stream, "POST", "/v1/agent.wait", Some(ACME_KEY), &body).await;
+        (read_reply(&mut stream).await, Instant::now())
+    })
 }

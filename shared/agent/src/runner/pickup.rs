@@ -71,7 +71,7 @@ impl Runner {
         // would call the model before any write could notice. A store that checks the records
         // the API puts in messages (DynamoDB) never holds a start: its first commit, before
         // any model call, checks the record.
-        let from_record = self.store.checks_accepted_records()
+        let record_usable = self.store.checks_accepted_records()
             || lock
                 .as_ref()
                 .is_some_and(|l| lock_is_for(message, &l.fence));
@@ -87,7 +87,7 @@ impl Runner {
         // A fresh run is taken from its accepted record (no read) when the store checks it at
         // the run's first commit; if that commit finds it changed, the run is read and the
         // admission made again, under the same lock.
-        let mut accepted = self.accepted_run(message).filter(|_| from_record);
+        let mut accepted = self.accepted_run(message).filter(|_| record_usable);
         let (admission, exit) = loop {
             let taken = accepted.take();
             let from_record = taken.is_some();

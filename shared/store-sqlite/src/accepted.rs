@@ -27,8 +27,9 @@
 
 use crate::error::Result;
 use agentlane_core::{AcceptedRecord, Delivery, Fence, RunId, StoreError, TenantId};
+use hashlink::LinkedHashMap;
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Runs remembered as accepted and not yet delivered, at most; past it, the oldest is forgotten
@@ -55,12 +56,8 @@ fn fence_key(fence: &Fence) -> FenceKey {
 
 /// Runs accepted here and not delivered yet, oldest forgotten first past a bound.
 struct Remembered {
-    /// Each run's record and when it was remembered (a key of `order`).
-    records: HashMap<(TenantId, RunId), (AcceptedRecord, u64)>,
-    /// The remembered runs, oldest first.
-    order: BTreeMap<u64, (TenantId, RunId)>,
-    /// The next key of `order`.
-    next: u64,
+    /// Each run's record, oldest first.
+    records: LinkedHashMap<(TenantId, RunId), AcceptedRecord>,
     /// How many runs it keeps at most.
     bound: usize,
 }
@@ -68,33 +65,23 @@ struct Remembered {
 impl Remembered {
     fn new(bound: usize) -> Self {
         Self {
-            records: HashMap::new(),
-            order: BTreeMap::new(),
-            next: 0,
-            bound,
+            records: LinkedHashMap::new(),
+            bound: bound.max(1),
         }
     }
 
-    /// Remembers `record` for `run`, forgetting the oldest runs past the bound.
+    /// Remembers `record` for `run` (as the newest), forgetting the oldest runs past the bound.
     fn insert(&mut self, run: (TenantId, RunId), record: AcceptedRecord) {
-        self.remove(&run);
+        self.records.remove(&run);
         while self.records.len() >= self.bound {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            self.records.remove(&oldest);
+            self.records.pop_front();
         }
-        let at = self.next;
-        self.next += 1;
-        self.order.insert(at, run.clone());
-        self.records.insert(run, (record, at));
+        self.records.insert(run, record);
     }
 
     /// The record of `run`, forgotten.
     fn remove(&mut self, run: &(TenantId, RunId)) -> Option<AcceptedRecord> {
-        let (record, at) = self.records.remove(run)?;
-        self.order.remove(&at);
-        Some(record)
+        self.records.remove(run)
     }
 
     fn is_empty(&self) -> bool {
@@ -113,19 +100,14 @@ pub(crate) struct Accepted {
 
 impl Default for Accepted {
     fn default() -> Self {
-        Self::remembering(MAX_REMEMBERED_RUNS)
+        Self {
+            runs: Mutex::new(Remembered::new(MAX_REMEMBERED_RUNS)),
+            expected: Mutex::default(),
+        }
     }
 }
 
 impl Accepted {
-    /// Remembers at most `bound` accepted runs.
-    fn remembering(bound: usize) -> Self {
-        Self {
-            runs: Mutex::new(Remembered::new(bound.max(1))),
-            expected: Mutex::default(),
-        }
-    }
-
     /// Remembers `record` as run `run_id`'s accepted record. Called in the accept's own write,
     /// before its transaction commits, so it is there before any receive can deliver the
     /// run's message (a record remembered after the commit missed the deliveries that came
@@ -241,7 +223,6 @@ mod tests {
             assert_eq!(remembered.remove(&run(n)), Some(record(n)));
         }
         assert!(remembered.is_empty());
-        assert!(remembered.order.is_empty());
     }
 
     #[test]
@@ -254,7 +235,6 @@ mod tests {
         remembered.insert(run(2), record(22));
         // run 1 still there: taking run 0 made the room, and run 2 counts once
         assert_eq!(remembered.records.len(), 2);
-        assert_eq!(remembered.order.len(), 2);
         assert_eq!(remembered.remove(&run(1)), Some(record(1)));
         assert_eq!(remembered.remove(&run(2)), Some(record(22)));
     }

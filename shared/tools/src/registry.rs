@@ -3,27 +3,17 @@
 use crate::Tool;
 use agentlane_providers::ToolSpec;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Tools by name.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
-    /// Their specs, sorted by name: built once when a tool is registered, shared by every
-    /// request (a spec's JSON schema is not rebuilt per turn).
-    specs: Arc<[ToolSpec]>,
-    /// The characters of the specs as a prompt estimate counts them ([`spec_chars`]).
-    spec_chars: usize,
-}
-
-impl Default for ToolRegistry {
-    fn default() -> Self {
-        Self {
-            tools: BTreeMap::new(),
-            specs: Arc::from([]),
-            spec_chars: 0,
-        }
-    }
+    /// Their specs, sorted by name, and the characters a prompt estimate counts for them
+    /// ([`spec_chars`]): built at the first request for them once the tools are registered,
+    /// then shared by every request and every clone (a spec's JSON schema is not rebuilt per
+    /// turn); a registration starts it over.
+    built: OnceLock<(Arc<[ToolSpec]>, usize)>,
 }
 
 /// The characters a prompt estimate counts for `specs`: each one's name, description and JSON
@@ -44,8 +34,7 @@ impl ToolRegistry {
     /// Adds a tool; a later tool with the same name replaces the earlier one.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name, tool);
-        self.specs = self.tools.values().map(|t| t.spec()).collect();
-        self.spec_chars = spec_chars(&self.specs);
+        self.built = OnceLock::new();
     }
 
     /// [`Self::register`], by value, for building a registry in one expression.
@@ -59,15 +48,22 @@ impl ToolRegistry {
         self.tools.get(name).cloned()
     }
 
-    /// Specs to send to the model, sorted by name (shared: built when the tools were
-    /// registered).
+    /// Specs to send to the model, sorted by name (shared: built once).
     pub fn specs(&self) -> Arc<[ToolSpec]> {
-        self.specs.clone()
+        self.built().0.clone()
     }
 
     /// [`spec_chars`] of [`Self::specs`], counted once.
     pub fn spec_chars(&self) -> usize {
-        self.spec_chars
+        self.built().1
+    }
+
+    fn built(&self) -> &(Arc<[ToolSpec]>, usize) {
+        self.built.get_or_init(|| {
+            let specs: Arc<[ToolSpec]> = self.tools.values().map(|t| t.spec()).collect();
+            let chars = spec_chars(&specs);
+            (specs, chars)
+        })
     }
 }
 

@@ -44,9 +44,7 @@ impl LiveServer {
         config: ApiConfig,
         wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
     ) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
-        Self::start_on(config, backend, wrap, false, Some(dir)).await
+        Self::start_fresh(config, wrap, false).await
     }
 
     /// Like [`LiveServer::start_over`], over a store that queues the turns it accepts itself
@@ -55,9 +53,21 @@ impl LiveServer {
         config: ApiConfig,
         wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
     ) -> Self {
+        Self::start_fresh(config, wrap, true).await
+    }
+
+    /// The API over a store of its own, wrapped by `wrap`; `queueing`: the store queues the
+    /// turns it accepts.
+    async fn start_fresh(
+        config: ApiConfig,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+        queueing: bool,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let backend = Arc::new(SqliteBackend::open(dir.path()).unwrap());
-        backend.queue_accepted_turns();
+        if queueing {
+            backend.queue_accepted_turns();
+        }
         Self::start_on(config, backend, wrap, false, Some(dir)).await
     }
 

@@ -47,11 +47,13 @@ SECRET_REFERENCE_ENV = {
 # The CA bundle of provided.al2023 (what rustls-native-certs' probe would pick there); named in
 # SSL_CERT_FILE so that a cold start does not scan the certificate directories as well.
 AL2023_CA_BUNDLE = "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"
-NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS", "AGENTLANE_AGENT_SECRETS_PREFIX"}
-# Roles that may also read the secrets agents' tools name, only under this parameter (a name
-# prefix: `secret:${AgentSecretsPrefix}*`).
-AGENT_SECRET_ROLES = {"RunnerRole"}
-AGENT_SECRETS_PARAM = "AgentSecretsPrefix"
+NOT_SECRET_ENV = {"AGENTLANE_API_KEY_CACHE_TTL_MS", "AGENTLANE_SECRETS_KMS_KEY"}
+# Tenant secrets' KMS key (`SecretsKey`): what each role may do with it, and nothing else may.
+# The ingress seals (makes data keys), the runner opens (decrypts them); each grant on that
+# key's ARN only, its encryption context limited to the tenant and the secret's name.
+TENANT_SECRET_KEY = "SecretsKey"
+TENANT_SECRET_ACTIONS = {"IngressRole": {"kms:GenerateDataKey"}, "RunnerRole": {"kms:Decrypt"}}
+TENANT_SECRET_CONTEXT = ["tenant", "secret"]
 # The provider-key reads each role may make, beyond logs, sqs and dynamodb: action → the
 # parameter its resource is built from.
 SECRET_ACTIONS = {
@@ -368,6 +370,11 @@ def check_functions(c: Checker, sam: dict[str, Any], cfn: dict[str, Any]) -> Non
             env.get("AGENTLANE_QUEUE_URL") == {"Ref": "TurnQueue"},
             f"{name}: AGENTLANE_QUEUE_URL = the turn queue",
         )
+        c.check(
+            env.get("AGENTLANE_SECRETS_KMS_KEY") == {"Fn::GetAtt": [TENANT_SECRET_KEY, "Arn"]},
+            f"{name}: AGENTLANE_SECRETS_KMS_KEY = the tenant secrets' key: "
+            f"{env.get('AGENTLANE_SECRETS_KMS_KEY')}",
+        )
         for var, param_name in SECRET_REFERENCE_ENV.items():
             c.check(
                 param_name in json.dumps(env.get(var)),
@@ -535,17 +542,26 @@ def check_iam(c: Checker, cfn: dict[str, Any]) -> None:
             {a.split(":")[0] for a in actions} <= {"logs", "sqs", "dynamodb", "secretsmanager", "ssm", "kms"},
             f"{role_name}: nothing beyond logs, sqs, dynamodb and the provider-key reads: {sorted(actions)}",
         )
-        secret_reads = {a for a in actions if a.split(":")[0] in {"secretsmanager", "ssm", "kms"}}
+        key_statements = [
+            st for st in statements(roles[role_name])
+            if TENANT_SECRET_KEY in json.dumps(st.get("Resource"))
+        ]
+        check_tenant_secret_key(c, role_name, key_statements)
+        provider_statements = [st for st in statements(roles[role_name]) if st not in key_statements]
+        secret_reads = {
+            a
+            for st in provider_statements
+            for a in as_list(st["Action"])
+            if a.split(":")[0] in {"secretsmanager", "ssm", "kms"}
+        }
         c.check(
             secret_reads == set(SECRET_ACTIONS),
             f"{role_name}: provider-key reads exactly {sorted(SECRET_ACTIONS)}: {sorted(secret_reads)}",
         )
-        for st in statements(roles[role_name]):
+        for st in provider_statements:
             for action in as_list(st["Action"]):
                 if action in SECRET_ACTIONS:
                     params = [SECRET_ACTIONS[action]]
-                    if action == "secretsmanager:GetSecretValue" and role_name in AGENT_SECRET_ROLES:
-                        params.append(AGENT_SECRETS_PARAM)
                     c.check(
                         all(
                             any(p in json.dumps(r) for p in params)
@@ -603,6 +619,48 @@ def check_tenant_writes(c: Checker, role_name: str, role: dict[str, Any]) -> Non
             f"{TENANT_ITEMS} (and {sorted(WRITABLE_ITEMS - set(TENANT_ITEMS))}) "
             f"(dynamodb:LeadingKeys): {keys}",
         )
+
+
+def check_tenant_secret_key(c: Checker, role_name: str, key_statements: list[dict[str, Any]]) -> None:
+    """A role's grants on the tenant secrets' key: exactly its actions, on that key only, each
+    limited to the tenant/secret encryption context (and requiring one)."""
+    want = TENANT_SECRET_ACTIONS.get(role_name, set())
+    got = {a for st in key_statements for a in as_list(st["Action"])}
+    c.check(got == want, f"{role_name}: on the tenant secrets' key exactly {sorted(want)}: {sorted(got)}")
+    for st in key_statements:
+        c.check(
+            [getatt(r) for r in as_list(st["Resource"])] == [(TENANT_SECRET_KEY, "Arn")],
+            f"{role_name}/{st.get('Sid', '?')}: only on {TENANT_SECRET_KEY}'s ARN: {st['Resource']}",
+        )
+        cond = st.get("Condition") or {}
+        keys = cond.get("ForAllValues:StringEquals", {}).get("kms:EncryptionContextKeys")
+        c.check(
+            sorted(as_list(keys or [])) == sorted(TENANT_SECRET_CONTEXT)
+            and cond.get("Null", {}).get("kms:EncryptionContextKeys") == "false",
+            f"{role_name}/{st.get('Sid', '?')}: encryption context keys exactly "
+            f"{TENANT_SECRET_CONTEXT}, and required: {cond}",
+        )
+
+
+def check_tenant_secrets_key(c: Checker, sam: dict[str, Any]) -> None:
+    """The tenant secrets' key: symmetric, rotated, aliased as `agentlane setup-aws` names it."""
+    res = sam["Resources"]
+    key = res.get(TENANT_SECRET_KEY, {})
+    props = key.get("Properties", {})
+    c.check(key.get("Type") == "AWS::KMS::Key", f"{TENANT_SECRET_KEY} is a KMS key")
+    c.check(props.get("EnableKeyRotation") is True, f"{TENANT_SECRET_KEY}: rotation on")
+    c.check(
+        props.get("KeySpec", "SYMMETRIC_DEFAULT") == "SYMMETRIC_DEFAULT"
+        and props.get("KeyUsage", "ENCRYPT_DECRYPT") == "ENCRYPT_DECRYPT",
+        f"{TENANT_SECRET_KEY}: a symmetric ENCRYPT_DECRYPT key",
+    )
+    aliases = [r for r in res.values() if r.get("Type") == "AWS::KMS::Alias"
+               and r.get("Properties", {}).get("TargetKeyId") == {"Ref": TENANT_SECRET_KEY}]
+    c.check(
+        len(aliases) == 1
+        and aliases[0]["Properties"].get("AliasName") == {"Fn::Sub": "alias/agentlane-${StageName}-secrets"},
+        f"{TENANT_SECRET_KEY}: one alias, alias/<table>-secrets as setup-aws names it",
+    )
 
 
 def check_stream_role(c: Checker, role_name: str, role: dict[str, Any], ddb: set[str]) -> None:
@@ -867,6 +925,7 @@ def structure(src: str, translated: str) -> int:
     c = Checker()
     runner_timeout = float(sam["Resources"]["RunnerFunction"]["Properties"]["Timeout"])
     check_storage(c, sam)
+    check_tenant_secrets_key(c, sam)
     check_queues(c, sam, runner_timeout)
     check_functions(c, sam, cfn)
     check_triggers(c, sam, cfn)
@@ -1008,6 +1067,25 @@ MUTATIONS = {
         "                  - dynamodb:DeleteItem\n"
         "                  - dynamodb:ConditionCheckItem\n"
         "                Resource: !GetAtt Table.Arn\n",
+    ),
+    "tenant secrets key without rotation": (
+        "      EnableKeyRotation: true\n", "      EnableKeyRotation: false\n"
+    ),
+    "runner decrypts tenant secrets under any context": (
+        "                Action: kms:Decrypt\n"
+        "                Resource: !GetAtt SecretsKey.Arn\n"
+        "                Condition:\n"
+        "                  ForAllValues:StringEquals:\n"
+        "                    kms:EncryptionContextKeys: [tenant, secret]\n",
+        "                Action: kms:Decrypt\n"
+        "                Resource: !GetAtt SecretsKey.Arn\n"
+        "                Condition:\n"
+        "                  ForAllValues:StringLike:\n"
+        "                    kms:EncryptionContextKeys: [tenant, secret]\n",
+    ),
+    "ingress may decrypt tenant secrets": (
+        "                Action: kms:GenerateDataKey\n",
+        "                Action: [kms:GenerateDataKey, kms:Decrypt]\n",
     ),
     "cron writes key items": (
         "                  # the retention sweep: an expired session's runs, events and transcript\n"

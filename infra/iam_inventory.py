@@ -19,7 +19,9 @@ How the inventory is derived (no hand list of operations):
    x's declared type when the field, parameter or `let` declares it (`dyn Store`: every
    implementation), else to every method named foo; a type of another crate is not followed
    (`next.run(req)` is axum's). A candidate must take as many arguments as the call passes and
-   be visible (`pub`, or in the caller's crate); functions passed by name (`.map(Self::foo)`)
+   be visible (`pub`, or in the caller's crate) and, unless it implements a trait, in a crate
+   the caller's crate depends on (`tx.execute(` in the SQLite store is not the runner's
+   `execute`; `keys.unwrap(` on a `dyn KeyWrap` reaches every impl); functions passed by name (`.map(Self::foo)`)
    count as calls; `#[cfg(test)]` modules are skipped. Where it cannot tell, it follows more
    paths, not fewer; what it cannot see at all: calls hidden in macros, and generic
    parameters with longer names than `T`/`S2` taken for another crate's type.
@@ -408,6 +410,7 @@ class Program:
     types: set[str] = field(default_factory=set)
     traits: set[str] = field(default_factory=set)
     fields: dict[tuple[str, str], str] = field(default_factory=dict)  # (struct, field) -> type
+    closures: dict[str, set[str]] = field(default_factory=dict)  # crate -> what it depends on
 
     @classmethod
     def load(cls, ws: Workspace, crates: list[str]) -> "Program":
@@ -442,6 +445,12 @@ class Program:
                        for t in re.findall(r"\btrait\s+([A-Z]\w*)", p.read_text())}
         return prog
 
+    def depends_on(self, crate: str) -> set[str]:
+        """The crate and the workspace crates it depends on, transitively (normal deps)."""
+        if crate not in self.closures:
+            self.closures[crate] = set(self.ws.closure(crate))
+        return self.closures[crate]
+
     def sdk_ops_for(self, crate: str) -> dict[str, str]:
         ops: dict[str, str] = {}
         for dep in self.ws.deps.get(crate, ()):
@@ -460,6 +469,11 @@ class Program:
                 g = self.fns[i]
                 if g.crate != f.crate and not g.public:
                     continue  # private to its crate
+                if g.trait is None and g.crate not in self.depends_on(f.crate):
+                    # A free function or an inherent method is only callable from crates that
+                    # depend on its own (`tx.execute(` in the SQLite store is not the runner's
+                    # `execute`); a trait impl may be anywhere (dyn dispatch, `dyn KeyWrap`).
+                    continue
                 if argc is not None and argc != g.arity(dot is not None and qual is None):
                     continue  # another function of that name: it takes a different number of arguments
                 if qual:
@@ -736,6 +750,22 @@ def selftest(template_path: str, workdir: str) -> int:
         "ingress writes any item": (
             '                    dynamodb:LeadingKeys: ["T#*"]\n',
             '                    dynamodb:LeadingKeys: ["T#*", "KEY#*"]\n',
+        ),
+        "runner without kms:Decrypt (tenant secrets)": (
+            "              - Sid: OpenTenantSecrets\n"
+            "                Effect: Allow\n"
+            "                Action: kms:Decrypt\n",
+            "              - Sid: OpenTenantSecrets\n"
+            "                Effect: Allow\n"
+            "                Action: kms:DescribeKey\n",
+        ),
+        "cron granted kms:Decrypt it never calls": (
+            "              - Sid: ReconcileDeadLetters\n",
+            "              - Sid: OpenTenantSecrets\n"
+            "                Effect: Allow\n"
+            "                Action: kms:Decrypt\n"
+            "                Resource: !GetAtt SecretsKey.Arn\n"
+            "              - Sid: ReconcileDeadLetters\n",
         ),
         "ingress granted sqs:ReceiveMessage it never calls": (
             "              - Sid: EnqueueTurns\n"

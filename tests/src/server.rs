@@ -224,6 +224,7 @@ impl Server {
                         "AGENTLANE_TABLE",
                         "AGENTLANE_QUEUE_NAME",
                         "AGENTLANE_BACKEND",
+                        "AGENTLANE_SECRETS_KMS_KEY",
                     ]
                     .contains(&name.as_str())
                     || name.as_str() == "AGENTLANE_API_KEYS"
@@ -280,8 +281,8 @@ pub fn backend_is_aws() -> bool {
     std::env::var("AGENTLANE_E2E_BACKEND").is_ok_and(|b| b == "aws")
 }
 
-/// Points `options` at a table and queue of their own (named after the server's temp dir) and
-/// creates them with `agentlane setup-aws`, the documented set-up command.
+/// Points `options` at a table, queue and KMS key of their own (named after the server's temp
+/// dir) and creates them with `agentlane setup-aws`, the documented set-up command.
 fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
     let suffix = root
         .file_name()
@@ -329,7 +330,12 @@ fn on_aws(options: ServerOptions, root: &Path) -> HarnessResult<ServerOptions> {
             stdout: String::new(),
         });
     }
-    Ok(options)
+    // The KMS key setup-aws made for the table (`alias/<table>-secrets`), for tenant secrets.
+    // Set only now: a configured key is one setup-aws checks rather than creates.
+    Ok(options.env(
+        "AGENTLANE_SECRETS_KMS_KEY",
+        format!("alias/t-{suffix}-secrets"),
+    ))
 }
 
 /// Nothing from the developer's shell may change what the server talks to.

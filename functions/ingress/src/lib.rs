@@ -87,6 +87,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
     let mut config = settings.api_config(max_wait);
     config.max_cron_jobs = host::cron::CronSettings::from_env()?.max_jobs;
     config.max_agents = host::settings::max_agents_from_env()?;
+    config.max_secrets = host::settings::max_secrets_from_env()?;
     // Metrics go to CloudWatch (EMF from the runner and cron functions), not to a route.
     config.expose_metrics = false;
     if mode == Mode::Streaming {
@@ -103,6 +104,7 @@ pub async fn run() -> Result<(), lambda_http::Error> {
         cron: backends.cron,
         catalog: backends.catalog,
         agents: backends.agents,
+        secrets: backends.secrets,
         keys,
         config,
     };

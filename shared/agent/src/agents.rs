@@ -4,8 +4,11 @@
 //!
 //! Versions are immutable, so [`AgentResolver`] caches them per process by `(tenant, agentId,
 //! version)`: a warm runner reads a version once. Secret references are resolved by a
-//! [`SecretSource`] (the environment for `serve`, Secrets Manager in the deployed functions);
-//! values live only in the tools built from them, never in the run, its events or logs.
+//! [`SecretSource`] for the run's own tenant (its secrets, and only the environment variables
+//! the operator granted); values live only in the tools built from them, and every tool of a
+//! profile that resolved any passes its answers and errors through a
+//! [`Redactor`](agentlane_tools::redact::Redactor) of those values, so they never reach the
+//! run, its transcript, its events or the logs.
 
 use agentlane_core::agent::{DEPLOYMENT_VERSION, HttpToolDef, McpServerDef, SecretRef};
 use agentlane_core::{Agent, AgentStore, Run, StoreError, TenantId};
@@ -24,6 +27,32 @@ const CACHED_VERSIONS: usize = 1024;
 const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(30);
 /// An HTTP tool's timeout when its definition names none.
 const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest one MCP server's connect and `tools/list` may take at a run's start (the
+/// servers are reached in parallel, so this bounds the whole setup).
+pub const MCP_SETUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most MCP servers a run connects to (the API refuses an agent naming more).
+pub const MAX_MCP_SERVERS: usize = 8;
+
+/// What bounds the setup of a run's tools: the run's stop signal (abort, timeout, lost lock,
+/// shutdown) and its deadline. The default bounds nothing but [`MCP_SETUP_TIMEOUT`].
+#[derive(Debug, Clone, Default)]
+pub struct SetupBound {
+    /// Cancelled when the run is stopped: servers not listed by then are left out.
+    pub cancel: tokio_util::sync::CancellationToken,
+    /// When the run must end: no server is waited for past it.
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl SetupBound {
+    /// How long one server may take from now: [`MCP_SETUP_TIMEOUT`], or less before the
+    /// deadline.
+    fn limit(&self) -> Duration {
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        left.map_or(MCP_SETUP_TIMEOUT, |left| left.min(MCP_SETUP_TIMEOUT))
+    }
+}
 
 /// What one pickup of a run runs with.
 #[derive(Clone)]
@@ -54,8 +83,12 @@ pub struct AgentProfile {
     pub approval: Option<agentlane_core::ApprovalPolicy>,
     /// The spend limits of each run (a turn's own fill what it sets).
     pub budget: Option<agentlane_core::spend::RunBudget>,
-    /// Prices over the deployment's, by `provider/model`.
+    /// Prices over the deployment's, by `provider/model`: they may only raise them (see
+    /// [`agentlane_core::spend::agent_price`]).
     pub prices: std::collections::BTreeMap<String, agentlane_core::spend::Price>,
+    /// The most one model call may write when the turn sets no `maxOutputTokens`; `None`: the
+    /// model's usual answer size.
+    pub max_output_tokens: Option<u32>,
 }
 
 impl AgentProfile {
@@ -75,6 +108,7 @@ impl AgentProfile {
             approval: None,
             budget: None,
             prices: Default::default(),
+            max_output_tokens: None,
         }
     }
 
@@ -128,28 +162,35 @@ impl Tool for ClientToolSlot {
     }
 }
 
-/// Resolves secret references to their values.
+/// Resolves secret references to their values, for one tenant at a time.
 #[async_trait]
 pub trait SecretSource: Send + Sync + 'static {
-    /// The value `reference` names; `Err` says why not, without any value.
-    async fn value(&self, reference: &SecretRef) -> Result<String, String>;
+    /// The value `reference` names for an agent of `tenant`: its own secret of that name, or
+    /// an environment variable the operator granted; `Err` says why not, without any value.
+    async fn value(&self, tenant: &TenantId, reference: &SecretRef) -> Result<String, String>;
 }
 
-/// Environment variables only (`serve`): a `{"secret": …}` reference is refused.
-#[derive(Debug, Clone, Default)]
-pub struct EnvSecrets;
+/// The name a resolved value is redacted as: the secret's, or the variable's.
+fn shown_as(reference: &SecretRef) -> &str {
+    match reference {
+        SecretRef::Env(name) | SecretRef::Secret(name) => name,
+    }
+}
 
-#[async_trait]
-impl SecretSource for EnvSecrets {
-    async fn value(&self, reference: &SecretRef) -> Result<String, String> {
-        match reference {
-            SecretRef::Env(name) => {
-                std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))
-            }
-            SecretRef::Secret(name) => Err(format!(
-                "secret {name:?}: this process reads no Secrets Manager secrets (use {{\"env\": …}} with serve)"
-            )),
-        }
+/// What the tools of one profile are being built for: the run's tenant, and the values
+/// resolved so far (by the name each is redacted as).
+struct Resolving<'a> {
+    tenant: &'a TenantId,
+    values: Mutex<Vec<(String, String)>>,
+}
+
+impl Resolving<'_> {
+    fn redactor(&self) -> agentlane_tools::redact::Redactor {
+        let values = self
+            .values
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        agentlane_tools::redact::Redactor::new(values.iter().map(|(n, v)| (n, v)))
     }
 }
 
@@ -159,6 +200,9 @@ pub struct AgentResolver {
     secrets: Arc<dyn SecretSource>,
     mcp: McpPool,
     ssrf: SsrfPolicy,
+    /// OAuth tokens of HTTP tools, shared by every run of this process (keyed by tenant,
+    /// client and secret: never shared across tenants).
+    tokens: agentlane_tools::oauth::TokenCache,
     versions: Mutex<HashMap<(TenantId, String, u64), Arc<Agent>>>,
 }
 
@@ -170,10 +214,12 @@ impl AgentResolver {
         secrets: Arc<dyn SecretSource>,
         ssrf: SsrfPolicy,
     ) -> Self {
+        let tokens = agentlane_tools::oauth::TokenCache::new(ssrf.clone());
         Self {
             store,
             secrets,
-            mcp: McpPool::new(ssrf.clone()),
+            mcp: McpPool::new(ssrf.clone()).with_token_cache(tokens.clone()),
+            tokens,
             ssrf,
             versions: Mutex::new(HashMap::new()),
         }
@@ -225,6 +271,18 @@ impl AgentResolver {
         run: &Run,
         builtins: &ToolRegistry,
     ) -> Result<Option<AgentProfile>, StoreError> {
+        self.profile_within(run, builtins, &SetupBound::default())
+            .await
+    }
+
+    /// [`Self::profile`], its MCP servers reached within `bound` (in parallel, each within
+    /// [`MCP_SETUP_TIMEOUT`]): a server that does not answer in time is a warning.
+    pub async fn profile_within(
+        &self,
+        run: &Run,
+        builtins: &ToolRegistry,
+        bound: &SetupBound,
+    ) -> Result<Option<AgentProfile>, StoreError> {
         let version = run.request.agent_version.unwrap_or(DEPLOYMENT_VERSION);
         if version == DEPLOYMENT_VERSION {
             return Ok(Some(AgentProfile::deployment(builtins)));
@@ -234,6 +292,10 @@ impl AgentResolver {
             return Ok(None);
         };
         let spec = &agent.spec;
+        let resolving = Resolving {
+            tenant: &run.tenant,
+            values: Mutex::new(Vec::new()),
+        };
         let mut warnings = Vec::new();
         let mut tools = ToolRegistry::new();
         let allowed = spec.tools.as_ref().and_then(|t| t.builtin.as_ref());
@@ -245,17 +307,36 @@ impl AgentResolver {
             }
         }
         for def in spec.http_tools() {
-            match self.http_tool(def).await {
+            match self.http_tool(&resolving, def).await {
                 Ok(tool) => tools.register(tool),
                 Err(why) => warnings.push(why),
             }
         }
-        for server in spec.mcp_servers() {
-            match self.mcp_tools(server).await {
+        let servers = spec.mcp_servers();
+        for server in servers.iter().skip(MAX_MCP_SERVERS) {
+            warnings.push(format!(
+                "MCP server {:?}: an agent's runs reach at most {MAX_MCP_SERVERS} MCP servers; \
+                 left out",
+                server.name
+            ));
+        }
+        let reached = servers
+            .iter()
+            .take(MAX_MCP_SERVERS)
+            .map(|server| self.mcp_tools_within(&resolving, server, bound));
+        for listed in futures::future::join_all(reached).await {
+            match listed {
                 Ok(list) => list.into_iter().for_each(|t| tools.register(t)),
                 Err(why) => warnings.push(why),
             }
         }
+        // Every tool's answers and errors, and the warnings, without the values resolved.
+        let redactor = resolving.redactor();
+        let tools = redactor.wrap(tools);
+        let warnings: Vec<String> = warnings
+            .iter()
+            .map(|w| redactor.redact(w).into_owned())
+            .collect();
         for warning in &warnings {
             tracing::warn!(run_id = %run.run_id, agent_id, %warning, "agent tools");
         }
@@ -274,6 +355,7 @@ impl AgentResolver {
                 approval: spec.approval.clone(),
                 budget: spec.budget,
                 prices: spec.prices.clone().unwrap_or_default(),
+                max_output_tokens: spec.max_output_tokens,
             }
             .with_client_tools(spec.client_tools()),
         ))
@@ -283,14 +365,14 @@ impl AgentResolver {
     /// could not be (never a value).
     async fn headers(
         &self,
+        ctx: &Resolving<'_>,
         what: &str,
         headers: &std::collections::BTreeMap<String, SecretRef>,
     ) -> Result<Vec<(String, String)>, String> {
         let mut resolved = Vec::with_capacity(headers.len());
         for (name, reference) in headers {
             let value = self
-                .secrets
-                .value(reference)
+                .secret(ctx, reference)
                 .await
                 .map_err(|why| format!("{what}: header {name}: {why}; left out"))?;
             resolved.push((name.clone(), value));
@@ -298,13 +380,56 @@ impl AgentResolver {
         Ok(resolved)
     }
 
-    async fn http_tool(&self, def: &HttpToolDef) -> Result<Arc<dyn Tool>, String> {
+    /// One reference of `ctx`'s tenant, resolved and remembered for redaction.
+    async fn secret(&self, ctx: &Resolving<'_>, reference: &SecretRef) -> Result<String, String> {
+        let value = self.secrets.value(ctx.tenant, reference).await?;
+        ctx.values
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((shown_as(reference).to_owned(), value.clone()));
+        Ok(value)
+    }
+
+    /// A definition's `auth`, its client secret resolved for `ctx`'s tenant.
+    async fn credentials(
+        &self,
+        ctx: &Resolving<'_>,
+        what: &str,
+        auth: Option<&agentlane_core::agent::ToolAuth>,
+    ) -> Result<Option<agentlane_tools::oauth::ClientCredentials>, String> {
+        let Some(agentlane_core::agent::ToolAuth::Oauth2ClientCredentials {
+            token_url,
+            client_id,
+            client_secret,
+            scopes,
+        }) = auth
+        else {
+            return Ok(None);
+        };
+        let secret = self
+            .secret(ctx, client_secret)
+            .await
+            .map_err(|why| format!("{what}: auth.clientSecret: {why}; left out"))?;
+        Ok(Some(agentlane_tools::oauth::ClientCredentials {
+            tenant: ctx.tenant.as_str().to_owned(),
+            token_url: token_url.clone(),
+            client_id: client_id.clone(),
+            client_secret: secret,
+            scopes: scopes.clone(),
+        }))
+    }
+
+    async fn http_tool(
+        &self,
+        ctx: &Resolving<'_>,
+        def: &HttpToolDef,
+    ) -> Result<Arc<dyn Tool>, String> {
         let what = format!("HTTP tool {:?}", def.name);
-        let headers = self.headers(&what, &def.headers).await?;
+        let headers = self.headers(ctx, &what, &def.headers).await?;
+        let auth = self.credentials(ctx, &what, def.auth.as_ref()).await?;
         let signing_secret = match &def.signing_secret {
             Some(reference) => Some(
-                self.secrets
-                    .value(reference)
+                self.secret(ctx, reference)
                     .await
                     .map_err(|why| format!("{what}: signingSecret: {why}; left out"))?,
             ),
@@ -321,16 +446,49 @@ impl AgentResolver {
                 .map_or(DEFAULT_HTTP_TIMEOUT, Duration::from_millis),
             signing_secret,
             idempotent: def.idempotent,
+            auth,
         };
         HttpTool::new(config, self.ssrf.clone())
-            .map(|t| Arc::new(t) as Arc<dyn Tool>)
+            .map(|t| Arc::new(t.with_token_cache(self.tokens.clone())) as Arc<dyn Tool>)
             .map_err(|e| format!("{what}: {}: {}; left out", e.field, e.message))
     }
 
-    async fn mcp_tools(&self, def: &McpServerDef) -> Result<Vec<Arc<dyn Tool>>, String> {
+    /// [`Self::mcp_tools`] within `bound` and [`MCP_SETUP_TIMEOUT`]; `Err` says which bound
+    /// cut it.
+    async fn mcp_tools_within(
+        &self,
+        ctx: &Resolving<'_>,
+        def: &McpServerDef,
+        bound: &SetupBound,
+    ) -> Result<Vec<Arc<dyn Tool>>, String> {
+        let limit = bound.limit();
+        tokio::select! {
+            biased;
+            () = bound.cancel.cancelled() => Err(format!(
+                "MCP server {:?}: the run was stopped before it answered; the run goes on \
+                 without its tools",
+                def.name
+            )),
+            listed = tokio::time::timeout(limit, self.mcp_tools(ctx, def)) => {
+                listed.unwrap_or_else(|_| Err(format!(
+                    "MCP server {:?}: no answer within {} ms; the run goes on without its tools",
+                    def.name,
+                    limit.as_millis()
+                )))
+            }
+        }
+    }
+
+    async fn mcp_tools(
+        &self,
+        ctx: &Resolving<'_>,
+        def: &McpServerDef,
+    ) -> Result<Vec<Arc<dyn Tool>>, String> {
         let what = format!("MCP server {:?}", def.name);
-        let headers = self.headers(&what, &def.headers).await?;
+        let headers = self.headers(ctx, &what, &def.headers).await?;
+        let auth = self.credentials(ctx, &what, def.auth.as_ref()).await?;
         let config = McpServerConfig {
+            auth,
             name: def.name.clone(),
             url: def.url.clone(),
             headers,

@@ -69,8 +69,8 @@ pub struct RunnerConfig {
     pub sequential_tools: bool,
     /// The prices attempts are charged by (`costUsd`), and budgets checked with.
     pub prices: agentlane_core::spend::PriceTable,
-    /// The most a model call may write when its request sets no `max_output_tokens`: the
-    /// output half of the worst case a budget must hold before each call.
+    /// The output half of the worst case a budget holds for a call whose provider sends no
+    /// output cap (every request sets one, so only a provider that ignores it uses this).
     pub budget_output_reserve: u64,
     /// The decoded transcripts of the sessions this runner serves are kept up to about this
     /// many bytes (least recently used evicted), so a turn does not read and decode its whole

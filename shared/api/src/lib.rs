@@ -80,6 +80,8 @@ pub struct ApiState {
     pub catalog: Arc<dyn agentlane_core::SessionCatalog>,
     /// Agents (`/v1/agents`).
     pub agents: Arc<dyn agentlane_core::AgentStore>,
+    /// The tenants' secrets (`/v1/secrets`; an agent's `{"secret": …}` must name one).
+    pub secrets: Arc<agentlane_secrets::Vault>,
     /// Bearer keys → tenant.
     pub keys: ApiKeys,
     /// Limits and defaults of the HTTP edge (body size, timeouts, per-tenant caps).
@@ -153,6 +155,10 @@ pub struct ApiConfig {
     pub builtin_tools: Vec<String>,
     /// The prices of the models (a turn with a USD budget cannot name an unpriced one).
     pub prices: agentlane_core::spend::PriceTable,
+    /// Secrets one tenant may have. Default 100 (`AGENTLANE_MAX_SECRETS`).
+    pub max_secrets: u32,
+    /// The environment variables an agent's `{"env": …}` may name (none by default).
+    pub agent_env_allow: agentlane_core::EnvGrants,
 }
 
 /// Default largest message: 256 KiB.
@@ -180,6 +186,8 @@ impl Default for ApiConfig {
             max_agents: agentlane_core::agent::DEFAULT_MAX_AGENTS,
             builtin_tools: vec!["current_time".into(), "http_fetch".into()],
             prices: agentlane_core::spend::PriceTable::builtin(),
+            max_secrets: agentlane_core::tenant_secret::DEFAULT_MAX_SECRETS,
+            agent_env_allow: agentlane_core::EnvGrants::default(),
         }
     }
 }

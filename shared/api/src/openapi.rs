@@ -36,6 +36,7 @@ document take `Authorization: Bearer <key>`.",
         (name = "runs", description = "Runs, their events and abort"),
         (name = "sessions", description = "Sessions, transcripts and resets"),
         (name = "cron", description = "Scheduled, isolated turns"),
+        (name = "secrets", description = "A tenant's secrets: written once, never shown back, sent only by its own agents' tools"),
         (name = "openai", description = "OpenAI-compatible: each agent is a model; chat \
 completions and responses are turns. Errors in OpenAI's shape"),
         (name = "health", description = "Liveness and this document"),

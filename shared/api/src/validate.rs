@@ -74,6 +74,12 @@ pub struct AgentBody {
     /// the run ends `error` `budget_exceeded`. The agent's budget fills what is unset.
     #[serde(default)]
     pub budget: Option<agentlane_core::spend::RunBudget>,
+    /// The most one model call of the turn may write (1–128,000 tokens): sent to the provider
+    /// as its output cap (`max_tokens` / `max_completion_tokens`) and what each call reserves
+    /// against budgets. Absent: the agent's, else the model's usual answer size.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 128000)]
+    pub max_output_tokens: Option<u32>,
 }
 
 /// A body that passed every rule.
@@ -135,6 +141,12 @@ pub fn validate_agent_body(
     if let Some(problem) = body.budget.as_ref().and_then(|b| b.problem("budget")) {
         return Err(invalid(problem));
     }
+    if let Some(problem) = body
+        .max_output_tokens
+        .and_then(|cap| agentlane_core::spend::output_tokens_problem("maxOutputTokens", cap))
+    {
+        return Err(invalid(problem));
+    }
     if body.budget.is_some_and(|b| b.max_cost_usd.is_some()) {
         // The model the turn names, else (for `main`) the deployment's default.
         let main = agent_id.is_none();
@@ -168,6 +180,7 @@ pub fn validate_agent_body(
             agent_version: None,
             tools,
             budget: body.budget.filter(|b| !b.is_unlimited()),
+            max_output_tokens: body.max_output_tokens,
         },
         idempotency_key: body.idempotency_key,
     })
@@ -398,6 +411,7 @@ mod tests {
             agent_id: None,
             tools: None,
             budget: None,
+            max_output_tokens: None,
         }
     }
 
@@ -431,6 +445,7 @@ mod tests {
                     agent_version: None,
                     tools: Vec::new(),
                     budget: None,
+                    max_output_tokens: None,
                 },
                 idempotency_key: None,
             }

@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod hash;
+pub mod kms;
 pub mod queue;
 pub mod secrets;
 pub mod setup;
@@ -35,6 +36,7 @@ pub use store::{DynamoStore, IndexBackfill};
 /// The SDK crates, so users need no direct dependency of their own.
 pub use aws_config;
 pub use aws_sdk_dynamodb;
+pub use aws_sdk_kms;
 pub use aws_sdk_secretsmanager;
 pub use aws_sdk_sqs;
 pub use aws_sdk_ssm;

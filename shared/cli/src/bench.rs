@@ -165,6 +165,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         cron,
         agents,
         catalog,
+        secrets,
         ..
     } = backends;
     let runner = runner.with_provider(Arc::new(TimedProvider {
@@ -184,6 +185,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         cron,
         catalog,
         agents,
+        secrets,
         keys: ApiKeys::from_pairs([("bench", key)]).map_err(anyhow::Error::msg)?,
         config: ApiConfig {
             demo_mode: true,

@@ -113,6 +113,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = settings.api_config(Duration::from_secs(15 * 60));
     config.max_cron_jobs = cron.max_jobs;
     config.max_agents = host::settings::max_agents_from_env()?;
+    config.max_secrets = host::settings::max_secrets_from_env()?;
     let api = ApiState {
         // On the AWS backend several `serve` replicas may share one deployment: the stream and
         // wait caps are kept in the table (one process on the embedded store: in memory).
@@ -126,6 +127,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cron: backends.cron.clone(),
         catalog: backends.catalog.clone(),
         agents: backends.agents.clone(),
+        secrets: backends.secrets.clone(),
         spend: Some(backends.spend.clone()),
         keys,
         config,
@@ -222,11 +224,11 @@ pub struct SetupAwsArgs {
     pub backfill_indexes: bool,
 }
 
-/// `agentlane setup-aws`: creates the table and queues when absent; with `--backfill-indexes`
-/// also backfills the index attributes of older items.
+/// `agentlane setup-aws`: creates the table, the queues and the KMS key of tenant secrets when
+/// absent; with `--backfill-indexes` also backfills the index attributes of older items.
 pub async fn setup_aws(args: SetupAwsArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
-    let spinner = crate::progress::spinner(true, "creating the table and queues when absent");
+    let spinner = crate::progress::spinner(true, "creating the table, queues and secrets key when absent");
     let resources = host::setup_aws().await;
     spinner.finish_and_clear();
     let resources = resources?;
@@ -235,6 +237,10 @@ pub async fn setup_aws(args: SetupAwsArgs) -> anyhow::Result<()> {
     if let Some(dlq) = resources.dlq_url {
         println!("dlq:       {dlq}");
     }
+    println!(
+        "secrets:   {} ({}; set AGENTLANE_SECRETS_KMS_KEY={} for serve)",
+        resources.secrets_key.key, resources.secrets_key.arn, resources.secrets_key.key
+    );
     if args.backfill_indexes {
         let spinner = crate::progress::spinner(true, "backfilling index attributes (a scan)");
         let done = host::backfill_aws_indexes().await;

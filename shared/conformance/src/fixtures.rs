@@ -79,6 +79,7 @@ pub fn request(message: &str) -> TurnRequest {
         agent_version: None,
         tools: Vec::new(),
         budget: None,
+        max_output_tokens: None,
     }
 }
 

@@ -42,6 +42,7 @@ pub mod sessions;
 pub mod slots;
 pub mod spend;
 pub mod store;
+pub mod tenant_secrets;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,6 +1,7 @@
 //! The [`SpendLedger`] cases (issue 21): a burst of reservations never passes a period's cap;
 //! a settlement replaces its hold by what was spent, once; a retried reservation counts once;
-//! tenants and periods are counted apart, and a refusal names its period. Every case uses
+//! tenants and periods are counted apart, and a refusal names its period; a call that outlives
+//! its pickup (its hold cleared from the attempt ledger) still adds what it spent, once. Every case uses
 //! fresh random tenants, so cases may share one backend.
 //!
 //! In an adapter's integration test:
@@ -25,6 +26,7 @@ macro_rules! spend_conformance {
             case_a_retried_reservation_counts_once,
             case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period,
             case_settled_spend_is_read_by_day_agent_model_and_session,
+            case_a_call_that_outlives_its_pickup_is_paid_for_once,
         }
     };
 }
@@ -321,4 +323,96 @@ pub async fn case_settled_spend_is_read_by_day_agent_model_and_session(
             .unwrap()
             .is_empty()
     );
+}
+
+/// A long call: its pickup is replaced and the replacing pickup clears its hold from the attempt
+/// ledger (which has no record of the call yet: 0), then the call ends and settles what it
+/// really spent. The real cost is counted, once, in every period and by session; a clear after
+/// that, or a settlement again, changes nothing, and a clear that counted more keeps its count.
+pub async fn case_a_call_that_outlives_its_pickup_is_paid_for_once(store: Arc<dyn SpendLedger>) {
+    let acme = tenant();
+    let periods = ["D2026-12-04".to_owned(), "M2026-12".to_owned()];
+    let caps = vec![
+        cap(&periods[0], Some(1_000), None),
+        cap(&periods[1], Some(10_000), None),
+    ];
+    let day = tags(&periods[0], "main", "long");
+    let long = hold("run_long.0", 400, 40);
+    assert_eq!(
+        store.reserve(&acme, &caps, &long).await.unwrap(),
+        Reserved::Granted
+    );
+    // The replacing pickup clears it: the ledger knows of no spend.
+    store
+        .clear(&acme, &periods, &long, Spent::default(), &day)
+        .await
+        .unwrap();
+    for period in &periods {
+        let now = store.period_spend(&acme, period).await.unwrap();
+        assert_eq!((now.micros, now.tokens, now.holds.len()), (0, 0, 0), "{period}");
+    }
+    // The call ends after all and settles what it spent: counted in full.
+    let actual = Spent {
+        micros: 660,
+        tokens: 66,
+    };
+    for _ in 0..2 {
+        store
+            .settle(&acme, &periods, &long, actual, &day)
+            .await
+            .unwrap();
+        store
+            .clear(&acme, &periods, &long, Spent::default(), &day)
+            .await
+            .unwrap();
+    }
+    for period in &periods {
+        let now = store.period_spend(&acme, period).await.unwrap();
+        assert_eq!(
+            (now.micros, now.tokens, now.holds.len()),
+            (660, 66, 0),
+            "{period}: the long call's real cost, once"
+        );
+    }
+    // A clear that counted from the ledger, then a late settlement: only the difference.
+    let second = hold("run_long.1", 200, 20);
+    assert_eq!(
+        store.reserve(&acme, &caps, &second).await.unwrap(),
+        Reserved::Granted
+    );
+    let ledger = Spent {
+        micros: 100,
+        tokens: 10,
+    };
+    store
+        .clear(&acme, &periods, &second, ledger, &day)
+        .await
+        .unwrap();
+    store
+        .settle(&acme, &periods, &second, Spent { micros: 150, tokens: 15 }, &day)
+        .await
+        .unwrap();
+    // A late settlement below what the clear counted takes nothing back.
+    store
+        .settle(&acme, &periods, &second, Spent { micros: 50, tokens: 5 }, &day)
+        .await
+        .unwrap();
+    let now = store.period_spend(&acme, &periods[0]).await.unwrap();
+    assert_eq!((now.micros, now.tokens), (810, 81));
+    let sessions: Vec<_> = store
+        .usage(&acme, UsageGroup::Session, &periods[0], &periods[0])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.key, r.micros, r.tokens))
+        .collect();
+    assert_eq!(sessions, vec![("long".to_owned(), 810, 81)]);
+    // The cap holds what was really spent: 190 left of 1,000.
+    assert!(matches!(
+        store
+            .reserve(&acme, &caps, &hold("run_long.2", 191, 1))
+            .await
+            .unwrap(),
+        Reserved::Refused { .. }
+    ));
 }

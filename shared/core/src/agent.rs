@@ -33,9 +33,10 @@ pub const DEFAULT_MAX_AGENTS: u32 = 100;
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum SecretRef {
-    /// An environment variable of the process running the turn (`serve`).
+    /// An environment variable of the process running the turn, refused unless the operator
+    /// grants that variable (`AGENTLANE_AGENT_ENV_ALLOW`, `[agents] env_allow`).
     Env(String),
-    /// A Secrets Manager secret, by name or ARN (the deployed functions).
+    /// One of the calling tenant's own secrets (`PUT /v1/secrets/{name}`), by name.
     Secret(String),
 }
 
@@ -57,6 +58,10 @@ pub struct McpServerDef {
     /// Per-call timeout (default 30000, at most 300000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// How the runner authenticates to the server (a bearer token it fetches itself); no
+    /// `Authorization` header may be configured beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ToolAuth>,
 }
 
 /// A tool the runner calls by POSTing its arguments to a URL.
@@ -85,6 +90,111 @@ pub struct HttpToolDef {
     /// Retried twice on connect errors and 5xx when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idempotent: bool,
+    /// How the runner authenticates to the endpoint (a bearer token it fetches itself); no
+    /// `Authorization` header may be configured beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ToolAuth>,
+}
+
+/// How the runner authenticates to an HTTP tool's endpoint or an MCP server, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", deny_unknown_fields)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub enum ToolAuth {
+    /// OAuth 2.0 client credentials grant (RFC 6749 §4.4): the runner fetches an access token
+    /// from `tokenUrl` (client id and secret sent with HTTP Basic), caches it until shortly
+    /// before it expires, and sends it as `Authorization: Bearer <token>`.
+    #[serde(rename = "oauth2_client_credentials", rename_all = "camelCase")]
+    Oauth2ClientCredentials {
+        /// The authorization server's token endpoint (`http(s)://…`), reached behind the same
+        /// SSRF guard as the tool.
+        token_url: String,
+        /// The client id (1–256 characters).
+        client_id: String,
+        /// The client secret, a secret reference.
+        client_secret: SecretRef,
+        /// Scopes asked for (at most 16, each 1–128 characters without spaces); none: the
+        /// authorization server's default.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+    },
+}
+
+/// The longest `clientId`, in characters.
+pub const MAX_CLIENT_ID_CHARS: usize = 256;
+/// The most `scopes` an `auth` may ask for.
+pub const MAX_SCOPES: usize = 16;
+/// The longest scope, in characters.
+pub const MAX_SCOPE_CHARS: usize = 128;
+
+/// Checks an `auth` of the tool or server at `path` (`tools.http[0]`) whose configured headers
+/// are `headers`: `tokenUrl` is an http(s) URL with a host and no credentials, `clientId` is
+/// 1-256 characters, at most 16 `scopes` of 1-128 characters without whitespace, and no
+/// `Authorization` header is configured beside it. The message names the field
+/// (`tools.http[0].auth.tokenUrl: …`) and never a secret.
+pub fn check_tool_auth(
+    path: &str,
+    auth: &ToolAuth,
+    headers: &BTreeMap<String, SecretRef>,
+) -> Result<(), String> {
+    let ToolAuth::Oauth2ClientCredentials {
+        token_url,
+        client_id,
+        scopes,
+        ..
+    } = auth;
+    let field = |name: &str, why: &str| format!("{path}.auth.{name}: {why}");
+    match url::Url::parse(token_url) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+            return Err(field("tokenUrl", "must be an http or https URL"));
+        }
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => {
+            return Err(field("tokenUrl", "must have a host"));
+        }
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+            return Err(field(
+                "tokenUrl",
+                "must not carry credentials (user:pass@); they go in clientId and clientSecret",
+            ));
+        }
+        Ok(_) => {}
+        Err(e) => return Err(field("tokenUrl", &format!("is not a URL: {e}"))),
+    }
+    let id_chars = client_id.chars().count();
+    if id_chars == 0 || id_chars > MAX_CLIENT_ID_CHARS || client_id.chars().any(char::is_control) {
+        return Err(field(
+            "clientId",
+            &format!("must be 1-{MAX_CLIENT_ID_CHARS} characters, without control characters"),
+        ));
+    }
+    if scopes.len() > MAX_SCOPES {
+        return Err(field(
+            "scopes",
+            &format!("{} scopes; at most {MAX_SCOPES} are allowed", scopes.len()),
+        ));
+    }
+    for (i, scope) in scopes.iter().enumerate() {
+        let chars = scope.chars().count();
+        if chars == 0
+            || chars > MAX_SCOPE_CHARS
+            || scope.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(field(
+                &format!("scopes[{i}]"),
+                &format!("must be 1-{MAX_SCOPE_CHARS} characters without spaces"),
+            ));
+        }
+    }
+    if headers
+        .keys()
+        .any(|h| h.eq_ignore_ascii_case("authorization"))
+    {
+        return Err(format!(
+            "{path}.auth: cannot be combined with an Authorization header (the token is sent as \
+             Authorization: Bearer …); remove one of them"
+        ));
+    }
+    Ok(())
 }
 
 /// The tools of an agent's runs.
@@ -144,8 +254,15 @@ pub struct AgentSpec {
     /// Each run's spend limits over all its model calls (a turn's `budget` fills first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::spend::RunBudget>,
-    /// Prices (USD per million tokens) of this agent's runs, by `provider/model`, over the
-    /// deployment's (a negotiated rate, a fine-tuned model).
+    /// The most one model call of its runs may write (1–128,000 tokens; a turn's own
+    /// `maxOutputTokens` wins): sent to the provider as its output cap, and what each call's
+    /// budget reservation holds. `None`: the model's usual answer size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 128000))]
+    pub max_output_tokens: Option<u32>,
+    /// Prices (USD per million tokens) of this agent's runs, by `provider/model`: each may only
+    /// raise the deployment's price of a model it prices (a lower price, or a model without a
+    /// deployment price, is 400).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "utoipa", schema(value_type = Option<Object>))]
     pub prices: Option<std::collections::BTreeMap<String, crate::spend::Price>>,
@@ -185,6 +302,17 @@ impl AgentSpec {
             }
             if let Some(r) = &tool.signing_secret {
                 refs.push((format!("tools.http[{i}].signingSecret"), r));
+            }
+            if let Some(ToolAuth::Oauth2ClientCredentials { client_secret, .. }) = &tool.auth {
+                refs.push((format!("tools.http[{i}].auth.clientSecret"), client_secret));
+            }
+        }
+        for (i, server) in self.mcp_servers().iter().enumerate() {
+            if let Some(ToolAuth::Oauth2ClientCredentials { client_secret, .. }) = &server.auth {
+                refs.push((
+                    format!("tools.mcpServers[{i}].auth.clientSecret"),
+                    client_secret,
+                ));
             }
         }
         refs
@@ -339,6 +467,159 @@ mod tests {
         assert!(serde_json::from_str::<SecretRef>(r#""sk-live""#).is_err());
         assert!(serde_json::from_str::<SecretRef>(r#"{"env":"A","secret":"B"}"#).is_err());
         assert_eq!(serde_json::to_string(&env).unwrap(), r#"{"env":"TOKEN"}"#);
+    }
+
+    fn auth(token_url: &str, client_id: &str, scopes: &[&str]) -> ToolAuth {
+        ToolAuth::Oauth2ClientCredentials {
+            token_url: token_url.into(),
+            client_id: client_id.into(),
+            client_secret: SecretRef::Secret("oauth".into()),
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn tool_auth_reads_its_tagged_json_and_refuses_unknown_fields() {
+        let json = serde_json::json!({"type": "oauth2_client_credentials",
+            "tokenUrl": "https://auth.example/token", "clientId": "app",
+            "clientSecret": {"secret": "oauth"}, "scopes": ["a", "b"]});
+        let parsed: ToolAuth = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(
+            parsed,
+            auth("https://auth.example/token", "app", &["a", "b"])
+        );
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), json);
+        let no_scopes: ToolAuth = serde_json::from_value(serde_json::json!({
+            "type": "oauth2_client_credentials", "tokenUrl": "https://a.example/t",
+            "clientId": "app", "clientSecret": {"env": "S"}}))
+        .unwrap();
+        let ToolAuth::Oauth2ClientCredentials { scopes, .. } = &no_scopes;
+        assert!(scopes.is_empty());
+        for bad in [
+            serde_json::json!({"type": "oauth2_client_credentials", "tokenUrl": "https://a/t",
+                "clientId": "app", "clientSecret": {"env": "S"}, "audience": "x"}),
+            serde_json::json!({"type": "basic", "tokenUrl": "https://a/t",
+                "clientId": "app", "clientSecret": {"env": "S"}}),
+            serde_json::json!({"type": "oauth2_client_credentials", "tokenUrl": "https://a/t",
+                "clientId": "app", "clientSecret": "plain-secret"}),
+            serde_json::json!({"tokenUrl": "https://a/t", "clientId": "app",
+                "clientSecret": {"env": "S"}}),
+        ] {
+            assert!(
+                serde_json::from_value::<ToolAuth>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn tool_auth_rules() {
+        let none = BTreeMap::new();
+        let long_id = "i".repeat(MAX_CLIENT_ID_CHARS);
+        let long_scope = "s".repeat(MAX_SCOPE_CHARS);
+        let sixteen: Vec<String> = (0..MAX_SCOPES).map(|i| format!("s{i}")).collect();
+        let sixteen: Vec<&str> = sixteen.iter().map(String::as_str).collect();
+        let ok = [
+            auth("https://auth.example/oauth/token", "app", &[]),
+            auth("http://127.0.0.1:9000/token", "app", &["read", "write:all"]),
+            auth("https://auth.example/t?tenant=1", &long_id, &[&long_scope]),
+            auth("https://auth.example/t", "é-app", &sixteen),
+        ];
+        for a in &ok {
+            assert_eq!(check_tool_auth("tools.http[0]", a, &none), Ok(()), "{a:?}");
+        }
+        let too_long_id = "i".repeat(MAX_CLIENT_ID_CHARS + 1);
+        let too_long_scope = "s".repeat(MAX_SCOPE_CHARS + 1);
+        let seventeen: Vec<String> = (0..=MAX_SCOPES).map(|i| format!("s{i}")).collect();
+        let seventeen: Vec<&str> = seventeen.iter().map(String::as_str).collect();
+        let bad = [
+            (auth("ftp://auth.example/t", "app", &[]), "auth.tokenUrl:"),
+            (auth("not a url", "app", &[]), "auth.tokenUrl:"),
+            (auth("/token", "app", &[]), "auth.tokenUrl:"),
+            (
+                auth("https://u:p@auth.example/t", "app", &[]),
+                "auth.tokenUrl:",
+            ),
+            (auth("https://auth.example/t", "", &[]), "auth.clientId:"),
+            (
+                auth("https://auth.example/t", &too_long_id, &[]),
+                "auth.clientId:",
+            ),
+            (
+                auth("https://auth.example/t", "a\nb", &[]),
+                "auth.clientId:",
+            ),
+            (
+                auth("https://auth.example/t", "app", &seventeen),
+                "auth.scopes:",
+            ),
+            (
+                auth("https://auth.example/t", "app", &[""]),
+                "auth.scopes[0]:",
+            ),
+            (
+                auth("https://auth.example/t", "app", &["a", "b c"]),
+                "auth.scopes[1]:",
+            ),
+            (
+                auth("https://auth.example/t", "app", &["a\tb"]),
+                "auth.scopes[0]:",
+            ),
+            (
+                auth("https://auth.example/t", "app", &[&too_long_scope]),
+                "auth.scopes[0]:",
+            ),
+        ];
+        for (a, field) in &bad {
+            let err = check_tool_auth("tools.mcpServers[2]", a, &none).unwrap_err();
+            assert!(
+                err.starts_with(&format!("tools.mcpServers[2].{field}")),
+                "{err}"
+            );
+        }
+        let mut headers = BTreeMap::new();
+        headers.insert("X-Api-Key".to_owned(), SecretRef::Env("K".into()));
+        assert_eq!(check_tool_auth("tools.http[1]", &ok[0], &headers), Ok(()));
+        headers.insert("authorization".to_owned(), SecretRef::Env("T".into()));
+        let err = check_tool_auth("tools.http[1]", &ok[0], &headers).unwrap_err();
+        assert!(err.starts_with("tools.http[1].auth:"), "{err}");
+        assert!(err.contains("Authorization header"), "{err}");
+    }
+
+    #[test]
+    fn secret_refs_list_the_client_secrets_of_auth() {
+        let spec: AgentSpec = serde_json::from_value(serde_json::json!({"tools": {
+            "http": [{"name": "t", "description": "d", "parameters": {"type": "object"},
+                "url": "https://api.example/t", "signingSecret": {"secret": "sign"},
+                "auth": {"type": "oauth2_client_credentials", "tokenUrl": "https://a.example/t",
+                    "clientId": "app", "clientSecret": {"secret": "http-oauth"}}}],
+            "mcpServers": [{"name": "m", "url": "https://mcp.example/mcp",
+                "auth": {"type": "oauth2_client_credentials", "tokenUrl": "https://a.example/t",
+                    "clientId": "app", "clientSecret": {"env": "MCP_OAUTH"}, "scopes": ["x"]}}]
+        }}))
+        .unwrap();
+        let refs: Vec<(String, SecretRef)> = spec
+            .secret_refs()
+            .into_iter()
+            .map(|(path, r)| (path, r.clone()))
+            .collect();
+        assert_eq!(
+            refs,
+            vec![
+                (
+                    "tools.http[0].signingSecret".into(),
+                    SecretRef::Secret("sign".into())
+                ),
+                (
+                    "tools.http[0].auth.clientSecret".into(),
+                    SecretRef::Secret("http-oauth".into())
+                ),
+                (
+                    "tools.mcpServers[0].auth.clientSecret".into(),
+                    SecretRef::Env("MCP_OAUTH".into())
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod session;
 pub mod slots;
 pub mod spend;
 pub mod store;
+pub mod tenant_secret;
 pub mod thinking;
 pub mod transcript;
 pub mod validate;
@@ -64,6 +65,9 @@ pub use store::{
     RetentionPolicy, RunPage, RunProgress, SessionCatalog, SessionCursor, SessionFilter,
     SessionLock, SessionPage, SessionRemoval, SessionRetention, SteerTake, Store, StoreCall,
     StoreError, StoreLayer, StoreResult, TenantEraser, TenantErasure, TenantPage, TurnIntake,
+};
+pub use tenant_secret::{
+    EnvGrants, PutSecret, SealedValue, SecretMeta, SecretRecord, SecretStore,
 };
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

@@ -194,6 +194,10 @@ pub struct TurnRequest {
     /// The turn's spend limits (over all its model calls); the agent's fill what is unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::spend::RunBudget>,
+    /// The most one model call of the turn may write (sent to the provider, and reserved
+    /// against budgets); `None`: the agent's, else the model's usual answer size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
 }
 
 impl TurnRequest {

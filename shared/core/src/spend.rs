@@ -131,6 +131,82 @@ impl PriceTable {
     }
 }
 
+/// The price a tenant-defined agent's call is charged at: the deployment's, raised field by
+/// field where the agent's own entry (`prices` on its spec) is higher. An agent can never lower
+/// a price or price a model the deployment leaves unpriced: the operator's table decides.
+pub fn agent_price(deployment: Option<&Price>, agent: Option<&Price>) -> Option<Price> {
+    let base = *deployment?;
+    let Some(own) = agent else {
+        return Some(base);
+    };
+    Some(Price {
+        input: base.input.max(own.input),
+        output: base.output.max(own.output),
+        cache_read: base.cache_read.max(own.cache_read),
+        cache_write: base.cache_write.max(own.cache_write),
+    })
+}
+
+/// Why an agent's own price for a model is refused, naming the field (`input`, `output`,
+/// `cacheRead`, `cacheWrite`): it is below the deployment's, or the deployment has no price
+/// for the model at all (`None`: the entry only raises prices).
+pub fn agent_price_problem(deployment: Option<&Price>, agent: &Price) -> Option<String> {
+    let Some(base) = deployment else {
+        return Some(
+            "the deployment has no price for this model; an agent may only raise the \
+             deployment's prices"
+                .to_owned(),
+        );
+    };
+    let fields = [
+        ("input", agent.input, base.input),
+        ("output", agent.output, base.output),
+        ("cacheRead", agent.cache_read, base.cache_read),
+        ("cacheWrite", agent.cache_write, base.cache_write),
+    ];
+    fields.iter().find(|(_, own, base)| own < base).map(|(name, own, base)| {
+        format!(
+            "{name}: {own} is below the deployment's {base} USD per million tokens; an agent \
+             may only raise the deployment's prices"
+        )
+    })
+}
+
+/// The most a model call writes when neither its turn nor its agent sets `maxOutputTokens`:
+/// the model's usual answer size (reasoning tokens included for reasoning models), by
+/// `provider/model` prefix; [`DEFAULT_OUTPUT_TOKENS`] for a model not listed. The cap is sent
+/// to the provider with every call and is what the call's budget reservation holds.
+const OUTPUT_TOKENS: &[(&str, u32)] = &[
+    ("openai/o3", 8_192),
+    ("openai/o4-mini", 8_192),
+    ("openai/o1", 8_192),
+    ("openai/gpt-5", 8_192),
+    ("openai/gpt-4", 2_048),
+    ("anthropic/claude", 2_048),
+    ("demo/", 512),
+];
+
+/// The output cap of a model the table does not list.
+pub const DEFAULT_OUTPUT_TOKENS: u32 = 2_048;
+
+/// The largest `maxOutputTokens` a turn or an agent may ask for.
+pub const MAX_OUTPUT_TOKENS: u32 = 128_000;
+
+/// The default output cap of `model` (`provider/model`), from a small table of usual answer
+/// sizes.
+pub fn default_output_tokens(model: &str) -> u32 {
+    OUTPUT_TOKENS
+        .iter()
+        .find(|(prefix, _)| model.starts_with(prefix))
+        .map_or(DEFAULT_OUTPUT_TOKENS, |(_, cap)| *cap)
+}
+
+/// The problem with a `maxOutputTokens` under `at` (the field's name), if any.
+pub fn output_tokens_problem(at: &str, cap: u32) -> Option<String> {
+    (!(1..=MAX_OUTPUT_TOKENS).contains(&cap))
+        .then(|| format!("{at}: must be from 1 to {MAX_OUTPUT_TOKENS} tokens"))
+}
+
 /// Micro-dollars as USD.
 pub fn usd(micros: u64) -> f64 {
     micros as f64 / 1_000_000.0
@@ -456,7 +532,7 @@ pub struct Hold {
     pub micros: u64,
     /// The call's worst-case tokens.
     pub tokens: u64,
-    /// When it was taken (ms): a hold older than the lock lease is a crashed call's.
+    /// When it was taken (ms).
     pub at: u64,
 }
 
@@ -465,6 +541,11 @@ impl Hold {
     pub fn attempt(&self) -> Option<(&str, u32)> {
         let (run, index) = self.id.rsplit_once('.')?;
         Some((run, index.parse().ok()?))
+    }
+
+    /// The run the hold is for (an attempt's hold or a side call's, `<runId>.<n>-compaction`).
+    pub fn run_id(&self) -> Option<&str> {
+        self.id.rsplit_once('.').map(|(run, _)| run)
     }
 }
 
@@ -574,9 +655,25 @@ pub trait SpendLedger: Send + Sync + 'static {
     ) -> StoreResult<Reserved>;
 
     /// Replaces `hold` in `periods` by what the call spent, and adds the spend to the day's
-    /// counters of `tags` (its agent, model and session), in one atomic write; a hold already
-    /// settled (or never taken) changes nothing.
+    /// counters of `tags` (its agent, model and session), in one atomic write. A hold already
+    /// settled, or never taken, changes nothing; a hold [cleared](Self::clear) meanwhile (its
+    /// call outlived its pickup) adds what the call spent beyond what the clear counted, so
+    /// every call is paid for once, whatever its length.
     async fn settle(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+        tags: &SpendTags,
+    ) -> StoreResult<()>;
+
+    /// Settles `hold` for a call whose pickup is provably gone (its run ended, or a later
+    /// pickup of the run holds the lock) to `spent`, what the run's attempt ledger says, as
+    /// [`settle`](Self::settle) does, and remembers it: a late [`settle`](Self::settle) of the
+    /// same hold (the old pickup's call ended after all) then adds only the difference. A hold
+    /// not open changes nothing.
+    async fn clear(
         &self,
         tenant: &TenantId,
         periods: &[String],
@@ -683,6 +780,60 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_price_only_raises_the_deployments() {
+        let base = price(1.0, 2.0, 0.1, 1.25);
+        let cases: Vec<(Option<Price>, Option<Price>, Option<Price>)> = vec![
+            // no override: the deployment's
+            (Some(base), None, Some(base)),
+            // priced at 0: still the deployment's
+            (Some(base), Some(price(0.0, 0.0, 0.0, 0.0)), Some(base)),
+            // a higher price wins, field by field
+            (
+                Some(base),
+                Some(price(10.0, 1.0, 0.0, 2.0)),
+                Some(price(10.0, 2.0, 0.1, 2.0)),
+            ),
+            // a model the deployment leaves unpriced stays unpriced
+            (None, Some(price(5.0, 5.0, 0.0, 0.0)), None),
+            (None, None, None),
+        ];
+        for (index, (deployment, agent, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                agent_price(deployment.as_ref(), agent.as_ref()),
+                expected,
+                "case #{index}"
+            );
+        }
+        let problem = |d: Option<Price>, a: Price| agent_price_problem(d.as_ref(), &a);
+        assert_eq!(problem(Some(base), price(1.0, 2.0, 0.1, 1.25)), None);
+        assert_eq!(problem(Some(base), price(10.0, 20.0, 1.0, 12.5)), None);
+        let zero = problem(Some(base), price(0.0, 0.0, 0.0, 0.0)).unwrap_or_default();
+        assert!(zero.starts_with("input:"), "{zero}");
+        let cached = problem(Some(base), price(1.0, 2.0, 0.0, 1.25)).unwrap_or_default();
+        assert!(cached.starts_with("cacheRead:"), "{cached}");
+        assert!(problem(None, price(1.0, 1.0, 0.0, 0.0)).is_some());
+    }
+
+    #[test]
+    fn a_models_default_output_cap_is_its_usual_answer() {
+        let cases = [
+            ("openai/gpt-4o-mini", 2_048),
+            ("openai/o3", 8_192),
+            ("openai/o4-mini", 8_192),
+            ("anthropic/claude-sonnet-4-5", 2_048),
+            ("demo/agentlane-demo", 512),
+            ("local/llama3.2", DEFAULT_OUTPUT_TOKENS),
+        ];
+        for (model, cap) in cases {
+            assert_eq!(default_output_tokens(model), cap, "{model}");
+        }
+        assert!(output_tokens_problem("maxOutputTokens", 0).is_some());
+        assert!(output_tokens_problem("maxOutputTokens", 1).is_none());
+        assert!(output_tokens_problem("maxOutputTokens", MAX_OUTPUT_TOKENS).is_none());
+        assert!(output_tokens_problem("maxOutputTokens", MAX_OUTPUT_TOKENS + 1).is_some());
+    }
+
+    #[test]
     fn a_call_fits_only_when_its_worst_case_fits() {
         let mini = PriceTable::builtin().price("openai/gpt-4o-mini").copied();
         let tokens = RunBudget {
@@ -742,6 +893,12 @@ mod tests {
             at: 0,
         };
         assert_eq!(hold.attempt(), Some(("run_01ab", 3)));
+        assert_eq!(hold.run_id(), Some("run_01ab"));
+        let side = Hold {
+            id: "run_01ab.4-compaction".into(),
+            ..hold
+        };
+        assert_eq!((side.attempt(), side.run_id()), (None, Some("run_01ab")));
     }
 
     #[test]

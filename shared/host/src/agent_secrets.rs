@@ -1,132 +1,96 @@
-//! Where the secret references of agents' tools are resolved: environment variables always;
-//! Secrets Manager secrets in the deployed functions (read once per process and kept), limited
-//! to the names under `AGENTLANE_AGENT_SECRETS_PREFIX` (the template grants the runner exactly
-//! that prefix).
+//! Where the secret references of agents' tools are resolved, for the run's own tenant:
+//! `{"secret": "name"}` is that tenant's secret of that name (the vault: sealed in the store,
+//! opened here, kept for the vault's TTL); `{"env": "VAR"}` is read from this process's
+//! environment only when the operator granted `VAR` (`AGENTLANE_AGENT_ENV_ALLOW`), never the
+//! server's own credentials (refused at start-up).
 
 use agentlane_agent::agents::SecretSource;
-use agentlane_core::SecretRef;
+use agentlane_core::{EnvGrants, SecretRef, TenantId};
+use agentlane_secrets::Vault;
 use async_trait::async_trait;
+use std::sync::Arc;
 
-/// The prefix variable: a `{"secret": …}` reference must name a secret under it.
-pub const AGENT_SECRETS_PREFIX_ENV: &str = "AGENTLANE_AGENT_SECRETS_PREFIX";
-
-/// Environment variables, and (with the `aws` feature) Secrets Manager.
+/// Tenants' secrets and the granted environment variables.
 pub struct HostSecrets {
-    /// `None`: `{"secret": …}` references are refused (serve without the AWS backend).
-    #[cfg_attr(not(feature = "aws"), allow(dead_code))]
-    secrets_manager: bool,
-    prefix: Option<String>,
-    #[cfg(feature = "aws")]
-    cache: tokio::sync::Mutex<std::collections::HashMap<String, String>>,
+    vault: Arc<Vault>,
+    grants: EnvGrants,
 }
 
 impl HostSecrets {
-    /// Reads Secrets Manager when `secrets_manager` (the AWS backend), else only the
-    /// environment.
-    pub fn new(secrets_manager: bool) -> Self {
-        Self {
-            secrets_manager,
-            prefix: crate::env(AGENT_SECRETS_PREFIX_ENV),
-            #[cfg(feature = "aws")]
-            cache: tokio::sync::Mutex::new(std::collections::HashMap::new()),
-        }
+    /// Secrets from `vault`; only `grants` of the environment.
+    pub fn new(vault: Arc<Vault>, grants: EnvGrants) -> Self {
+        Self { vault, grants }
     }
-
-    fn check_prefix(&self, name: &str) -> Result<(), String> {
-        match &self.prefix {
-            Some(prefix) if !secret_name(name).starts_with(prefix.as_str()) => Err(format!(
-                "secret {name:?} is not under {prefix:?}, the prefix this deployment may read"
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The name part of a secret id: an ARN's `secret:` part (without the random suffix AWS adds
-/// it keeps, which prefixes still match), or the name itself.
-fn secret_name(id: &str) -> &str {
-    id.split_once(":secret:").map_or(id, |(_, name)| name)
 }
 
 #[async_trait]
 impl SecretSource for HostSecrets {
-    async fn value(&self, reference: &SecretRef) -> Result<String, String> {
+    async fn value(&self, tenant: &TenantId, reference: &SecretRef) -> Result<String, String> {
         match reference {
+            SecretRef::Env(name) if !self.grants.allows(name) => Err(format!(
+                "environment variable {name} is not granted to agents by this deployment"
+            )),
             SecretRef::Env(name) => {
                 std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))
             }
-            SecretRef::Secret(name) => {
-                self.check_prefix(name)?;
-                self.secret(name).await
-            }
+            SecretRef::Secret(name) => match self.vault.reveal(tenant, name).await {
+                Ok(Some(value)) => Ok(value.expose().to_owned()),
+                Ok(None) => Err(format!("the tenant has no secret {name:?}")),
+                Err(e) => {
+                    tracing::warn!(secret = %name, error = %e, "a tenant secret could not be read");
+                    Err(format!("secret {name:?} could not be read"))
+                }
+            },
         }
     }
 }
 
-impl HostSecrets {
-    #[cfg(feature = "aws")]
-    async fn secret(&self, name: &str) -> Result<String, String> {
-        if !self.secrets_manager {
-            return Err(format!(
-                "secret {name:?}: this process reads no Secrets Manager secrets (use {{\"env\": …}} with the embedded backend)"
-            ));
-        }
-        let mut cache = self.cache.lock().await;
-        if let Some(value) = cache.get(name) {
-            return Ok(value.clone());
-        }
-        let sdk = agentlane_aws::sdk_config().await;
-        let value = agentlane_aws::secrets::secret_string(&sdk, name)
-            .await
-            .map_err(|e| e.to_string())?;
-        cache.insert(name.to_owned(), value.clone());
-        Ok(value)
-    }
-
-    #[cfg(not(feature = "aws"))]
-    async fn secret(&self, name: &str) -> Result<String, String> {
-        Err(format!(
-            "secret {name:?}: this build reads no Secrets Manager secrets (use {{\"env\": …}})"
-        ))
-    }
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "embedded"))]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use agentlane_secrets::LocalKeyFile;
 
-    #[test]
-    fn prefixes_match_names_and_arns() {
-        let s = HostSecrets {
-            secrets_manager: true,
-            prefix: Some("agentlane/agents/".into()),
-            #[cfg(feature = "aws")]
-            cache: Default::default(),
-        };
-        assert!(s.check_prefix("agentlane/agents/orders").is_ok());
-        assert!(
-            s.check_prefix("arn:aws:secretsmanager:us-east-1:1:secret:agentlane/agents/x-AbCd")
-                .is_ok()
-        );
-        assert!(s.check_prefix("prod/db").is_err());
-        assert!(
-            s.check_prefix("arn:aws:secretsmanager:us-east-1:1:secret:prod/db-AbCd")
-                .is_err()
-        );
+    fn source(grants: &[&str]) -> (HostSecrets, Arc<Vault>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = agentlane_store_sqlite::SqliteBackend::open(dir.path()).unwrap();
+        let vault = Arc::new(Vault::new(
+            Arc::new(store),
+            Arc::new(LocalKeyFile::in_dir(dir.path())),
+        ));
+        let grants = EnvGrants::new(grants.iter().copied(), &[]).unwrap();
+        (HostSecrets::new(vault.clone(), grants), vault, dir)
     }
 
     #[tokio::test]
-    async fn env_references_read_the_environment_and_say_which_is_missing() {
-        let s = HostSecrets::new(false);
+    async fn only_granted_variables_are_read_and_missing_ones_say_so() {
+        let (s, _, _dir) = source(&["PATH", "AGENTLANE_TEST_SURELY_UNSET_VAR"]);
+        let acme = TenantId::new("acme");
+        assert!(s.value(&acme, &SecretRef::Env("PATH".into())).await.is_ok());
+        let refused = s.value(&acme, &SecretRef::Env("HOME".into())).await;
+        assert_eq!(
+            refused,
+            Err("environment variable HOME is not granted to agents by this deployment".into())
+        );
         let missing = s
-            .value(&SecretRef::Env("AGENTLANE_TEST_SURELY_UNSET_VAR".into()))
+            .value(&acme, &SecretRef::Env("AGENTLANE_TEST_SURELY_UNSET_VAR".into()))
             .await;
         assert_eq!(
             missing,
             Err("environment variable AGENTLANE_TEST_SURELY_UNSET_VAR is not set".into())
         );
-        let path = s.value(&SecretRef::Env("PATH".into())).await;
-        assert!(path.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_secret_reference_is_the_calling_tenants_own() {
+        let (s, vault, _dir) = source(&[]);
+        let (acme, globex) = (TenantId::new("acme"), TenantId::new("globex"));
+        vault.put(&acme, "token", "acme-value", 1, 10).await.unwrap();
+        vault.put(&globex, "token", "globex-value", 1, 10).await.unwrap();
+        let r = SecretRef::Secret("token".into());
+        assert_eq!(s.value(&acme, &r).await.unwrap(), "acme-value");
+        assert_eq!(s.value(&globex, &r).await.unwrap(), "globex-value");
+        let nobody = s.value(&TenantId::new("initech"), &r).await;
+        assert_eq!(nobody, Err("the tenant has no secret \"token\"".into()));
     }
 }

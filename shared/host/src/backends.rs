@@ -35,6 +35,9 @@ pub struct Backends {
     pub slots: Arc<dyn agentlane_core::SlotStore>,
     /// Tenants' spend per period, for their budgets (the same database or table).
     pub spend: Arc<dyn agentlane_core::SpendLedger>,
+    /// Tenants' secrets, sealed at rest (the same database or table; data keys wrapped by
+    /// the data directory's key file, or by KMS on AWS).
+    pub secrets: Arc<agentlane_secrets::Vault>,
     /// Which backend these are.
     pub kind: BackendKind,
 }
@@ -96,6 +99,13 @@ pub fn open_embedded_backend(
         spend: Arc::new(backend.clone()),
         queue: Arc::new(backend.clone()),
         clock: Arc::new(SystemClock),
+        secrets: Arc::new(
+            agentlane_secrets::Vault::new(
+                Arc::new(backend.clone()),
+                Arc::new(agentlane_secrets::LocalKeyFile::in_dir(data_dir)),
+            )
+            .with_ttl(crate::settings::secret_cache_ttl()?),
+        ),
         kind: BackendKind::Embedded,
     };
     Ok((backends, backend))
@@ -113,7 +123,16 @@ pub async fn open_aws() -> anyhow::Result<Backends> {
         agentlane_aws::aws_sdk_dynamodb::Client::new(&sdk),
         config.table,
     );
+    // The KMS key tenant secrets' data keys are made under (AGENTLANE_SECRETS_KMS_KEY).
+    let secrets = Arc::new(
+        agentlane_secrets::Vault::new(
+            Arc::new(store.clone()),
+            Arc::new(agentlane_aws::kms::KmsKeyWrap::from_env(&sdk)?),
+        )
+        .with_ttl(crate::settings::secret_cache_ttl()?),
+    );
     Ok(Backends {
+        secrets,
         store: Arc::new(store.clone()),
         processing: Arc::new(store.clone()),
         catalog: Arc::new(store.clone()),

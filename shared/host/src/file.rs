@@ -28,6 +28,9 @@ pub(crate) struct ConfigFile {
     pub api: ApiEntry,
     #[serde(default)]
     pub tools: ToolsEntry,
+    /// What tenants' agents may reach of this server (`[agents]`).
+    #[serde(default)]
+    pub agents: AgentsEntry,
     /// Limits of the HTTP edge (`[limits]`, `[limits.tenant]`, `[limits.tenants.<name>]`).
     #[serde(default)]
     pub limits: agentlane_api::Limits,
@@ -119,6 +122,15 @@ pub(crate) struct ApiEntry {
     pub max_wait_ms: Option<u64>,
     /// The operator's key for `GET /metrics` (`AGENTLANE_METRICS_KEY` wins).
     pub metrics_key: Option<String>,
+}
+
+/// `[agents]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentsEntry {
+    /// Environment variables an agent's `{"env": "VAR"}` may read (none by default; `AWS_*`,
+    /// `AGENTLANE_*` and provider keys are refused at start-up).
+    pub env_allow: Option<Vec<String>>,
 }
 
 /// `[tools]`.

@@ -190,7 +190,10 @@ pub fn runner_with(backends: &Backends, settings: &Settings) -> anyhow::Result<R
         allow_hosts: settings.tools.http_fetch_allow.clone(),
         ..SsrfPolicy::default()
     };
-    let secrets = agent_secrets::HostSecrets::new(backends.kind == BackendKind::Aws);
+    let secrets = agent_secrets::HostSecrets::new(
+        backends.secrets.clone(),
+        settings.tools.agent_env_allow.clone(),
+    );
     let agents = agentlane_agent::agents::AgentResolver::new(
         backends.agents.clone(),
         Arc::new(secrets),

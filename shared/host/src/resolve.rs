@@ -64,9 +64,11 @@ fn resolve(
         env,
         config_dir,
     };
+    let models = ctx.models(&file)?;
+    let agent_env_allow = ctx.agent_env_allow(&file, &models)?;
     Ok(Settings {
         config_path,
-        models: ctx.models(&file)?,
+        models,
         runner: RunnerSettings {
             collect_window: ctx
                 .env
@@ -82,6 +84,7 @@ fn resolve(
                 .list("AGENTLANE_HTTP_FETCH_ALLOW")
                 .or(file.tools.http_fetch_allow)
                 .unwrap_or_default(),
+            agent_env_allow,
         },
         hooks: file.hooks,
     })
@@ -130,6 +133,34 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The variables granted to tenants' agents; a grant of the server's own (cloud
+    /// credentials, agentlane settings, the configured providers' key variables) stops start-up.
+    fn agent_env_allow(
+        &self,
+        file: &ConfigFile,
+        models: &ModelSettings,
+    ) -> Result<agentlane_core::EnvGrants, ConfigError> {
+        let mut provider_vars = Vec::new();
+        for provider in &models.providers {
+            let base = provider.name.to_ascii_uppercase().replace('-', "_");
+            provider_vars.push(format!("{base}_API_KEY"));
+            provider_vars.push(format!("{base}_API_KEYS"));
+        }
+        for entry in file.providers.values() {
+            provider_vars.extend(entry.profiles.iter().filter_map(|p| p.api_key_env.clone()));
+        }
+        const VAR: &str = "AGENTLANE_AGENT_ENV_ALLOW";
+        match self.env.list(VAR) {
+            Some(names) => agentlane_core::EnvGrants::new(names, &provider_vars)
+                .map_err(|why| Self::env_error(VAR, why)),
+            None => agentlane_core::EnvGrants::new(
+                file.agents.env_allow.clone().unwrap_or_default(),
+                &provider_vars,
+            )
+            .map_err(|why| self.invalid("agents.env_allow", why)),
+        }
+    }
+
     fn invalid(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             file: self.file.to_owned(),

@@ -145,6 +145,9 @@ pub struct ApiSettings {
 pub struct ToolSettings {
     /// Hosts, IPs or CIDRs `http_fetch` may reach although private or loopback.
     pub http_fetch_allow: Vec<String>,
+    /// The environment variables tenants' agents may reference (`AGENTLANE_AGENT_ENV_ALLOW`,
+    /// `[agents] env_allow`; none by default).
+    pub agent_env_allow: agentlane_core::EnvGrants,
 }
 
 impl Settings {
@@ -157,6 +160,7 @@ impl Settings {
     /// Gateway, requests end at 30 s).
     pub fn api_config(&self, default_max_wait: Duration) -> ApiConfig {
         let mut config = self.api.config(self.models.demo, default_max_wait);
+        config.agent_env_allow = self.tools.agent_env_allow.clone();
         // Without an explicit allow-list a tenant may ask for the default model and its
         // fallbacks only.
         config.configured_models = std::iter::once(self.models.default_model.clone())
@@ -257,6 +261,17 @@ pub fn env_ms(name: &str, default: Duration) -> anyhow::Result<Duration> {
     }
 }
 
+/// How long a process uses a tenant secret it opened before reading it again
+/// (`AGENTLANE_SECRET_CACHE_TTL_MS`, default 30 s, at most 60 s: a replaced or deleted value
+/// reaches every process and Lambda instance within a minute).
+pub fn secret_cache_ttl() -> anyhow::Result<Duration> {
+    let ttl = env_ms("AGENTLANE_SECRET_CACHE_TTL_MS", agentlane_secrets::vault::DEFAULT_TTL)?;
+    if ttl > agentlane_secrets::vault::MAX_TTL {
+        anyhow::bail!("AGENTLANE_SECRET_CACHE_TTL_MS is at most 60000 (a new value must reach every process within a minute)");
+    }
+    Ok(ttl)
+}
+
 /// The length of a `retention_days` day: a real day, unless the test-only
 /// `AGENTLANE_RETENTION_DAY_MS` shortens it (end-to-end tests watch sessions expire in seconds).
 pub const RETENTION_DAY_ENV: &str = "AGENTLANE_RETENTION_DAY_MS";
@@ -294,6 +309,16 @@ pub fn max_agents_from_env() -> anyhow::Result<u32> {
             .trim()
             .parse::<u32>()
             .map_err(|_| anyhow::anyhow!("AGENTLANE_MAX_AGENTS must be a whole number, got {v:?}")),
+    }
+}
+
+/// Secrets one tenant may have: `AGENTLANE_MAX_SECRETS` (default 100).
+pub fn max_secrets_from_env() -> anyhow::Result<u32> {
+    match env("AGENTLANE_MAX_SECRETS") {
+        None => Ok(agentlane_core::tenant_secret::DEFAULT_MAX_SECRETS),
+        Some(v) => v.trim().parse::<u32>().map_err(|_| {
+            anyhow::anyhow!("AGENTLANE_MAX_SECRETS must be a whole number, got {v:?}")
+        }),
     }
 }
 

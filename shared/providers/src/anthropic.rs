@@ -146,6 +146,12 @@ impl ModelProvider for AnthropicProvider {
         self.config.self_hosted
     }
 
+    /// The request's cap (else the configured default), plus the thinking budget when
+    /// extended thinking is on: the `max_tokens` sent.
+    fn output_cap(&self, request: &ModelRequest) -> Option<u32> {
+        Some(wire::sent_max_tokens(request, self.config.max_tokens))
+    }
+
     /// Cancelling `cancel` before the answer starts returns an empty stream; cancelling it while
     /// streaming ends the stream. Either way the HTTP request is dropped at once.
     async fn stream(

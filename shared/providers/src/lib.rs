@@ -133,6 +133,12 @@ pub trait ModelProvider: Send + Sync + 'static {
         false
     }
 
+    /// The output-token cap this provider sends for `request` (`None`: it sends none, and the
+    /// answer's length is the provider's to choose). A budget reserves exactly this.
+    fn output_cap(&self, request: &ModelRequest) -> Option<u32> {
+        request.max_output_tokens
+    }
+
     /// Starts a model call; returns once the response has started (HTTP status known).
     /// A refusal before any output (an HTTP error status) is an `Err` here; a failure later
     /// is an `Err` item of the stream.

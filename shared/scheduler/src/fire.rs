@@ -33,6 +33,7 @@ pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
     let timeout = job.effective_timeout_seconds();
     TurnRequest {
         budget: job.budget,
+        max_output_tokens: None,
         message: job.message.clone(),
         queue_mode: Some(QueueMode::Followup),
         model: job.model.clone(),

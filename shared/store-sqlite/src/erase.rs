@@ -24,6 +24,7 @@ const TENANT_TABLES: &[(&str, &str)] = &[
     ("spend_periods", "spendPeriods"),
     ("spend_groups", "spendGroups"),
     ("spend_holds", "spendHolds"),
+    ("tenant_secrets", "secrets"),
 ];
 
 #[async_trait]

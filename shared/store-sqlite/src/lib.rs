@@ -47,6 +47,7 @@ mod schema;
 mod slots;
 mod spend;
 mod steer;
+mod tenant_secrets;
 mod store;
 mod writer;
 

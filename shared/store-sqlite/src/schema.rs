@@ -33,6 +33,8 @@ const MIGRATIONS: &[&str] = &[
     crate::slots::RATE_SCHEMA,
     crate::catalog::SCHEMA,
     crate::records::SCHEMA,
+    crate::tenant_secrets::SCHEMA,
+    crate::spend::CLEARED_SCHEMA,
 ];
 
 /// The answer to a paused run's pending tool calls (issue 20): owned by the API and the

@@ -41,6 +41,146 @@ CREATE TABLE spend_holds (
 ) WITHOUT ROWID;
 ";
 
+/// Migration 17: a hold cleared for a call whose pickup is gone stays as a marker of what the
+/// clear counted (`cleared` set, `micros`/`tokens` then the counted spend), so a late
+/// settlement of that call adds only what it spent beyond. Open holds have `cleared` NULL.
+pub(crate) const CLEARED_SCHEMA: &str = "
+ALTER TABLE spend_holds ADD COLUMN cleared INTEGER;
+";
+
+/// What a settlement did to one period.
+enum Settled {
+    /// The open hold was replaced by the spend.
+    Open,
+    /// A cleared hold's marker was raised by this much more spend.
+    Late(u64, u64),
+    /// Nothing (settled before, or never taken).
+    Nothing,
+}
+
+/// Replaces the open hold `hold_id` of `period` by `spent` (`clear`: leaving a marker of it),
+/// or adds a cleared hold's shortfall; inside a transaction.
+fn settle_period(
+    tx: &rusqlite::Connection,
+    tenant: &str,
+    period: &str,
+    hold_id: &str,
+    spent: Spent,
+    clear: bool,
+) -> Result<Settled> {
+    let held: Option<(i64, i64, Option<i64>)> = tx
+        .query_row(
+            "SELECT micros, tokens, cleared FROM spend_holds
+             WHERE tenant = ?1 AND period = ?2 AND hold_id = ?3",
+            params![tenant, period, hold_id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .optional()?;
+    let (micros, tokens, cleared) = match held {
+        None => return Ok(Settled::Nothing),
+        Some((m, t, c)) => (uint(m), uint(t), c.is_some()),
+    };
+    let (add_micros, add_tokens, settled) = if cleared {
+        if clear {
+            return Ok(Settled::Nothing);
+        }
+        let more = (
+            spent.micros.saturating_sub(micros),
+            spent.tokens.saturating_sub(tokens),
+        );
+        if more == (0, 0) {
+            return Ok(Settled::Nothing);
+        }
+        tx.execute(
+            "UPDATE spend_holds SET micros = ?4, tokens = ?5
+             WHERE tenant = ?1 AND period = ?2 AND hold_id = ?3",
+            params![
+                tenant,
+                period,
+                hold_id,
+                int(micros.max(spent.micros)),
+                int(tokens.max(spent.tokens))
+            ],
+        )?;
+        (int(more.0), int(more.1), Settled::Late(more.0, more.1))
+    } else {
+        if clear {
+            tx.execute(
+                "UPDATE spend_holds SET micros = ?4, tokens = ?5, cleared = 1
+                 WHERE tenant = ?1 AND period = ?2 AND hold_id = ?3",
+                params![
+                    tenant,
+                    period,
+                    hold_id,
+                    int(spent.micros),
+                    int(spent.tokens)
+                ],
+            )?;
+        } else {
+            tx.execute(
+                "DELETE FROM spend_holds WHERE tenant = ?1 AND period = ?2 AND hold_id = ?3",
+                params![tenant, period, hold_id],
+            )?;
+        }
+        (
+            int(spent.micros) - int(micros),
+            int(spent.tokens) - int(tokens),
+            Settled::Open,
+        )
+    };
+    tx.execute(
+        "UPDATE spend_periods SET micros = max(0, micros + ?3), tokens = max(0, tokens + ?4)
+         WHERE tenant = ?1 AND period = ?2",
+        params![tenant, period, add_micros, add_tokens],
+    )?;
+    Ok(settled)
+}
+
+/// [`SpendLedger::settle`] (`clear` false) or [`SpendLedger::clear`] on the writer thread.
+fn settle_all(
+    c: &mut rusqlite::Connection,
+    tenant: &str,
+    periods: &[String],
+    hold_id: &str,
+    spent: Spent,
+    tags: &SpendTags,
+    clear: bool,
+) -> Result<()> {
+    let tx = c.savepoint()?;
+    // What the agent, model and session counters get: the spend when an open hold was
+    // settled, else a late settlement's shortfall (the same in every period).
+    let mut counted: Option<(u64, u64)> = None;
+    for period in periods {
+        match settle_period(&tx, tenant, period, hold_id, spent, clear)? {
+            Settled::Open => counted = Some((spent.micros, spent.tokens)),
+            Settled::Late(m, t) => {
+                counted.get_or_insert((m, t));
+            }
+            Settled::Nothing => {}
+        }
+    }
+    if let Some((micros, tokens)) = counted {
+        for (group, key) in tags.groups() {
+            tx.execute(
+                "INSERT INTO spend_groups (tenant, grp, day, key, micros, tokens)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, grp, day, key)
+                 DO UPDATE SET micros = micros + excluded.micros,
+                 tokens = tokens + excluded.tokens",
+                params![
+                    tenant,
+                    group.as_str(),
+                    tags.day,
+                    key,
+                    int(micros),
+                    int(tokens)
+                ],
+            )?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
 /// A period's totals (no holds listed), inside a transaction.
 pub(crate) fn period_totals(
     c: &rusqlite::Connection,
@@ -142,54 +282,27 @@ impl SpendLedger for SqliteBackend {
             tags.clone(),
         );
         self.with_conn(move |c| -> Result<()> {
-            let tx = c.savepoint()?;
-            let mut settled = false;
-            for period in &periods {
-                let held: Option<(i64, i64)> = tx
-                    .query_row(
-                        "DELETE FROM spend_holds WHERE tenant = ?1 AND period = ?2 AND hold_id = ?3
-                         RETURNING micros, tokens",
-                        params![tenant, period, hold_id],
-                        |row| Ok((row.get(0)?, row.get(1)?)),
-                    )
-                    .optional()?;
-                let Some((micros, tokens)) = held else {
-                    continue;
-                };
-                settled = true;
-                tx.execute(
-                    "UPDATE spend_periods SET micros = max(0, micros - ?3 + ?4),
-                     tokens = max(0, tokens - ?5 + ?6) WHERE tenant = ?1 AND period = ?2",
-                    params![
-                        tenant,
-                        period,
-                        micros,
-                        int(spent.micros),
-                        tokens,
-                        int(spent.tokens)
-                    ],
-                )?;
-            }
-            if settled {
-                for (group, key) in tags.groups() {
-                    tx.execute(
-                        "INSERT INTO spend_groups (tenant, grp, day, key, micros, tokens)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (tenant, grp, day, key)
-                         DO UPDATE SET micros = micros + excluded.micros,
-                         tokens = tokens + excluded.tokens",
-                        params![
-                            tenant,
-                            group.as_str(),
-                            tags.day,
-                            key,
-                            int(spent.micros),
-                            int(spent.tokens)
-                        ],
-                    )?;
-                }
-            }
-            tx.commit()?;
-            Ok(())
+            settle_all(c, &tenant, &periods, &hold_id, spent, &tags, false)
+        })
+        .await
+    }
+
+    async fn clear(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+        tags: &SpendTags,
+    ) -> StoreResult<()> {
+        let (tenant, periods, hold_id, tags) = (
+            tenant.as_str().to_owned(),
+            periods.to_vec(),
+            hold.id.clone(),
+            tags.clone(),
+        );
+        self.with_conn(move |c| -> Result<()> {
+            settle_all(c, &tenant, &periods, &hold_id, spent, &tags, true)
         })
         .await
     }
@@ -238,7 +351,7 @@ impl SpendLedger for SqliteBackend {
             let mut spend = period_totals(c, &tenant, &period)?;
             let mut statement = c.prepare(
                 "SELECT hold_id, micros, tokens, at FROM spend_holds
-                 WHERE tenant = ?1 AND period = ?2 ORDER BY at",
+                 WHERE tenant = ?1 AND period = ?2 AND cleared IS NULL ORDER BY at",
             )?;
             spend.holds = statement
                 .query_map(params![tenant.as_str(), period], |row| {

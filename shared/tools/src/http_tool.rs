@@ -14,6 +14,7 @@
 //! output or logs.
 
 use crate::net::{self, Resolve, SystemResolver};
+use crate::oauth::{AccessToken, ClientCredentials, TokenCache};
 use crate::ssrf::SsrfPolicy;
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use agentlane_providers::ToolSpec;
@@ -54,6 +55,13 @@ const RESERVED_HEADERS: &[&str] = &[
     "connection",
 ];
 
+/// Whether a configured header named `name` (any case) is one agentlane sets itself, so a
+/// definition may not configure it (`Host`, `Content-Type`, …, `X-Agentlane-*`).
+pub fn is_reserved_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("x-agentlane-")
+}
+
 /// Secrets shorter than this are not searched for in error texts (they would match anywhere).
 const MIN_REDACTED_LEN: usize = 4;
 const REDACTED: &str = "[redacted]";
@@ -81,6 +89,10 @@ pub struct HttpToolConfig {
     pub signing_secret: Option<String>,
     /// Safe to send twice: connect errors and 5xx answers are retried (twice at most).
     pub idempotent: bool,
+    /// OAuth 2.0 client credentials: each call sends `Authorization: Bearer <token>` (from the
+    /// tool's [`TokenCache`]); a `401` drops the token and the call is sent once more with a
+    /// new one. No `Authorization` header may be configured beside it. Its secret never shows.
+    pub auth: Option<ClientCredentials>,
 }
 
 impl std::fmt::Debug for HttpToolConfig {
@@ -102,6 +114,7 @@ impl std::fmt::Debug for HttpToolConfig {
                 &self.signing_secret.as_ref().map(|_| REDACTED),
             )
             .field("idempotent", &self.idempotent)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -294,6 +307,8 @@ pub struct HttpTool {
     validator: Arc<jsonschema::Validator>,
     ssrf: SsrfPolicy,
     resolver: Arc<dyn Resolve>,
+    /// Where the tool's OAuth tokens come from (when it has `auth`).
+    tokens: TokenCache,
     /// The last client and the checked addresses it is pinned to: kept so that calls reuse
     /// its connections while the endpoint resolves to the same addresses.
     client: Arc<Mutex<Option<(net::Pin, reqwest::Client)>>>,
@@ -331,15 +346,33 @@ impl HttpTool {
         if config.signing_secret.as_deref() == Some("") {
             return Err(DefinitionError::new("signingSecret", "must not be empty"));
         }
+        if let Some(auth) = &config.auth {
+            auth.check()
+                .map_err(|why| DefinitionError::new("auth", why))?;
+            if headers.contains_key(header::AUTHORIZATION) {
+                return Err(DefinitionError::new(
+                    "auth",
+                    "cannot be combined with an Authorization header",
+                ));
+            }
+        }
         Ok(Self {
             config,
             url,
             headers,
             validator: Arc::new(validator),
+            tokens: TokenCache::with_resolver(ssrf.clone(), resolver.clone()),
             ssrf,
             resolver,
             client: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// The same tool taking its OAuth tokens from `tokens`, the process-wide cache (by default
+    /// a tool has a cache of its own, with its SSRF policy).
+    pub fn with_token_cache(mut self, tokens: TokenCache) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// The tool's name.
@@ -399,7 +432,8 @@ impl HttpTool {
             .headers
             .iter()
             .map(|(_, value)| value.as_str())
-            .chain(self.config.signing_secret.as_deref());
+            .chain(self.config.signing_secret.as_deref())
+            .chain(self.config.auth.as_ref().map(|a| a.client_secret.as_str()));
         let mut text = text.to_owned();
         for secret in secrets {
             if secret.len() >= MIN_REDACTED_LEN && text.contains(secret) {
@@ -417,6 +451,7 @@ impl HttpTool {
             .iter()
             .map(|(_, value)| value.len())
             .chain(self.config.signing_secret.as_ref().map(String::len))
+            .chain(self.config.auth.as_ref().map(|a| a.client_secret.len()))
             .max()
             .unwrap_or(0)
     }
@@ -508,22 +543,49 @@ impl HttpTool {
             Ok(headers) => headers,
             Err(e) => return Attempt::Done(Err(e)),
         };
-        let response = match client
-            .post(self.url.clone())
-            .headers(headers)
-            .body(body.to_vec())
-            .send()
-            .await
-        {
-            Ok(response) => response,
-            Err(e) => return self.transport_error(e),
+        // With OAuth, a 401 drops the token and the call goes once more with a new one (the
+        // receiver refused it before acting on it).
+        let mut refreshed = false;
+        let (response, token) = loop {
+            let mut headers = headers.clone();
+            let token = match self.bearer(&mut headers).await {
+                Ok(token) => token,
+                Err(e) => return Attempt::Done(Err(e)),
+            };
+            let response = match client
+                .post(self.url.clone())
+                .headers(headers)
+                .body(body.to_vec())
+                .send()
+                .await
+            {
+                Ok(response) => response,
+                Err(e) => return self.transport_error(e),
+            };
+            if response.status() == StatusCode::UNAUTHORIZED
+                && !refreshed
+                && let (Some(auth), Some(stale)) = (&self.config.auth, &token)
+            {
+                tracing::debug!(tool = %self.config.name, "401 with an OAuth token; refreshing it");
+                self.tokens.invalidate(auth, stale);
+                refreshed = true;
+                continue;
+            }
+            break (response, token);
         };
         let status = response.status();
         if status.is_success() {
             return match read_capped(response, MAX_RESULT_BYTES).await {
-                Ok((bytes, truncated)) => Attempt::Done(Ok(ToolOutput {
-                    content: result_text(status, bytes, truncated),
-                })),
+                Ok((bytes, truncated)) => {
+                    // An endpoint echoing its `Authorization` must not hand the access token
+                    // to the transcript (the configured values are the run's redactor's).
+                    let text = result_text(status, bytes, truncated);
+                    let content = match &token {
+                        Some(token) => token.redact(&text),
+                        None => text,
+                    };
+                    Attempt::Done(Ok(ToolOutput { content }))
+                }
                 Err(e) => match self.transport_error(e) {
                     // The request was answered: reading it again would send it again.
                     Attempt::Retry(e) => Attempt::Done(Err(e)),
@@ -531,10 +593,14 @@ impl HttpTool {
                 },
             };
         }
-        let quoted = match read_capped(response, MAX_ERROR_BODY_BYTES + self.longest_secret()).await
-        {
+        let token_len = token.as_ref().map_or(0, |t| t.secret().len());
+        let cap = MAX_ERROR_BODY_BYTES + self.longest_secret().max(token_len);
+        let quoted = match read_capped(response, cap).await {
             Ok((bytes, _)) => {
-                let text = self.redact(&String::from_utf8_lossy(&bytes));
+                let mut text = self.redact(&String::from_utf8_lossy(&bytes));
+                if let Some(token) = &token {
+                    text = token.redact(&text);
+                }
                 cut_at_char(&text, MAX_ERROR_BODY_BYTES).to_owned()
             }
             Err(_) => String::new(),
@@ -549,6 +615,24 @@ impl HttpTool {
         } else {
             Attempt::Done(Err(error))
         }
+    }
+
+    /// With OAuth, a token (cached or fetched now) set as `Authorization: Bearer …` in
+    /// `headers`; the token, to drop it on a 401.
+    async fn bearer(&self, headers: &mut HeaderMap) -> Result<Option<AccessToken>, ToolError> {
+        let Some(auth) = &self.config.auth else {
+            return Ok(None);
+        };
+        let named = |why: String| self.redact(&format!("HTTP tool {}: {why}", self.config.name));
+        let token = self.tokens.token(auth).await.map_err(|e| match e {
+            crate::oauth::TokenError::Blocked(why) => ToolError::Blocked(named(why)),
+            crate::oauth::TokenError::Failed(why) => ToolError::Failed(named(why)),
+        })?;
+        let value = token
+            .header_value()
+            .map_err(|e| ToolError::Failed(named(e.to_string())))?;
+        headers.insert(header::AUTHORIZATION, value);
+        Ok(Some(token))
     }
 
     /// Every attempt, each under the time limit, with backoff between them.

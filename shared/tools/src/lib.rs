@@ -11,6 +11,8 @@ pub mod http_fetch;
 pub mod http_tool;
 pub mod mcp;
 pub mod net;
+pub mod oauth;
+pub mod redact;
 pub mod registry;
 pub mod ssrf;
 #[cfg(feature = "testing")]

@@ -59,8 +59,8 @@ async fn a_thinking_level_reaches_each_provider_or_is_refused_for_a_model_withou
         .await?;
     let run = a.wait_done(&accepted.run_id, LONG).await?;
     // THEN the Messages request made room for the level's budget: aimock journals Anthropic
-    // requests in its own normalised shape, which keeps `max_tokens` (the 4096 default answer
-    // cap + the 4096 budget of "low") but not the `thinking` object itself (the providers suite
+    // requests in its own normalised shape, which keeps `max_tokens` (Claude's 2,048 default
+    // answer cap + the 4,096 budget of "low") but not the `thinking` object itself (the providers suite
     // asserts that one on the raw body).
     assert_eq!(run.status, RunStatus::Ok, "{run:?}");
     assert_eq!(run.reply_text(), GREETING);
@@ -73,7 +73,7 @@ async fn a_thinking_level_reaches_each_provider_or_is_refused_for_a_model_withou
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert_eq!(
         messages[0].body["max_tokens"],
-        4096 + 4096,
+        2048 + 4096,
         "{:?}",
         messages[0].body
     );

@@ -24,6 +24,12 @@ async fn call(backend: &SqliteBackend, event: &str) -> (http::StatusCode, serde_
         cron: Arc::new(backend.clone()),
         catalog: Arc::new(backend.clone()),
         agents: Arc::new(backend.clone()),
+        secrets: Arc::new(agentlane_secrets::Vault::new(
+            Arc::new(backend.clone()),
+            Arc::new(agentlane_secrets::LocalKeyFile::in_dir(
+                backend.database_path().parent().unwrap(),
+            )),
+        )),
         keys: ApiKeys::parse("acme:ingress-test-key-0123456789").unwrap(),
         config: ApiConfig::default(),
     });

@@ -90,6 +90,7 @@ impl Emulator {
             cron: self.backends.cron.clone(),
             catalog: self.backends.catalog.clone(),
             agents: self.backends.agents.clone(),
+            secrets: self.backends.secrets.clone(),
         });
         let request = Request::builder()
             .method(method)

@@ -70,13 +70,13 @@ impl Turn<'_> {
             .map(|p| agentlane_core::spend::usd(p.cost_micros(&record.usage)));
     }
 
-    /// The price of `model` for this run: its agent's, else the deployment's.
+    /// The price of `model` for this run: the deployment's, raised where its agent's own price
+    /// is higher (an agent never lowers a price, nor prices a model the deployment does not).
     pub(super) fn price_of(&self, model: &str) -> Option<agentlane_core::spend::Price> {
-        self.agent
-            .prices
-            .get(model)
-            .or_else(|| self.runner.config.prices.price(model))
-            .copied()
+        agentlane_core::spend::agent_price(
+            self.runner.config.prices.price(model),
+            self.agent.prices.get(model),
+        )
     }
 
     /// The run's budget (the turn's, filled by its agent's), and whether the next call, to
@@ -93,13 +93,10 @@ impl Turn<'_> {
         if budget.is_unlimited() {
             return None;
         }
-        let config = &self.runner.config;
         let ask = CallAsk {
             model: selected.model.full_name.clone(),
             prompt_tokens: estimate_tokens(request),
-            max_output_tokens: request
-                .max_output_tokens
-                .map_or(config.budget_output_reserve, u64::from),
+            max_output_tokens: self.output_reserve(selected, request),
             price: self.price_of(&selected.model.full_name),
         };
         let spent = Spent {
@@ -112,6 +109,15 @@ impl Turn<'_> {
             OverBudget::CODE,
             over.message(),
         ))
+    }
+
+    /// The most the call of `request` to `selected` may write, as its provider sends the cap
+    /// (Anthropic's `max_tokens` includes the thinking budget): what a reservation holds.
+    pub(super) fn output_reserve(&self, selected: &Selected, request: &ModelRequest) -> u64 {
+        selected.profile.provider.output_cap(request).map_or(
+            self.runner.config.budget_output_reserve,
+            u64::from,
+        )
     }
 
     /// Streams `request` to the selected model. Failures and stops are recorded in the ledger

@@ -199,7 +199,11 @@ impl Runner {
 
     /// What `run` runs with: its agent at the version it was accepted with. `Ok(Err(_))`: that
     /// version cannot be read (the run cannot run).
-    async fn agent_profile(&self, run: &Run) -> Result<Result<AgentProfile, RunError>, StoreError> {
+    async fn agent_profile(
+        &self,
+        run: &Run,
+        stop: &stop::StopSignal,
+    ) -> Result<Result<AgentProfile, RunError>, StoreError> {
         let version = run.request.agent_version.unwrap_or(DEPLOYMENT_VERSION);
         if version == DEPLOYMENT_VERSION {
             return Ok(Ok(AgentProfile::deployment(&self.tools)));
@@ -217,15 +221,32 @@ impl Runner {
             return Ok(Err(missing()));
         };
         Ok(resolver
-            .profile(run, &self.tools)
+            .profile_within(run, &self.tools, &self.setup_bound(run, stop))
             .await?
             .ok_or_else(missing))
     }
 
+    /// What bounds the setup of `run`'s tools: its stop signal, and its deadline (from now when
+    /// it has not started yet).
+    fn setup_bound(&self, run: &Run, stop: &stop::StopSignal) -> crate::agents::SetupBound {
+        let now = self.clock.now_ms();
+        let deadline = self.deadline_from(run, run.started_at.or(Some(now)));
+        crate::agents::SetupBound {
+            cancel: stop.token().clone(),
+            deadline: deadline.map(|d| {
+                tokio::time::Instant::now() + Duration::from_millis(d.saturating_sub(now))
+            }),
+        }
+    }
+
     /// The run's agent with the turn's own client tools added.
-    async fn turn_profile(&self, run: &Run) -> Result<Result<AgentProfile, RunError>, StoreError> {
+    async fn turn_profile(
+        &self,
+        run: &Run,
+        stop: &stop::StopSignal,
+    ) -> Result<Result<AgentProfile, RunError>, StoreError> {
         Ok(self
-            .agent_profile(run)
+            .agent_profile(run, stop)
             .await?
             .map(|agent| agent.with_client_tools(&run.request.tools)))
     }
@@ -240,12 +261,17 @@ impl Runner {
     /// paused for an answer not counted), or the absolute deadline its request carries (a
     /// cron fire's, which pauses do not move), whichever comes first.
     fn deadline(&self, run: &Run) -> Option<u64> {
+        self.deadline_from(run, run.started_at)
+    }
+
+    /// [`Self::deadline`] of `run` had it first started at `started_at`.
+    fn deadline_from(&self, run: &Run, started_at: Option<u64>) -> Option<u64> {
         let timeout = match run.request.timeout_seconds {
             Some(0) => return run.request.deadline_at,
             Some(s) => Duration::from_secs(s),
             None => self.config.default_run_timeout,
         };
-        let own = run.started_at.map(|s| {
+        let own = started_at.map(|s| {
             s.saturating_add(timeout.as_millis() as u64)
                 .saturating_add(run.paused_ms)
         });

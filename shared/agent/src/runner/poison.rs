@@ -86,6 +86,7 @@ mod tests {
                 agent_version: None,
                 tools: Vec::new(),
                 budget: None,
+                max_output_tokens: None,
             },
             idempotency_key: None,
             accepted_at: 0,

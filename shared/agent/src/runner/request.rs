@@ -44,7 +44,15 @@ impl Turn<'_> {
                 .system_prompt(&self.runner.system_prompt(run, &self.agent)),
             messages,
             tools: self.agent.tools.specs(),
-            max_output_tokens: None,
+            // Always sent: the cap is what the call's budget reservation holds.
+            max_output_tokens: Some(
+                run.request
+                    .max_output_tokens
+                    .or(self.agent.max_output_tokens)
+                    .unwrap_or_else(|| {
+                        agentlane_core::spend::default_output_tokens(&model.full_name)
+                    }),
+            ),
             thinking: thinking_for(
                 run.request
                     .thinking

@@ -1,9 +1,11 @@
 //! Tenant budgets in the loop (issue 21): before each model call its worst case is reserved
 //! against every limited period of the tenant (one atomic store write); after it, the hold is
 //! settled to what the call spent (one more). A reservation that does not fit ends the run
-//! `budget_exceeded` before the call. A crash between the two leaves a hold that a later
-//! refusal finds stale (older than two lock leases) and settles from the attempt ledger of its
-//! run, so it never leaks for good.
+//! `budget_exceeded` before the call. A crash between the two leaves a hold that is cleared
+//! from the attempt ledger of its run once its pickup is provably gone: by the next pickup of
+//! the run (it holds the lock the dead one had), or by a refused reservation when the run has
+//! ended. A hold is never cleared for being old: a long call's hold stays until it settles, and
+//! a call that settles after its hold was cleared still adds what it spent beyond the clear.
 
 use super::attempt::Attempted;
 use super::turn_loop::{Selected, Turn};
@@ -79,7 +81,6 @@ impl Turn<'_> {
         if caps.is_empty() {
             return Ok(Ok(None));
         }
-        let config = &self.runner.config;
         let model = selected.model.full_name.clone();
         let price = self.price_of(&model);
         if price.is_none() && caps.iter().any(|c| c.max_micros.is_some()) {
@@ -87,9 +88,7 @@ impl Turn<'_> {
             return Ok(Err(RunError::new(OverBudget::CODE, over.message())));
         }
         let prompt_tokens = estimate_tokens(request);
-        let max_output = request
-            .max_output_tokens
-            .map_or(config.budget_output_reserve, u64::from);
+        let max_output = self.output_reserve(selected, request);
         let hold = Hold {
             id: format!(
                 "{}.{}{suffix}",
@@ -151,9 +150,12 @@ impl Turn<'_> {
         })
     }
 
-    /// Settles the holds of `period` older than two lock leases (their call's runner died
-    /// before settling) to what their attempt ledger says was spent (nothing when the attempt
-    /// was never recorded). Returns how many it settled.
+    /// Clears the holds of `period` whose run has ended (or is gone) to what their attempt
+    /// ledger says was spent (nothing when the attempt was never recorded): their pickup died
+    /// before settling, and no pickup of theirs is left to do it. A hold of a run still going is
+    /// left alone, however old: its call may be long, and its next pickup clears it otherwise.
+    /// Holds younger than a lock lease are not looked at (their call is surely live). Returns
+    /// how many it cleared.
     async fn settle_stale(
         &self,
         tenant: &TenantId,
@@ -163,26 +165,29 @@ impl Turn<'_> {
         let Some((ledger, _)) = &self.runner.spend else {
             return Ok(0);
         };
-        let stale_before = self
+        let fresh_after = self
             .writer
             .now()
-            .saturating_sub(2 * self.runner.config.lock_lease.as_millis() as u64);
+            .saturating_sub(self.runner.config.lock_lease.as_millis() as u64);
         let periods: Vec<String> = caps.iter().map(|c| c.period.clone()).collect();
         let mut settled = 0;
         for hold in ledger.period_spend(tenant, period).await?.holds {
-            if hold.at > stale_before {
+            if hold.at > fresh_after {
                 continue;
             }
-            let run = match hold.attempt() {
-                Some((run_id, _)) => {
+            let run = match hold.run_id() {
+                Some(run_id) => {
                     let run_id = agentlane_core::RunId::new(run_id);
                     self.runner.store.get_run(tenant, &run_id).await?
                 }
                 None => None,
             };
+            if !pickup_gone(run.as_ref().map(|r| r.status)) {
+                continue;
+            }
             let (spent, tags) = self.ledger_spend(run.as_ref(), &hold, &day_of(caps));
-            tracing::info!(hold = %hold.id, "settling a stale spend hold from its attempt ledger");
-            ledger.settle(tenant, &periods, &hold, spent, &tags).await?;
+            tracing::info!(hold = %hold.id, "clearing an ended run's spend hold from its attempt ledger");
+            ledger.clear(tenant, &periods, &hold, spent, &tags).await?;
             settled += 1;
         }
         Ok(settled)
@@ -223,9 +228,9 @@ impl Turn<'_> {
         let day = day_of(&caps);
         for hold in holds {
             let (spent, tags) = self.ledger_spend(Some(run), &hold, &day);
-            tracing::info!(hold = %hold.id, "settling a dead pickup's spend hold");
+            tracing::info!(hold = %hold.id, "clearing a replaced pickup's spend hold");
             if let Err(error) = ledger
-                .settle(&run.tenant, &periods, &hold, spent, &tags)
+                .clear(&run.tenant, &periods, &hold, spent, &tags)
                 .await
             {
                 tracing::warn!(%error, hold = %hold.id, "a dead pickup's hold could not be settled");
@@ -233,8 +238,8 @@ impl Turn<'_> {
         }
     }
 
-    /// Settles `held` to what the attempt spent. A failure is logged: the hold stays, and a
-    /// later refusal settles it as stale.
+    /// Settles `held` to what the attempt spent. A failure is logged: the hold stays, and the
+    /// run's next pickup (or, once the run ended, a refused reservation) clears it.
     pub(super) async fn settle_spend(&self, held: Option<Held>, attempted: &Attempted) {
         let usage = match attempted {
             Attempted::Answered { turn, .. } => turn.usage,
@@ -288,6 +293,13 @@ impl Turn<'_> {
     }
 }
 
+/// Whether no pickup of a run (of `status`; `None`: the run is gone) can still settle its
+/// holds: the run has ended. A queued, running or paused run has a pickup to come (or going)
+/// that settles or clears them.
+fn pickup_gone(status: Option<agentlane_core::RunStatus>) -> bool {
+    status.is_none_or(agentlane_core::RunStatus::is_terminal)
+}
+
 /// The tags of a hold whose run is gone.
 fn orphan(day: &(String, u64)) -> SpendTags {
     SpendTags {
@@ -309,4 +321,27 @@ fn describe(period: &str) -> String {
         "the {unit} {} (UTC)",
         agentlane_core::spend::period_date(period)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentlane_core::RunStatus;
+
+    #[test]
+    fn only_an_ended_or_gone_runs_holds_are_cleared_by_others() {
+        let cases = [
+            (None, true),
+            (Some(RunStatus::Ok), true),
+            (Some(RunStatus::Error), true),
+            (Some(RunStatus::Aborted), true),
+            (Some(RunStatus::Timeout), true),
+            (Some(RunStatus::Queued), false),
+            (Some(RunStatus::Running), false),
+            (Some(RunStatus::RequiresAction), false),
+        ];
+        for (status, gone) in cases {
+            assert_eq!(pickup_gone(status), gone, "{status:?}");
+        }
+    }
 }

@@ -53,7 +53,7 @@ impl Runner {
         stop: StopSignal,
         session: &Session,
     ) -> Result<TurnExit, StoreError> {
-        let agent = self.turn_profile(&run).await?;
+        let agent = self.turn_profile(&run, &stop).await?;
         let mark = SessionMark {
             session_id: session.session_id.clone(),
             generation: session.generation,

@@ -1058,4 +1058,21 @@ mod tests {
         let last: Value = serde_json::from_str(sent.last().unwrap()).unwrap();
         assert_eq!(last["error"]["code"], "stream_deadline");
     }
+
+    #[test]
+    fn a_turn_a_budget_stopped_is_a_spent_quota() {
+        let mut stopped = run(RunStatus::Error);
+        stopped.error = Some(RunError::new(
+            agentlane_core::spend::OverBudget::CODE,
+            "the tenant's budget for the day 2026-12-04 (UTC) is spent",
+        ));
+        let failure = OpenAiError::turn_failed(&stopped);
+        assert_eq!(failure.status, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(failure.code.as_deref(), Some("insufficient_quota"));
+        let mut chunks = ChatChunks::new(&stopped, "agentlane", false);
+        let sent = frames(&mut chunks, &[], Followed::Ended(Box::new(stopped.clone())));
+        let last: Value = serde_json::from_str(sent.last().unwrap()).unwrap();
+        assert_eq!(last["error"]["code"], "insufficient_quota");
+        assert_eq!(last["error"]["type"], "rate_limit_error");
+    }
 }

@@ -109,12 +109,22 @@ impl OpenAiError {
     }
 
     /// 500 `server_error`: the accepted turn ended without an answer (`error`, `aborted` or
-    /// `timeout`); the code is the run's error code, the message names the run.
+    /// `timeout`); the code is the run's error code, the message names the run. A turn a
+    /// budget stopped is 429 `insufficient_quota` (OpenAI's answer to a spent quota).
     pub(crate) fn turn_failed(run: &Run) -> Self {
         let (code, why) = match &run.error {
             Some(error) => (error.code.clone(), error.message.clone()),
             None => (run.status.as_str().to_owned(), "no reply".to_owned()),
         };
+        if code == agentlane_core::spend::OverBudget::CODE {
+            return Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                RATE_LIMIT,
+                format!("the turn was stopped by a budget: {why} (run {})", run.run_id),
+            )
+            .code("insufficient_quota")
+            .no_retry();
+        }
         Self::after_accept(
             StatusCode::INTERNAL_SERVER_ERROR,
             &code,

@@ -220,6 +220,7 @@ pub(crate) fn plan_turn(
         agent_id: Some(agent.to_owned()),
         tools: Some(ask.tools).filter(|t| !t.is_empty()),
         budget: None,
+        max_output_tokens: None,
     };
     let mut turn = validate_agent_body(body, config, tenant)?;
     turn.request.history = history;

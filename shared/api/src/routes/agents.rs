@@ -15,7 +15,8 @@ use crate::validate::{
 use agentlane_core::agent::{
     MAX_INSTRUCTIONS_BYTES, MAX_METADATA_BYTES, validate_agent_id, validate_tool_prefix,
 };
-use agentlane_core::{Agent, AgentSpec, StoreError, TenantId};
+use agentlane_core::tenant_secret::validate_secret_name;
+use agentlane_core::{Agent, AgentSpec, SecretRef, StoreError, TenantId};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
@@ -107,7 +108,8 @@ fn check_plain_secrets(spec: &Map<String, Value>) -> Result<(), ApiError> {
     };
     let refused = |path: String| {
         invalid(format!(
-            "{path} must be a secret reference, {{\"env\": \"VAR\"}} or {{\"secret\": \"<name or ARN>\"}}; \
+            "{path} must be a secret reference, {{\"secret\": \"<name>\"}} (a tenant secret, \
+             PUT /v1/secrets/<name>) or {{\"env\": \"VAR\"}} (a variable the operator granted); \
              plain values are never stored"
         ))
     };
@@ -129,6 +131,42 @@ fn check_plain_secrets(spec: &Map<String, Value>) -> Result<(), ApiError> {
                     .is_some_and(|v| !v.is_object() && !v.is_null())
             {
                 return Err(refused(format!("tools.{list}[{i}].signingSecret")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each secret reference of `spec` names something this tenant may use: `{"secret": name}`
+/// one of its own secrets (which must exist), `{"env": VAR}` a variable the operator granted
+/// (`AGENTLANE_AGENT_ENV_ALLOW`); the 400 names the field.
+async fn check_references(
+    spec: &AgentSpec,
+    state: &Shared,
+    tenant: &TenantId,
+) -> Result<(), ApiError> {
+    for (path, reference) in spec.secret_refs() {
+        match reference {
+            SecretRef::Env(var) if !state.config.agent_env_allow.allows(var) => {
+                return Err(invalid(format!(
+                    "{path}: the environment variable {var} is not granted to agents by this \
+                     deployment; store the value as a tenant secret (PUT /v1/secrets/<name>) \
+                     and write {{\"secret\": \"<name>\"}}"
+                )));
+            }
+            SecretRef::Env(_) => {}
+            SecretRef::Secret(name) => {
+                validate_secret_name(name).map_err(|why| {
+                    invalid(format!(
+                        "{path}: {{\"secret\": …}} names one of the tenant's secrets: {why}"
+                    ))
+                })?;
+                if state.secrets.meta(tenant, name).await?.is_none() {
+                    return Err(invalid(format!(
+                        "{path}: the tenant has no secret {name:?}; create it first with \
+                         PUT /v1/secrets/{name}"
+                    )));
+                }
             }
         }
     }
@@ -222,7 +260,66 @@ pub(crate) fn check_spec(
     if let Some(problem) = spec.approval.as_ref().and_then(|a| a.problem()) {
         return Err(invalid(problem));
     }
-    check_tools(spec, config)
+    check_tools(spec, config)?;
+    check_bounds(spec, config)
+}
+
+/// The most MCP servers one agent may name: each is connected (in parallel, 5 s at most) at
+/// the start of every run.
+pub(crate) const MAX_MCP_SERVERS: usize = 8;
+
+/// The rules that keep a tenant inside the operator's bounds: its prices may only raise the
+/// deployment's, its output cap is bounded, it names at most [`MAX_MCP_SERVERS`] MCP servers,
+/// no HTTP tool takes a built-in's name, and no configured header is one agentlane sets.
+fn check_bounds(spec: &AgentSpec, config: &ApiConfig) -> Result<(), ApiError> {
+    for (model, price) in spec.prices.iter().flatten() {
+        if let Some(problem) =
+            agentlane_core::spend::agent_price_problem(config.prices.price(model), price)
+        {
+            return Err(invalid(format!("prices.{model}.{problem}")));
+        }
+    }
+    if let Some(cap) = spec.max_output_tokens
+        && let Some(problem) = agentlane_core::spend::output_tokens_problem("maxOutputTokens", cap)
+    {
+        return Err(invalid(problem));
+    }
+    let servers = spec.mcp_servers();
+    if servers.len() > MAX_MCP_SERVERS {
+        return Err(invalid(format!(
+            "tools.mcpServers: {} servers; at most {MAX_MCP_SERVERS} are allowed",
+            servers.len()
+        )));
+    }
+    for (i, tool) in spec.http_tools().iter().enumerate() {
+        if config.builtin_tools.contains(&tool.name) {
+            return Err(invalid(format!(
+                "tools.http[{i}].name: {:?} is a built-in tool's name",
+                tool.name
+            )));
+        }
+    }
+    let headers = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("tools.mcpServers[{i}].headers"), &s.headers))
+        .chain(
+            spec.http_tools()
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("tools.http[{i}].headers"), &t.headers)),
+        );
+    for (field, headers) in headers {
+        if let Some(name) = headers
+            .keys()
+            .find(|n| agentlane_tools::http_tool::is_reserved_header(n))
+        {
+            return Err(invalid(format!(
+                "{field}: {name:?} is set by agentlane and may not be configured"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_url(field: &str, url: &str) -> Result<(), ApiError> {
@@ -268,6 +365,10 @@ fn check_tools(spec: &AgentSpec, config: &ApiConfig) -> Result<(), ApiError> {
         for name in server.headers.keys() {
             check_header_name(&format!("{field}.headers"), name)?;
         }
+        if let Some(auth) = &server.auth {
+            agentlane_core::agent::check_tool_auth(&field, auth, &server.headers)
+                .map_err(invalid)?;
+        }
         if let Some(ms) = server.timeout_ms
             && !(1..=MAX_TOOL_TIMEOUT_MS).contains(&ms)
         {
@@ -295,6 +396,9 @@ fn check_tools(spec: &AgentSpec, config: &ApiConfig) -> Result<(), ApiError> {
         .map_err(|e| invalid(format!("{field}.{}: {}", e.field, e.message)))?;
         for name in tool.headers.keys() {
             check_header_name(&format!("{field}.headers"), name)?;
+        }
+        if let Some(auth) = &tool.auth {
+            agentlane_core::agent::check_tool_auth(&field, auth, &tool.headers).map_err(invalid)?;
         }
         if tool.name.contains("__") {
             return Err(invalid(format!(
@@ -368,6 +472,7 @@ pub(crate) async fn create(
     validate_agent_id(&agent_id).map_err(invalid)?;
     let spec = decode_spec(fields)?;
     check_spec(&spec, &state.config, &tenant)?;
+    check_references(&spec, &state, &tenant).await?;
     let now = state.clock.now_ms();
     let agent = Agent {
         tenant: tenant.clone(),
@@ -500,6 +605,7 @@ pub(crate) async fn patch(
         }
         let spec = decode_spec(fields)?;
         check_spec(&spec, &state.config, &tenant)?;
+        check_references(&spec, &state, &tenant).await?;
         let next = Agent {
             version: current.version + 1,
             updated_at: state.clock.now_ms().max(current.updated_at),

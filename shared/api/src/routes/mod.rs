@@ -7,6 +7,7 @@ pub(crate) mod catalog;
 pub(crate) mod cron;
 pub(crate) mod openai;
 pub(crate) mod runs;
+pub(crate) mod secrets;
 pub(crate) mod sessions;
 pub(crate) mod usage;
 
@@ -96,6 +97,8 @@ pub(crate) fn table<const DOC: bool>() -> Table {
         .routes(routes!(DOC; cron::run_now))
         .routes(routes!(DOC; agents::list, agents::create))
         .routes(routes!(DOC; agents::get, agents::patch, agents::delete))
+        .routes(routes!(DOC; secrets::list))
+        .routes(routes!(DOC; secrets::get, secrets::put, secrets::delete))
         .routes(routes!(DOC; usage::get_usage))
         .routes(routes!(DOC; openai::list_models));
     Table {

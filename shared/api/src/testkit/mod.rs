@@ -108,6 +108,7 @@ impl LiveServer {
                 cron: backend.clone(),
                 catalog: backend.clone(),
                 agents: backend.clone(),
+                secrets: sqlite_vault(&backend),
                 spend: Some(backend.clone()),
             },
             notifier.clone(),
@@ -342,4 +343,17 @@ pub(crate) async fn closed_within(stream: &mut TcpStream, within: Duration) -> b
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// A vault over `backend`, its key file beside the database.
+pub(crate) fn sqlite_vault(backend: &Arc<SqliteBackend>) -> Arc<agentlane_secrets::Vault> {
+    let dir = backend
+        .database_path()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    Arc::new(agentlane_secrets::Vault::new(
+        backend.clone(),
+        Arc::new(agentlane_secrets::LocalKeyFile::in_dir(&dir)),
+    ))
 }

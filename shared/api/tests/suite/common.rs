@@ -122,6 +122,10 @@ impl Harness {
         let cron: Arc<dyn agentlane_core::cron::CronStore> = backend.clone();
         let agents: Arc<dyn agentlane_core::AgentStore> = backend.clone();
         let catalog: Arc<dyn agentlane_core::SessionCatalog> = backend.clone();
+        let secrets = Arc::new(agentlane_secrets::Vault::new(
+            backend.clone(),
+            Arc::new(agentlane_secrets::LocalKeyFile::in_dir(dir.path())),
+        ));
         let queue: Arc<dyn LaneQueue> = backend;
         let keys = ApiKeys::parse(&runner::keys_spec()).unwrap();
         let state = ApiState {
@@ -133,6 +137,7 @@ impl Harness {
             cron,
             catalog,
             agents,
+            secrets,
             keys,
             config,
         };

@@ -2,8 +2,10 @@
 //! defaults), and the table and FIFO queues the adapters need, created when absent.
 
 mod resources;
+mod secrets_key;
 
 pub use resources::{Resources, ensure_resources, ensure_table, resolve_queue_url};
+pub use secrets_key::{SecretsKey, ensure_secrets_key, secrets_key_alias};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
@@ -76,6 +78,9 @@ pub struct AwsConfig {
     /// Message groups per tenant (`AGENTLANE_TENANT_LANES`, 0–10000; default 0: one group per
     /// session). N caps a tenant at N turns in flight: see [`crate::queue::tenant_lane_group_id`].
     pub tenant_lanes: u32,
+    /// A KMS key for tenant secrets managed elsewhere (`AGENTLANE_SECRETS_KMS_KEY`: key id, ARN
+    /// or alias): checked and used as is. `None`: set-up makes `alias/<table>-secrets`.
+    pub secrets_kms_key: Option<String>,
 }
 
 impl Default for AwsConfig {
@@ -88,6 +93,7 @@ impl Default for AwsConfig {
             max_receive_count: DEFAULT_MAX_RECEIVE_COUNT,
             visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
             tenant_lanes: 0,
+            secrets_kms_key: None,
         }
     }
 }
@@ -127,6 +133,7 @@ impl AwsConfig {
                 DEFAULT_VISIBILITY_TIMEOUT_SECS,
             )?,
             tenant_lanes: number("AGENTLANE_TENANT_LANES", 0)?,
+            secrets_kms_key: get(crate::kms::KMS_KEY_ENV).map(|v| v.trim().to_owned()),
         };
         config.validate()?;
         Ok(config)
@@ -313,6 +320,7 @@ mod tests {
                 max_receive_count: 7,
                 visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
                 tenant_lanes: 6,
+                secrets_kms_key: None,
             })
         );
     }

@@ -32,11 +32,15 @@ pub struct Resources {
     /// The dead-letter queue's URL; `None` when the queue is managed elsewhere
     /// ([`AwsConfig::queue_url`]).
     pub dlq_url: Option<String>,
+    /// The KMS key of tenant secrets (the configured one, or `alias/<table>-secrets`).
+    pub secrets_key: super::SecretsKey,
 }
 
 /// Creates what is missing, idempotently: the table (on-demand, `PK`/`SK`, the `processing`
 /// and `cronDue` GSIs, TTL on `expiresAt`), the FIFO dead-letter queue and the FIFO queue
-/// (explicit deduplication ids, redrive to the DLQ). Existing resources are left as they are.
+/// (explicit deduplication ids, redrive to the DLQ), the KMS key of tenant secrets (symmetric,
+/// rotated yearly, aliased `alias/<table>-secrets`; a configured `AGENTLANE_SECRETS_KMS_KEY` is
+/// checked instead). Existing resources are left as they are.
 pub async fn ensure_resources(
     sdk: &SdkConfig,
     config: &AwsConfig,
@@ -54,10 +58,12 @@ pub async fn ensure_resources(
             (queue, Some(dlq))
         }
     };
+    let secrets_key = super::secrets_key::ensure_secrets_key(sdk, config).await?;
     Ok(Resources {
         table: config.table.clone(),
         queue_url,
         dlq_url,
+        secrets_key,
     })
 }
 

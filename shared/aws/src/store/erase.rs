@@ -2,6 +2,7 @@
 //! - every session of the `sessions` GSI, with everything of it (runs and events, transcripts,
 //!   idempotency records, pending steers: see [`DynamoStore::remove_session`]);
 //! - the tenant's own partitions: cron jobs, agents, spend, slots, its rate windows;
+//! - its secrets (`T#{t}#SECRETS`: the sealed values and their count; counted as `secrets`);
 //! - its API keys: the listing partition `T#{t}#KEYS` and each key's lookup item `KEY#{id}`;
 //! - its tenant-registry item (`TENANTS`, `{t}`: see the retention sweep).
 //!
@@ -44,6 +45,7 @@ impl TenantEraser for DynamoStore {
             self.batch_delete(items).await?;
         }
         self.erase_api_keys(tenant, &mut erasure).await?;
+        self.erase_secrets(tenant, &mut erasure).await?;
         // Last: a failed erasure run again still finds the tenant for the retention sweep.
         if self.forget_tenant(tenant).await? {
             erasure.add("tenantRegistry", 1);
@@ -87,6 +89,28 @@ impl DynamoStore {
                 None => return Ok(()),
             }
         }
+    }
+
+    /// The tenant's secrets partition: every sealed value (counted as `secrets`) and the
+    /// count the cap reads.
+    async fn erase_secrets(
+        &self,
+        tenant: &TenantId,
+        erasure: &mut TenantErasure,
+    ) -> StoreResult<()> {
+        let items = self
+            .partition_keys(&super::tenant_secrets::secrets_pk(tenant))
+            .await?;
+        let secrets = items
+            .iter()
+            .filter(|item| {
+                item.get(SK)
+                    .and_then(|sk| sk.as_s().ok())
+                    .is_some_and(|sk| sk.starts_with(super::tenant_secrets::SECRET_PREFIX))
+            })
+            .count();
+        erasure.add("secrets", u64::try_from(secrets).unwrap_or(u64::MAX));
+        self.batch_delete(items).await
     }
 
     /// The tenant's key listing and each key's lookup item (`KEY#{id}`), so no key of the

@@ -14,6 +14,7 @@
 //! | idempotency | `T#{t}#K#{key}` (`K#h#{sha256}` when > 512 bytes) | `IDEM` | `runId`, `expiresAtMs` (checked), `expiresAt` (TTL) |
 //! | API key (lookup), API key (listing) | `KEY#{keyId}`, `T#{t}#KEYS` | `KEY`, `K#{keyId}` | see [`api_keys`](self::api_keys): `tenant`, `hash` (lookup only), `createdAt`, `revokedAt`? |
 //! | cron job, job count | `T#{t}#CRON` | `J#{jobId}`, `COUNT` | see [`cron`](self::cron): `job` JSON, `version`; `dueBucket`/`dueAt` while due |
+//! | tenant secret, secret count | `T#{t}#SECRETS` | `N#{name}`, `COUNT` | see [`tenant_secrets`](self::tenant_secrets): sealed parts as binary attributes, `createdAt`, `updatedAt`, `version` |
 //!
 //! - `abortRequested` lives only in its own attribute: the API sets it ([`TurnIntake::request_abort`]),
 //!   runner commits replace `run` and `status` but never touch it, and reads merge it back.
@@ -77,6 +78,7 @@ mod retention;
 mod slots;
 mod spend;
 mod steer;
+mod tenant_secrets;
 
 use agentlane_core::{
     AbortReason, AcceptOutcome, AcceptedRecord, Clock, Commit, Event, Fence, FencedWriter,

@@ -14,6 +14,10 @@
 //! - The settlement also `ADD`s the call's spend to the day's counter of its agent, its model
 //!   and its session (`SK` `G#agent#D2026-12-04#<agentId>`, ...), in the same transaction, so
 //!   usage by day, agent, model or session is one `Query` over a range of sort keys.
+//! - Clear (a hold of a pickup that is provably gone): as a settlement, and it leaves
+//!   `c_{holdId}` (`micros:tokens`, what it counted) in place of the hold. A late settlement of
+//!   that hold (the old pickup's call ended after all) finds the marker and `ADD`s what the
+//!   call spent beyond it, conditional on the marker as read, and raises the marker.
 //! - `expiresAt` (TTL) is 400 days after the period ends: a year of history for reading.
 
 use super::DynamoStore;
@@ -31,6 +35,7 @@ use std::collections::HashMap;
 const MICROS: &str = "m";
 const TOKENS: &str = "k";
 const HOLD_PREFIX: &str = "o_";
+const CLEARED_PREFIX: &str = "c_";
 /// How long a period's item is kept after the period ends (TTL, seconds).
 const KEEP_AFTER_SECS: u64 = 400 * 86_400;
 
@@ -45,6 +50,28 @@ fn group_sk(group: UsageGroup, day: &str, key: &str) -> String {
 
 fn hold_attr(id: &str) -> String {
     format!("{HOLD_PREFIX}{id}")
+}
+
+fn cleared_attr(id: &str) -> String {
+    format!("{CLEARED_PREFIX}{id}")
+}
+
+fn cleared_value(spent: Spent) -> AttributeValue {
+    s(format!("{}:{}", spent.micros, spent.tokens))
+}
+
+/// What a clear counted for `id` in `item`, if it was cleared.
+fn cleared_of(item: &Item, id: &str) -> Option<Spent> {
+    let mut parts = item
+        .get(&cleared_attr(id))?
+        .as_s()
+        .ok()?
+        .split(':')
+        .map(str::parse::<u64>);
+    Some(Spent {
+        micros: parts.next()?.ok()?,
+        tokens: parts.next()?.ok()?,
+    })
 }
 
 fn hold_value(hold: &Hold) -> AttributeValue {
@@ -131,12 +158,21 @@ impl DynamoStore {
         period: &str,
         hold: &Hold,
         spent: Spent,
+        clear: bool,
     ) -> StoreResult<TransactWriteItem> {
-        let update = Update::builder()
+        let mut update = Update::builder()
             .table_name(&self.table)
             .key(PK, s(spend_pk(tenant)))
-            .key(SK, s(period))
-            .update_expression("REMOVE #o ADD #m :dm, #k :dk")
+            .key(SK, s(period));
+        update = if clear {
+            update
+                .update_expression("REMOVE #o SET #c = :cleared ADD #m :dm, #k :dk")
+                .expression_attribute_names("#c", cleared_attr(&hold.id))
+                .expression_attribute_values(":cleared", cleared_value(spent))
+        } else {
+            update.update_expression("REMOVE #o ADD #m :dm, #k :dk")
+        };
+        let update = update
             .condition_expression("#o = :hold")
             .expression_attribute_names("#o", hold_attr(&hold.id))
             .expression_attribute_names("#m", MICROS)
@@ -153,6 +189,115 @@ impl DynamoStore {
             .build()
             .map_err(build_error)?;
         Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// A late settlement of a cleared hold in `period`: adds `more` and raises the marker
+    /// from `was` to `now`, if the marker is still `was`.
+    fn late_update(
+        &self,
+        tenant: &TenantId,
+        period: &str,
+        hold: &Hold,
+        was: Spent,
+        now: Spent,
+    ) -> StoreResult<TransactWriteItem> {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(spend_pk(tenant)))
+            .key(SK, s(period))
+            .update_expression("SET #c = :now ADD #m :dm, #k :dk")
+            .condition_expression("#c = :was")
+            .expression_attribute_names("#c", cleared_attr(&hold.id))
+            .expression_attribute_names("#m", MICROS)
+            .expression_attribute_names("#k", TOKENS)
+            .expression_attribute_values(":was", cleared_value(was))
+            .expression_attribute_values(":now", cleared_value(now))
+            .expression_attribute_values(":dm", n(now.micros - was.micros))
+            .expression_attribute_values(":dk", n(now.tokens - was.tokens))
+            .build()
+            .map_err(build_error)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Settles (or clears) `hold` in every period that has it open; returns the periods that
+    /// did not.
+    async fn settle_open(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+        tags: &SpendTags,
+        clear: bool,
+    ) -> StoreResult<Vec<String>> {
+        let mut open = periods.to_vec();
+        let mut without = Vec::new();
+        while !open.is_empty() {
+            let mut items = open
+                .iter()
+                .map(|period| self.settle_update(tenant, period, hold, spent, clear))
+                .collect::<StoreResult<Vec<_>>>()?;
+            // Counted by agent, model and session with the hold's removal: once.
+            for (group, key) in tags.groups() {
+                items.push(self.group_update(tenant, group, key, tags, spent)?);
+            }
+            match self.transact(items, "settle spend").await? {
+                Ok(()) => return Ok(without),
+                // Periods without the hold (settled before, or never taken) are left out.
+                Err(failed) => {
+                    let (gone, kept): (Vec<_>, Vec<_>) = open
+                        .into_iter()
+                        .enumerate()
+                        .partition(|(i, _)| failed.contains(i));
+                    without.extend(gone.into_iter().map(|(_, p)| p));
+                    open = kept.into_iter().map(|(_, p)| p).collect();
+                }
+            }
+        }
+        Ok(without)
+    }
+
+    /// A late settlement in the `periods` whose hold was cleared: what `spent` has beyond what
+    /// the clear counted is added there, and to the day's agent, model and session once.
+    async fn settle_late(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+        tags: &SpendTags,
+    ) -> StoreResult<()> {
+        let mut items = Vec::new();
+        let mut more: Option<Spent> = None;
+        for period in periods {
+            let item = self.spend_item(tenant, period).await?;
+            let Some(was) = cleared_of(&item, &hold.id) else {
+                continue;
+            };
+            let now = Spent {
+                micros: was.micros.max(spent.micros),
+                tokens: was.tokens.max(spent.tokens),
+            };
+            if now == was {
+                continue;
+            }
+            more.get_or_insert(Spent {
+                micros: now.micros - was.micros,
+                tokens: now.tokens - was.tokens,
+            });
+            items.push(self.late_update(tenant, period, hold, was, now)?);
+        }
+        let Some(more) = more else {
+            return Ok(());
+        };
+        for (group, key) in tags.groups() {
+            items.push(self.group_update(tenant, group, key, tags, more)?);
+        }
+        if let Err(failed) = self.transact(items, "settle spend late").await? {
+            // Another late settlement of the same call raced this one: it counted it.
+            tracing::info!(hold = %hold.id, ?failed, "a late settlement was counted by another");
+        }
+        Ok(())
     }
 
     fn group_update(
@@ -260,30 +405,26 @@ impl SpendLedger for DynamoStore {
         spent: Spent,
         tags: &SpendTags,
     ) -> StoreResult<()> {
-        let mut open = periods.to_vec();
-        while !open.is_empty() {
-            let mut items = open
-                .iter()
-                .map(|period| self.settle_update(tenant, period, hold, spent))
-                .collect::<StoreResult<Vec<_>>>()?;
-            // Counted by agent, model and session with the hold's removal: once.
-            for (group, key) in tags.groups() {
-                items.push(self.group_update(tenant, group, key, tags, spent)?);
-            }
-            match self.transact(items, "settle spend").await? {
-                Ok(()) => return Ok(()),
-                // Periods without the hold (settled before, or never taken) are left out.
-                Err(failed) => {
-                    open = open
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(i, _)| !failed.contains(i))
-                        .map(|(_, p)| p)
-                        .collect();
-                }
-            }
+        let without = self
+            .settle_open(tenant, periods, hold, spent, tags, false)
+            .await?;
+        if without.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.settle_late(tenant, &without, hold, spent, tags).await
+    }
+
+    async fn clear(
+        &self,
+        tenant: &TenantId,
+        periods: &[String],
+        hold: &Hold,
+        spent: Spent,
+        tags: &SpendTags,
+    ) -> StoreResult<()> {
+        self.settle_open(tenant, periods, hold, spent, tags, true)
+            .await
+            .map(|_| ())
     }
 
     async fn usage(

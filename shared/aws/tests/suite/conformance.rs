@@ -50,3 +50,7 @@ agentlane_conformance::retention_conformance!(async {
     Arc::new(crate::common::store().await)
         as Arc<dyn agentlane_conformance::retention::RetentionBackend>
 });
+
+agentlane_conformance::secrets_conformance!(async {
+    Arc::new(crate::common::store().await) as Arc<dyn agentlane_core::SecretStore>
+});

@@ -19,3 +19,4 @@ mod retention_resume;
 mod secrets;
 mod setup;
 mod sqs_queue;
+mod tenant_secrets;

@@ -113,6 +113,11 @@ async fn ensure_resources_creates_everything_once_and_is_idempotent() {
 
     assert_eq!(first, second, "the second call finds the same resources");
     assert_eq!(first.table, config.table);
+    // the KMS key of tenant secrets, under the table's alias
+    assert_eq!(
+        first.secrets_key.key,
+        format!("alias/{}-secrets", config.table)
+    );
     let dlq_url = first.dlq_url.clone().expect("a DLQ was created");
 
     // the table: on demand, PK/SK, the five GSIs, TTL on expiresAt

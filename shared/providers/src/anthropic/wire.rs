@@ -29,20 +29,33 @@ pub(crate) fn request_body(request: &ModelRequest, default_max_tokens: u32) -> V
     skeleton(request, default_max_tokens, messages)
 }
 
-/// The body with `messages` as the `messages` field.
-fn skeleton(request: &ModelRequest, default_max_tokens: u32, messages: Value) -> Value {
-    let answer_cap = request.max_output_tokens.unwrap_or(default_max_tokens);
-    // A tool round's continuation (the history ends in tool results) must replay the signed
-    // thinking block of the assistant turn that called the tools when thinking is on; the
-    // transcript keeps no signatures, so such a request runs with thinking off (allowed).
+/// The extended-thinking budget `request` is sent with, if any. A tool round's continuation
+/// (the history ends in tool results) must replay the signed thinking block of the assistant
+/// turn that called the tools when thinking is on; the transcript keeps no signatures, so such
+/// a request runs with thinking off (allowed).
+fn sent_budget(request: &ModelRequest) -> Option<u32> {
     let continues_tools = matches!(
         request.messages.last().map(|m| m.message()),
         Some(Message::Tool { .. })
     );
-    let budget = thinking_budget(request.thinking).filter(|_| !continues_tools);
+    thinking_budget(request.thinking).filter(|_| !continues_tools)
+}
+
+/// The `max_tokens` sent for `request`: its cap (else `default_max_tokens`) plus the thinking
+/// budget it is sent with.
+pub(crate) fn sent_max_tokens(request: &ModelRequest, default_max_tokens: u32) -> u32 {
+    request
+        .max_output_tokens
+        .unwrap_or(default_max_tokens)
+        .saturating_add(sent_budget(request).unwrap_or(0))
+}
+
+/// The body with `messages` as the `messages` field.
+fn skeleton(request: &ModelRequest, default_max_tokens: u32, messages: Value) -> Value {
+    let budget = sent_budget(request);
     let mut body = json!({
         "model": request.model,
-        "max_tokens": answer_cap.saturating_add(budget.unwrap_or(0)),
+        "max_tokens": sent_max_tokens(request, default_max_tokens),
         "stream": true,
         "messages": messages,
     });
@@ -251,6 +264,7 @@ mod tests {
             json!({"type": "enabled", "budget_tokens": 4096})
         );
         assert_eq!(body["max_tokens"], 5096);
+        assert_eq!(sent_max_tokens(&prompt, 1000), 5096, "what a budget reserves");
 
         let mut continuation = request(vec![
             Message::user("hi"),
@@ -266,6 +280,10 @@ mod tests {
         let body = request_body(&continuation, 1000);
         assert!(body.get("thinking").is_none(), "{body}");
         assert_eq!(body["max_tokens"], 1000);
+        assert_eq!(sent_max_tokens(&continuation, 1000), 1000);
+        continuation.max_output_tokens = Some(300);
+        assert_eq!(request_body(&continuation, 1000)["max_tokens"], 300);
+        assert_eq!(sent_max_tokens(&continuation, 1000), 300);
     }
 
     #[test]

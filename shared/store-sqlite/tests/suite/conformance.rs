@@ -53,3 +53,7 @@ agentlane_conformance::erase_conformance!(async {
 agentlane_conformance::retention_conformance!(async {
     Arc::new(fresh()) as Arc<dyn agentlane_conformance::retention::RetentionBackend>
 });
+
+agentlane_conformance::secrets_conformance!(async {
+    Arc::new(fresh()) as Arc<dyn agentlane_core::SecretStore>
+});

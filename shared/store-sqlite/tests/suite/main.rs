@@ -15,3 +15,4 @@ mod pages;
 mod queue_details;
 mod queued_accept;
 mod restart;
+mod sealed_at_rest;

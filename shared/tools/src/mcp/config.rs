@@ -1,5 +1,6 @@
 //! One MCP server as an agent lists it, checked; and the redaction of its header values.
 
+use crate::oauth::ClientCredentials;
 use std::time::Duration;
 
 /// `tools/call` time limit when the agent names none.
@@ -28,6 +29,11 @@ pub struct McpServerConfig {
     pub allowed_tools: Option<Vec<String>>,
     /// Limit of one `tools/call` (and of connecting and listing); at most [`MAX_TIMEOUT`].
     pub timeout: Duration,
+    /// OAuth 2.0 client credentials: every request carries `Authorization: Bearer <token>`
+    /// (from the pool's [`TokenCache`](crate::oauth::TokenCache)), and a `401` drops the token
+    /// and sends the request once more with a new one. No `Authorization` header may be
+    /// configured beside it. Its secret never shows.
+    pub auth: Option<ClientCredentials>,
 }
 
 impl McpServerConfig {
@@ -39,6 +45,7 @@ impl McpServerConfig {
             headers: Vec::new(),
             allowed_tools: None,
             timeout: DEFAULT_TIMEOUT,
+            auth: None,
         }
     }
 
@@ -65,6 +72,20 @@ impl McpServerConfig {
             if http::HeaderValue::from_str(value).is_err() {
                 return Err(format!(
                     "MCP server {:?}: the value of header {name:?} is not a valid header value",
+                    self.name
+                ));
+            }
+        }
+        if let Some(auth) = &self.auth {
+            auth.check()
+                .map_err(|why| format!("MCP server {:?}: auth: {why}", self.name))?;
+            if self
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+            {
+                return Err(format!(
+                    "MCP server {:?}: auth cannot be combined with an Authorization header",
                     self.name
                 ));
             }
@@ -118,6 +139,7 @@ impl std::fmt::Debug for McpServerConfig {
             .field("headers", &headers)
             .field("allowed_tools", &self.allowed_tools)
             .field("timeout", &self.timeout)
+            .field("auth", &self.auth)
             .finish()
     }
 }

@@ -7,6 +7,7 @@ use super::connect::{Connector, Session};
 use super::tool::McpTool;
 use crate::Tool;
 use crate::http_fetch::{Resolve, SystemResolver};
+use crate::oauth::{ClientCredentials, TokenCache};
 use crate::ssrf::SsrfPolicy;
 use rmcp::RoleClient;
 use rmcp::service::{Peer, ServiceError};
@@ -19,12 +20,14 @@ pub const TOOLS_TTL: Duration = Duration::from_secs(60);
 /// A server not used for this long loses its session (and cache) at the next `tools()` call.
 pub const IDLE_EVICTION: Duration = Duration::from_secs(15 * 60);
 
-/// Sessions and lists are shared by everything that names the same url with the same headers.
+/// Sessions and lists are shared by everything that names the same url with the same headers
+/// and the same OAuth client (tenant included: two tenants never share a session).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     url: String,
     /// Sorted by name.
     headers: Vec<(String, String)>,
+    auth: Option<crate::oauth::CacheKey>,
 }
 
 impl Key {
@@ -34,6 +37,7 @@ impl Key {
         Self {
             url: config.url.clone(),
             headers,
+            auth: config.auth.as_ref().map(ClientCredentials::key),
         }
     }
 }
@@ -207,6 +211,7 @@ impl Server {
 struct Inner {
     policy: SsrfPolicy,
     resolver: Arc<dyn Resolve>,
+    tokens: TokenCache,
     tools_ttl: Duration,
     servers: Mutex<HashMap<Key, Arc<Server>>>,
 }
@@ -239,6 +244,7 @@ impl McpPool {
     pub fn with_resolver(ssrf: SsrfPolicy, resolver: Arc<dyn Resolve>) -> Self {
         Self {
             inner: Arc::new(Inner {
+                tokens: TokenCache::with_resolver(ssrf.clone(), resolver.clone()),
                 policy: ssrf,
                 resolver,
                 tools_ttl: TOOLS_TTL,
@@ -253,7 +259,24 @@ impl McpPool {
         let inner = Inner {
             policy: self.inner.policy.clone(),
             resolver: self.inner.resolver.clone(),
+            tokens: self.inner.tokens.clone(),
             tools_ttl: ttl,
+            servers: Mutex::new(HashMap::new()),
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A new pool with this one's policy, resolver and cache lifetime (none of its sessions),
+    /// taking OAuth tokens from `tokens`, the process-wide cache (by default a pool has a
+    /// cache of its own, with its SSRF policy).
+    pub fn with_token_cache(self, tokens: TokenCache) -> Self {
+        let inner = Inner {
+            policy: self.inner.policy.clone(),
+            resolver: self.inner.resolver.clone(),
+            tokens,
+            tools_ttl: self.inner.tools_ttl,
             servers: Mutex::new(HashMap::new()),
         };
         Self {
@@ -274,6 +297,10 @@ impl McpPool {
                     connector: Connector {
                         url: config.url.clone(),
                         headers: config.headers.clone(),
+                        auth: config
+                            .auth
+                            .clone()
+                            .map(|creds| (creds, self.inner.tokens.clone())),
                         policy: self.inner.policy.clone(),
                         resolver: self.inner.resolver.clone(),
                     },

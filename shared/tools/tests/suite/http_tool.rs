@@ -214,6 +214,7 @@ fn config(url: String) -> HttpToolConfig {
         timeout: Duration::from_secs(10),
         signing_secret: Some(SECRET.into()),
         idempotent: false,
+        auth: None,
     }
 }
 

@@ -10,3 +10,5 @@ mod http_fetch;
 mod http_tool;
 #[cfg(test)]
 mod mcp;
+#[cfg(test)]
+mod oauth;

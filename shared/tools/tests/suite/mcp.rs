@@ -556,6 +556,33 @@ async fn a_name_resolving_to_loopback_is_refused_at_connect() {
 }
 
 #[tokio::test]
+async fn an_allow_list_entry_with_a_port_admits_a_named_server_as_it_does_an_http_tool() {
+    // GIVEN a server on a loopback port, reached by a host name that resolves there
+    let (addr, _script) = start_script().await;
+    let url = format!("http://mcp.internal.example:{}/mcp", addr.port());
+    let config = McpServerConfig::new("scripted", url);
+    let resolver = Arc::new(FixedResolver(addr.ip()));
+    let policy = |entry: String| SsrfPolicy {
+        allow_hosts: vec![entry],
+        ..SsrfPolicy::default()
+    };
+
+    // WHEN the allow-list names the host on that port THEN the server is reached
+    let pool = McpPool::with_resolver(
+        policy(format!("mcp.internal.example:{}", addr.port())),
+        resolver.clone(),
+    );
+    let tools = pool.tools(&config).await.unwrap();
+    assert!(!tools.is_empty());
+
+    // AND an entry for another port does not admit it
+    let other = if addr.port() == 1 { 2 } else { addr.port() - 1 };
+    let pool = McpPool::with_resolver(policy(format!("mcp.internal.example:{other}")), resolver);
+    let err = pool.tools(&config).await.err().unwrap();
+    assert!(matches!(err, McpError::Blocked { .. }), "{err:?}");
+}
+
+#[tokio::test]
 async fn tools_list_is_cached_and_the_session_reused() {
     let (addr, script) = start_script().await;
     let pool = McpPool::new(loopback_policy());

@@ -187,7 +187,8 @@ fn the_shipped_example_parses_into_every_setting() {
     assert_eq!(
         s.tools,
         ToolSettings {
-            http_fetch_allow: vec!["127.0.0.1".into()]
+            http_fetch_allow: vec!["127.0.0.1".into()],
+            agent_env_allow: Default::default(),
         }
     );
 }

@@ -751,19 +751,23 @@ def selftest(template_path: str, workdir: str) -> int:
             '                    dynamodb:LeadingKeys: ["T#*"]\n',
             '                    dynamodb:LeadingKeys: ["T#*", "KEY#*"]\n',
         ),
-        "runner without kms:Decrypt (tenant secrets)": (
-            "              - Sid: OpenTenantSecrets\n"
+        "ingress without kms:GenerateDataKey (sealing tenant secrets)": (
+            "              - Sid: SealTenantSecrets\n"
             "                Effect: Allow\n"
-            "                Action: kms:Decrypt\n",
-            "              - Sid: OpenTenantSecrets\n"
-            "                Effect: Allow\n"
-            "                Action: kms:DescribeKey\n",
+            "                Action: kms:GenerateDataKey\n"
+            "                Resource: !GetAtt SecretsKey.Arn\n"
+            "                Condition:\n"
+            "                  ForAllValues:StringEquals:\n"
+            "                    kms:EncryptionContextKeys: [tenant, secret]\n"
+            "                  \"Null\":\n"
+            "                    kms:EncryptionContextKeys: \"false\"\n",
+            "",
         ),
-        "cron granted kms:Decrypt it never calls": (
+        "cron granted kms:GenerateDataKey it never calls": (
             "              - Sid: ReconcileDeadLetters\n",
-            "              - Sid: OpenTenantSecrets\n"
+            "              - Sid: SealTenantSecrets\n"
             "                Effect: Allow\n"
-            "                Action: kms:Decrypt\n"
+            "                Action: kms:GenerateDataKey\n"
             "                Resource: !GetAtt SecretsKey.Arn\n"
             "              - Sid: ReconcileDeadLetters\n",
         ),

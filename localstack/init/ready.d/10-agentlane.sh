@@ -6,7 +6,8 @@
 #          `pending` (pendPk S / pendAt N), `sessions` (sessTenant S / updatedAt N) and
 #          `sessionRuns` (runSession S / sessionSeq N),
 #          projection ALL;
-#   queues <name>.fifo with explicit deduplication ids, redriving to <name>-dlq.fifo.
+#   queues <name>.fifo with explicit deduplication ids, redriving to <name>-dlq.fifo;
+#   KMS key of tenant secrets, symmetric, rotated, aliased alias/<table>-secrets.
 # Idempotent: what exists is left as it is.
 #
 # Inside the LocalStack container `awslocal` is on PATH. Elsewhere it falls back to the AWS CLI
@@ -121,4 +122,18 @@ else
     \"VisibilityTimeout\": \"$VISIBILITY\",
     \"RedrivePolicy\": \"$redrive\"}" >/dev/null
   say "created queue $QUEUE (dead letters to $DLQ after $MAX_RECEIVE receives)"
+fi
+
+# --- KMS key of tenant secrets --------------------------------------------------------------
+# Symmetric, rotation on, aliased alias/<table>-secrets (setup-aws's name; `.` becomes `-`):
+# serve on this emulator with AGENTLANE_SECRETS_KMS_KEY=alias/<table>-secrets.
+ALIAS="alias/$(printf '%s' "$TABLE" | tr -c 'A-Za-z0-9_-' '-')-secrets"
+if awslocal kms describe-key --key-id "$ALIAS" >/dev/null 2>&1; then
+  say "KMS key $ALIAS exists"
+else
+  key_id=$(awslocal kms create-key --key-spec SYMMETRIC_DEFAULT --key-usage ENCRYPT_DECRYPT \
+    --description "agentlane tenant secrets (table $TABLE)" --query KeyMetadata.KeyId --output text)
+  awslocal kms enable-key-rotation --key-id "$key_id"
+  awslocal kms create-alias --alias-name "$ALIAS" --target-key-id "$key_id"
+  say "created KMS key $ALIAS (set AGENTLANE_SECRETS_KMS_KEY=$ALIAS)"
 fi

@@ -135,7 +135,10 @@ fn data_key(plaintext: Option<Blob>, operation: &str) -> Result<DataKey, SealErr
 #[async_trait]
 impl KeyWrap for KmsKeyWrap {
     fn key_ref(&self) -> String {
-        format!("{KMS_KEY_REF_PREFIX}{}", self.key.as_deref().unwrap_or_default())
+        format!(
+            "{KMS_KEY_REF_PREFIX}{}",
+            self.key.as_deref().unwrap_or_default()
+        )
     }
 
     async fn generate(&self, ctx: &KeyContext<'_>) -> Result<(DataKey, Vec<u8>), SealError> {
@@ -177,7 +180,10 @@ impl KeyWrap for KmsKeyWrap {
         for (k, v) in encryption_context(ctx) {
             request = request.encryption_context(k, v);
         }
-        let out = request.send().await.map_err(|e| seal_error("Decrypt", &e))?;
+        let out = request
+            .send()
+            .await
+            .map_err(|e| seal_error("Decrypt", &e))?;
         data_key(out.plaintext, "Decrypt")
     }
 }

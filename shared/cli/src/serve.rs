@@ -228,7 +228,10 @@ pub struct SetupAwsArgs {
 /// absent; with `--backfill-indexes` also backfills the index attributes of older items.
 pub async fn setup_aws(args: SetupAwsArgs) -> anyhow::Result<()> {
     host::init_tracing(false);
-    let spinner = crate::progress::spinner(true, "creating the table, queues and secrets key when absent");
+    let spinner = crate::progress::spinner(
+        true,
+        "creating the table, queues and secrets key when absent",
+    );
     let resources = host::setup_aws().await;
     spinner.finish_and_clear();
     let resources = resources?;

@@ -349,7 +349,11 @@ pub async fn case_a_call_that_outlives_its_pickup_is_paid_for_once(store: Arc<dy
         .unwrap();
     for period in &periods {
         let now = store.period_spend(&acme, period).await.unwrap();
-        assert_eq!((now.micros, now.tokens, now.holds.len()), (0, 0, 0), "{period}");
+        assert_eq!(
+            (now.micros, now.tokens, now.holds.len()),
+            (0, 0, 0),
+            "{period}"
+        );
     }
     // The call ends after all and settles what it spent: counted in full.
     let actual = Spent {
@@ -389,12 +393,30 @@ pub async fn case_a_call_that_outlives_its_pickup_is_paid_for_once(store: Arc<dy
         .await
         .unwrap();
     store
-        .settle(&acme, &periods, &second, Spent { micros: 150, tokens: 15 }, &day)
+        .settle(
+            &acme,
+            &periods,
+            &second,
+            Spent {
+                micros: 150,
+                tokens: 15,
+            },
+            &day,
+        )
         .await
         .unwrap();
     // A late settlement below what the clear counted takes nothing back.
     store
-        .settle(&acme, &periods, &second, Spent { micros: 50, tokens: 5 }, &day)
+        .settle(
+            &acme,
+            &periods,
+            &second,
+            Spent {
+                micros: 50,
+                tokens: 5,
+            },
+            &day,
+        )
         .await
         .unwrap();
     let now = store.period_spend(&acme, &periods[0]).await.unwrap();

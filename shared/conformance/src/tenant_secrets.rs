@@ -53,7 +53,11 @@ pub async fn case_a_put_creates_then_replaces_keeping_its_creation_time(
     assert!(first.created);
     assert_eq!(first.meta.name, "GITHUB_TOKEN");
     assert_eq!(
-        (first.meta.version, first.meta.created_at, first.meta.updated_at),
+        (
+            first.meta.version,
+            first.meta.created_at,
+            first.meta.updated_at
+        ),
         (1, t0, t0)
     );
 
@@ -63,7 +67,11 @@ pub async fn case_a_put_creates_then_replaces_keeping_its_creation_time(
         .unwrap();
     assert!(!second.created, "the name existed: a replacement");
     assert_eq!(
-        (second.meta.version, second.meta.created_at, second.meta.updated_at),
+        (
+            second.meta.version,
+            second.meta.created_at,
+            second.meta.updated_at
+        ),
         (2, t0, t0 + 5_000)
     );
 
@@ -104,8 +112,20 @@ pub async fn case_secrets_are_per_tenant(store: Arc<dyn SecretStore>) {
         "another tenant's delete leaves this one's"
     );
     assert_eq!(store.list_secrets(&acme, None, 10).await.unwrap().len(), 1);
-    assert!(store.list_secrets(&beta, None, 10).await.unwrap().is_empty());
-    assert!(store.list_secrets(&tenant(), None, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_secrets(&beta, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_secrets(&tenant(), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// With a cap of 3, ten concurrent creates of distinct names store exactly three (the others
@@ -186,7 +206,10 @@ pub async fn case_a_deleted_secret_is_gone_and_its_name_free(store: Arc<dyn Secr
         .put_secret(&acme, "token", &sealed("b"), now + 1, 1)
         .await
         .unwrap();
-    assert!(again.created, "a deleted secret frees its name and its place under the cap");
+    assert!(
+        again.created,
+        "a deleted secret frees its name and its place under the cap"
+    );
     assert_eq!(again.meta.version, 1);
 }
 

@@ -66,8 +66,6 @@ pub use store::{
     SessionLock, SessionPage, SessionRemoval, SessionRetention, SteerTake, Store, StoreCall,
     StoreError, StoreLayer, StoreResult, TenantEraser, TenantErasure, TenantPage, TurnIntake,
 };
-pub use tenant_secret::{
-    EnvGrants, PutSecret, SealedValue, SecretMeta, SecretRecord, SecretStore,
-};
+pub use tenant_secret::{EnvGrants, PutSecret, SealedValue, SecretMeta, SecretRecord, SecretStore};
 pub use thinking::{ThinkingLevel, ThinkingSupport, thinking_support};
 pub use transcript::{Message, ToolCall, TranscriptEntry};

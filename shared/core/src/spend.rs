@@ -164,12 +164,15 @@ pub fn agent_price_problem(deployment: Option<&Price>, agent: &Price) -> Option<
         ("cacheRead", agent.cache_read, base.cache_read),
         ("cacheWrite", agent.cache_write, base.cache_write),
     ];
-    fields.iter().find(|(_, own, base)| own < base).map(|(name, own, base)| {
-        format!(
-            "{name}: {own} is below the deployment's {base} USD per million tokens; an agent \
+    fields
+        .iter()
+        .find(|(_, own, base)| own < base)
+        .map(|(name, own, base)| {
+            format!(
+                "{name}: {own} is below the deployment's {base} USD per million tokens; an agent \
              may only raise the deployment's prices"
-        )
-    })
+            )
+        })
 }
 
 /// The most a model call writes when neither its turn nor its agent sets `maxOutputTokens`:

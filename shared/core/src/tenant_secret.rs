@@ -55,9 +55,7 @@ pub fn validate_secret_value(value: &str) -> Result<(), String> {
 pub fn never_grantable(name: &str, provider_vars: &[String]) -> Option<String> {
     let valid = !name.is_empty()
         && !name.as_bytes()[0].is_ascii_digit()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if !valid {
         return Some(format!("{name:?} is not an environment variable name"));
     }
@@ -67,9 +65,14 @@ pub fn never_grantable(name: &str, provider_vars: &[String]) -> Option<String> {
             "{name} is the server's own (AWS_* and AGENTLANE_* can never be granted)"
         ));
     }
-    let provider = ["OPENAI_API_KEY", "OPENAI_API_KEYS", "ANTHROPIC_API_KEY", "ANTHROPIC_API_KEYS"]
-        .iter()
-        .any(|p| *p == upper)
+    let provider = [
+        "OPENAI_API_KEY",
+        "OPENAI_API_KEYS",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_API_KEYS",
+    ]
+    .iter()
+    .any(|p| *p == upper)
         || provider_vars.iter().any(|p| p.eq_ignore_ascii_case(name));
     provider.then(|| format!("{name} holds a model provider's key and can never be granted"))
 }
@@ -184,8 +187,7 @@ pub trait SecretStore: Send + Sync + 'static {
     ) -> StoreResult<PutSecret>;
 
     /// The secret `name` of `tenant`; `None` when it has none of that name.
-    async fn get_secret(&self, tenant: &TenantId, name: &str)
-    -> StoreResult<Option<SecretRecord>>;
+    async fn get_secret(&self, tenant: &TenantId, name: &str) -> StoreResult<Option<SecretRecord>>;
 
     /// The tenant's secrets by name, the first after `after`, at most `limit` (never values).
     async fn list_secrets(
@@ -274,6 +276,9 @@ mod tests {
             ciphertext: b"abcdef".to_vec(),
         };
         let shown = format!("{sealed:?}");
-        assert!(shown.contains("local:1") && !shown.contains("[1, 2, 3]"), "{shown}");
+        assert!(
+            shown.contains("local:1") && !shown.contains("[1, 2, 3]"),
+            "{shown}"
+        );
     }
 }

@@ -73,7 +73,10 @@ mod tests {
             Err("environment variable HOME is not granted to agents by this deployment".into())
         );
         let missing = s
-            .value(&acme, &SecretRef::Env("AGENTLANE_TEST_SURELY_UNSET_VAR".into()))
+            .value(
+                &acme,
+                &SecretRef::Env("AGENTLANE_TEST_SURELY_UNSET_VAR".into()),
+            )
             .await;
         assert_eq!(
             missing,
@@ -85,8 +88,14 @@ mod tests {
     async fn a_secret_reference_is_the_calling_tenants_own() {
         let (s, vault, _dir) = source(&[]);
         let (acme, globex) = (TenantId::new("acme"), TenantId::new("globex"));
-        vault.put(&acme, "token", "acme-value", 1, 10).await.unwrap();
-        vault.put(&globex, "token", "globex-value", 1, 10).await.unwrap();
+        vault
+            .put(&acme, "token", "acme-value", 1, 10)
+            .await
+            .unwrap();
+        vault
+            .put(&globex, "token", "globex-value", 1, 10)
+            .await
+            .unwrap();
         let r = SecretRef::Secret("token".into());
         assert_eq!(s.value(&acme, &r).await.unwrap(), "acme-value");
         assert_eq!(s.value(&globex, &r).await.unwrap(), "globex-value");

@@ -265,9 +265,14 @@ pub fn env_ms(name: &str, default: Duration) -> anyhow::Result<Duration> {
 /// (`AGENTLANE_SECRET_CACHE_TTL_MS`, default 30 s, at most 60 s: a replaced or deleted value
 /// reaches every process and Lambda instance within a minute).
 pub fn secret_cache_ttl() -> anyhow::Result<Duration> {
-    let ttl = env_ms("AGENTLANE_SECRET_CACHE_TTL_MS", agentlane_secrets::vault::DEFAULT_TTL)?;
+    let ttl = env_ms(
+        "AGENTLANE_SECRET_CACHE_TTL_MS",
+        agentlane_secrets::vault::DEFAULT_TTL,
+    )?;
     if ttl > agentlane_secrets::vault::MAX_TTL {
-        anyhow::bail!("AGENTLANE_SECRET_CACHE_TTL_MS is at most 60000 (a new value must reach every process within a minute)");
+        anyhow::bail!(
+            "AGENTLANE_SECRET_CACHE_TTL_MS is at most 60000 (a new value must reach every process within a minute)"
+        );
     }
     Ok(ttl)
 }

@@ -67,7 +67,10 @@ fn load_or_create(path: &Path) -> Result<DataKey, SealError> {
     rand::rng().fill_bytes(&mut suffix);
     let tmp = path.with_extension(format!(
         "tmp-{}",
-        suffix.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        suffix
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     ));
     let written = (|| {
         let mut options = std::fs::OpenOptions::new();
@@ -192,7 +195,12 @@ mod tests {
             tenant: &globex,
             name: "token",
         };
-        assert!(second.unwrap(LOCAL_KEY_REF, &wrapped, &moved).await.is_err());
+        assert!(
+            second
+                .unwrap(LOCAL_KEY_REF, &wrapped, &moved)
+                .await
+                .is_err()
+        );
         assert!(second.unwrap("kms:x", &wrapped, &ctx).await.is_err());
         // No temporary file is left behind.
         let names: Vec<_> = std::fs::read_dir(dir.path())

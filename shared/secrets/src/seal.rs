@@ -133,7 +133,9 @@ pub fn open(
             },
         )
         .map(Zeroizing::new)
-        .map_err(|_| SealError::Corrupt("the tag does not match (wrong key, tenant or name)".into()))
+        .map_err(|_| {
+            SealError::Corrupt("the tag does not match (wrong key, tenant or name)".into())
+        })
 }
 
 #[cfg(test)]
@@ -148,7 +150,10 @@ mod tests {
         let aad = value_aad(&acme, "token");
         let (nonce, ct) = seal(&key, b"hunter2", &aad).unwrap();
         assert!(!ct.windows(7).any(|w| w == b"hunter2"));
-        assert_eq!(open(&key, &nonce, &ct, &aad).unwrap().as_slice(), b"hunter2");
+        assert_eq!(
+            open(&key, &nonce, &ct, &aad).unwrap().as_slice(),
+            b"hunter2"
+        );
 
         let other_tenant = value_aad(&TenantId::new("globex"), "token");
         let other_name = value_aad(&acme, "token2");
@@ -166,7 +171,10 @@ mod tests {
         let a = value_aad(&TenantId::new("ab"), "c");
         let b = value_aad(&TenantId::new("a"), "bc");
         assert_ne!(a, b);
-        assert_ne!(value_aad(&TenantId::new("a"), "b"), key_aad(&TenantId::new("a"), "b"));
+        assert_ne!(
+            value_aad(&TenantId::new("a"), "b"),
+            key_aad(&TenantId::new("a"), "b")
+        );
     }
 
     #[test]

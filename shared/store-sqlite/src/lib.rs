@@ -47,8 +47,8 @@ mod schema;
 mod slots;
 mod spend;
 mod steer;
-mod tenant_secrets;
 mod store;
+mod tenant_secrets;
 mod writer;
 
 pub use backend::{DB_FILE_NAME, SqliteBackend};

@@ -144,11 +144,7 @@ impl SecretStore for SqliteBackend {
             .await
     }
 
-    async fn get_secret(
-        &self,
-        tenant: &TenantId,
-        name: &str,
-    ) -> StoreResult<Option<SecretRecord>> {
+    async fn get_secret(&self, tenant: &TenantId, name: &str) -> StoreResult<Option<SecretRecord>> {
         let (tenant, name) = (tenant.clone(), name.to_owned());
         self.with_reader(move |c| -> Result<_> {
             Ok(c.prepare_cached(

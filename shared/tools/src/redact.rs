@@ -146,7 +146,10 @@ mod tests {
             ("EMPTY", ""),
         ]);
         let cases = [
-            ("Authorization: Bearer sk-live-123", "Authorization: Bearer [redacted:TOKEN]"),
+            (
+                "Authorization: Bearer sk-live-123",
+                "Authorization: Bearer [redacted:TOKEN]",
+            ),
             ("only sk-live here", "only [redacted:PREFIX] here"),
             (r#"{"echo":"a\"b\\c"}"#, r#"{"echo":"[redacted:QUOTED]"}"#),
             (r#"raw a"b\c"#, "raw [redacted:QUOTED]"),

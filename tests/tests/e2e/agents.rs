@@ -264,6 +264,7 @@ async fn an_http_tool_is_signed_validated_and_its_secrets_stay_out_of_sight() ->
     tokio::spawn(async move { axum::serve(listener, app).await.ok() });
     let scn = scenario_with(|o| {
         o.env("AGENTLANE_HTTP_FETCH_ALLOW", "127.0.0.1")
+            .env("AGENTLANE_AGENT_ENV_ALLOW", "ORDERS_SIGNING,ORDERS_KEY")
             .env("ORDERS_SIGNING", SIGNING_SECRET)
             .env("ORDERS_KEY", ORDERS_KEY)
     })?;

@@ -332,3 +332,33 @@ async fn an_http_tool_may_not_take_a_built_ins_name_or_a_reserved_header() -> an
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_setup_costs_one_timeout_at_most_whatever_the_number_of_servers() -> anyhow::Result<()>
+{
+    // GIVEN agents with 0, 1 and 8 MCP servers that never answer (the worst case)
+    let (scn, _dir) = priced_with("")?;
+    scn.mock
+        .add_fixtures(vec![json!({"match": {"userMessage": "hello"},
+                                      "response": {"content": "hi"}})])?;
+    let (urls, _servers) = silent_servers(8).await?;
+    let a = scn.a();
+    let mut took = Vec::new();
+    for n in [0, 1, 8] {
+        let id = format!("mcp-{n}");
+        mcp_agent(&a, &id, &urls[..n]).await?;
+        // WHEN each takes a turn
+        let started = Instant::now();
+        let accepted = a
+            .agent_with(json!({"sessionKey": id, "agentId": id, "message": "hello"}))
+            .await?;
+        let run = a.wait_done(&accepted.run_id, LONG).await?;
+        assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+        took.push(started.elapsed());
+    }
+    // THEN the servers cost one setup timeout (5 s) at most, reached in parallel
+    eprintln!("MCP setup: a turn took {took:?} with 0, 1 and 8 silent servers");
+    assert!(took[2] < took[0] + Duration::from_secs(7), "{took:?}");
+    assert!(took[2] < took[1] + Duration::from_secs(2), "{took:?}");
+    Ok(())
+}

@@ -117,7 +117,11 @@ fn agent(id: &str, url: &str, authorization: Value) -> Value {
     })
 }
 
-async fn put_secret(client: &Client, name: &str, value: &str) -> anyhow::Result<(StatusCode, Value)> {
+async fn put_secret(
+    client: &Client,
+    name: &str,
+    value: &str,
+) -> anyhow::Result<(StatusCode, Value)> {
     Ok(client
         .json(
             Method::PUT,
@@ -128,9 +132,15 @@ async fn put_secret(client: &Client, name: &str, value: &str) -> anyhow::Result<
 }
 
 /// One turn of agent `agent_id` on session `session`, waited for.
-async fn turn(client: &Client, agent_id: &str, session: &str) -> anyhow::Result<agentlane_tests::RunView> {
+async fn turn(
+    client: &Client,
+    agent_id: &str,
+    session: &str,
+) -> anyhow::Result<agentlane_tests::RunView> {
     let accepted = client
-        .agent_with(json!({"sessionKey": session, "agentId": agent_id, "message": "check my token"}))
+        .agent_with(
+            json!({"sessionKey": session, "agentId": agent_id, "message": "check my token"}),
+        )
         .await?;
     let run = client.wait_done(&accepted.run_id, LONG).await?;
     assert_eq!(run.status, RunStatus::Ok, "{run:?}");
@@ -161,11 +171,19 @@ async fn each_tenant_sends_its_own_secret_and_an_echo_of_it_is_redacted() -> any
     assert_eq!(created["version"], 1);
     assert!(created.get("value").is_none(), "{created}");
     let (status, _) = put_secret(&b, "api-token", &b_value).await?;
-    assert_eq!(status, StatusCode::CREATED, "the other tenant's name is its own");
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the other tenant's name is its own"
+    );
     let reference = json!({"secret": "api-token"});
     for client in [&a, &b] {
         let (status, body) = client
-            .json(Method::POST, "/v1/agents", Some(agent("echo", &url, reference.clone())))
+            .json(
+                Method::POST,
+                "/v1/agents",
+                Some(agent("echo", &url, reference.clone())),
+            )
             .await?;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
@@ -184,7 +202,10 @@ async fn each_tenant_sends_its_own_secret_and_an_echo_of_it_is_redacted() -> any
         (&b, &run_b, "sec-b", &b_value),
     ] {
         let transcript = client.transcript(session).await?;
-        assert_eq!(check_pairing(&transcript_items(&transcript.entries)), Ok(()));
+        assert_eq!(
+            check_pairing(&transcript_items(&transcript.entries)),
+            Ok(())
+        );
         let results = tool_contents(&transcript.entries);
         assert_eq!(results.len(), 1, "{results:?}");
         let answer: Value = serde_json::from_str(&results[0])?;
@@ -201,7 +222,10 @@ async fn each_tenant_sends_its_own_secret_and_an_echo_of_it_is_redacted() -> any
             serde_json::to_string(&transcript.entries)?,
         );
         let token = value.trim_start_matches("Bearer ");
-        assert!(!everything.contains(token), "the value leaked: {everything}");
+        assert!(
+            !everything.contains(token),
+            "the value leaked: {everything}"
+        );
     }
     let model_context = serde_json::to_string(
         &scn.mock
@@ -312,7 +336,12 @@ async fn the_servers_environment_is_out_of_reach_unless_granted() -> anyhow::Res
     signed["tools"]["http"][0]["signingSecret"] = json!({"env": CANARY_VAR});
     let (status, body) = a.json(Method::POST, "/v1/agents", Some(signed)).await?;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("signingSecret"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("signingSecret")
+    );
 
     // AND a granted variable works
     let (status, body) = a
@@ -335,7 +364,10 @@ async fn the_servers_environment_is_out_of_reach_unless_granted() -> anyhow::Res
     assert_eq!(seen.authorizations(), [GRANTED_VALUE]);
     let transcript = a.transcript("granted").await?;
     let results = tool_contents(&transcript.entries);
-    assert!(results[0].contains(&format!("[redacted:{GRANTED_VAR}]")), "{results:?}");
+    assert!(
+        results[0].contains(&format!("[redacted:{GRANTED_VAR}]")),
+        "{results:?}"
+    );
 
     // AND no refused value ever reached the receiver, nor the logs
     let logs = scn.server.stderr_tail(1 << 22);
@@ -365,7 +397,11 @@ async fn bad_secrets_and_references_are_clear_400s() -> anyhow::Result<()> {
     ];
     for (name, body, names) in cases {
         let (status, answer) = a
-            .json(Method::PUT, &format!("/v1/secrets/{name}"), Some(body.clone()))
+            .json(
+                Method::PUT,
+                &format!("/v1/secrets/{name}"),
+                Some(body.clone()),
+            )
             .await?;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{name} {body}: {answer}");
         assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
@@ -380,31 +416,45 @@ async fn bad_secrets_and_references_are_clear_400s() -> anyhow::Result<()> {
     assert_eq!(status, StatusCode::CREATED);
     for name in ["missing", "b-only", "prod/db"] {
         let (status, body) = a
-            .json(Method::POST, "/v1/agents", Some(agent("refs", &url, json!({"secret": name}))))
+            .json(
+                Method::POST,
+                "/v1/agents",
+                Some(agent("refs", &url, json!({"secret": name}))),
+            )
             .await?;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{name}: {body}");
         let message = body["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("tools.http[0].headers.Authorization"), "{message}");
+        assert!(
+            message.contains("tools.http[0].headers.Authorization"),
+            "{message}"
+        );
     }
     // Another tenant's secret does not exist for this one.
     let (status, _) = a.json(Method::GET, "/v1/secrets/b-only", None).await?;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = a.json(Method::DELETE, "/v1/secrets/b-only", None).await?;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, _) = scn.b().json(Method::GET, "/v1/secrets/b-only", None).await?;
+    let (status, _) = scn
+        .b()
+        .json(Method::GET, "/v1/secrets/b-only", None)
+        .await?;
     assert_eq!(status, StatusCode::OK);
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replaced_value_is_used_by_the_next_run_and_a_deleted_one_is_never_sent() -> anyhow::Result<()>
-{
+async fn a_replaced_value_is_used_by_the_next_run_and_a_deleted_one_is_never_sent()
+-> anyhow::Result<()> {
     let (seen, url) = receiver().await?;
     let scn = start()?;
     let a = scn.a();
     put_secret(&a, "rotating", "first-value-0a1b2c").await?;
     let (status, body) = a
-        .json(Method::POST, "/v1/agents", Some(agent("rot", &url, json!({"secret": "rotating"}))))
+        .json(
+            Method::POST,
+            "/v1/agents",
+            Some(agent("rot", &url, json!({"secret": "rotating"}))),
+        )
         .await?;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     turn(&a, "rot", "rot-1").await?;
@@ -436,6 +486,10 @@ async fn a_replaced_value_is_used_by_the_next_run_and_a_deleted_one_is_never_sen
         .await?;
     let warnings = view["warnings"].to_string();
     assert!(warnings.contains("rotating"), "{view}");
-    assert_eq!(seen.authorizations().len(), 2, "a deleted value is never sent");
+    assert_eq!(
+        seen.authorizations().len(),
+        2,
+        "a deleted value is never sent"
+    );
     Ok(())
 }

@@ -52,6 +52,10 @@ impl Emulator {
             resources.table,
         );
         let backends = Backends {
+            secrets: Arc::new(agentlane_secrets::Vault::new(
+                Arc::new(store.clone()),
+                Arc::new(agentlane_aws::kms::KmsKeyWrap::from_env(&sdk).unwrap()),
+            )),
             store: Arc::new(store.clone()),
             processing: Arc::new(store.clone()),
             catalog: Arc::new(store.clone()),

@@ -114,10 +114,11 @@ impl Turn<'_> {
     /// The most the call of `request` to `selected` may write, as its provider sends the cap
     /// (Anthropic's `max_tokens` includes the thinking budget): what a reservation holds.
     pub(super) fn output_reserve(&self, selected: &Selected, request: &ModelRequest) -> u64 {
-        selected.profile.provider.output_cap(request).map_or(
-            self.runner.config.budget_output_reserve,
-            u64::from,
-        )
+        selected
+            .profile
+            .provider
+            .output_cap(request)
+            .map_or(self.runner.config.budget_output_reserve, u64::from)
     }
 
     /// Streams `request` to the selected model. Failures and stops are recorded in the ledger

@@ -120,7 +120,10 @@ impl OpenAiError {
             return Self::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 RATE_LIMIT,
-                format!("the turn was stopped by a budget: {why} (run {})", run.run_id),
+                format!(
+                    "the turn was stopped by a budget: {why} (run {})",
+                    run.run_id
+                ),
             )
             .code("insufficient_quota")
             .no_retry();

@@ -91,7 +91,9 @@ pub async fn ensure_secrets_key(
             })
         }
         // Another set-up made the alias meanwhile: use its key, retire ours (unused).
-        Err(err) if err.as_service_error().and_then(|e| e.code()) == Some("AlreadyExistsException") => {
+        Err(err)
+            if err.as_service_error().and_then(|e| e.code()) == Some("AlreadyExistsException") =>
+        {
             let _ = kms
                 .schedule_key_deletion()
                 .key_id(&key_id)
@@ -123,7 +125,10 @@ async fn usable_key(kms: &aws_sdk_kms::Client, key: &str) -> Result<Option<Strin
     let Some(metadata) = out.key_metadata else {
         return Ok(None);
     };
-    let symmetric = metadata.key_usage.as_ref().is_none_or(|u| *u == KeyUsageType::EncryptDecrypt)
+    let symmetric = metadata
+        .key_usage
+        .as_ref()
+        .is_none_or(|u| *u == KeyUsageType::EncryptDecrypt)
         && metadata
             .key_spec
             .as_ref()
@@ -149,6 +154,9 @@ mod tests {
     #[test]
     fn the_alias_follows_the_table_in_the_characters_an_alias_takes() {
         assert_eq!(secrets_key_alias("agentlane"), "alias/agentlane-secrets");
-        assert_eq!(secrets_key_alias("prod.agents_1"), "alias/prod-agents_1-secrets");
+        assert_eq!(
+            secrets_key_alias("prod.agents_1"),
+            "alias/prod-agents_1-secrets"
+        );
     }
 }

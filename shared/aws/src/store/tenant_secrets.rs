@@ -27,7 +27,9 @@ use agentlane_core::{
 };
 use async_trait::async_trait;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, ReturnValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Delete, Put, ReturnValue, TransactWriteItem, Update,
+};
 
 /// Sort-key prefix of a secret item.
 pub(super) const SECRET_PREFIX: &str = "N#";
@@ -220,11 +222,7 @@ impl SecretStore for DynamoStore {
         )))
     }
 
-    async fn get_secret(
-        &self,
-        tenant: &TenantId,
-        name: &str,
-    ) -> StoreResult<Option<SecretRecord>> {
+    async fn get_secret(&self, tenant: &TenantId, name: &str) -> StoreResult<Option<SecretRecord>> {
         let Some(item) = self.get_item(secrets_pk(tenant), &secret_sk(name)).await? else {
             return Ok(None);
         };

@@ -31,21 +31,39 @@ async fn a_put_creates_then_replaces_keeping_created_at() {
     let store = common::store().await;
     let t = TenantId::new("acme");
 
-    let first = store.put_secret(&t, "TOKEN", &sealed(1), 1_000, 10).await.unwrap();
+    let first = store
+        .put_secret(&t, "TOKEN", &sealed(1), 1_000, 10)
+        .await
+        .unwrap();
     assert!(first.created);
     assert_eq!(
-        (first.meta.version, first.meta.created_at, first.meta.updated_at),
+        (
+            first.meta.version,
+            first.meta.created_at,
+            first.meta.updated_at
+        ),
         (1, 1_000, 1_000)
     );
 
-    let second = store.put_secret(&t, "TOKEN", &sealed(2), 2_000, 10).await.unwrap();
+    let second = store
+        .put_secret(&t, "TOKEN", &sealed(2), 2_000, 10)
+        .await
+        .unwrap();
     assert!(!second.created, "the name existed: a replace");
     assert_eq!(
-        (second.meta.version, second.meta.created_at, second.meta.updated_at),
+        (
+            second.meta.version,
+            second.meta.created_at,
+            second.meta.updated_at
+        ),
         (2, 1_000, 2_000)
     );
 
-    let record = store.get_secret(&t, "TOKEN").await.unwrap().expect("stored");
+    let record = store
+        .get_secret(&t, "TOKEN")
+        .await
+        .unwrap()
+        .expect("stored");
     assert_eq!(record.sealed, sealed(2), "the new value, whole");
     assert_eq!(record.meta, second.meta);
     assert_eq!(record.tenant, t);
@@ -82,14 +100,23 @@ async fn the_cap_holds_under_ten_concurrent_creates() {
 
     // At the cap a replace still goes through, and a delete frees a place.
     let name = listed[0].name.clone();
-    let replaced = store.put_secret(&t, &name, &sealed(9), 2_000, 3).await.unwrap();
+    let replaced = store
+        .put_secret(&t, &name, &sealed(9), 2_000, 3)
+        .await
+        .unwrap();
     assert_eq!((replaced.created, replaced.meta.version), (false, 2));
     assert!(matches!(
         store.put_secret(&t, "NEW", &sealed(9), 2_000, 3).await,
         Err(StoreError::Conflict(_))
     ));
     assert!(store.delete_secret(&t, &name).await.unwrap());
-    assert!(store.put_secret(&t, "NEW", &sealed(9), 3_000, 3).await.unwrap().created);
+    assert!(
+        store
+            .put_secret(&t, "NEW", &sealed(9), 3_000, 3)
+            .await
+            .unwrap()
+            .created
+    );
 }
 
 #[tokio::test]
@@ -97,7 +124,10 @@ async fn listing_pages_by_name() {
     let store = common::store().await;
     let t = TenantId::new("acme");
     for name in ["delta", "Alpha", "charlie", "bravo", "echo", "_x", "golf"] {
-        store.put_secret(&t, name, &sealed(1), 1_000, 100).await.unwrap();
+        store
+            .put_secret(&t, name, &sealed(1), 1_000, 100)
+            .await
+            .unwrap();
     }
     let names = |page: Vec<agentlane_core::SecretMeta>| -> Vec<String> {
         page.into_iter().map(|m| m.name).collect()
@@ -123,20 +153,32 @@ async fn listing_pages_by_name() {
         names(store.list_secrets(&t, Some("c"), 2).await.unwrap()),
         ["charlie", "delta"]
     );
-    assert!(store.list_secrets(&t, Some("golf"), 5).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_secrets(&t, Some("golf"), 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn tenants_never_reach_each_others_secrets() {
     let store = common::store().await;
     let (a, b) = (TenantId::new("a"), TenantId::new("b"));
-    store.put_secret(&a, "TOKEN", &sealed(1), 1_000, 1).await.unwrap();
+    store
+        .put_secret(&a, "TOKEN", &sealed(1), 1_000, 1)
+        .await
+        .unwrap();
 
     assert!(store.get_secret(&b, "TOKEN").await.unwrap().is_none());
     assert!(store.list_secrets(&b, None, 10).await.unwrap().is_empty());
     assert!(!store.delete_secret(&b, "TOKEN").await.unwrap());
     // b's cap is its own: a's secret does not count.
-    let put = store.put_secret(&b, "TOKEN", &sealed(2), 1_000, 1).await.unwrap();
+    let put = store
+        .put_secret(&b, "TOKEN", &sealed(2), 1_000, 1)
+        .await
+        .unwrap();
     assert!(put.created && put.meta.version == 1);
     assert_eq!(
         store.get_secret(&a, "TOKEN").await.unwrap().unwrap().sealed,
@@ -148,13 +190,22 @@ async fn tenants_never_reach_each_others_secrets() {
 async fn a_delete_removes_the_secret_once() {
     let store = common::store().await;
     let t = TenantId::new("acme");
-    store.put_secret(&t, "TOKEN", &sealed(1), 1_000, 1).await.unwrap();
+    store
+        .put_secret(&t, "TOKEN", &sealed(1), 1_000, 1)
+        .await
+        .unwrap();
     assert!(store.delete_secret(&t, "TOKEN").await.unwrap());
     assert!(!store.delete_secret(&t, "TOKEN").await.unwrap());
     assert!(store.get_secret(&t, "TOKEN").await.unwrap().is_none());
     // A new secret of that name starts over at version 1, and the cap counted the delete.
-    let again = store.put_secret(&t, "TOKEN", &sealed(2), 2_000, 1).await.unwrap();
-    assert_eq!((again.created, again.meta.version, again.meta.created_at), (true, 1, 2_000));
+    let again = store
+        .put_secret(&t, "TOKEN", &sealed(2), 2_000, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.created, again.meta.version, again.meta.created_at),
+        (true, 1, 2_000)
+    );
 }
 
 #[tokio::test]
@@ -162,16 +213,34 @@ async fn erasing_a_tenant_removes_and_counts_its_secrets() {
     let store = common::store().await;
     let (gone, kept) = (TenantId::new("gone"), TenantId::new("kept"));
     for name in ["A", "B"] {
-        store.put_secret(&gone, name, &sealed(1), 1_000, 10).await.unwrap();
+        store
+            .put_secret(&gone, name, &sealed(1), 1_000, 10)
+            .await
+            .unwrap();
     }
-    store.put_secret(&kept, "A", &sealed(1), 1_000, 10).await.unwrap();
+    store
+        .put_secret(&kept, "A", &sealed(1), 1_000, 10)
+        .await
+        .unwrap();
 
     let erased = store.erase_tenant(&gone).await.unwrap();
     assert_eq!(erased.removed.get("secrets"), Some(&2), "{erased:?}");
-    assert!(store.list_secrets(&gone, None, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_secrets(&gone, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(store.list_secrets(&kept, None, 10).await.unwrap().len(), 1);
     // The count went with it: the cap starts from zero.
-    assert!(store.put_secret(&gone, "C", &sealed(1), 2_000, 1).await.unwrap().created);
+    assert!(
+        store
+            .put_secret(&gone, "C", &sealed(1), 2_000, 1)
+            .await
+            .unwrap()
+            .created
+    );
 }
 
 // --- the vault over KMS ----------------------------------------------------------------------
@@ -338,7 +407,11 @@ async fn a_vault_over_kms_round_trips_and_stores_no_plaintext() {
     assert!(!format!("{opened:?}").contains(VALUE));
 
     let record = world.store.get_secret(&t, "TOKEN").await.unwrap().unwrap();
-    assert!(record.sealed.key_ref.starts_with("kms:alias/"), "{:?}", record.sealed);
+    assert!(
+        record.sealed.key_ref.starts_with("kms:alias/"),
+        "{:?}",
+        record.sealed
+    );
     for item in world.raw_items().await {
         for (name, value) in &item {
             let bytes = attribute_bytes(value);
@@ -361,7 +434,10 @@ async fn a_value_moved_to_another_tenant_or_name_does_not_open() {
     world.copy_item("acme", "TOKEN", "acme", "OTHER").await;
     for (tenant, name) in [("mallory", "TOKEN"), ("acme", "OTHER")] {
         let err = vault.reveal(&TenantId::new(tenant), name).await.err();
-        assert!(matches!(err, Some(StoreError::Corrupt(_))), "{tenant}/{name}: {err:?}");
+        assert!(
+            matches!(err, Some(StoreError::Corrupt(_))),
+            "{tenant}/{name}: {err:?}"
+        );
     }
 
     // KMS itself refuses the wrapped key under another tenant's or name's context.
@@ -382,7 +458,10 @@ async fn a_value_moved_to_another_tenant_or_name_does_not_open() {
             .unwrap(&record.sealed.key_ref, &record.sealed.wrapped_key, &ctx)
             .await
             .err();
-        assert!(matches!(err, Some(SealError::Corrupt(_))), "{ctx:?}: {err:?}");
+        assert!(
+            matches!(err, Some(SealError::Corrupt(_))),
+            "{ctx:?}: {err:?}"
+        );
     }
     let ctx = KeyContext {
         tenant: &t,
@@ -409,7 +488,10 @@ async fn a_process_decrypts_each_value_once() {
     let (vault, counting) = world.vault(Duration::ZERO);
     let t = TenantId::new("acme");
     vault.put(&t, "TOKEN", VALUE, 1_000, 10).await.unwrap();
-    vault.put(&t, "OTHER", "other-value", 1_000, 10).await.unwrap();
+    vault
+        .put(&t, "OTHER", "other-value", 1_000, 10)
+        .await
+        .unwrap();
 
     for _ in 0..2 {
         assert_eq!(
@@ -425,7 +507,10 @@ async fn a_process_decrypts_each_value_once() {
     assert_eq!(counting.unwraps.load(Ordering::SeqCst), 2);
 
     // A replaced value has a new data key: one more Decrypt, then none again.
-    vault.put(&t, "TOKEN", "new-value", 2_000, 10).await.unwrap();
+    vault
+        .put(&t, "TOKEN", "new-value", 2_000, 10)
+        .await
+        .unwrap();
     for _ in 0..2 {
         assert_eq!(
             vault.reveal(&t, "TOKEN").await.unwrap().unwrap().expose(),

@@ -264,7 +264,11 @@ mod tests {
             json!({"type": "enabled", "budget_tokens": 4096})
         );
         assert_eq!(body["max_tokens"], 5096);
-        assert_eq!(sent_max_tokens(&prompt, 1000), 5096, "what a budget reserves");
+        assert_eq!(
+            sent_max_tokens(&prompt, 1000),
+            5096,
+            "what a budget reserves"
+        );
 
         let mut continuation = request(vec![
             Message::user("hi"),

@@ -36,7 +36,10 @@ async fn a_value_is_never_in_clear_in_the_database_or_its_wal() {
     let put = vault.put(&acme, "token", value, 1_000, 100).await.unwrap();
     assert!(put.created);
     let replaced = "canary-2b8d44aa-the-replacement";
-    vault.put(&acme, "token", replaced, 2_000, 100).await.unwrap();
+    vault
+        .put(&acme, "token", replaced, 2_000, 100)
+        .await
+        .unwrap();
 
     let opened = vault.reveal(&acme, "token").await.unwrap().unwrap();
     assert_eq!(opened.expose(), replaced);
@@ -44,7 +47,10 @@ async fn a_value_is_never_in_clear_in_the_database_or_its_wal() {
     assert!(files.iter().any(|(p, _)| p.ends_with("-wal")), "WAL mode");
     for (path, bytes) in &files {
         assert!(!contains(bytes, value.as_bytes()), "{path} holds the value");
-        assert!(!contains(bytes, replaced.as_bytes()), "{path} holds the value");
+        assert!(
+            !contains(bytes, replaced.as_bytes()),
+            "{path} holds the value"
+        );
     }
 
     // Another vault on the same directory (a restarted serve) opens it with the key file.
@@ -63,7 +69,10 @@ async fn a_sealed_row_copied_to_another_tenant_or_name_does_not_open() {
     let store: Arc<dyn SecretStore> = Arc::new(backend.clone());
     let vault = Vault::new(store.clone(), Arc::new(LocalKeyFile::in_dir(dir.path())));
     let (acme, globex) = (TenantId::new("acme"), TenantId::new("globex"));
-    vault.put(&acme, "token", "acme-only", 1, 100).await.unwrap();
+    vault
+        .put(&acme, "token", "acme-only", 1, 100)
+        .await
+        .unwrap();
     let record = store.get_secret(&acme, "token").await.unwrap().unwrap();
 
     // What a tenant able to write rows (a bug, an operator's mistake) could copy.
@@ -78,7 +87,12 @@ async fn a_sealed_row_copied_to_another_tenant_or_name_does_not_open() {
     assert!(vault.reveal(&globex, "token").await.is_err());
     assert!(vault.reveal(&acme, "other").await.is_err());
     assert_eq!(
-        vault.reveal(&acme, "token").await.unwrap().unwrap().expose(),
+        vault
+            .reveal(&acme, "token")
+            .await
+            .unwrap()
+            .unwrap()
+            .expose(),
         "acme-only"
     );
     assert!(vault.reveal(&globex, "missing").await.unwrap().is_none());
@@ -94,9 +108,25 @@ async fn a_replaced_or_deleted_value_is_seen_at_once_by_the_vault_that_wrote_it(
     );
     let acme = TenantId::new("acme");
     vault.put(&acme, "token", "v1", 1, 100).await.unwrap();
-    assert_eq!(vault.reveal(&acme, "token").await.unwrap().unwrap().expose(), "v1");
+    assert_eq!(
+        vault
+            .reveal(&acme, "token")
+            .await
+            .unwrap()
+            .unwrap()
+            .expose(),
+        "v1"
+    );
     vault.put(&acme, "token", "v2", 2, 100).await.unwrap();
-    assert_eq!(vault.reveal(&acme, "token").await.unwrap().unwrap().expose(), "v2");
+    assert_eq!(
+        vault
+            .reveal(&acme, "token")
+            .await
+            .unwrap()
+            .unwrap()
+            .expose(),
+        "v2"
+    );
     assert!(vault.delete(&acme, "token").await.unwrap());
     assert!(vault.reveal(&acme, "token").await.unwrap().is_none());
 }

@@ -218,7 +218,7 @@ impl AgentResolver {
         Self {
             store,
             secrets,
-            mcp: McpPool::new(ssrf.clone()).with_token_cache(tokens.clone()),
+            mcp: McpPool::new(ssrf.clone()),
             tokens,
             ssrf,
             versions: Mutex::new(HashMap::new()),

@@ -40,7 +40,12 @@ const UNIONS: &[Union] = &[
     Union {
         name: "SecretRef",
         tag: None,
-        variants: &["EnvSecretRef", "SecretsManagerRef"],
+        variants: &["EnvSecretRef", "TenantSecretRef"],
+    },
+    Union {
+        name: "ToolAuth",
+        tag: Some("type"),
+        variants: &["OAuth2ClientCredentialsAuth"],
     },
 ];
 

@@ -64,7 +64,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_granted_variables_are_read_and_missing_ones_say_so() {
-        let (s, _, _dir) = source(&["PATH", "AGENTLANE_TEST_SURELY_UNSET_VAR"]);
+        let (s, _, _dir) = source(&["PATH", "HOST_TEST_SURELY_UNSET_VAR"]);
         let acme = TenantId::new("acme");
         assert!(s.value(&acme, &SecretRef::Env("PATH".into())).await.is_ok());
         let refused = s.value(&acme, &SecretRef::Env("HOME".into())).await;
@@ -73,14 +73,11 @@ mod tests {
             Err("environment variable HOME is not granted to agents by this deployment".into())
         );
         let missing = s
-            .value(
-                &acme,
-                &SecretRef::Env("AGENTLANE_TEST_SURELY_UNSET_VAR".into()),
-            )
+            .value(&acme, &SecretRef::Env("HOST_TEST_SURELY_UNSET_VAR".into()))
             .await;
         assert_eq!(
             missing,
-            Err("environment variable AGENTLANE_TEST_SURELY_UNSET_VAR is not set".into())
+            Err("environment variable HOST_TEST_SURELY_UNSET_VAR is not set".into())
         );
     }
 

@@ -174,7 +174,8 @@ async fn a_runs_budget_stops_it_before_a_call_that_may_not_fit() -> anyhow::Resu
     let run = a.wait_done(&accepted.run_id, LONG).await?;
 
     // THEN it ends budget_exceeded before the call whose worst case (the prompt's estimate plus
-    // 4,096 tokens it may write) would pass the budget, having spent at most the budget
+    // the 2,048 tokens of its output cap) would pass the budget, having spent at most the
+    // budget
     assert_eq!(run.status, RunStatus::Error, "{run:?}");
     let error = run.error.clone().unwrap_or_else(|| panic!("{run:?}"));
     assert_eq!(error.code, "budget_exceeded", "{error:?}");
@@ -265,7 +266,7 @@ async fn a_runs_budget_stops_it_before_a_call_that_may_not_fit() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_daily_budget_holds_across_twenty_concurrent_runs() -> anyhow::Result<()> {
     // GIVEN tenant A may spend $0.035 a day; each answer costs $0.003 (1,000 in, 1,000 out)
-    // and each call's worst case is about $0.0083 (its prompt plus 4,096 tokens out)
+    // and each call's worst case is about $0.0041 (its prompt plus its 2,048-token output cap)
     let (scn, _dir) = priced_with(&format!(
         "[limits.tenants.{}]\ndaily_usd = 0.035\n",
         agentlane_tests::TENANT_A.name
@@ -531,7 +532,7 @@ async fn a_budgeted_turn_costs_two_more_aws_requests_than_a_plain_one() -> anyho
 async fn a_runs_budget_stops_its_retries_before_a_fallback_it_cannot_afford() -> anyhow::Result<()>
 {
     // GIVEN a model that answers 429 every time, and a fallback priced at $1,000 per million
-    // output tokens (its worst case, 4,096 tokens out, is over $4)
+    // output tokens (its worst case, 2,048 tokens out, is over $2)
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("agentlane.toml");
     std::fs::write(

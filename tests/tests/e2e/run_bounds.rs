@@ -359,6 +359,6 @@ async fn mcp_setup_costs_one_timeout_at_most_whatever_the_number_of_servers() ->
     // THEN the servers cost one setup timeout (5 s) at most, reached in parallel
     eprintln!("MCP setup: a turn took {took:?} with 0, 1 and 8 silent servers");
     assert!(took[2] < took[0] + Duration::from_secs(7), "{took:?}");
-    assert!(took[2] < took[1] + Duration::from_secs(2), "{took:?}");
+    assert!(took[2] < took[1] + Duration::from_secs(3), "{took:?}");
     Ok(())
 }

@@ -754,25 +754,50 @@ def check_compose(c: Checker) -> None:
 
 def check_lambda_build(c: Checker) -> None:
     """`sam build` (cargo lambda build --release) builds the functions lean, and only them: the
-    workspace's `[workspace.metadata.lambda.build]` adds opt-level "z", panic = "abort", no PIE and
-    no unwind tables (issue 23.1), while `[profile.release]` leaves `panic` to unwind for `serve`."""
+    workspace's `[workspace.metadata.lambda.build]` puts the `[profile.release-lambda]` settings
+    (opt-level "z", fat LTO, one codegen unit, panic = "abort") over the release profile, then no
+    PIE and no unwind tables (issue 23.1), while `[profile.release]` stays quick to build and
+    unwinding for `serve` (issue 50.3), every key set so that cargo-lambda adds no defaults."""
     import tomllib
 
     manifest = tomllib.loads((ROOT / "Cargo.toml").read_text())
     config = manifest.get("workspace", {}).get("metadata", {}).get("lambda", {}).get("build", {})
-    settings = " ".join(as_list(config.get("config")))
-    for wanted in (
-        'profile.release.opt-level="z"',
-        'profile.release.panic="abort"',
-        '"relocation-model=static"',
-        '"force-unwind-tables=no"',
-    ):
-        c.check(wanted in settings, f"cargo lambda build --release adds {wanted}: {settings}")
-    release = manifest.get("profile", {}).get("release", {})
+    entries = as_list(config.get("config"))
+    settings = " ".join(entries)
+    profiles = manifest.get("profile", {})
+    lambda_profile = profiles.get("release-lambda", {})
     c.check(
-        release.get("panic", "unwind") == "unwind",
+        lambda_profile.get("inherits") == "release",
+        f"[profile.release-lambda] inherits release: {lambda_profile.get('inherits')}",
+    )
+    wanted_profile = {"opt-level": "z", "lto": "fat", "codegen-units": 1, "panic": "abort"}
+    for key, value in wanted_profile.items():
+        c.check(
+            lambda_profile.get(key) == value,
+            f"[profile.release-lambda] {key} = {value!r}: {lambda_profile.get(key)!r}",
+        )
+    # The metadata says the same as the profile, key by key (a --config value is TOML).
+    for key, value in lambda_profile.items():
+        if key == "inherits":
+            continue
+        entry = f"profile.release.{key}={json.dumps(value)}"
+        c.check(entry in entries, f"cargo lambda build --release adds {entry}: {settings}")
+    for wanted in ('"relocation-model=static"', '"force-unwind-tables=no"'):
+        c.check(wanted in settings, f"cargo lambda build --release adds {wanted}: {settings}")
+    release = profiles.get("release", {})
+    c.check(
+        release.get("panic") == "unwind",
         f"[profile.release] keeps panic = unwind for serve: {release.get('panic')}",
     )
+    c.check(
+        release.get("lto") in (False, "off") and release.get("codegen-units", 16) > 1,
+        "[profile.release] builds quickly for serve (no LTO across crates, several codegen units): "
+        f"lto = {release.get('lto')!r}, codegen-units = {release.get('codegen-units')!r}",
+    )
+    # cargo-lambda adds thin LTO, one codegen unit, abort and stripping to a release profile that
+    # leaves them unset; set, it adds none, and the metadata's settings are the only ones.
+    for key in ("lto", "codegen-units", "panic", "strip"):
+        c.check(key in release, f"[profile.release] sets {key} (cargo-lambda adds no default)")
 
 
 def check_samconfig(c: Checker, sam: dict[str, Any]) -> None:

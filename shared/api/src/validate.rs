@@ -29,16 +29,26 @@ pub struct AgentBody {
     /// Same key within 24 h (same request) → the same run, nothing enqueued twice; the same key
     /// with a different request → 409 `conflict`.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 256)]
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]+$"
+    )]
     pub idempotency_key: Option<String>,
-    /// Only `followup` (the default) is implemented; `collect`, `steer` and `interrupt` are
-    /// refused with 400.
+    /// What the message does while a turn of its session runs: `followup` runs after it,
+    /// `steer` joins it at its next model boundary, `collect` folds the messages sent meanwhile
+    /// into one turn, `interrupt` ends it `aborted` (`interrupted`) and runs next; OpenClaw's
+    /// aliases are accepted too. Absent: the session's default mode, else the agent's, else the
+    /// deployment's (`followup` unless configured).
     #[serde(default)]
     #[schema(value_type = Option<QueueMode>)]
     pub queue_mode: Option<String>,
     /// `provider/model`, one the tenant may use (the default model when absent).
     #[serde(default)]
-    #[schema(max_length = 256, pattern = r"^[A-Za-z0-9_.-]+/\S+$")]
+    #[schema(
+        max_length = 256,
+        pattern = r"^[A-Za-z0-9_.-]+/[^\s\x00-\x1f\x7f-\x9f]+$"
+    )]
     pub model: Option<String>,
     /// How hard the model thinks before it answers; mapped to the provider (OpenAI reasoning
     /// effort, Anthropic extended thinking budget). A model known to have no reasoning mode
@@ -68,6 +78,7 @@ pub struct AgentBody {
     /// (`requires_action`) until its output is posted to `/v1/runs/{runId}/actions`. At most
     /// 64; a name another tool has is 400.
     #[serde(default)]
+    #[schema(max_items = 64)]
     pub tools: Option<Vec<agentlane_core::ClientTool>>,
     /// The turn's spend limits over all its model calls (retries, fallbacks, tool rounds):
     /// before each call its worst case (prompt estimate + the most it may write) must fit, or
@@ -181,6 +192,7 @@ pub fn validate_agent_body(
             tools,
             budget: body.budget.filter(|b| !b.is_unlimited()),
             max_output_tokens: body.max_output_tokens,
+            output_tokens_ceiling: None,
         },
         idempotency_key: body.idempotency_key,
     })
@@ -446,6 +458,7 @@ mod tests {
                     tools: Vec::new(),
                     budget: None,
                     max_output_tokens: None,
+                    output_tokens_ceiling: None,
                 },
                 idempotency_key: None,
             }

@@ -1,8 +1,8 @@
 //! Command-line arguments.
 
 use crate::{
-    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, serve, sessions_cmd,
-    tenants_cmd, usage_cmd,
+    agents_cmd, bench, bench_abuse, client, cron_cmd, keys_cmd, runs_cmd, secrets_cmd, serve,
+    sessions_cmd, tenants_cmd, usage_cmd,
 };
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -48,6 +48,9 @@ pub(crate) enum Command {
     /// Manage stored agents (instructions, model, tools) a turn names with `agent --agent`:
     /// create, list, show, edit, rm.
     Agents(agents_cmd::AgentsArgs),
+    /// The tenant's secrets, the values its agents' tools send as {"secret": "NAME"}: set
+    /// (from stdin or --from-env; never shown back), list, rm.
+    Secrets(secrets_cmd::SecretsArgs),
     /// A session's runs, a run's record, abort, and answers to a paused run: list, show,
     /// abort, approve, answer.
     Runs(runs_cmd::RunsArgs),
@@ -200,6 +203,7 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Keys(a) => keys_cmd::run(a).await,
         Command::Agents(a) => agents_cmd::run(a).await,
+        Command::Secrets(a) => secrets_cmd::run(a).await,
         Command::Runs(a) => runs_cmd::run(a).await,
         Command::Sessions(a) => sessions_cmd::run(a).await,
         Command::Usage(a) => usage_cmd::run(a).await,

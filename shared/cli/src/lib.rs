@@ -18,6 +18,7 @@ mod keys_cmd;
 pub mod proc_mem;
 pub mod progress;
 mod runs_cmd;
+mod secrets_cmd;
 pub mod serve;
 mod sessions_cmd;
 mod tenants_cmd;

@@ -80,6 +80,7 @@ pub fn request(message: &str) -> TurnRequest {
         tools: Vec::new(),
         budget: None,
         max_output_tokens: None,
+        output_tokens_ceiling: None,
     }
 }
 

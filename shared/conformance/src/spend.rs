@@ -12,7 +12,9 @@
 
 use crate::fixtures::{tenant, wall_ms};
 use agentlane_core::SpendLedger;
-use agentlane_core::spend::{Hold, PeriodCap, Reserved, SpendTags, Spent, UsageGroup};
+use agentlane_core::spend::{
+    Hold, PeriodCap, Reserved, SpendTags, Spent, UsageCursor, UsageGroup, UsageRow,
+};
 use std::sync::Arc;
 
 /// Generates `mod spend_conformance` with one `#[tokio::test]` per case. The argument is an
@@ -26,7 +28,9 @@ macro_rules! spend_conformance {
             case_a_retried_reservation_counts_once,
             case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period,
             case_settled_spend_is_read_by_day_agent_model_and_session,
+            case_usage_is_read_a_page_at_a_time_after_a_cursor,
             case_a_call_that_outlives_its_pickup_is_paid_for_once,
+            case_a_reservation_retried_after_its_hold_was_cleared_counts_nothing_more,
         }
     };
 }
@@ -177,6 +181,54 @@ pub async fn case_a_retried_reservation_counts_once(store: Arc<dyn SpendLedger>)
     assert_eq!(day.holds, vec![held]);
 }
 
+/// A reservation retried after its hold was cleared (its answer lost, then a replacing pickup
+/// cleared it) is granted without counting the hold again; the call's settlement counts once.
+pub async fn case_a_reservation_retried_after_its_hold_was_cleared_counts_nothing_more(
+    store: Arc<dyn SpendLedger>,
+) {
+    let acme = tenant();
+    let periods = ["D2026-12-05".to_owned(), "M2026-12".to_owned()];
+    let caps = vec![
+        cap(&periods[0], Some(1_000), None),
+        cap(&periods[1], Some(10_000), None),
+    ];
+    let day = tags(&periods[0], "main", "retried");
+    let held = hold("run_lost.0", 400, 40);
+    assert_eq!(
+        store.reserve(&acme, &caps, &held).await.unwrap(),
+        Reserved::Granted
+    );
+    store
+        .clear(&acme, &periods, &held, Spent::default(), &day)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.reserve(&acme, &caps, &held).await.unwrap(),
+        Reserved::Granted,
+        "the retry of a reservation already made"
+    );
+    for period in &periods {
+        let now = store.period_spend(&acme, period).await.unwrap();
+        assert_eq!(
+            (now.micros, now.tokens, now.holds.len()),
+            (0, 0, 0),
+            "{period}: the retry counted the cleared hold again"
+        );
+    }
+    let actual = Spent {
+        micros: 250,
+        tokens: 25,
+    };
+    store
+        .settle(&acme, &periods, &held, actual, &day)
+        .await
+        .unwrap();
+    for period in &periods {
+        let now = store.period_spend(&acme, period).await.unwrap();
+        assert_eq!((now.micros, now.tokens), (250, 25), "{period}");
+    }
+}
+
 /// Tenants and periods count apart; a token cap refuses on tokens alone; a refusal names the
 /// period and when it ends, and writes nothing in any period.
 pub async fn case_tenants_and_periods_are_counted_apart_and_a_refusal_names_its_period(
@@ -274,7 +326,7 @@ pub async fn case_settled_spend_is_read_by_day_agent_model_and_session(
         let acme = acme.clone();
         async move {
             store
-                .usage(&acme, group, "D2026-12-04", "D2026-12-06")
+                .usage(&acme, group, "D2026-12-04", "D2026-12-06", None, 100)
                 .await
                 .unwrap()
                 .into_iter()
@@ -318,11 +370,133 @@ pub async fn case_settled_spend_is_read_by_day_agent_model_and_session(
     // Another tenant sees none of it.
     assert!(
         store
-            .usage(&tenant(), UsageGroup::Day, "D2026-12-01", "D2026-12-31")
+            .usage(
+                &tenant(),
+                UsageGroup::Day,
+                "D2026-12-01",
+                "D2026-12-31",
+                None,
+                100
+            )
             .await
             .unwrap()
             .is_empty()
     );
+}
+
+/// Usage rows read a page at a time: each page holds at most its count, starts after the cursor
+/// (the last row of the page before), and the pages together are the whole range in order,
+/// every row once, by day and by session, keys compared bytewise; a cursor outside the range
+/// reads nothing or the range from its start.
+pub async fn case_usage_is_read_a_page_at_a_time_after_a_cursor(store: Arc<dyn SpendLedger>) {
+    let acme = tenant();
+    // Sessions whose keys sort bytewise ("Z" < "a" < "a:b" < "a_b"), over three days.
+    let sessions = ["a", "a:b", "Z", "a_b", "b"];
+    let days = ["D2026-11-30", "D2026-12-01", "D2026-12-02"];
+    let mut i = 0;
+    for day in days {
+        for session in sessions {
+            let caps = vec![cap(day, None, None)];
+            let held = hold(&format!("run_p{i}.0"), 1_000, 100);
+            assert_eq!(
+                store.reserve(&acme, &caps, &held).await.unwrap(),
+                Reserved::Granted
+            );
+            i += 1;
+            let spent = Spent {
+                micros: i,
+                tokens: i,
+            };
+            store
+                .settle(
+                    &acme,
+                    &[day.to_owned()],
+                    &held,
+                    spent,
+                    &tags(day, "main", session),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let walk = |group, from: &'static str, to: &'static str, count| {
+        let store = store.clone();
+        let acme = acme.clone();
+        async move {
+            let mut seen: Vec<UsageRow> = Vec::new();
+            let mut after: Option<UsageCursor> = None;
+            loop {
+                let page = store
+                    .usage(&acme, group, from, to, after.as_ref(), count)
+                    .await
+                    .unwrap();
+                assert!(page.len() <= count, "{page:?}");
+                let Some(last) = page.last() else { break };
+                after = Some(UsageCursor::after(last));
+                seen.extend(page);
+                assert!(seen.len() <= 100, "the pages end");
+            }
+            seen.into_iter().map(|r| (r.day, r.key)).collect::<Vec<_>>()
+        }
+    };
+    let mut keys = sessions.to_vec();
+    keys.sort_unstable();
+    assert_eq!(keys, ["Z", "a", "a:b", "a_b", "b"]);
+    let expected: Vec<(String, String)> = days[1..]
+        .iter()
+        .flat_map(|d| keys.iter().map(move |k| (d.to_string(), k.to_string())))
+        .collect();
+    for count in [1, 2, 3, 10] {
+        assert_eq!(
+            walk(UsageGroup::Session, "D2026-12-01", "D2026-12-02", count).await,
+            expected,
+            "pages of {count}"
+        );
+    }
+    let by_day = walk(UsageGroup::Day, "D2026-11-01", "D2026-12-31", 2).await;
+    assert_eq!(
+        by_day,
+        days.iter()
+            .map(|d| (d.to_string(), String::new()))
+            .collect::<Vec<_>>()
+    );
+    // A page after a cursor past the range is empty; before it, the range from its start.
+    let past = UsageCursor {
+        day: "D2026-12-09".to_owned(),
+        key: "a".to_owned(),
+    };
+    let before = UsageCursor {
+        day: "D2026-11-01".to_owned(),
+        key: "zzz".to_owned(),
+    };
+    let page = |after| {
+        let store = store.clone();
+        let acme = acme.clone();
+        async move {
+            store
+                .usage(
+                    &acme,
+                    UsageGroup::Session,
+                    "D2026-12-01",
+                    "D2026-12-02",
+                    Some(&after),
+                    3,
+                )
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.day, r.key))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(page(past).await.is_empty());
+    assert_eq!(page(before).await, expected[..3].to_vec());
+    // The cursor of a row in the middle of a day goes on with that day's next key.
+    let mid = UsageCursor {
+        day: "D2026-12-02".to_owned(),
+        key: "a:b".to_owned(),
+    };
+    assert_eq!(page(mid).await, expected[8..].to_vec());
 }
 
 /// A long call: its pickup is replaced and the replacing pickup clears its hold from the attempt
@@ -422,7 +596,14 @@ pub async fn case_a_call_that_outlives_its_pickup_is_paid_for_once(store: Arc<dy
     let now = store.period_spend(&acme, &periods[0]).await.unwrap();
     assert_eq!((now.micros, now.tokens), (810, 81));
     let sessions: Vec<_> = store
-        .usage(&acme, UsageGroup::Session, &periods[0], &periods[0])
+        .usage(
+            &acme,
+            UsageGroup::Session,
+            &periods[0],
+            &periods[0],
+            None,
+            100,
+        )
         .await
         .unwrap()
         .into_iter()

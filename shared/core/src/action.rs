@@ -49,9 +49,14 @@ pub const INTERRUPTED_RESULT: &str =
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ClientTool {
     /// `[a-zA-Z0-9_-]{1,64}`.
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9_-]{1,64}$")
+    )]
     pub name: String,
     /// What the tool does, as the model is told (at most 4096 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(max_length = 4096))]
     pub description: Option<String>,
     /// JSON Schema of the arguments (an object schema; `{"type":"object"}` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +110,7 @@ pub struct ApprovalPolicy {
     /// How long a pause waits for its answer (default 86400, at most 30 days); client tools'
     /// pauses too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 2592000))]
     pub timeout_seconds: Option<u64>,
 }
 
@@ -214,7 +220,8 @@ pub struct RequiredAction {
 pub struct ToolOutputAnswer {
     /// The [`PendingCall::id`] of the client tool call this answers.
     pub tool_call_id: String,
-    /// The tool's output, passed to the model as the call's result.
+    /// The tool's output, passed to the model as the call's result (at most 256 KiB).
+    #[cfg_attr(feature = "utoipa", schema(max_length = 262144))]
     pub output: String,
     /// The call failed: the model is told its output is an error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

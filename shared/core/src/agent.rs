@@ -46,6 +46,14 @@ pub enum SecretRef {
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct McpServerDef {
     /// Prefix of its tools' names (`<name>__<tool>`): `[a-zA-Z0-9_-]{1,32}`, no `__`.
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            min_length = 1,
+            max_length = 32,
+            pattern = r"^(?!.*__)[A-Za-z0-9_-]{1,32}$"
+        )
+    )]
     pub name: String,
     /// The server's endpoint (`http(s)://…/mcp`).
     pub url: String,
@@ -57,6 +65,7 @@ pub struct McpServerDef {
     pub allowed_tools: Option<Vec<String>>,
     /// Per-call timeout (default 30000, at most 300000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 300000))]
     pub timeout_ms: Option<u64>,
     /// How the runner authenticates to the server (a bearer token it fetches itself); no
     /// `Authorization` header may be configured beside it.
@@ -69,9 +78,19 @@ pub struct McpServerDef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct HttpToolDef {
-    /// The name the model calls it by: 1–64 chars of `[A-Za-z0-9_-]`.
+    /// The name the model calls it by: 1–64 chars of `[A-Za-z0-9_-]`, no `__` (kept for MCP
+    /// tools).
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            min_length = 1,
+            max_length = 64,
+            pattern = r"^(?!.*__)[A-Za-z0-9_-]{1,64}$"
+        )
+    )]
     pub name: String,
-    /// What the tool does, as the model is told.
+    /// What the tool does, as the model is told (1–4096 bytes).
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 4096))]
     pub description: String,
     /// JSON Schema of the arguments (checked at create; each call is validated against it).
     #[cfg_attr(feature = "utoipa", schema(value_type = Object))]
@@ -83,6 +102,7 @@ pub struct HttpToolDef {
     pub headers: BTreeMap<String, SecretRef>,
     /// Per-attempt timeout (ms; default 30000, at most 300000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 300000))]
     pub timeout_ms: Option<u64>,
     /// Signs each request (`X-Agentlane-Signature`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -205,14 +225,17 @@ pub struct AgentTools {
     /// Built-in tools by name; all of the deployment's when absent, none when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builtin: Option<Vec<String>>,
-    /// MCP servers whose tools the runs may call.
+    /// MCP servers whose tools the runs may call (at most 8).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 8))]
     pub mcp_servers: Vec<McpServerDef>,
     /// Tools called by POSTing their arguments to a URL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpToolDef>,
-    /// Tools the caller's application runs: a call pauses the run until its output is posted.
+    /// Tools the caller's application runs: a call pauses the run until its output is posted
+    /// (at most 64).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 64))]
     pub client: Vec<crate::action::ClientTool>,
 }
 
@@ -223,13 +246,22 @@ pub struct AgentTools {
 pub struct AgentSpec {
     /// A display name (1–256 characters); not used by the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(min_length = 1, max_length = 256))]
     pub name: Option<String>,
-    /// The system prompt's base (the deployment's bootstrap files and a turn's
+    /// The system prompt's base (at most 64 KiB; the deployment's bootstrap files and a turn's
     /// `extraSystemPrompt` still add to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(max_length = 65536))]
     pub instructions: Option<String>,
     /// Default model (`provider/model`, within the deployment's allow-list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(
+            max_length = 256,
+            pattern = r"^[A-Za-z0-9_.-]+/[^\s\x00-\x1f\x7f-\x9f]+$"
+        )
+    )]
     pub model: Option<String>,
     /// Models tried in order when the default fails (`provider/model` each); `None`: the
     /// deployment's (`AGENTLANE_FALLBACK_MODELS`).
@@ -237,6 +269,7 @@ pub struct AgentSpec {
     pub fallback_models: Option<Vec<String>>,
     /// Default `thinking` level (`off`, `minimal`, `low`, `medium`, `high`) of its turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(value_type = Option<crate::ThinkingLevel>))]
     pub thinking: Option<String>,
     /// The tools its runs may call; `None`: the deployment's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,8 +278,9 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_mode: Option<QueueMode>,
     /// Only the last N user turns of history are sent to the model (older ones stay in the
-    /// transcript); `None`: the deployment's limit.
+    /// transcript); `None`: the deployment's limit. At least 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1))]
     pub history_max_turns: Option<u32>,
     /// Calls that need a person's yes before they run (any kind of tool).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -198,6 +198,12 @@ pub struct TurnRequest {
     /// against budgets); `None`: the agent's, else the model's usual answer size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    /// The most the caller lets one model call write, whatever the turn's, the agent's or the
+    /// model's own cap (an OpenAI-compatible request's `max_tokens`): the smaller is sent and
+    /// reserved. `None`: no ceiling of the caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1, maximum = 128000))]
+    pub output_tokens_ceiling: Option<u32>,
 }
 
 impl TurnRequest {
@@ -505,13 +511,18 @@ impl Run {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum EventStream {
-    /// The run's start, end and errors (`phase: start|end|error`, with the terminal status).
+    /// The run's start, end and errors (`phase: start|end|error`, with the terminal status),
+    /// and what happens to it on the way (`retry`, `steered`, `collected`, `requires_action`,
+    /// `paused`).
     Lifecycle,
     /// Assistant text deltas, coalesced into a few events per reply.
     Assistant,
-    /// Tool calls (`phase: start|update|end`, name, call id, isError); never raw secrets.
+    /// Tool calls: `phase: start` (name, call id, an argument preview) when the call is
+    /// announced, `phase: end` (isError, durationMs) when its result is in; no partial
+    /// updates. Never raw secrets.
     Tool,
-    /// Transcript compaction (start/end, tokens before and after).
+    /// Compaction: `phase: truncate` (earlier tool results cut in the request), `start` and
+    /// `end` around a summary; tokens before and after.
     Compaction,
 }
 

@@ -230,11 +230,13 @@ pub fn spent_micros(usd: f64) -> u64 {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct RunBudget {
-    /// At most this many USD.
+    /// At most this many USD (more than 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(exclusive_minimum = 0))]
     pub max_cost_usd: Option<f64>,
-    /// At most this many tokens, input and output together.
+    /// At most this many tokens, input and output together (at least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "utoipa", schema(minimum = 1))]
     pub max_tokens: Option<u64>,
 }
 
@@ -618,6 +620,31 @@ pub struct UsageRow {
     pub tokens: u64,
 }
 
+/// Where a page of usage rows starts: after the row of this day and key (the last row of the
+/// previous page), in the order [`SpendLedger::usage`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageCursor {
+    /// `D2026-12-04`.
+    pub day: String,
+    /// The agent, model or session (empty by day).
+    pub key: String,
+}
+
+impl UsageCursor {
+    /// The cursor after `row`.
+    pub fn after(row: &UsageRow) -> Self {
+        Self {
+            day: row.day.clone(),
+            key: row.key.clone(),
+        }
+    }
+
+    /// Whether `row` comes after this cursor (by day, then key, bytewise).
+    pub fn precedes(&self, row: &UsageRow) -> bool {
+        (row.day.as_str(), row.key.as_str()) > (self.day.as_str(), self.key.as_str())
+    }
+}
+
 /// What a reservation got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reserved {
@@ -686,13 +713,17 @@ pub trait SpendLedger: Send + Sync + 'static {
     ) -> StoreResult<()>;
 
     /// The tenant's counted spend from day `from` to day `to` (`D2026-12-01`, inclusive),
-    /// by day, or by the day and the agent, model or session: ordered by day, then key.
+    /// by day, or by the day and the agent, model or session: ordered by day, then key
+    /// (bytewise), only the rows after `after`, and at most `count` of them: a page of the
+    /// range, whose reading stops there however long the range.
     async fn usage(
         &self,
         tenant: &TenantId,
         group: UsageGroup,
         from: &str,
         to: &str,
+        after: Option<&UsageCursor>,
+        count: usize,
     ) -> StoreResult<Vec<UsageRow>>;
 
     /// What `period` holds for `tenant` (zero when nothing was counted).

@@ -14,6 +14,7 @@ pub mod cron;
 mod error;
 mod file;
 pub mod metrics;
+pub mod provider_refresh;
 mod provider_secrets;
 mod resolve;
 mod secret;
@@ -79,9 +80,18 @@ pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
             p.profiles
                 .iter()
                 .map(|profile| {
+                    let provider: Arc<dyn ModelProvider> = match &models.key_refresh {
+                        Some(refresh) => Arc::new(provider_refresh::RotatingProvider::new(
+                            p,
+                            profile,
+                            refresh.clone(),
+                            provider_client,
+                        )?),
+                        None => provider_client(p, Some(&profile.api_key))?,
+                    };
                     Ok(Profile {
                         name: profile.name.clone(),
-                        provider: provider_client(p, Some(&profile.api_key))?,
+                        provider,
                     })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?
@@ -97,7 +107,7 @@ pub fn model_router(models: &ModelSettings) -> anyhow::Result<ModelRouter> {
 }
 
 /// A client of provider `p` using `api_key`.
-fn provider_client(
+pub(crate) fn provider_client(
     p: &ProviderSettings,
     api_key: Option<&Secret>,
 ) -> anyhow::Result<Arc<dyn ModelProvider>> {

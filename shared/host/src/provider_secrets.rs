@@ -1,5 +1,5 @@
 //! Provider keys in deployments (SPEC §13: "never plaintext environment variables"): read
-//! once at start-up from a Secrets Manager secret (`AGENTLANE_PROVIDER_KEYS_SECRET_ARN`, a JSON
+//! at start-up, and again once older than the secret cache's TTL ([`crate::provider_refresh`]), from a Secrets Manager secret (`AGENTLANE_PROVIDER_KEYS_SECRET_ARN`, a JSON
 //! object) and/or the SecureString parameters under an SSM path
 //! (`AGENTLANE_PROVIDER_KEYS_SSM_PATH`), then handed to the settings as the variables they
 //! already read (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, a config file's `api_key_env`).
@@ -10,9 +10,11 @@
 //! `LOCAL_LLM_KEY`) is the variable itself. A secret's variable wins over the environment's.
 
 use crate::Secret;
+use crate::provider_refresh::{KeyRefresh, ProviderKeySource};
 use crate::settings::Settings;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// The Secrets Manager secret (ARN or name) holding a JSON object of provider → key.
 pub const SECRET_ARN_ENV: &str = "AGENTLANE_PROVIDER_KEYS_SECRET_ARN";
@@ -23,6 +25,8 @@ pub const SSM_PATH_ENV: &str = "AGENTLANE_PROVIDER_KEYS_SSM_PATH";
 #[derive(Clone, Default)]
 pub struct ProviderSecrets {
     vars: BTreeMap<String, Secret>,
+    /// Where they were read from, when that was a secret store: the settings re-read it.
+    source: Option<Arc<dyn ProviderKeySource>>,
 }
 
 impl fmt::Debug for ProviderSecrets {
@@ -77,7 +81,7 @@ impl ProviderSecrets {
             }
             vars.insert(var, Secret::new(value.trim()));
         }
-        Ok(Self { vars })
+        Ok(Self { vars, source: None })
     }
 
     /// From a JSON object of name → key (a string) or keys (an array of strings). Errors never
@@ -107,7 +111,7 @@ impl ProviderSecrets {
             }
             vars.insert(var, Secret::new(key));
         }
-        Ok(Self { vars })
+        Ok(Self { vars, source: None })
     }
 
     /// Adds `other`'s variables (they win).
@@ -131,12 +135,62 @@ impl ProviderSecrets {
         self.vars.is_empty()
     }
 
+    /// These keys, re-read from `source` by the settings they load.
+    pub fn with_source(mut self, source: Arc<dyn ProviderKeySource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
     /// Settings from these secrets, the environment and the config file (a secret wins over
-    /// the environment for the variables it provides).
+    /// the environment for the variables it provides). When the keys came from a secret store,
+    /// the settings' providers re-read it once the keys are older than
+    /// `AGENTLANE_SECRET_CACHE_TTL_MS` (see [`crate::provider_refresh`]).
     pub fn load_settings(&self) -> anyhow::Result<Settings> {
+        let mut settings = self.load_settings_once()?;
+        if let Some(source) = &self.source {
+            let ttl = crate::settings::secret_cache_ttl()?;
+            settings.models.key_refresh = Some(KeyRefresh::new(source.clone(), self, ttl)?);
+        }
+        Ok(settings)
+    }
+
+    /// [`Self::load_settings`] without the re-reading.
+    pub(crate) fn load_settings_once(&self) -> anyhow::Result<Settings> {
         Ok(Settings::load_with(|name| {
             self.get(name).or_else(|| std::env::var(name).ok())
         })?)
+    }
+}
+
+/// The deployment's secret store: a Secrets Manager secret and/or an SSM path.
+#[cfg(feature = "aws")]
+struct AwsProviderKeys {
+    sdk: agentlane_aws::aws_config::SdkConfig,
+    arn: Option<String>,
+    path: Option<String>,
+}
+
+#[cfg(feature = "aws")]
+#[async_trait::async_trait]
+impl ProviderKeySource for AwsProviderKeys {
+    async fn read(&self) -> anyhow::Result<ProviderSecrets> {
+        use anyhow::Context;
+        let mut secrets = ProviderSecrets::default();
+        if let Some(path) = &self.path {
+            let pairs = agentlane_aws::secrets::parameters_under(&self.sdk, path).await?;
+            let found = ProviderSecrets::from_pairs(pairs)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("{SSM_PATH_ENV} ({path})"))?;
+            secrets = secrets.merge(found);
+        }
+        if let Some(arn) = &self.arn {
+            let text = agentlane_aws::secrets::secret_string(&self.sdk, arn).await?;
+            let found = ProviderSecrets::from_json(&text)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("{SECRET_ARN_ENV} ({arn})"))?;
+            secrets = secrets.merge(found);
+        }
+        Ok(secrets)
     }
 }
 
@@ -144,30 +198,19 @@ impl ProviderSecrets {
 /// none: then nothing is read).
 #[cfg(feature = "aws")]
 pub async fn read_provider_secrets() -> anyhow::Result<ProviderSecrets> {
-    use anyhow::Context;
     let arn = crate::env(SECRET_ARN_ENV);
     let path = crate::env(SSM_PATH_ENV);
     if arn.is_none() && path.is_none() {
         return Ok(ProviderSecrets::default());
     }
-    let sdk = agentlane_aws::sdk_config().await;
-    let mut secrets = ProviderSecrets::default();
-    if let Some(path) = path {
-        let pairs = agentlane_aws::secrets::parameters_under(&sdk, &path).await?;
-        let found = ProviderSecrets::from_pairs(pairs)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("{SSM_PATH_ENV} ({path})"))?;
-        secrets = secrets.merge(found);
-    }
-    if let Some(arn) = arn {
-        let text = agentlane_aws::secrets::secret_string(&sdk, &arn).await?;
-        let found = ProviderSecrets::from_json(&text)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("{SECRET_ARN_ENV} ({arn})"))?;
-        secrets = secrets.merge(found);
-    }
+    let source = Arc::new(AwsProviderKeys {
+        sdk: agentlane_aws::sdk_config().await,
+        arn,
+        path,
+    });
+    let secrets = source.read().await?;
     tracing::info!(vars = ?secrets.names(), "provider keys read from the secret store");
-    Ok(secrets)
+    Ok(secrets.with_source(source))
 }
 
 /// Settings as a deployed function loads them: provider keys from the secret store

@@ -246,6 +246,7 @@ impl Ctx<'_> {
                 .env
                 .ms("AGENTLANE_DEMO_DELAY_MS")?
                 .unwrap_or(Duration::from_millis(30)),
+            key_refresh: None,
         })
     }
 

@@ -46,6 +46,9 @@ pub struct ModelSettings {
     pub demo: bool,
     /// Pause between the demo model's chunks (`AGENTLANE_DEMO_DELAY_MS`).
     pub demo_chunk_delay: Duration,
+    /// When the keys came from a secret store: their re-reading (the router's profiles then
+    /// follow a rotated key).
+    pub key_refresh: Option<crate::provider_refresh::KeyRefresh>,
 }
 
 /// The wire protocol of a provider.

@@ -34,6 +34,7 @@ pub fn fire_request(job: &CronJob, entry: &JobRun) -> TurnRequest {
     TurnRequest {
         budget: job.budget,
         max_output_tokens: None,
+        output_tokens_ceiling: None,
         message: job.message.clone(),
         queue_mode: Some(QueueMode::Followup),
         model: job.model.clone(),

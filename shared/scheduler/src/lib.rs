@@ -27,6 +27,6 @@ pub use budget::FireBudget;
 #[cfg(feature = "ticker")]
 pub use delivery::WebhookSender;
 pub use fire::{SubmitError, fire_now, fire_request};
-pub use schedule::{CompiledSchedule, ScheduleError, validate_new};
+pub use schedule::{CompiledSchedule, MAX_EVERY_SECONDS, ScheduleError, validate_new};
 #[cfg(feature = "ticker")]
 pub use ticker::{TickReport, Ticker, TickerConfig};

@@ -11,6 +11,10 @@ use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use std::str::FromStr;
 
+/// The longest interval of a new `everySeconds` job: ten years (365-day years). A fire time
+/// then stays a few centuries from now, well inside the API's 64-bit millisecond times.
+pub const MAX_EVERY_SECONDS: u64 = 10 * 365 * 86_400;
+
 /// Why a schedule is refused. The messages name the problem for a 400 answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
@@ -34,6 +38,9 @@ pub enum ScheduleError {
     /// `everySeconds` is 0.
     #[error("`everySeconds` must be at least 1")]
     EveryTooSmall,
+    /// A new job's `everySeconds` is longer than [`MAX_EVERY_SECONDS`].
+    #[error("`everySeconds` must be at most {MAX_EVERY_SECONDS} (ten years), got {0}")]
+    EveryTooLarge(u64),
 }
 
 /// A schedule checked and ready to compute fire times.
@@ -117,13 +124,18 @@ impl CompiledSchedule {
 }
 
 /// Checks a schedule for a job created (or rescheduled) at `now`: as [`CompiledSchedule::compile`],
-/// and an `at` in the past is refused.
+/// and an `at` in the past, or an interval longer than [`MAX_EVERY_SECONDS`], is refused.
 pub fn validate_new(schedule: &Schedule, now: u64) -> Result<CompiledSchedule, ScheduleError> {
     let compiled = CompiledSchedule::compile(schedule)?;
     if let (CompiledSchedule::At { at_ms }, Schedule::At { at }) = (&compiled, schedule)
         && *at_ms <= now
     {
         return Err(ScheduleError::AtInPast(at.clone()));
+    }
+    if let Schedule::Every { every_seconds } = schedule
+        && *every_seconds > MAX_EVERY_SECONDS
+    {
+        return Err(ScheduleError::EveryTooLarge(*every_seconds));
     }
     Ok(compiled)
 }
@@ -390,7 +402,7 @@ mod tests {
     #[test]
     fn bad_schedules_are_refused_with_the_problem_named() {
         let now = ms("2026-03-02T10:00:00Z");
-        let cases: [(Schedule, &str); 8] = [
+        let cases: [(Schedule, &str); 10] = [
             (
                 Schedule::Cron {
                     cron: "* * *".into(),
@@ -427,6 +439,18 @@ mod tests {
                 "unknown time zone \"Mars/Olympus\"",
             ),
             (Schedule::Every { every_seconds: 0 }, "at least 1"),
+            (
+                Schedule::Every {
+                    every_seconds: MAX_EVERY_SECONDS + 1,
+                },
+                "at most 315360000",
+            ),
+            (
+                Schedule::Every {
+                    every_seconds: 1 << 63,
+                },
+                "at most",
+            ),
             (
                 Schedule::At {
                     at: "tomorrow".into(),

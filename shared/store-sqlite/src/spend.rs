@@ -6,7 +6,7 @@
 use crate::backend::SqliteBackend;
 use crate::error::Result;
 use agentlane_core::spend::{
-    Hold, PeriodCap, PeriodSpend, Reserved, SpendTags, Spent, UsageGroup, UsageRow,
+    Hold, PeriodCap, PeriodSpend, Reserved, SpendTags, Spent, UsageCursor, UsageGroup, UsageRow,
 };
 use agentlane_core::{SpendLedger, StoreResult, TenantId};
 use async_trait::async_trait;
@@ -313,8 +313,14 @@ impl SpendLedger for SqliteBackend {
         group: UsageGroup,
         from: &str,
         to: &str,
+        after: Option<&UsageCursor>,
+        count: usize,
     ) -> StoreResult<Vec<UsageRow>> {
         let (tenant, from, to) = (tenant.as_str().to_owned(), from.to_owned(), to.to_owned());
+        // Every row of the range sorts after ("", "").
+        let (after_day, after_key) =
+            after.map_or_else(Default::default, |c| (c.day.clone(), c.key.clone()));
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
         self.with_conn(move |c| -> Result<Vec<UsageRow>> {
             let row = |r: &rusqlite::Row<'_>| {
                 Ok(UsageRow {
@@ -327,17 +333,30 @@ impl SpendLedger for SqliteBackend {
             let rows = if group == UsageGroup::Day {
                 c.prepare(
                     "SELECT period, '', micros, tokens FROM spend_periods
-                     WHERE tenant = ?1 AND period BETWEEN ?2 AND ?3 ORDER BY period",
+                     WHERE tenant = ?1 AND period BETWEEN ?2 AND ?3 AND period > ?4
+                     ORDER BY period LIMIT ?5",
                 )?
-                .query_map(params![tenant, from, to], row)?
+                .query_map(params![tenant, from, to, after_day, count], row)?
                 .collect::<rusqlite::Result<Vec<_>>>()?
             } else {
                 c.prepare(
                     "SELECT day, key, micros, tokens FROM spend_groups
                      WHERE tenant = ?1 AND grp = ?2 AND day BETWEEN ?3 AND ?4
-                     ORDER BY day, key",
+                       AND (day, key) > (?5, ?6)
+                     ORDER BY day, key LIMIT ?7",
                 )?
-                .query_map(params![tenant, group.as_str(), from, to], row)?
+                .query_map(
+                    params![
+                        tenant,
+                        group.as_str(),
+                        from,
+                        to,
+                        after_day,
+                        after_key,
+                        count
+                    ],
+                    row,
+                )?
                 .collect::<rusqlite::Result<Vec<_>>>()?
             };
             Ok(rows)

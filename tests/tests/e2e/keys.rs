@@ -183,6 +183,8 @@ async fn client_events(server: &Server, key: &str, run_id: &str) -> anyhow::Resu
 struct ScriptedModel {
     url: String,
     seen: Arc<Mutex<Vec<String>>>,
+    /// The only `Authorization` it accepts (`Bearer <key>`).
+    expected: Arc<Mutex<String>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -190,15 +192,16 @@ const SCRIPTED_REPLY: &str = "Hello from the scripted model.";
 
 #[derive(Clone)]
 struct ModelState {
-    expected: String,
+    expected: Arc<Mutex<String>>,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl ScriptedModel {
     async fn start(expected_key: &str) -> anyhow::Result<Self> {
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let expected = Arc::new(Mutex::new(format!("Bearer {expected_key}")));
         let state = ModelState {
-            expected: format!("Bearer {expected_key}"),
+            expected: expected.clone(),
             seen: seen.clone(),
         };
         let app = Router::new()
@@ -209,7 +212,17 @@ impl ScriptedModel {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Self { url, seen, task })
+        Ok(Self {
+            url,
+            seen,
+            expected,
+            task,
+        })
+    }
+
+    /// From now on only `key` is accepted (the provider rotated it).
+    fn accept_only(&self, key: &str) {
+        *self.expected.lock().unwrap() = format!("Bearer {key}");
     }
 }
 
@@ -230,7 +243,8 @@ async fn complete(
         .unwrap_or_default()
         .to_owned();
     state.seen.lock().unwrap().push(auth.clone());
-    if auth != state.expected {
+    let expected = state.expected.lock().unwrap().clone();
+    if auth != expected {
         let error = json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}});
         return (StatusCode::UNAUTHORIZED, Json(error)).into_response();
     }
@@ -255,17 +269,23 @@ async fn complete(
         .into_response()
 }
 
-/// Creates a Secrets Manager secret on the emulator; its ARN.
-async fn create_secret(name: &str, value: &str) -> anyhow::Result<String> {
-    use agentlane_aws::aws_config::{self, BehaviorVersion, Region};
-    use agentlane_aws::aws_sdk_secretsmanager::{Client as SecretsClient, config::Credentials};
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
+/// A Secrets Manager client of the emulator.
+async fn secrets_client() -> agentlane_aws::aws_sdk_secretsmanager::Client {
+    use agentlane_aws::aws_config::{BehaviorVersion, Region};
+    use agentlane_aws::aws_sdk_secretsmanager::config::Credentials;
+    let sdk = agentlane_aws::aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(emulator())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "e2e"))
         .load()
         .await;
-    let out = SecretsClient::new(&sdk)
+    agentlane_aws::aws_sdk_secretsmanager::Client::new(&sdk)
+}
+
+/// Creates a Secrets Manager secret on the emulator; its ARN.
+async fn create_secret(name: &str, value: &str) -> anyhow::Result<String> {
+    let out = secrets_client()
+        .await
         .create_secret()
         .name(name)
         .secret_string(value)
@@ -314,6 +334,59 @@ async fn a_provider_key_from_secrets_manager_reaches_the_model_server() -> anyho
     );
     let events = client_events(&server, TENANT_A.key, &accepted.run_id).await?;
     assert!(!events.to_string().contains(&provider_key));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_key_rotated_in_secrets_manager_is_used_once_the_cache_ttl_has_passed()
+-> anyhow::Result<()> {
+    // GIVEN a provider key in Secrets Manager, and a server whose secret cache TTL is 1 s
+    let first_key = format!("sk-first-{}", uuid_like());
+    let model = ScriptedModel::start(&first_key).await?;
+    let secret_name = format!("agentlane-e2e/provider-keys/{}", uuid_like());
+    let arn = create_secret(&secret_name, &json!({ "openai": first_key }).to_string()).await?;
+    let server = Server::start(
+        ServerOptions::new(SERVER_BIN)
+            .aws_backend()
+            .env("OPENAI_BASE_URL", model.url.clone())
+            .env("AGENTLANE_SECRET_CACHE_TTL_MS", "1000")
+            .env("AGENTLANE_PROVIDER_KEYS_SECRET_ARN", arn.clone()),
+    )?;
+    let client = server.client(TENANT_A);
+    let run = client
+        .wait_done(&client.agent("rotate", "hello").await?.run_id, LONG)
+        .await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+
+    // WHEN the key is rotated: the secret holds a new one, and the provider accepts only that
+    let second_key = format!("sk-second-{}", uuid_like());
+    secrets_client()
+        .await
+        .put_secret_value()
+        .secret_id(&arn)
+        .secret_string(json!({ "openai": second_key }).to_string())
+        .send()
+        .await?;
+    model.accept_only(&second_key);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+
+    // THEN the next turn, started after the TTL, sends the new key and succeeds, without a restart
+    let run = client
+        .wait_done(&client.agent("rotate", "again").await?.run_id, LONG)
+        .await?;
+    assert_eq!(run.status, RunStatus::Ok, "{run:?}");
+    let seen = model.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            format!("Bearer {first_key}"),
+            format!("Bearer {second_key}")
+        ]
+    );
+    // AND neither key shows in the server's logs
+    let logs = server.stderr_tail(1_000_000);
+    assert!(!logs.contains(&first_key) && !logs.contains(&second_key));
+    assert!(logs.contains("provider key rotated"), "{logs}");
     Ok(())
 }
 

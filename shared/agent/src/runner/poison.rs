@@ -87,6 +87,7 @@ mod tests {
                 tools: Vec::new(),
                 budget: None,
                 max_output_tokens: None,
+                output_tokens_ceiling: None,
             },
             idempotency_key: None,
             accepted_at: 0,

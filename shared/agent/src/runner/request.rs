@@ -45,14 +45,11 @@ impl Turn<'_> {
             messages,
             tools: self.agent.tools.specs(),
             // Always sent: the cap is what the call's budget reservation holds.
-            max_output_tokens: Some(
-                run.request
-                    .max_output_tokens
-                    .or(self.agent.max_output_tokens)
-                    .unwrap_or_else(|| {
-                        agentlane_core::spend::default_output_tokens(&model.full_name)
-                    }),
-            ),
+            max_output_tokens: Some(output_cap(
+                &run.request,
+                self.agent.max_output_tokens,
+                &model.full_name,
+            )),
             thinking: thinking_for(
                 run.request
                     .thinking
@@ -62,6 +59,19 @@ impl Turn<'_> {
             ),
         }
     }
+}
+
+/// The most one call of `request` on `model` (`provider/model`) may write: the turn's cap,
+/// else the agent's (`agent`), else the model's usual answer size; never above the caller's
+/// ceiling (an OpenAI-compatible request's `max_tokens`).
+fn output_cap(request: &agentlane_core::TurnRequest, agent: Option<u32>, model: &str) -> u32 {
+    let own = request
+        .max_output_tokens
+        .or(agent)
+        .unwrap_or_else(|| agentlane_core::spend::default_output_tokens(model));
+    request
+        .output_tokens_ceiling
+        .map_or(own, |ceiling| own.min(ceiling))
 }
 
 /// The run's thinking level for an attempt on `model` (`provider/model`). The API refused a
@@ -92,5 +102,38 @@ mod tests {
         assert_eq!(thinking_for(Some("high"), "openai/gpt-4o-mini"), None);
         assert_eq!(thinking_for(Some("high"), "demo/agentlane-demo"), None);
         assert_eq!(thinking_for(None, "openai/o3-mini"), None);
+    }
+
+    #[test]
+    fn a_callers_ceiling_lowers_the_cap_and_never_raises_it() {
+        let turn = |own: Option<u32>, ceiling: Option<u32>| agentlane_core::TurnRequest {
+            max_output_tokens: own,
+            output_tokens_ceiling: ceiling,
+            ..Default::default()
+        };
+        // (turn's cap, agent's cap, caller's ceiling, model) → the cap sent
+        let table = [
+            (None, None, None, "openai/gpt-4o-mini", 2_048),
+            (None, None, Some(100), "openai/gpt-4o-mini", 100),
+            (None, None, Some(16_000), "openai/gpt-4o-mini", 2_048),
+            (None, Some(4_096), Some(16_000), "openai/gpt-4o-mini", 4_096),
+            (None, Some(4_096), Some(1_000), "openai/gpt-4o-mini", 1_000),
+            (
+                Some(8_000),
+                Some(4_096),
+                Some(6_000),
+                "openai/gpt-4o-mini",
+                6_000,
+            ),
+            (Some(8_000), None, None, "demo/agentlane-demo", 8_000),
+            (None, None, Some(10_000), "openai/o3", 8_192),
+        ];
+        for (own, agent, ceiling, model, cap) in table {
+            assert_eq!(
+                output_cap(&turn(own, ceiling), agent, model),
+                cap,
+                "{own:?} {agent:?} {ceiling:?} {model}"
+            );
+        }
     }
 }

@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 mod admission;
 mod pages;
 mod server;
+mod usage_pages;
 mod waits;
 
 fn config(limits: Limits) -> ApiConfig {
@@ -37,14 +38,6 @@ fn tenant_limits(tenant: TenantLimits) -> Limits {
         tenant,
         ..Limits::default()
     }
-}
-
-/// How long one request of `key` takes, end to end, on a fresh connection.
-async fn latency(server: &LiveServer, key: &str) -> Duration {
-    let started = Instant::now();
-    let reply = server.get("/v1/sessions/none", key).await;
-    assert_eq!(reply.status, 404, "{reply:?}");
-    started.elapsed()
 }
 
 /// Opens an SSE stream of `run_id` and returns the socket once the head arrived (status 200),

@@ -3,46 +3,94 @@
 
 use super::*;
 
+/// How long one step of the slow-socket test may take before it counts as hung: a hang guard
+/// only (an answer takes milliseconds and a close comes at the header timeout on an idle
+/// machine).
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// Connects to `server` as a slow client: an even `i` sends half a request head, an odd one
+/// nothing.
+async fn slow_client(server: &LiveServer, i: usize) -> TcpStream {
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    if i.is_multiple_of(2) {
+        stream
+            .write_all(b"GET /v1/sessions/x HTTP/1.1\r\nhost: t\r\n")
+            .await
+            .unwrap();
+    }
+    stream
+}
+
+/// `key`'s request is answered (a 404 for a session that does not exist), however long it
+/// takes up to the hang guard.
+async fn answered(server: &LiveServer, key: &str) {
+    let reply = tokio::time::timeout(HANG_GUARD, server.get("/v1/sessions/none", key))
+        .await
+        .expect("answered");
+    assert_eq!(reply.status, 404, "{reply:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_sockets_are_closed_at_the_header_timeout_while_another_tenant_is_served() {
+    // Order and eventual delivery only: a loaded machine makes every step slower, which none
+    // of these assertions minds (the server's timer cannot close a socket before it connected
+    // plus the timeout, and nothing else closes one).
+
+    // GIVEN a server that waits a minute for request heads
+    let patient = LiveServer::start(config(Limits {
+        header_read_timeout_ms: 60_000,
+        ..Limits::default()
+    }))
+    .await;
+    // WHEN 200 clients connect: half send nothing, half send half a request head
+    let mut slow = Vec::new();
+    for i in 0..200 {
+        slow.push(slow_client(&patient, i).await);
+    }
+    // THEN another tenant's requests are answered while they hang
+    for _ in 0..10 {
+        answered(&patient, BETA_KEY).await;
+    }
+    // AND every slow socket is still open after them (the server waits for the rest of
+    // their heads; it did not shed them to serve the other tenant)
+    for (i, stream) in slow.iter_mut().enumerate() {
+        assert!(
+            !closed_within(stream, Duration::from_millis(1)).await,
+            "slow socket {i} closed before its head timed out"
+        );
+    }
+    drop(slow);
+
     // GIVEN a server whose request heads must arrive within 400 ms
-    let server = LiveServer::start(config(Limits {
+    let timeout = Duration::from_millis(400);
+    let strict = LiveServer::start(config(Limits {
         header_read_timeout_ms: 400,
         ..Limits::default()
     }))
     .await;
-    let idle = latency(&server, BETA_KEY).await;
-
-    // WHEN 200 clients connect: half send nothing, half send half a request head
+    // WHEN 200 slow clients connect to it (each noting when it began to connect)
     let mut slow = Vec::new();
     for i in 0..200 {
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
-        if i % 2 == 0 {
-            stream
-                .write_all(b"GET /v1/sessions/x HTTP/1.1\r\nhost: t\r\n")
-                .await
-                .unwrap();
-        }
-        slow.push(stream);
+        let connecting = Instant::now();
+        slow.push((connecting, slow_client(&strict, i).await));
     }
-
-    // THEN they stay open for now (the server is waiting for the rest of their heads)
-    assert!(!closed_within(&mut slow[0], Duration::from_millis(100)).await);
-    assert!(!closed_within(&mut slow[1], Duration::from_millis(10)).await);
-    // AND another tenant's requests are answered meanwhile, promptly
-    for _ in 0..10 {
-        let took = latency(&server, BETA_KEY).await;
+    // THEN another tenant is still answered
+    answered(&strict, BETA_KEY).await;
+    // AND the server closes every slow socket, none of them before the timeout had passed
+    // since it connected
+    let guard = tokio::time::Instant::now() + HANG_GUARD;
+    for (i, (connecting, stream)) in slow.iter_mut().enumerate() {
+        let left = guard.saturating_duration_since(tokio::time::Instant::now());
         assert!(
-            took < Duration::from_millis(300).max(idle * 20),
-            "beta waited {took:?} (idle {idle:?})"
+            closed_within(stream, left).await,
+            "slow socket {i} was never closed"
+        );
+        let open_for = connecting.elapsed();
+        assert!(
+            open_for >= timeout,
+            "slow socket {i} was closed {open_for:?} after it connected, before the timeout"
         );
     }
-    // AND every slow socket is closed by the server soon after the timeout
-    let started = Instant::now();
-    for stream in &mut slow {
-        assert!(closed_within(stream, Duration::from_secs(5)).await);
-    }
-    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

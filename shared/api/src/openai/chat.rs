@@ -3,11 +3,13 @@
 //!
 //! Parameters: `model`, `messages`, `user`, `stream`, `stream_options.include_usage`,
 //! `reasoning_effort` (a thinking level) and `tools` (client tools of the turn) are honoured.
-//! `n` must be 1. Refused with 400: tools of a type other than `function`, the legacy
-//! `functions` and `role: "function"`, `logprobs: true`, a `response_format` other than `text`,
-//! audio output, and content parts other than text. Every other parameter (`temperature`,
-//! `top_p`, `max_tokens`, `max_completion_tokens`, `stop`, `seed`, penalties, `metadata`,
-//! `store`, `tool_choice`, `parallel_tool_calls`, ...) is accepted and ignored: the agent's
+//! `n` must be 1. `max_completion_tokens` and `max_tokens` (1-128,000; the smaller of the two)
+//! cap each model call of the turn, never above the agent's own cap: the smaller is sent to the
+//! model and reserved against budgets. Refused with 400: tools of a type other than
+//! `function`, the legacy `functions` and `role: "function"`, `logprobs: true`, a
+//! `response_format` other than `text`, audio output, and content parts other than text. Every
+//! other parameter (`temperature`, `top_p`, `stop`, `seed`, penalties, `metadata`, `store`,
+//! `tool_choice`, `parallel_tool_calls`, ...) is accepted and ignored: the agent's
 //! configuration decides how its model is called.
 //!
 //! Client tools: when the model calls one of the request's `tools`, the turn pauses and the
@@ -20,7 +22,7 @@ use super::error::OpenAiError;
 use super::stream::{Frame, Frames};
 use super::turn::{
     IDEMPOTENCY_HEADER, Said, Speaker, StreamedText, ToolResults, TurnAsk, awaits_approval,
-    client_calls, client_tool, parts_text, plan_turn, reply_text, session_choice,
+    client_calls, client_tool, output_ceiling, parts_text, plan_turn, reply_text, session_choice,
 };
 use crate::ApiConfig;
 use crate::follow::Followed;
@@ -70,6 +72,7 @@ pub(crate) struct ChatCompletionRequest {
     pub functions: Option<Vec<Value>>,
     /// `none`, `minimal`, `low`, `medium` or `high`: the turn's thinking level (`none` is off).
     #[serde(default)]
+    #[schema(pattern = r"^(none|minimal|low|medium|high)$")]
     pub reasoning_effort: Option<String>,
     /// Only `false`.
     #[serde(default)]
@@ -88,13 +91,15 @@ pub(crate) struct ChatCompletionRequest {
     #[serde(default)]
     #[allow(dead_code)] // documented, accepted and ignored
     pub top_p: Option<f64>,
-    /// Ignored: the agent's model settings decide.
+    /// The most each model call of the turn may write, 1-128,000 (deprecated by OpenAI for
+    /// `max_completion_tokens`; with both, the smaller). Never above the agent's own cap.
     #[serde(default)]
-    #[allow(dead_code)] // documented, accepted and ignored
+    #[schema(minimum = 1, maximum = 128000)]
     pub max_tokens: Option<u64>,
-    /// Ignored: the agent's model settings decide.
+    /// The most each model call of the turn may write, 1-128,000: sent to the model (and
+    /// reserved against budgets) unless the agent's own cap is smaller.
     #[serde(default)]
-    #[allow(dead_code)] // documented, accepted and ignored
+    #[schema(minimum = 1, maximum = 128000)]
     pub max_completion_tokens: Option<u64>,
 }
 
@@ -103,7 +108,7 @@ pub(crate) struct ChatCompletionRequest {
 pub(crate) struct ChatTool {
     /// Only `function`.
     #[serde(rename = "type")]
-    #[schema(example = "function")]
+    #[schema(example = "function", pattern = r"^function$")]
     pub kind: String,
     #[serde(default)]
     pub function: Option<FunctionDefinition>,
@@ -113,8 +118,11 @@ pub(crate) struct ChatTool {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub(crate) struct FunctionDefinition {
     /// `[a-zA-Z0-9_-]{1,64}`.
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
+    /// At most 4096 bytes.
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub description: Option<String>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -132,7 +140,9 @@ pub(crate) struct StreamOptions {
 /// An object of which only its `type` matters here (`response_format`, `text.format`).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub(crate) struct TypeOnly {
+    /// Only `text`.
     #[serde(rename = "type")]
+    #[schema(pattern = r"^text$")]
     pub kind: String,
 }
 
@@ -227,6 +237,10 @@ pub(crate) fn plan(
     tenant: &TenantId,
 ) -> Result<ChatPlan, OpenAiError> {
     refuse_unsupported(&request)?;
+    let output_ceiling = output_ceiling(&[
+        ("max_completion_tokens", request.max_completion_tokens),
+        ("max_tokens", request.max_tokens),
+    ])?;
     let tools = tools_of(&request)?;
     let session = session_choice(headers, request.user.as_deref())?;
     let stream = request.stream.unwrap_or(false);
@@ -266,6 +280,7 @@ pub(crate) fn plan(
             .map(|effort| (effort, "reasoning_effort")),
         idempotency_key: idempotency_key(headers)?,
         tools,
+        output_ceiling,
     };
     Ok(ChatPlan {
         ask: ChatAsk::Turn(Box::new(plan_turn(ask, config, tenant)?)),

@@ -7,14 +7,16 @@
 //! Refused with 400: non-empty `tools` and tool items in `input` (`tools_not_supported`: client
 //! tools are served by Chat Completions),
 //! `background: true`, `conversation`, a `text.format` other than `text`, content other than
-//! text. Every other parameter (`temperature`, `top_p`, `max_output_tokens`, `store`,
-//! `metadata`, `truncation`, `include`, ...) is accepted and ignored.
+//! text. `max_output_tokens` (1-128,000) caps each model call of the turn, never above the
+//! agent's own cap. Every other parameter (`temperature`, `top_p`, `store`, `metadata`,
+//! `truncation`, `include`, ...) is accepted and ignored.
 
 use super::chat::{MessageContent, TypeOnly, idempotency_key};
 use super::error::OpenAiError;
 use super::stream::{Frame, Frames};
 use super::turn::{
-    Said, SessionChoice, Speaker, StreamedText, TurnAsk, plan_turn, reply_text, session_choice,
+    Said, SessionChoice, Speaker, StreamedText, TurnAsk, output_ceiling, plan_turn, reply_text,
+    session_choice,
 };
 use crate::ApiConfig;
 use crate::follow::Followed;
@@ -73,9 +75,10 @@ pub(crate) struct ResponseRequest {
     #[serde(default)]
     #[allow(dead_code)] // documented, accepted and ignored
     pub temperature: Option<f64>,
-    /// Ignored: the agent's model settings decide.
+    /// The most each model call of the turn may write, 1-128,000: sent to the model (and
+    /// reserved against budgets) unless the agent's own cap is smaller.
     #[serde(default)]
-    #[allow(dead_code)] // documented, accepted and ignored
+    #[schema(minimum = 1, maximum = 128000)]
     pub max_output_tokens: Option<u64>,
 }
 
@@ -113,6 +116,7 @@ pub(crate) enum InputRole {
 pub(crate) struct Reasoning {
     /// `none`, `minimal`, `low`, `medium` or `high`.
     #[serde(default)]
+    #[schema(pattern = r"^(none|minimal|low|medium|high)$")]
     pub effort: Option<String>,
 }
 
@@ -185,6 +189,7 @@ pub(crate) fn plan(
             .map(|effort| (effort, "reasoning.effort")),
         idempotency_key: idempotency_key(headers)?,
         tools: Vec::new(),
+        output_ceiling: output_ceiling(&[("max_output_tokens", request.max_output_tokens)])?,
     };
     Ok(ResponsePlan {
         turn: plan_turn(ask, config, tenant)?,

@@ -137,6 +137,41 @@ pub(crate) struct TurnAsk {
     pub idempotency_key: Option<String>,
     /// The request's tools: client tools of this turn.
     pub tools: Vec<ClientTool>,
+    /// The most one model call may write (`max_tokens` and the like; see [`output_ceiling`]).
+    pub output_ceiling: Option<u32>,
+}
+
+/// The output-token ceiling of a request's `(param, value)` caps (`max_tokens`,
+/// `max_completion_tokens`, `max_output_tokens`): each one given must be from 1 to
+/// [`MAX_OUTPUT_TOKENS`](agentlane_core::spend::MAX_OUTPUT_TOKENS), and the smallest wins. The
+/// run then sends (and reserves) the smaller of it and the agent's own cap.
+pub(crate) fn output_ceiling(caps: &[(&str, Option<u64>)]) -> Result<Option<u32>, OpenAiError> {
+    let most = agentlane_core::spend::MAX_OUTPUT_TOKENS;
+    let mut ceiling: Option<u32> = None;
+    for (param, value) in caps {
+        let Some(value) = *value else { continue };
+        let checked = u32::try_from(value).ok().filter(|v| (1..=most).contains(v));
+        let Some(cap) = checked else {
+            let (code, bound) = if value < 1 {
+                (
+                    "integer_below_min_value",
+                    "below minimum value. Expected a value >= 1".to_owned(),
+                )
+            } else {
+                (
+                    "integer_above_max_value",
+                    format!("above maximum value. Expected a value <= {most}"),
+                )
+            };
+            return Err(OpenAiError::invalid(
+                param,
+                format!("Invalid '{param}': integer {bound}, but got {value} instead."),
+            )
+            .code(code));
+        };
+        ceiling = Some(ceiling.map_or(cap, |c| c.min(cap)));
+    }
+    Ok(ceiling)
 }
 
 /// The turn `ask` describes, checked by the rules of `POST /v1/agent` (sizes, the thinking
@@ -224,6 +259,7 @@ pub(crate) fn plan_turn(
     };
     let mut turn = validate_agent_body(body, config, tenant)?;
     turn.request.history = history;
+    turn.request.output_tokens_ceiling = ask.output_ceiling;
     Ok(turn)
 }
 
@@ -470,6 +506,7 @@ mod tests {
             reasoning_effort: None,
             idempotency_key: None,
             tools: Vec::new(),
+            output_ceiling: None,
         }
     }
 
@@ -485,6 +522,46 @@ mod tests {
     }
 
     use Speaker::{Assistant, System, User};
+
+    #[test]
+    fn the_smallest_output_cap_given_is_the_turns_ceiling_and_one_out_of_range_is_refused() {
+        let caps = |a: Option<u64>, b: Option<u64>| {
+            output_ceiling(&[("max_completion_tokens", a), ("max_tokens", b)])
+        };
+        assert_eq!(caps(None, None).unwrap(), None);
+        assert_eq!(caps(Some(300), None).unwrap(), Some(300));
+        assert_eq!(caps(Some(300), Some(200)).unwrap(), Some(200));
+        assert_eq!(caps(None, Some(128_000)).unwrap(), Some(128_000));
+        for (a, b, param, code) in [
+            (
+                Some(0),
+                None,
+                "max_completion_tokens",
+                "integer_below_min_value",
+            ),
+            (None, Some(128_001), "max_tokens", "integer_above_max_value"),
+            (
+                Some(10),
+                Some(u64::MAX),
+                "max_tokens",
+                "integer_above_max_value",
+            ),
+        ] {
+            let error = caps(a, b).unwrap_err();
+            assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST);
+            assert_eq!(error.param.as_deref(), Some(param));
+            assert_eq!(error.code.as_deref(), Some(code));
+            assert!(error.message.contains(param), "{}", error.message);
+        }
+        // The ceiling reaches the run's request.
+        let turn = plan(TurnAsk {
+            output_ceiling: Some(64),
+            ..ask(vec![Said::new(User, "hi")], SessionChoice::Fresh)
+        })
+        .unwrap();
+        assert_eq!(turn.request.output_tokens_ceiling, Some(64));
+        assert_eq!(turn.request.max_output_tokens, None);
+    }
 
     #[test]
     fn a_stateless_conversation_seeds_a_fresh_session_and_systems_join_the_prompt() {

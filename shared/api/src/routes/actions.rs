@@ -37,7 +37,7 @@ pub(crate) struct ActionsView {
 
 /// Answers a paused run's pending tool calls: client tools' outputs and approvals.
 #[utoipa::path(post, path = "/v1/runs/{runId}/actions", operation_id = "answerRunActions", tag = "runs",
-    params(("runId" = String, Path, description = "A run id (`run_…`)")),
+    params(("runId" = String, Path, description = "A run id (`run_…`)", min_length = 1, max_length = 128)),
     request_body = ActionAnswer,
     responses(
         (status = 202, description = "Recorded; the run resumes", body = ActionsView),

@@ -166,6 +166,7 @@ pub(crate) async fn accept(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct WaitBody {
     /// A run id from `POST /v1/agent` (unknown or malformed ids answer 404).
+    #[schema(min_length = 1, max_length = 128)]
     pub run_id: String,
     /// How long to wait, in ms (default 30 s, capped by the server's `max_wait_ms`).
     #[serde(default)]

@@ -100,8 +100,9 @@ fn path_id(raw: &str) -> Result<&str, ApiError> {
     Ok(raw)
 }
 
-/// Names the secret references that are plain values (`"sk-…"` instead of `{"env": …}`), so
-/// the 400 says where, before the spec's own decoding speaks of enum variants.
+/// Names the secret references that are plain values (`"sk-…"` instead of `{"env": …}`): the
+/// headers, an HTTP tool's `signingSecret` and an `auth.clientSecret`, so the 400 says where,
+/// before the spec's own decoding speaks of enum variants.
 fn check_plain_secrets(spec: &Map<String, Value>) -> Result<(), ApiError> {
     let Some(tools) = spec.get("tools").and_then(Value::as_object) else {
         return Ok(());
@@ -131,6 +132,14 @@ fn check_plain_secrets(spec: &Map<String, Value>) -> Result<(), ApiError> {
                     .is_some_and(|v| !v.is_object() && !v.is_null())
             {
                 return Err(refused(format!("tools.{list}[{i}].signingSecret")));
+            }
+            // Required when `auth` is given: `null` is no reference either.
+            if item
+                .get("auth")
+                .and_then(|auth| auth.get("clientSecret"))
+                .is_some_and(|v| !v.is_object())
+            {
+                return Err(refused(format!("tools.{list}[{i}].auth.clientSecret")));
             }
         }
     }

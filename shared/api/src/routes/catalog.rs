@@ -114,7 +114,7 @@ pub(crate) async fn list_sessions(
 #[into_params(parameter_in = Query)]
 pub(crate) struct RunsQuery {
     /// The session whose runs to list.
-    #[param(min_length = 1, max_length = 256)]
+    #[param(min_length = 1, max_length = 256, pattern = r"^[A-Za-z0-9:._@/-]+$")]
     pub session_key: String,
     /// Only the runs in this status.
     #[param(inline)]

@@ -62,7 +62,7 @@ pub(crate) enum RunInclude {
 
 /// The run record (without its tenant; the runner's internals only with `?include=internal`).
 #[utoipa::path(get, path = "/v1/runs/{runId}", operation_id = "getRun", tag = "runs",
-    params(("runId" = String, Path, description = "A run id (`run_…`)"), RunQuery),
+    params(("runId" = String, Path, description = "A run id (`run_…`)", min_length = 1, max_length = 128), RunQuery),
     responses((status = 200, description = "The run: status, model, attempts, usage, payloads", body = Run)))]
 pub(crate) async fn get_run(
     State(state): State<Arc<Shared>>,
@@ -105,7 +105,7 @@ pub(crate) struct EventsQuery {
 /// `after`. With a [`ResponseDeadline`] the stream ends just before it with a `reconnect`
 /// event and a `retry:` hint when the run has not ended by then.
 #[utoipa::path(get, path = "/v1/runs/{runId}/events", operation_id = "runEvents", tag = "runs",
-    params(("runId" = String, Path, description = "A run id (`run_…`)"), EventsQuery,
+    params(("runId" = String, Path, description = "A run id (`run_…`)", min_length = 1, max_length = 128), EventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "SSE reconnects: the last `seq` seen (wins over `after`)")),
     responses((status = 200, description = "A page of events (JSON), or with `Accept: text/event-stream` an SSE stream until the run ends: `id` = seq, `event` = stream, `data` = the event",
         content((EventsView = "application/json"), (String = "text/event-stream")))))]
@@ -170,7 +170,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// Asks a live run to stop at its next check.
 #[utoipa::path(post, path = "/v1/runs/{runId}/abort", operation_id = "abortRun", tag = "runs",
-    params(("runId" = String, Path, description = "A run id (`run_…`)")),
+    params(("runId" = String, Path, description = "A run id (`run_…`)", min_length = 1, max_length = 128)),
     responses(
         (status = 202, description = "Abort requested: the run stops at its next check", body = AbortView),
         (status = 409, description = "`conflict`: the run already ended", body = ErrorBody),

@@ -27,6 +27,8 @@ pub(crate) struct LiveServer {
     /// The store as the runner sees it (signals the server's notifier).
     pub store: Arc<dyn Store>,
     pub queue: Arc<dyn LaneQueue>,
+    /// The spend ledger the API reads `/v1/usage` from.
+    pub spend: Arc<dyn agentlane_core::SpendLedger>,
     pub notifier: Notifier,
     stop: Option<oneshot::Sender<()>>,
     pub task: Option<JoinHandle<std::io::Result<()>>>,
@@ -126,6 +128,7 @@ impl LiveServer {
             addr,
             store,
             queue,
+            spend: backend,
             notifier,
             stop: Some(stop),
             task: Some(task),

@@ -7,6 +7,8 @@
 #[cfg(test)]
 mod agent;
 #[cfg(test)]
+mod agents_auth;
+#[cfg(test)]
 mod catalog;
 #[cfg(test)]
 mod common;

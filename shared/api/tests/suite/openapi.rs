@@ -299,3 +299,100 @@ async fn the_401_and_429_answers_document_the_headers_the_server_sends() {
         assert_eq!(retry["schema"]["minimum"], 1, "{method} {path}: {retry}");
     }
 }
+
+/// The document states the validators' bounds, from the constants the validators use: a
+/// generated client (or a fuzzer) that keeps to the document is not refused for a number or a
+/// length the document allowed.
+#[test]
+fn the_document_states_the_validators_bounds() {
+    use agentlane_core::action::{MAX_ACTION_TIMEOUT_SECONDS, MAX_TURN_TOOLS};
+    use agentlane_core::agent::MAX_INSTRUCTIONS_BYTES;
+    use agentlane_core::spend::MAX_OUTPUT_TOKENS;
+    let doc: Value = serde_json::from_str(agentlane_api::openapi_json()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let n = |v: u64| Value::from(v);
+    let cases = [
+        (
+            "EveryScheduleInput",
+            "everySeconds",
+            "maximum",
+            n(agentlane_scheduler::MAX_EVERY_SECONDS),
+        ),
+        ("EveryScheduleInput", "everySeconds", "minimum", n(1)),
+        (
+            "ChatCompletionRequest",
+            "max_tokens",
+            "maximum",
+            n(u64::from(MAX_OUTPUT_TOKENS)),
+        ),
+        ("ChatCompletionRequest", "max_tokens", "minimum", n(1)),
+        (
+            "ChatCompletionRequest",
+            "max_completion_tokens",
+            "maximum",
+            n(u64::from(MAX_OUTPUT_TOKENS)),
+        ),
+        (
+            "ResponseRequest",
+            "max_output_tokens",
+            "maximum",
+            n(u64::from(MAX_OUTPUT_TOKENS)),
+        ),
+        (
+            "AgentBody",
+            "maxOutputTokens",
+            "maximum",
+            n(u64::from(MAX_OUTPUT_TOKENS)),
+        ),
+        ("AgentBody", "tools", "maxItems", n(MAX_TURN_TOOLS as u64)),
+        (
+            "AgentSpec",
+            "instructions",
+            "maxLength",
+            n(MAX_INSTRUCTIONS_BYTES as u64),
+        ),
+        ("AgentSpec", "historyMaxTurns", "minimum", n(1)),
+        ("AgentTools", "client", "maxItems", n(MAX_TURN_TOOLS as u64)),
+        (
+            "ApprovalPolicy",
+            "timeoutSeconds",
+            "maximum",
+            n(MAX_ACTION_TIMEOUT_SECONDS),
+        ),
+        ("ApprovalPolicy", "timeoutSeconds", "minimum", n(1)),
+        (
+            "HttpToolDef",
+            "description",
+            "maxLength",
+            n(agentlane_tools::http_tool::MAX_DESCRIPTION_BYTES as u64),
+        ),
+        (
+            "HttpToolDef",
+            "timeoutMs",
+            "maximum",
+            n(agentlane_tools::http_tool::MAX_TIMEOUT.as_millis() as u64),
+        ),
+        ("ClientTool", "name", "maxLength", n(64)),
+        ("RunBudget", "maxTokens", "minimum", n(1)),
+        ("RunBudget", "maxCostUsd", "exclusiveMinimum", n(0)),
+    ];
+    for (schema, property, key, expected) in cases {
+        assert_eq!(
+            schemas[schema]["properties"][property][key], expected,
+            "{schema}.{property}.{key}: {}",
+            schemas[schema]["properties"][property]
+        );
+    }
+    // The usage page's limit is the list routes' 1-1000.
+    let usage = &doc["paths"]["/v1/usage"]["get"]["parameters"];
+    let limit = usage
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(
+        (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+        (&n(1), &n(1000))
+    );
+}

@@ -24,15 +24,17 @@ impl DynamoStore {
             .await
     }
 
-    /// Every item of partition `pk` whose sort key is between `from` and `to` (inclusive),
-    /// strongly consistent, all pages (a tenant's spend counters over a range of days).
-    pub(super) async fn query_between(
+    /// The first `count` items of partition `pk` whose sort key is between `from` and `to`
+    /// (inclusive), ascending, strongly consistent: no more are read (a page of a tenant's
+    /// spend counters over a range of days).
+    pub(super) async fn query_between_first(
         &self,
         pk: String,
         from: &str,
         to: &str,
+        count: usize,
     ) -> StoreResult<Vec<Item>> {
-        self.query_all(pk, &format!("{SK} BETWEEN :a AND :b"), &[from, to])
+        self.query_first(pk, &format!("{SK} BETWEEN :a AND :b"), &[from, to], count)
             .await
     }
 
@@ -44,9 +46,22 @@ impl DynamoStore {
         sk_condition: &str,
         values: &[&str],
     ) -> StoreResult<Vec<Item>> {
+        self.query_first(pk, sk_condition, values, usize::MAX).await
+    }
+
+    /// [`query_all`](Self::query_all) up to its first `count` items (`usize::MAX`: all).
+    async fn query_first(
+        &self,
+        pk: String,
+        sk_condition: &str,
+        values: &[&str],
+        count: usize,
+    ) -> StoreResult<Vec<Item>> {
         let mut items = Vec::new();
         let mut start = None;
-        loop {
+        while items.len() < count {
+            let limit = (count != usize::MAX)
+                .then(|| i32::try_from(count - items.len()).unwrap_or(i32::MAX));
             let mut query = self
                 .client
                 .query()
@@ -58,6 +73,7 @@ impl DynamoStore {
             }
             let out = query
                 .consistent_read(true)
+                .set_limit(limit)
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
@@ -68,6 +84,8 @@ impl DynamoStore {
                 _ => return Ok(items),
             }
         }
+        items.truncate(count);
+        Ok(items)
     }
 
     /// One item by key, strongly consistent.

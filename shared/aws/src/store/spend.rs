@@ -25,7 +25,7 @@ use super::error::{build_error, classify};
 use super::item::{EXPIRES_AT, Item, n, s};
 use super::keys::{PK, SK};
 use agentlane_core::spend::{
-    Hold, PeriodCap, PeriodSpend, Reserved, SpendTags, Spent, UsageGroup, UsageRow,
+    Hold, PeriodCap, PeriodSpend, Reserved, SpendTags, Spent, UsageCursor, UsageGroup, UsageRow,
 };
 use agentlane_core::{SpendLedger, StoreResult, TenantId};
 use async_trait::async_trait;
@@ -123,13 +123,17 @@ impl DynamoStore {
         cap: &PeriodCap,
         hold: &Hold,
     ) -> StoreResult<TransactWriteItem> {
-        let mut conditions = vec!["attribute_not_exists(#o)".to_owned()];
+        // Neither open nor cleared: a reservation retried after its hold was cleared (a lost
+        // answer, then a replacing pickup) must not count the hold a second time.
+        let mut conditions =
+            vec!["attribute_not_exists(#o) AND attribute_not_exists(#c)".to_owned()];
         let mut update = Update::builder()
             .table_name(&self.table)
             .key(PK, s(spend_pk(tenant)))
             .key(SK, s(&cap.period))
             .update_expression("SET #o = :hold, #x = :ttl ADD #m :m, #k :k")
             .expression_attribute_names("#o", hold_attr(&hold.id))
+            .expression_attribute_names("#c", cleared_attr(&hold.id))
             .expression_attribute_names("#m", MICROS)
             .expression_attribute_names("#k", TOKENS)
             .expression_attribute_names("#x", EXPIRES_AT)
@@ -375,15 +379,14 @@ impl SpendLedger for DynamoStore {
             Ok(()) => return Ok(Reserved::Granted),
             Err(failed) => failed,
         };
-        // A failed condition is a full period, unless the hold is there already: this
-        // reservation was made before (a retry after a lost answer). The periods that do not
-        // have it yet are taken again.
+        // A failed condition is a full period, unless the hold is there already, open or
+        // cleared: this reservation was made before (a retry after a lost answer). The periods
+        // that do not have it yet are taken again.
         let mut missing = Vec::new();
         for (index, cap) in caps.iter().enumerate() {
-            let held = self
-                .spend_item(tenant, &cap.period)
-                .await?
-                .contains_key(&hold_attr(&hold.id));
+            let item = self.spend_item(tenant, &cap.period).await?;
+            let held = item.contains_key(&hold_attr(&hold.id))
+                || item.contains_key(&cleared_attr(&hold.id));
             match (held, failed.contains(&index)) {
                 (false, true) => return Ok(refused(cap)),
                 (false, false) => missing.push(cap.clone()),
@@ -433,14 +436,32 @@ impl SpendLedger for DynamoStore {
         group: UsageGroup,
         from: &str,
         to: &str,
+        after: Option<&UsageCursor>,
+        count: usize,
     ) -> StoreResult<Vec<UsageRow>> {
-        let (low, high) = match group {
+        let sk_of = |day: &str, key: &str| match group {
+            UsageGroup::Day => day.to_owned(),
+            other => group_sk(other, day, key),
+        };
+        let (mut low, high) = match group {
             UsageGroup::Day => (from.to_owned(), to.to_owned()),
             other => (group_sk(other, from, ""), group_sk(other, to, "\u{10FFFF}")),
         };
+        // The cursor's own row is read again (BETWEEN is inclusive) and dropped below.
+        let mut wanted = count;
+        if let Some(cursor) = after {
+            let at = sk_of(&cursor.day, &cursor.key);
+            if at >= low {
+                low = at;
+                wanted = count.saturating_add(1);
+            }
+        }
+        if low > high || count == 0 {
+            return Ok(Vec::new());
+        }
         let prefix = format!("G#{}#", group.as_str());
         let mut rows: Vec<UsageRow> = self
-            .query_between(spend_pk(tenant), &low, &high)
+            .query_between_first(spend_pk(tenant), &low, &high, wanted)
             .await?
             .iter()
             .filter_map(|item| {
@@ -459,8 +480,10 @@ impl SpendLedger for DynamoStore {
                     tokens: number(item, TOKENS),
                 })
             })
+            .filter(|row| after.is_none_or(|cursor| cursor.precedes(row)))
             .collect();
         rows.sort_by(|a, b| (&a.day, &a.key).cmp(&(&b.day, &b.key)));
+        rows.truncate(count);
         Ok(rows)
     }
 

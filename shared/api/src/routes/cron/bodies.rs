@@ -17,7 +17,9 @@ macro_rules! job_body {
         $(#[$attr])*
         $vis struct $name {
             $($own)*
+            /// `provider/model`, one the tenant may use (the agent's when absent).
             #[serde(default)]
+            #[schema(max_length = 256, pattern = r"^[A-Za-z0-9_.-]+/[^\s\x00-\x1f\x7f-\x9f]+$")]
             pub model: Option<String>,
             /// Each fire's run timeout, checked like a turn's: at most
             /// `max_run_timeout_seconds` (7 days by default); 0 = none, only where unlimited
@@ -93,6 +95,7 @@ job_body! {
         #[schema(value_type = Option<ScheduleInput>)]
         pub schedule: Option<Value>,
         #[serde(default)]
+        #[schema(min_length = 1)]
         pub message: Option<String>,
     }
 }
@@ -120,12 +123,13 @@ pub(super) struct CronScheduleInput {
     tz: Option<String>,
 }
 
-/// Every `everySeconds` seconds (≥ 1), from the job's creation or last schedule change.
+/// Every `everySeconds` seconds (1 to 315,360,000: ten years), from the job's creation or
+/// last schedule change.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[allow(dead_code)]
 pub(super) struct EveryScheduleInput {
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 315360000)]
     every_seconds: u64,
 }
 

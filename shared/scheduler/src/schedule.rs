@@ -250,7 +250,12 @@ fn day_number(text: &str) -> Result<u32, String> {
     let lower = text.to_ascii_lowercase();
     DAY_NAMES
         .iter()
-        .position(|name| lower.len() >= 3 && name.to_ascii_lowercase().starts_with(&lower[..3]))
+        .position(|name| {
+            // The first three bytes, when they are whole characters (a name is ASCII).
+            lower
+                .get(..3)
+                .is_some_and(|prefix| name.to_ascii_lowercase().starts_with(prefix))
+        })
         .map(|i| i as u32)
         .ok_or_else(|| format!("{text:?} is not a day of the week"))
 }
@@ -402,7 +407,7 @@ mod tests {
     #[test]
     fn bad_schedules_are_refused_with_the_problem_named() {
         let now = ms("2026-03-02T10:00:00Z");
-        let cases: [(Schedule, &str); 10] = [
+        let cases: [(Schedule, &str); 11] = [
             (
                 Schedule::Cron {
                     cron: "* * *".into(),
@@ -437,6 +442,13 @@ mod tests {
                     tz: Some("Mars/Olympus".into()),
                 },
                 "unknown time zone \"Mars/Olympus\"",
+            ),
+            (
+                Schedule::Cron {
+                    cron: "0 0 0 0 \u{10000}".into(),
+                    tz: None,
+                },
+                "not a day of the week",
             ),
             (Schedule::Every { every_seconds: 0 }, "at least 1"),
             (
